@@ -1,0 +1,87 @@
+"""The package's whole error taxonomy. Third-party exceptions never leak past an edge module.
+
+Every error derives from ``ProcessorError``. ``retriable`` tells a caller whether trying the same
+operation again may succeed (an unreachable server) or never will (corrupt bytes, bad config).
+"""
+
+from __future__ import annotations
+
+
+class ProcessorError(Exception):
+    """Root of every error this package raises on purpose."""
+
+    retriable: bool = False
+
+
+class ConfigError(ProcessorError):
+    """A configuration value is missing or invalid; the message names the variable."""
+
+
+class InvalidNameError(ProcessorError, ValueError):
+    """A topic, prefix or object name that is not allowed (could escape a bucket prefix)."""
+
+
+class FormatError(ProcessorError):
+    """Bytes that do not decode as the format they claim to be (bad magic, length, CRC, version)."""
+
+
+class CorruptObjectError(FormatError):
+    """A stored object's bytes fail verification; names the object (and segment, when known)."""
+
+    def __init__(self, message: str, *, object_key: str | None = None, segment: str | None = None) -> None:
+        parts = [message]
+        if segment:
+            parts.append(f"segment={segment}")
+        if object_key:
+            parts.append(f"object={object_key}")
+        super().__init__("; ".join(parts))
+        self.object_key = object_key
+        self.segment = segment
+
+
+class IllegalTransitionError(ProcessorError):
+    """A RemoteLogSegmentMetadata state change that KIP-405 does not allow."""
+
+
+class StorageError(ProcessorError):
+    """The object store failed an operation; may be retriable (network, throttling, 5xx)."""
+
+    def __init__(self, message: str, *, retriable: bool = True) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+class ObjectNotFoundError(StorageError):
+    """The named object does not exist."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"object not found: {key}", retriable=False)
+        self.key = key
+
+
+class ObjectExistsError(StorageError):
+    """A conditional create found the object already there (another writer, or a retry)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"object already exists: {key}", retriable=False)
+        self.key = key
+
+
+class InvalidRangeError(StorageError):
+    """A ranged read asked for bytes outside the object."""
+
+    def __init__(self, key: str, detail: str) -> None:
+        super().__init__(f"invalid range for {key}: {detail}", retriable=False)
+        self.key = key
+
+
+class ServiceUnavailableError(ProcessorError):
+    """A required server (Kafka broker, S3 endpoint) cannot be reached at start."""
+
+    retriable = True
+
+
+class MetadataTopicError(ProcessorError):
+    """Publishing to or reading the metadata topic failed."""
+
+    retriable = True

@@ -1,0 +1,202 @@
+"""Wire codec of the metadata topic: keys, framing and Avro bodies. Pure (fastavro only).
+
+Value framing (see schemas/README.md)::
+
+    [framing_version u8 = 1][record_type u8][Avro binary body, schemaless]
+    record_type 0: RemoteLogSegmentMetadata, 1: RemoteLogSegmentMetadataUpdate,
+                2: RemotePartitionDeleteMetadata
+
+Key (UTF-8): ``{topic}/{partition}/{segment uuid}`` for segment records, ``{topic}/{partition}`` for
+partition records. Topic names cannot contain '/', so keys are unambiguous; one key per segment lets
+compaction keep each segment's latest state.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import uuid
+import zlib
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from processor.errors import FormatError
+from processor.metadata.model import (
+    MetadataRecord,
+    PartitionDeleteState,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    SegmentState,
+    TopicPartition,
+)
+
+FRAMING_VERSION = 1
+TYPE_SEGMENT = 0
+TYPE_UPDATE = 1
+TYPE_PARTITION_DELETE = 2
+_SCHEMA_FILES = {
+    TYPE_SEGMENT: "RemoteLogSegmentMetadata.avsc",
+    TYPE_UPDATE: "RemoteLogSegmentMetadataUpdate.avsc",
+    TYPE_PARTITION_DELETE: "RemotePartitionDeleteMetadata.avsc",
+}
+_FRAME = struct.Struct(">BB")
+
+
+def schema_dir() -> Path:
+    """The .avsc files: packaged in wheels as processor/schemas, in a checkout at ./schemas."""
+    packaged = Path(str(resources.files("processor"))) / "schemas"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "schemas"
+
+
+@cache
+def parsed_schema(record_type: int) -> Any:
+    text = (schema_dir() / _SCHEMA_FILES[record_type]).read_text(encoding="utf-8")
+    return fastavro.parse_schema(json.loads(text), named_schemas={})
+
+
+def metadata_partition_for(tp: TopicPartition, num_partitions: int) -> int:
+    """All records of one source partition go to one metadata partition, so their order holds."""
+    return zlib.crc32(f"{tp.topic}/{tp.partition}".encode()) % num_partitions
+
+
+def segment_key(segment_id: RemoteLogSegmentId) -> bytes:
+    return f"{segment_id.topic}/{segment_id.partition}/{segment_id.id}".encode()
+
+
+def partition_key(tp: TopicPartition) -> bytes:
+    return f"{tp.topic}/{tp.partition}".encode()
+
+
+def _id_to_avro(sid: RemoteLogSegmentId) -> dict[str, Any]:
+    return {"topic": sid.topic, "topic_id": sid.topic_id, "partition": sid.partition, "id": str(sid.id)}
+
+
+def _id_from_avro(d: dict[str, Any]) -> RemoteLogSegmentId:
+    raw = d["id"]
+    return RemoteLogSegmentId(d["topic"], d["partition"], raw if isinstance(raw, uuid.UUID) else uuid.UUID(raw), d["topic_id"])
+
+
+def _to_avro(record: MetadataRecord) -> tuple[int, dict[str, Any]]:
+    if isinstance(record, RemoteLogSegmentMetadata):
+        return TYPE_SEGMENT, {
+            "segment_id": _id_to_avro(record.segment_id),
+            "start_offset": record.start_offset,
+            "end_offset": record.end_offset,
+            "max_timestamp_ms": record.max_timestamp_ms,
+            "event_timestamp_ms": record.event_timestamp_ms,
+            "writer_id": record.writer_id,
+            "writer_epoch": record.writer_epoch,
+            "segment_leader_epochs": [{"epoch": e, "start_offset": o} for e, o in record.segment_leader_epochs],
+            "segment_size_in_bytes": record.segment_size_in_bytes,
+            "state": record.state.value,
+            "custom_metadata": record.custom_metadata,
+            "txn_index_empty": record.txn_index_empty,
+            "data_object_key": record.data_object_key,
+            "index_object_key": record.index_object_key,
+            "segment_format_version": record.segment_format_version,
+            "record_count": record.record_count,
+            "index_crc32": record.index_crc32,
+            "index_size_in_bytes": record.index_size_in_bytes,
+        }
+    if isinstance(record, RemoteLogSegmentMetadataUpdate):
+        return TYPE_UPDATE, {
+            "segment_id": _id_to_avro(record.segment_id),
+            "event_timestamp_ms": record.event_timestamp_ms,
+            "writer_id": record.writer_id,
+            "writer_epoch": record.writer_epoch,
+            "state": record.state.value,
+            "custom_metadata": record.custom_metadata,
+        }
+    return TYPE_PARTITION_DELETE, {
+        "topic": record.topic_partition.topic,
+        "topic_id": record.topic_id,
+        "partition": record.topic_partition.partition,
+        "state": record.state.value,
+        "event_timestamp_ms": record.event_timestamp_ms,
+        "writer_id": record.writer_id,
+    }
+
+
+def _from_avro(record_type: int, d: dict[str, Any]) -> MetadataRecord:
+    if record_type == TYPE_SEGMENT:
+        return RemoteLogSegmentMetadata(
+            segment_id=_id_from_avro(d["segment_id"]),
+            start_offset=d["start_offset"],
+            end_offset=d["end_offset"],
+            max_timestamp_ms=d["max_timestamp_ms"],
+            event_timestamp_ms=d["event_timestamp_ms"],
+            writer_id=d["writer_id"],
+            writer_epoch=d["writer_epoch"],
+            segment_leader_epochs=tuple((e["epoch"], e["start_offset"]) for e in d["segment_leader_epochs"]),
+            segment_size_in_bytes=d["segment_size_in_bytes"],
+            state=SegmentState(d["state"]),
+            custom_metadata=d["custom_metadata"],
+            txn_index_empty=d["txn_index_empty"],
+            data_object_key=d["data_object_key"],
+            index_object_key=d["index_object_key"],
+            segment_format_version=d["segment_format_version"],
+            record_count=d["record_count"],
+            index_crc32=d["index_crc32"],
+            index_size_in_bytes=d["index_size_in_bytes"],
+        )
+    if record_type == TYPE_UPDATE:
+        return RemoteLogSegmentMetadataUpdate(
+            segment_id=_id_from_avro(d["segment_id"]),
+            event_timestamp_ms=d["event_timestamp_ms"],
+            writer_id=d["writer_id"],
+            writer_epoch=d["writer_epoch"],
+            state=SegmentState(d["state"]),
+            custom_metadata=d["custom_metadata"],
+        )
+    return RemotePartitionDeleteMetadata(
+        topic_partition=TopicPartition(d["topic"], d["partition"]),
+        state=PartitionDeleteState(d["state"]),
+        event_timestamp_ms=d["event_timestamp_ms"],
+        writer_id=d["writer_id"],
+        topic_id=d["topic_id"],
+    )
+
+
+def record_key(record: MetadataRecord) -> bytes:
+    if isinstance(record, RemotePartitionDeleteMetadata):
+        return partition_key(record.topic_partition)
+    return segment_key(record.segment_id)
+
+
+def encode_value(record: MetadataRecord) -> bytes:
+    record_type, body = _to_avro(record)
+    out = io.BytesIO()
+    out.write(_FRAME.pack(FRAMING_VERSION, record_type))
+    fastavro.schemaless_writer(out, parsed_schema(record_type), body)
+    return out.getvalue()
+
+
+def decode_value(value: bytes | None) -> MetadataRecord:
+    """Decode one metadata topic value; anything malformed raises FormatError."""
+    if value is None or len(value) < _FRAME.size:
+        raise FormatError("metadata record is empty or shorter than its framing")
+    version, record_type = _FRAME.unpack_from(value, 0)
+    if version != FRAMING_VERSION:
+        raise FormatError(f"unsupported metadata framing version {version}")
+    if record_type not in _SCHEMA_FILES:
+        raise FormatError(f"unknown metadata record type {record_type}")
+    stream = io.BytesIO(value)
+    stream.seek(_FRAME.size)
+    try:
+        body = fastavro.schemaless_reader(stream, parsed_schema(record_type), None)
+        if stream.tell() != len(value):
+            raise FormatError(f"metadata record has {len(value) - stream.tell()} trailing bytes")
+        return _from_avro(record_type, body)  # type: ignore[arg-type]
+    except FormatError:
+        raise
+    except Exception as exc:  # fastavro raises many types on garbage: EOFError, ValueError, IndexError...
+        raise FormatError(f"metadata record does not decode: {type(exc).__name__}: {exc}") from exc

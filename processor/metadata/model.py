@@ -1,0 +1,101 @@
+"""RemoteLogSegmentMetadata and friends (KIP-405), as immutable values. Pure."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+
+class SegmentState(str, Enum):
+    COPY_SEGMENT_STARTED = "COPY_SEGMENT_STARTED"
+    COPY_SEGMENT_FINISHED = "COPY_SEGMENT_FINISHED"
+    DELETE_SEGMENT_STARTED = "DELETE_SEGMENT_STARTED"
+    DELETE_SEGMENT_FINISHED = "DELETE_SEGMENT_FINISHED"
+
+
+class PartitionDeleteState(str, Enum):
+    DELETE_PARTITION_MARKED = "DELETE_PARTITION_MARKED"
+    DELETE_PARTITION_STARTED = "DELETE_PARTITION_STARTED"
+    DELETE_PARTITION_FINISHED = "DELETE_PARTITION_FINISHED"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentId:
+    topic: str
+    partition: int
+    id: uuid.UUID
+    topic_id: str | None = None
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}/{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentMetadata:
+    segment_id: RemoteLogSegmentId
+    start_offset: int
+    end_offset: int
+    max_timestamp_ms: int
+    event_timestamp_ms: int
+    writer_id: str
+    writer_epoch: int
+    segment_leader_epochs: tuple[tuple[int, int], ...]
+    segment_size_in_bytes: int
+    state: SegmentState
+    data_object_key: str
+    index_object_key: str
+    segment_format_version: int
+    record_count: int
+    index_crc32: int
+    index_size_in_bytes: int
+    custom_metadata: bytes | None = None
+    txn_index_empty: bool = True
+
+    def __post_init__(self) -> None:
+        if self.start_offset < 0 or self.end_offset < self.start_offset:
+            raise ValueError(f"invalid offsets {self.start_offset}..{self.end_offset} for {self.segment_id}")
+        if not self.segment_leader_epochs:
+            raise ValueError(f"segment {self.segment_id} has no leader epochs")
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return self.segment_id.topic_partition
+
+    def with_state(self, state: SegmentState, event_timestamp_ms: int) -> RemoteLogSegmentMetadata:
+        return replace(self, state=state, event_timestamp_ms=event_timestamp_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentMetadataUpdate:
+    segment_id: RemoteLogSegmentId
+    event_timestamp_ms: int
+    writer_id: str
+    writer_epoch: int
+    state: SegmentState
+    custom_metadata: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemotePartitionDeleteMetadata:
+    topic_partition: TopicPartition
+    state: PartitionDeleteState
+    event_timestamp_ms: int
+    writer_id: str
+    topic_id: str | None = field(default=None)
+
+
+MetadataRecord = RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata

@@ -1,0 +1,279 @@
+"""Data blocks (PIP-76 block data format v2) and the builder that fills them.
+
+A data object is one or more consecutive blocks. A block is a 128-byte header and a payload of
+entries (see ``record_format``). Header layout (big-endian)::
+
+    byte  size  field
+       0     4  magic           u32  0x26A66D32
+       4     8  header_len      u64  128
+      12     8  block_len       u64  header + payload, in bytes
+      20     8  first_entry_id  i64  Kafka offset of the block's first record
+      28     8  ledger_id       i64  the source partition (PIP-76's ledger id; one per segment here)
+    -- PIP-76 leaves the rest as padding; format version 1 uses part of it: --
+      36     2  format_version  u16  1
+      38     4  entry_count     u32  records in the block
+      42     8  last_entry_id   i64  Kafka offset of the block's last record
+      50     4  payload_crc32   u32  CRC-32 (zlib) of the payload bytes
+      54     4  header_crc32    u32  CRC-32 of header bytes 0..53
+      58    70  padding         zero
+
+There is no padding after the payload: ``block_len`` is exact, so blocks follow each other without
+gaps and the index records each block's byte position.
+
+A block holds whole entries only. It closes once it reaches the configured block size, so a block is
+at most one record larger than that size; a record bigger than the block size gets a block of its own.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from processor.errors import FormatError
+from processor.segment.record_format import KafkaRecord, append_entry, iter_entries
+
+BLOCK_MAGIC = 0x26A66D32
+BLOCK_HEADER_LEN = 128
+BLOCK_FORMAT_VERSION = 1
+
+_HEADER = struct.Struct(">IQQqqHIqI")  # everything up to and including payload_crc32 (54 bytes)
+_HEADER_CRC = struct.Struct(">I")
+_HEADER_PADDING = BLOCK_HEADER_LEN - _HEADER.size - _HEADER_CRC.size
+
+
+@dataclass(frozen=True, slots=True)
+class BlockHeader:
+    block_len: int
+    first_entry_id: int
+    ledger_id: int
+    entry_count: int
+    last_entry_id: int
+    payload_crc32: int
+    format_version: int = BLOCK_FORMAT_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class BlockInfo:
+    """What the index records of one block."""
+
+    position: int  # byte position of the block in the data object
+    length: int  # block_len
+    first_offset: int
+    last_offset: int
+    min_timestamp: int
+    max_timestamp: int
+    entry_count: int
+
+
+def encode_block_header(header: BlockHeader) -> bytes:
+    head = _HEADER.pack(
+        BLOCK_MAGIC,
+        BLOCK_HEADER_LEN,
+        header.block_len,
+        header.first_entry_id,
+        header.ledger_id,
+        header.format_version,
+        header.entry_count,
+        header.last_entry_id,
+        header.payload_crc32,
+    )
+    return head + _HEADER_CRC.pack(zlib.crc32(head)) + bytes(_HEADER_PADDING)
+
+
+def decode_block_header(data: bytes | bytearray | memoryview, *, where: str = "block") -> BlockHeader:
+    if len(data) < BLOCK_HEADER_LEN:
+        raise FormatError(f"{where}: header needs {BLOCK_HEADER_LEN} bytes, got {len(data)}")
+    fields = _HEADER.unpack_from(data, 0)
+    magic, header_len, block_len, first, ledger, version, count, last, payload_crc = fields
+    if magic != BLOCK_MAGIC:
+        raise FormatError(f"{where}: bad block magic 0x{magic:08X}")
+    (header_crc,) = _HEADER_CRC.unpack_from(data, _HEADER.size)
+    if zlib.crc32(memoryview(data)[: _HEADER.size]) != header_crc:
+        raise FormatError(f"{where}: block header CRC mismatch")
+    if header_len != BLOCK_HEADER_LEN:
+        raise FormatError(f"{where}: unsupported block header length {header_len}")
+    if version != BLOCK_FORMAT_VERSION:
+        raise FormatError(f"{where}: unsupported block format version {version}")
+    if block_len < BLOCK_HEADER_LEN:
+        raise FormatError(f"{where}: block length {block_len} is shorter than its header")
+    return BlockHeader(block_len, first, ledger, count, last, payload_crc, version)
+
+
+def decode_block(data: bytes | bytearray | memoryview, *, where: str = "block") -> list[KafkaRecord]:
+    """Verify and decode one whole block (header + payload)."""
+    header = decode_block_header(data, where=where)
+    if len(data) != header.block_len:
+        raise FormatError(f"{where}: expected {header.block_len} bytes, got {len(data)}")
+    payload = memoryview(data)[BLOCK_HEADER_LEN:]
+    if zlib.crc32(payload) != header.payload_crc32:
+        raise FormatError(f"{where}: payload CRC mismatch")
+    records = list(iter_entries(payload))
+    if len(records) != header.entry_count:
+        raise FormatError(f"{where}: header says {header.entry_count} entries, payload has {len(records)}")
+    if records and (records[0].offset != header.first_entry_id or records[-1].offset != header.last_entry_id):
+        raise FormatError(f"{where}: entry ids do not match the header's first/last")
+    return records
+
+
+def iter_blocks(data: bytes | bytearray | memoryview, *, where: str = "data object") -> Iterator[list[KafkaRecord]]:
+    """Decode a whole data object block by block (tools, tests, audits)."""
+    view = memoryview(data)
+    pos = 0
+    while pos < len(view):
+        header = decode_block_header(view[pos:], where=f"{where} @ {pos}")
+        yield decode_block(view[pos : pos + header.block_len], where=f"{where} @ {pos}")
+        pos += header.block_len
+
+
+@dataclass(slots=True)
+class SealedSegment:
+    """A finished, immutable segment ready for upload: its blocks and their index information."""
+
+    partition: int
+    start_offset: int  # inclusive; may be below the first record's offset (gaps are covered)
+    end_offset: int  # inclusive; the last record's offset
+    blocks: list[bytearray]
+    block_infos: list[BlockInfo]
+    record_count: int
+    size_bytes: int  # data object length
+    max_timestamp: int
+    leader_epochs: list[tuple[int, int]]  # (epoch, first offset of that epoch in the segment)
+
+    def views(self) -> list[memoryview]:
+        return [memoryview(block) for block in self.blocks]
+
+
+class SegmentBuilder:
+    """Fills blocks with entries for one partition's open segment. Pure, no I/O.
+
+    ``start_offset`` is where this segment's coverage begins (the previous segment's end + 1), so
+    coverage stays contiguous even where the source log has offset gaps (compaction, transactions).
+    """
+
+    __slots__ = (
+        "_block",
+        "_block_count",
+        "_block_first",
+        "_block_last",
+        "_block_max_ts",
+        "_block_min_ts",
+        "_target_block_bytes",
+        "blocks",
+        "epochs",
+        "infos",
+        "last_offset",
+        "max_timestamp",
+        "partition",
+        "record_count",
+        "size_bytes",
+        "start_offset",
+    )
+
+    def __init__(self, partition: int, start_offset: int, block_bytes: int) -> None:
+        if block_bytes <= BLOCK_HEADER_LEN:
+            raise ValueError("block size must be larger than the block header")
+        self.partition = partition
+        self.start_offset = start_offset
+        self._target_block_bytes = block_bytes
+        self.blocks: list[bytearray] = []
+        self.infos: list[BlockInfo] = []
+        self.size_bytes = 0  # bytes of closed blocks plus the open block
+        self.record_count = 0
+        self.last_offset = start_offset - 1
+        self.max_timestamp = -1
+        self.epochs: list[tuple[int, int]] = []
+        self._block: bytearray | None = None
+        self._reset_block_stats()
+
+    def _reset_block_stats(self) -> None:
+        self._block_count = 0
+        self._block_first = -1
+        self._block_last = -1
+        self._block_min_ts = 2**63 - 1
+        self._block_max_ts = -(2**63)
+
+    @property
+    def empty(self) -> bool:
+        return self.record_count == 0
+
+    def append(
+        self,
+        offset: int,
+        timestamp_type: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+        leader_epoch: int = -1,
+    ) -> int:
+        """Add one record (offsets must increase); return the bytes it added to the segment."""
+        if offset <= self.last_offset:
+            raise ValueError(f"offset {offset} does not follow {self.last_offset}")
+        block = self._block
+        added = 0
+        if block is None:
+            block = self._block = bytearray(BLOCK_HEADER_LEN)
+            self._block_first = offset
+            added = BLOCK_HEADER_LEN
+        added += append_entry(block, offset, timestamp_type, timestamp, key, value, headers)
+        self._block_last = offset
+        self._block_count += 1
+        if timestamp < self._block_min_ts:
+            self._block_min_ts = timestamp
+        if timestamp > self._block_max_ts:
+            self._block_max_ts = timestamp
+        if not self.epochs or self.epochs[-1][0] != leader_epoch:
+            self.epochs.append((leader_epoch, offset))
+        self.last_offset = offset
+        self.record_count += 1
+        self.size_bytes += added
+        if len(block) >= self._target_block_bytes:
+            self._close_block()
+        return added
+
+    def _close_block(self) -> None:
+        block = self._block
+        if block is None:
+            return
+        payload_crc = zlib.crc32(memoryview(block)[BLOCK_HEADER_LEN:])
+        block[:BLOCK_HEADER_LEN] = encode_block_header(
+            BlockHeader(len(block), self._block_first, self.partition, self._block_count, self._block_last, payload_crc)
+        )
+        last = self.infos[-1] if self.infos else None
+        position = last.position + last.length if last else 0
+        self.infos.append(
+            BlockInfo(
+                position,
+                len(block),
+                self._block_first,
+                self._block_last,
+                self._block_min_ts,
+                self._block_max_ts,
+            )
+        )
+        if self._block_max_ts > self.max_timestamp:
+            self.max_timestamp = self._block_max_ts
+        self.blocks.append(block)
+        self._block = None
+        self._reset_block_stats()
+
+    def seal(self) -> SealedSegment:
+        """Close the open block and hand the segment over; the builder must not be used after."""
+        if self.empty:
+            raise ValueError("cannot seal an empty segment")
+        self._close_block()
+        segment = SealedSegment(
+            partition=self.partition,
+            start_offset=self.start_offset,
+            end_offset=self.last_offset,
+            blocks=self.blocks,
+            block_infos=self.infos,
+            record_count=self.record_count,
+            size_bytes=self.size_bytes,
+            max_timestamp=self.max_timestamp,
+            leader_epochs=self.epochs,
+        )
+        self.blocks, self.infos = [], []
+        return segment
