@@ -64,7 +64,6 @@ class BlockInfo:
     last_offset: int
     min_timestamp: int
     max_timestamp: int
-    entry_count: int
 
 
 def encode_block_header(header: BlockHeader) -> bytes:

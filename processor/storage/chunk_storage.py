@@ -1,0 +1,154 @@
+"""The storage contract, after Pravega's ChunkStorageProvider.
+
+Pravega's provider has create, write, openRead/openWrite, read, delete, list, stat and optional
+concat/truncate. Object stores cannot append, and segments here are immutable once sealed, so
+``create`` takes the whole content and writes the chunk exactly once (Pravega's create + write +
+seal); it is conditional, so two writers can never overwrite one object. Everything else maps
+one to one. Only the implementations (``s3.py``, ``filesystem.py``) import an SDK.
+
+Errors: ``ObjectNotFoundError`` (missing), ``ObjectExistsError`` (conditional create lost),
+``InvalidRangeError`` (read outside the object), ``StorageError`` (anything else; ``retriable``).
+``delete`` of a missing object is not an error (deletes are idempotent, as in Kafka's RSM).
+"""
+
+from __future__ import annotations
+
+import abc
+import io
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkInfo:
+    key: str
+    size: int
+
+
+class ChunkStorage(abc.ABC):
+    """A flat namespace of immutable chunks (objects) addressed by key."""
+
+    supports_concat: bool = False
+
+    @abc.abstractmethod
+    def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
+        """Write a new chunk whose content is ``parts`` concatenated; fail if ``key`` exists."""
+
+    @abc.abstractmethod
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        """Read ``length`` bytes from ``offset``; the whole range must lie inside the chunk."""
+
+    @abc.abstractmethod
+    def stat(self, key: str) -> ChunkInfo | None:
+        """Size of the chunk, or None if it does not exist."""
+
+    def exists(self, key: str) -> bool:
+        return self.stat(key) is not None
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove the chunk; a missing chunk is not an error."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str) -> Iterator[ChunkInfo]:
+        """Chunks whose key starts with ``prefix``, in key order."""
+
+    def concat(self, target: str, sources: Sequence[str]) -> ChunkInfo:
+        """Create ``target`` as the concatenation of existing chunks (optional, see supports_concat)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support concat")
+
+    def read_all(self, key: str) -> bytes:
+        info = self.stat(key)
+        if info is None:
+            from processor.errors import ObjectNotFoundError
+
+            raise ObjectNotFoundError(key)
+        return self.read(key, 0, info.size) if info.size else b""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release clients and threads."""
+
+
+class ChainedReader(io.RawIOBase):
+    """A seekable, read-only file over several buffers, so uploads need no joined copy."""
+
+    def __init__(self, parts: Sequence[Buffer]) -> None:
+        super().__init__()
+        self._parts = [memoryview(p).cast("B") for p in parts]
+        self._starts: list[int] = []
+        total = 0
+        for p in self._parts:
+            self._starts.append(total)
+            total += len(p)
+        self._len = total
+        self._pos = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._len}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Buffer) -> int:  # type: ignore[override]
+        out = memoryview(buffer).cast("B")
+        written = 0
+        while written < len(out) and self._pos < self._len:
+            i = self._part_at(self._pos)
+            part = self._parts[i]
+            inner = self._pos - self._starts[i]
+            n = min(len(out) - written, len(part) - inner)
+            out[written : written + n] = part[inner : inner + n]
+            written += n
+            self._pos += n
+        return written
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            size = self._len - self._pos
+        buf = bytearray(min(size, max(self._len - self._pos, 0)))
+        n = self.readinto(buf)
+        return bytes(buf[:n])
+
+    def _part_at(self, pos: int) -> int:
+        lo, hi = 0, len(self._parts) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._starts[mid] <= pos:
+                lo = mid
+            else:
+                hi = mid - 1
+        while len(self._parts[lo]) == 0 and lo + 1 < len(self._parts):
+            lo += 1
+        return lo
+
+
+def split_parts(parts: Sequence[Buffer], part_size: int) -> list[list[memoryview]]:
+    """Regroup buffers into upload parts of ``part_size`` bytes (the last may be smaller), no copies."""
+    groups: list[list[memoryview]] = [[]]
+    filled = 0
+    for p in parts:
+        view = memoryview(p).cast("B")
+        while len(view):
+            take = min(len(view), part_size - filled)
+            groups[-1].append(view[:take])
+            view = view[take:]
+            filled += take
+            if filled == part_size:
+                groups.append([])
+                filled = 0
+    if not groups[-1]:
+        groups.pop()
+    return groups
