@@ -87,7 +87,7 @@ def _wait_kafka(bootstrap: str, proc: subprocess.Popen[bytes], timeout_s: float)
     from confluent_kafka.admin import AdminClient
 
     deadline = time.monotonic() + timeout_s
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "log_level": 0})
     while True:
         if proc.poll() is not None:
             raise ServiceUnavailableError(f"tansu exited with code {proc.returncode} during start")

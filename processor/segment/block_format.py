@@ -93,6 +93,8 @@ def decode_block_header(data: bytes | bytearray | memoryview, *, where: str = "b
         raise FormatError(f"{where}: block header CRC mismatch")
     if header_len != BLOCK_HEADER_LEN:
         raise FormatError(f"{where}: unsupported block header length {header_len}")
+    if any(memoryview(data)[BLOCK_HEADER_LEN - _HEADER_PADDING : BLOCK_HEADER_LEN]):
+        raise FormatError(f"{where}: block header padding is not zero")
     if version != BLOCK_FORMAT_VERSION:
         raise FormatError(f"{where}: unsupported block format version {version}")
     if block_len < BLOCK_HEADER_LEN:

@@ -1,0 +1,116 @@
+"""Configuration: one frozen, validated settings object from ``PROCESSOR_*`` variables.
+
+Only the CLI calls :func:`load_settings` (the one place that reads the environment); everything else
+receives a ``Settings``. A bad value raises ``ConfigError`` naming the variable. S3 credentials are
+not here: they come from the standard AWS variables and credential chain.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from processor.errors import ConfigError, InvalidNameError
+from processor.segment.object_keys import validate_prefix, validate_topic
+
+ENV_PREFIX = "PROCESSOR_"
+MiB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore", case_sensitive=False)
+
+    bootstrap_servers: str = Field(default="127.0.0.1:9092", min_length=1)
+    topics: Annotated[tuple[str, ...], NoDecode] = ()
+    metadata_topic: str = "__remote_log_metadata"
+    metadata_partitions: int = Field(default=4, ge=1, le=1000)
+    metadata_replication_factor: int = Field(default=1, ge=1, le=32)
+    app_id: str = Field(default="tiered-storage-processor", pattern=r"^[A-Za-z0-9._-]{1,200}$")
+    s3_endpoint_url: str | None = None
+    s3_bucket: str = Field(default="tiered-storage", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    s3_prefix: str = ""
+    s3_region: str | None = None
+    s3_part_bytes: int = Field(default=16 * MiB, ge=5 * MiB, le=5 * 1024 * MiB)
+    s3_upload_concurrency: int = Field(default=8, ge=1, le=256)
+    segment_bytes: int = Field(default=64 * MiB, ge=1024, le=5 * 1024 * MiB)
+    segment_ms: int = Field(default=60_000, ge=10)
+    block_bytes: int = Field(default=1 * MiB, ge=1024, le=256 * MiB)
+    buffer_bytes: int = Field(default=256 * MiB, ge=1024)
+    data_dir: Path = Path("./data")
+    worker_id: str = Field(default_factory=socket.gethostname, pattern=r"^[A-Za-z0-9._:-]{1,128}$")
+    web_port: int = Field(default=6066, ge=0, le=65535)
+    web_enabled: bool = True
+    copy_retry_backoff_ms: int = Field(default=500, ge=1)
+    copy_retry_backoff_max_ms: int = Field(default=30_000, ge=1)
+    log_level: str = Field(default="info", pattern=r"^(?i:debug|info|warn|warning|error|crit)$")
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _split_topics(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(t.strip() for t in value.split(",") if t.strip())
+        return value
+
+    @field_validator("topics")
+    @classmethod
+    def _valid_topics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for topic in value:
+            validate_topic(topic)
+        if len(set(value)) != len(value):
+            raise ValueError("topics are listed more than once")
+        return value
+
+    @field_validator("metadata_topic")
+    @classmethod
+    def _valid_metadata_topic(cls, value: str) -> str:
+        return validate_topic(value)
+
+    @field_validator("s3_prefix")
+    @classmethod
+    def _valid_prefix(cls, value: str) -> str:
+        return validate_prefix(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.metadata_topic in self.topics:
+            raise ValueError("PROCESSOR_TOPICS must not include the metadata topic")
+        if self.buffer_bytes < self.segment_bytes:
+            raise ValueError(
+                f"PROCESSOR_BUFFER_BYTES ({self.buffer_bytes}) must be at least PROCESSOR_SEGMENT_BYTES "
+                f"({self.segment_bytes}): a segment is held in the buffer until it is uploaded"
+            )
+        if self.block_bytes > self.segment_bytes:
+            raise ValueError("PROCESSOR_BLOCK_BYTES must not exceed PROCESSOR_SEGMENT_BYTES")
+        return self
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    loc = error.get("loc") or ()
+    name = f"{ENV_PREFIX}{str(loc[0]).upper()}" if loc else "configuration"
+    msg = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    value = error.get("input")
+    shown = "" if isinstance(value, dict) or value is None else f" (got {value!r})"
+    return f"{name}: {msg}{shown}"
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build settings from ``environ`` (default: os.environ) plus overrides; raise ConfigError."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name in Settings.model_fields:
+        raw = env.get(f"{ENV_PREFIX}{name.upper()}")
+        if raw is not None:
+            values[name] = raw
+    values.update(overrides)
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(_describe(e) for e in exc.errors())) from None
+    except InvalidNameError as exc:
+        raise ConfigError(str(exc)) from None

@@ -1,0 +1,109 @@
+"""``make demo``: the whole offload path on the embedded stack, then everything it started stops.
+
+Starts Tansu + SeaweedFS, creates a topic, produces sample records (keys, null values, headers),
+runs ``processor worker`` as a child process until every record is in a COPY_SEGMENT_FINISHED
+segment, prints a summary, and stops the worker and the stack.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from processor.devstack import stack
+from processor.devstack.sample_data import produce_samples
+from processor.kafka_clients import ensure_topic, new_admin
+from processor.metadata.model import TopicPartition
+from processor.metadata.topic_io import load_remote_state
+
+DEMO_TOPIC = "demo-events"
+DEMO_PARTITIONS = 4
+METADATA_TOPIC = "__remote_log_metadata"
+
+
+def worker_env(info: stack.StackInfo, data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
+    env.update(info.env())
+    env.update(
+        {
+            "PROCESSOR_TOPICS": DEMO_TOPIC,
+            "PROCESSOR_METADATA_TOPIC": METADATA_TOPIC,
+            "PROCESSOR_SEGMENT_BYTES": str(4 * 1024 * 1024),
+            "PROCESSOR_SEGMENT_MS": "2000",
+            "PROCESSOR_BUFFER_BYTES": str(64 * 1024 * 1024),
+            "PROCESSOR_DATA_DIR": str(data_dir),
+            "PROCESSOR_WORKER_ID": "demo-worker-1",
+            "PROCESSOR_WEB_PORT": str(stack.free_port()),
+            "PROCESSOR_LOG_LEVEL": "warn",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def wait_offloaded(
+    bootstrap: str, metadata_topic: str, expected_end: dict[TopicPartition, int], timeout_s: float, proc: subprocess.Popen[bytes] | None = None
+) -> dict[TopicPartition, int]:
+    """Poll the metadata topic until every partition's finished coverage reaches its expected end."""
+    deadline = time.monotonic() + timeout_s
+    reached: dict[TopicPartition, int] = {}
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the worker exited with code {proc.returncode}")
+        state, _ = load_remote_state(bootstrap, metadata_topic)
+        reached = {tp: state.partition(tp).highest_finished_offset() or -1 for tp in expected_end}
+        if all(reached[tp] >= end for tp, end in expected_end.items()):
+            return reached
+        time.sleep(1.0)
+    raise TimeoutError(f"records not offloaded within {timeout_s:.0f} s: reached {reached}, expected {expected_end}")
+
+
+def run_demo(stack_dir: Path, records: int = 20000) -> int:
+    print(f"starting the embedded stack in {stack_dir} ...", flush=True)
+    info = stack.start(stack_dir)
+    worker: subprocess.Popen[bytes] | None = None
+    try:
+        print(f"  Kafka {info.bootstrap_servers}, S3 {info.s3_endpoint_url} (bucket {info.bucket})")
+        ensure_topic(new_admin(info.bootstrap_servers, "demo"), DEMO_TOPIC, DEMO_PARTITIONS, 1, {})
+        print(f"producing {records} sample records to {DEMO_TOPIC} ({DEMO_PARTITIONS} partitions) ...", flush=True)
+        produced = produce_samples(info.bootstrap_servers, DEMO_TOPIC, records, DEMO_PARTITIONS, big_every=0)
+        expected = {TopicPartition(DEMO_TOPIC, p): sum(1 for r in produced if r.partition == p) - 1 for p in range(DEMO_PARTITIONS)}
+        log_path = stack_dir / "worker.log"
+        print(f"running the worker until every record is offloaded (log: {log_path}) ...", flush=True)
+        with log_path.open("ab") as log_file:
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "processor", "worker"],
+                env=worker_env(info, stack_dir / "worker-data"),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
+        t0 = time.monotonic()
+        wait_offloaded(info.bootstrap_servers, METADATA_TOPIC, expected, 180, worker)
+        elapsed = time.monotonic() - t0
+        state, skipped = load_remote_state(info.bootstrap_servers, METADATA_TOPIC)
+        segments = [s for tp in sorted(expected) for s in state.partition(tp).finished()]
+        total_bytes = sum(s.segment_size_in_bytes + s.index_size_in_bytes for s in segments)
+        total_records = sum(s.record_count for s in segments)
+        print(f"\noffloaded in {elapsed:.1f} s: {len(segments)} segments, {total_records} records, {total_bytes} bytes")
+        for s in segments[:8]:
+            print(f"  {s.segment_id.topic}-{s.segment_id.partition} {s.start_offset:>6}..{s.end_offset:<6} "
+                  f"{s.record_count:>6} records {s.segment_size_in_bytes:>9} B  s3://{info.bucket}/{s.data_object_key}")
+        if len(segments) > 8:
+            print(f"  ... and {len(segments) - 8} more")
+        ok = total_records == records
+        print("all records are in finished segments" if ok else f"MISMATCH: produced {records}, offloaded {total_records}")
+        return 0 if ok else 1
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+        print("stopping the stack ...", flush=True)
+        stack.stop(stack_dir)

@@ -1,0 +1,90 @@
+"""Deterministic sample records of every shape a Kafka record can take (demo and tests).
+
+``sample_record(i)`` always returns the same record, so a reader can check what was produced
+without keeping it: null and empty keys and values, binary values up to 1 MiB, headers with
+duplicate names and null values, explicit CreateTime timestamps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Producer
+
+from processor.kafka_clients import new_producer
+
+BASE_TS = 1_700_000_000_000
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRecord:
+    index: int
+    partition: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+
+
+def _bytes(i: int, n: int) -> bytes:
+    seed = hashlib.sha256(i.to_bytes(8, "big")).digest()
+    return (seed * (n // len(seed) + 1))[:n]
+
+
+def sample_record(i: int, partitions: int, big_every: int = 5000) -> SampleRecord:
+    shape = i % 10
+    key: bytes | None = f"key-{i % 97}".encode()
+    if shape == 1:
+        key = None
+    elif shape == 2:
+        key = b""
+    value: bytes | None = _bytes(i, 64 + (i * 37) % 1500)
+    if shape == 3:
+        value = None
+    elif shape == 4:
+        value = b""
+    elif big_every and i % big_every == big_every - 1:
+        value = _bytes(i, MiB)  # the largest value Kafka accepts by default, give or take
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    if shape == 5:
+        headers = (("trace", _bytes(i, 16)), ("trace", b"second"), ("empty", b""), ("null", None))
+    elif shape == 6:
+        headers = (("h", b"\x00\xff"),)
+    return SampleRecord(i, i % partitions, key, value, headers, BASE_TS + i * 10 + (i % 7) * 3)
+
+
+def produce_samples(
+    bootstrap_servers: str, topic: str, count: int, partitions: int, start: int = 0, big_every: int = 5000
+) -> list[SampleRecord]:
+    producer: Producer = new_producer(
+        bootstrap_servers,
+        "processor-sample-producer",
+        **{"enable.idempotence": True, "message.max.bytes": 2 * MiB + 4096, "linger.ms": 5, "batch.size": MiB},
+    )
+    out: list[SampleRecord] = []
+    for i in range(start, start + count):
+        rec = sample_record(i, partitions, big_every)
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value=rec.value,
+                    key=rec.key,
+                    partition=rec.partition,
+                    headers=list(rec.headers) or None,
+                    timestamp=rec.timestamp,
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+        out.append(rec)
+        if i % 1000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(60)
+    if remaining:
+        raise RuntimeError(f"{remaining} sample records were not delivered")
+    time.sleep(0.2)  # Tansu's high watermark can lag a moment behind a flush
+    return out

@@ -1,0 +1,102 @@
+"""confluent-kafka client construction and broker checks (the Kafka edge shared by all roles)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from processor.errors import ServiceUnavailableError
+
+log = logging.getLogger(__name__)
+
+
+def base_config(bootstrap_servers: str, client_id: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        "client.id": client_id,
+        "socket.connection.setup.timeout.ms": 5000,
+        "log_level": 3,  # errors only: librdkafka's retries are reported through our own errors
+    }
+
+
+def consumer_config(bootstrap_servers: str, client_id: str, **extra: Any) -> dict[str, Any]:
+    cfg = base_config(bootstrap_servers, client_id)
+    cfg.update(
+        {
+            # Assign-only consumers: no group membership, no commits (positions live in remote metadata).
+            "group.id": f"{client_id}-unused",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            # Small fetch waits: brokers like Tansu answer a fetch only after the full wait.
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    cfg.update(extra)
+    return cfg
+
+
+def new_consumer(bootstrap_servers: str, client_id: str, **extra: Any) -> Consumer:
+    return Consumer(consumer_config(bootstrap_servers, client_id, **extra))
+
+
+def new_producer(bootstrap_servers: str, client_id: str, **extra: Any) -> Producer:
+    cfg = base_config(bootstrap_servers, client_id)
+    cfg.update({"acks": "all", "linger.ms": 2, "message.timeout.ms": 30000})
+    cfg.update(extra)
+    return Producer(cfg)
+
+
+def new_admin(bootstrap_servers: str, client_id: str) -> AdminClient:
+    return AdminClient(base_config(bootstrap_servers, client_id))
+
+
+def check_broker(bootstrap_servers: str, timeout_s: float = 10.0) -> AdminClient:
+    """Fail fast with a clear error when no broker answers."""
+    admin = new_admin(bootstrap_servers, "processor-check")
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise ServiceUnavailableError(
+            f"Kafka broker at {bootstrap_servers} is unreachable (PROCESSOR_BOOTSTRAP_SERVERS): {exc.args[0]}"
+        ) from None
+    return admin
+
+
+def partition_counts(admin: AdminClient, topics: list[str], timeout_s: float = 10.0) -> dict[str, int]:
+    md = admin.list_topics(timeout=timeout_s)
+    out: dict[str, int] = {}
+    for name in topics:
+        t = md.topics.get(name)
+        if t is not None and t.error is None:
+            out[name] = len(t.partitions)
+    return out
+
+
+def ensure_topic(
+    admin: AdminClient, name: str, partitions: int, replication: int, config: dict[str, str], timeout_s: float = 15.0
+) -> bool:
+    """Create ``name`` if missing; returns True if it was created. Warns when an existing config differs."""
+    if name in partition_counts(admin, [name], timeout_s):
+        try:
+            described = admin.describe_configs([ConfigResource("topic", name)])
+            current = next(iter(described.values())).result(timeout=timeout_s)
+            for key, wanted in config.items():
+                have = current.get(key)
+                if have is not None and have.value != wanted:
+                    log.warning("topic %s has %s=%s; this processor expects %s", name, key, have.value, wanted)
+        except KafkaException as exc:
+            log.warning("could not read the configuration of topic %s: %s", name, exc)
+        return False
+    futures = admin.create_topics([NewTopic(name, partitions, replication, config=config)])
+    try:
+        futures[name].result(timeout=timeout_s)
+    except KafkaException as exc:
+        err = exc.args[0]
+        if getattr(err, "name", lambda: "")() != "TOPIC_ALREADY_EXISTS":
+            raise
+    return True

@@ -1,0 +1,177 @@
+"""The metadata topic at the edge: create it, publish records durably, read partitions back."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTP
+
+from processor import metrics
+from processor.errors import FormatError, MetadataTopicError, ProcessorError
+from processor.kafka_clients import ensure_topic, new_admin, new_consumer, new_producer, partition_counts
+from processor.metadata.codec import decode_value, encode_value, metadata_partition_for, record_key
+from processor.metadata.model import MetadataRecord, RemotePartitionDeleteMetadata, TopicPartition
+from processor.metadata.remote_log_state import RemoteLogState
+
+log = logging.getLogger(__name__)
+
+METADATA_TOPIC_CONFIG = {"cleanup.policy": "compact"}
+
+
+def ensure_metadata_topic(bootstrap_servers: str, topic: str, partitions: int, replication: int) -> int:
+    """Create the compacted metadata topic if missing; return its partition count."""
+    admin = new_admin(bootstrap_servers, "processor-admin")
+    try:
+        created = ensure_topic(admin, topic, partitions, replication, METADATA_TOPIC_CONFIG)
+        if created:
+            log.info("created metadata topic %s (%d partitions, compacted)", topic, partitions)
+        counts = partition_counts(admin, [topic])
+    except KafkaException as exc:
+        raise MetadataTopicError(f"cannot create or describe metadata topic {topic}: {exc.args[0]}") from None
+    if topic not in counts:
+        raise MetadataTopicError(f"metadata topic {topic} is not visible after creation")
+    return counts[topic]
+
+
+class MetadataPublisher:
+    """Publishes metadata records and waits until each is acknowledged (acks=all)."""
+
+    def __init__(self, bootstrap_servers: str, topic: str, num_partitions: int, client_id: str = "processor-meta") -> None:
+        self.topic = topic
+        self.num_partitions = num_partitions
+        self._producer = new_producer(bootstrap_servers, client_id, **{"enable.idempotence": True})
+        self._lock = threading.Lock()
+
+    def publish(self, record: MetadataRecord, timeout_s: float = 30.0) -> int:
+        """Publish one record durably; returns its offset. Raises MetadataTopicError."""
+        partition = metadata_partition_for(record.topic_partition, self.num_partitions)
+        done = threading.Event()
+        result: dict[str, Any] = {}
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            result["err"] = err
+            result["offset"] = None if err else msg.offset()
+            done.set()
+
+        with self._lock:
+            try:
+                self._producer.produce(
+                    self.topic, value=encode_value(record), key=record_key(record), partition=partition,
+                    on_delivery=on_delivery,
+                )
+            except (KafkaException, BufferError) as exc:
+                raise MetadataTopicError(f"cannot publish to {self.topic}: {exc}") from exc
+        deadline_polls = int(timeout_s / 0.05)
+        for _ in range(deadline_polls):
+            self._producer.poll(0.05)
+            if done.is_set():
+                break
+        if not done.is_set():
+            raise MetadataTopicError(f"publishing to {self.topic} timed out after {timeout_s:.0f} s")
+        if result["err"] is not None:
+            raise MetadataTopicError(f"publishing to {self.topic} failed: {result['err']}")
+        return int(result["offset"])
+
+    def close(self) -> None:
+        self._producer.flush(10)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataMessage:
+    partition: int
+    offset: int
+    key: bytes | None
+    record: MetadataRecord | None  # None when the value did not decode (see error)
+    error: str | None = None
+
+
+def read_partitions(
+    bootstrap_servers: str, topic: str, partitions: list[int], timeout_s: float = 30.0
+) -> Iterator[MetadataMessage]:
+    """Read the given metadata partitions from the beginning up to their current end."""
+    consumer = new_consumer(bootstrap_servers, "processor-meta-reader")
+    try:
+        ends: dict[int, int] = {}
+        for p in partitions:
+            _low, high = consumer.get_watermark_offsets(KafkaTP(topic, p), timeout=timeout_s)
+            if high > 0:
+                ends[p] = high
+        if not ends:
+            return
+        consumer.assign([KafkaTP(topic, p, OFFSET_BEGINNING) for p in ends])
+        remaining = dict(ends)
+        idle = 0
+        while remaining:
+            batch = consumer.consume(1000, 0.2)
+            if not batch:
+                idle += 1
+                # Compaction can leave the last offsets below the end empty: trust the position too.
+                for kp in consumer.position([KafkaTP(topic, p) for p in remaining]):
+                    if kp.offset >= 0 and kp.offset >= remaining.get(kp.partition, 0):
+                        remaining.pop(kp.partition, None)
+                if idle * 0.2 > timeout_s:
+                    raise MetadataTopicError(f"reading {topic} stalled before its end ({remaining})")
+                continue
+            idle = 0
+            for msg in batch:
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise MetadataTopicError(f"reading {topic}: {msg.error()}")
+                p, off = msg.partition(), msg.offset()
+                if p not in remaining:
+                    continue
+                if off + 1 >= remaining[p]:
+                    del remaining[p]
+                value = msg.value()
+                if value is None:  # tombstone: the key's segment is gone
+                    yield MetadataMessage(p, off, msg.key(), None, "tombstone")
+                    continue
+                try:
+                    yield MetadataMessage(p, off, msg.key(), decode_value(value))
+                except FormatError as exc:
+                    yield MetadataMessage(p, off, msg.key(), None, str(exc))
+    except KafkaException as exc:
+        raise MetadataTopicError(f"reading {topic}: {exc.args[0]}") from None
+    finally:
+        consumer.close()
+
+
+def load_remote_state(
+    bootstrap_servers: str,
+    topic: str,
+    partitions: list[int] | None = None,
+    wanted: set[TopicPartition] | None = None,
+) -> tuple[RemoteLogState, int]:
+    """Fold metadata partitions (default: all) into remote state; returns it and the skipped count.
+
+    Records that do not decode or break the state machine are skipped, logged and counted, never
+    applied: garbage on the topic cannot stop a leader from resuming.
+    """
+    if partitions is None:
+        admin = new_admin(bootstrap_servers, "processor-admin")
+        count = partition_counts(admin, [topic]).get(topic, 0)
+        partitions = list(range(count))
+    state = RemoteLogState()
+    skipped = 0
+    for msg in read_partitions(bootstrap_servers, topic, partitions):
+        if msg.record is None:
+            if msg.error != "tombstone":
+                skipped += 1
+                metrics.METADATA_SKIPPED.labels("undecodable").inc()
+                log.warning("metadata record %d@%d skipped: %s", msg.partition, msg.offset, msg.error)
+            continue
+        if wanted is not None and msg.record.topic_partition not in wanted:
+            continue
+        try:
+            state.apply(msg.record)
+        except ProcessorError as exc:
+            skipped += 1
+            metrics.METADATA_SKIPPED.labels("illegal").inc()
+            log.warning("metadata record %d@%d skipped: %s", msg.partition, msg.offset, exc)
+    return state, skipped
