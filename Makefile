@@ -1,0 +1,42 @@
+# One entry point per job. `make demo` and `make test` work as the first command on a fresh clone.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test test-unit test-contract test-integration lint bench clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/processor demo
+
+test: $(STAMP)
+	$(BIN)/pytest -q
+
+test-unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
+test-contract: $(STAMP)
+	$(BIN)/pytest -q tests/contract
+
+test-integration: $(STAMP)
+	$(BIN)/pytest -q tests/integration
+
+lint: $(STAMP)
+	$(BIN)/ruff check processor tests benchmarks
+	$(BIN)/ruff format --check processor tests benchmarks
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .stack .pytest_cache .mypy_cache .ruff_cache

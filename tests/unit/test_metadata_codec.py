@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import json
+
+import fastavro
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from processor.errors import FormatError
+from processor.metadata.codec import (
+    decode_value,
+    encode_value,
+    metadata_partition_for,
+    record_key,
+    schema_dir,
+)
+from processor.metadata.model import TopicPartition
+from tests.unit.metadata_samples import partition_deletes, segment_metadata, updates
+
+
+@given(st.one_of(segment_metadata(), updates, partition_deletes))
+def test_records_round_trip(record) -> None:  # type: ignore[no-untyped-def]
+    assert decode_value(encode_value(record)) == record
+
+
+@given(segment_metadata())
+def test_key_is_per_segment_and_partition_per_source_partition(meta) -> None:  # type: ignore[no-untyped-def]
+    assert record_key(meta) == f"{meta.segment_id.topic}/{meta.segment_id.partition}/{meta.segment_id.id}".encode()
+    p = metadata_partition_for(meta.topic_partition, 7)
+    assert 0 <= p < 7 and p == metadata_partition_for(TopicPartition(meta.segment_id.topic, meta.segment_id.partition), 7)
+
+
+@given(st.binary(max_size=300))
+def test_garbage_raises_format_error_only(raw: bytes) -> None:
+    try:
+        decode_value(raw)
+    except FormatError:
+        pass
+
+
+@given(segment_metadata(), st.data())
+def test_truncated_or_extended_records_are_rejected(meta, data: st.DataObject) -> None:  # type: ignore[no-untyped-def]
+    raw = encode_value(meta)
+    cut = data.draw(st.integers(0, len(raw) - 1))
+    with pytest.raises(FormatError):
+        decode_value(raw[:cut])
+    with pytest.raises(FormatError):
+        decode_value(raw + b"\x00")
+
+
+def test_unknown_version_and_type_are_rejected() -> None:
+    with pytest.raises(FormatError, match="version"):
+        decode_value(b"\x02\x00abc")
+    with pytest.raises(FormatError, match="type"):
+        decode_value(b"\x01\x09abc")
+    with pytest.raises(FormatError):
+        decode_value(None)
+
+
+def test_schemas_are_valid_avro() -> None:
+    files = sorted(schema_dir().glob("*.avsc"))
+    assert {f.name for f in files} == {
+        "RemoteLogSegmentMetadata.avsc",
+        "RemoteLogSegmentMetadataUpdate.avsc",
+        "RemotePartitionDeleteMetadata.avsc",
+    }
+    for f in files:
+        fastavro.parse_schema(json.loads(f.read_text()), named_schemas={})

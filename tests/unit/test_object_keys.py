@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from processor.errors import InvalidNameError
+from processor.segment.object_keys import ObjectKeyFactory, validate_prefix, validate_topic
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "..", ".", "", "a b", "x" * 250, "t\x00", "/abs", "a\\b"])
+def test_bad_topic_names_are_rejected(bad: str) -> None:
+    with pytest.raises(InvalidNameError):
+        validate_topic(bad)
+
+
+@pytest.mark.parametrize("bad", ["a/../b", "./a", "a//b", "a/ b", "..", "a/\x00"])
+def test_bad_prefixes_are_rejected(bad: str) -> None:
+    with pytest.raises(InvalidNameError):
+        validate_prefix(bad)
+
+
+def test_prefix_is_normalised() -> None:
+    assert validate_prefix("/tenants/a/") == "tenants/a"
+    assert validate_prefix("") == ""
+
+
+@given(st.text(max_size=60), st.integers(0, 10_000), st.integers(0, 2**40), st.integers(0, 1000))
+def test_keys_never_escape_the_prefix(topic: str, partition: int, start: int, epoch: int) -> None:
+    keys = ObjectKeyFactory("tenants/a")
+    try:
+        k = keys.segment(topic, partition, start, uuid.uuid4(), epoch)
+    except InvalidNameError:
+        return
+    for key in (k.data, k.index):
+        assert key.startswith(f"tenants/a/{topic}/{partition}/")
+        assert ".." not in key.split("/")
+        assert key.count("/") == 4
+    assert k.index == k.data + "-index"
+
+
+def test_keys_sort_by_start_offset_and_carry_uuid_and_epoch() -> None:
+    keys = ObjectKeyFactory("")
+    sid = uuid.uuid4()
+    a = keys.segment("t", 0, 9, sid, 3).data
+    b = keys.segment("t", 0, 10, uuid.uuid4(), 3).data
+    assert a < b and str(sid) in a and a.endswith("-e3.log") and a.startswith("t/0/")
+
+
+def test_metadata_keys_are_checked_before_use() -> None:
+    keys = ObjectKeyFactory("p")
+    good = keys.segment("t", 1, 0, uuid.uuid4(), 0)
+    assert keys.check_segment_key(good.data, "t", 1) == good.data
+    assert keys.check_segment_key(good.index, "t", 1) == good.index
+    for bad in ["p/t/1/../../other/x", "other/t/1/" + good.data.split("/")[-1], good.data.replace("p/t/1", "p/t/2")]:
+        with pytest.raises(InvalidNameError):
+            keys.check_segment_key(bad, "t", 1)
