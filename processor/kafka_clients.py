@@ -11,6 +11,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from processor.errors import ServiceUnavailableError
 
 log = logging.getLogger(__name__)
+_RDKAFKA_LOG = logging.getLogger("librdkafka")
 
 
 def base_config(bootstrap_servers: str, client_id: str) -> dict[str, Any]:
@@ -18,7 +19,9 @@ def base_config(bootstrap_servers: str, client_id: str) -> dict[str, Any]:
         "bootstrap.servers": bootstrap_servers,
         "client.id": client_id,
         "socket.connection.setup.timeout.ms": 5000,
-        "log_level": 3,  # errors only: librdkafka's retries are reported through our own errors
+        # librdkafka's own lines go through Python logging (warnings and worse), not raw to stderr.
+        "logger": _RDKAFKA_LOG,
+        "log_level": 4,
     }
 
 

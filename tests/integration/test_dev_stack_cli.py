@@ -1,0 +1,53 @@
+"""`processor dev up|status|down` starts, reports and stops exactly its own processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+from confluent_kafka.admin import AdminClient
+
+pytestmark = pytest.mark.integration
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "processor", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_dev_up_status_down(tmp_path: Path) -> None:
+    d = str(tmp_path / "stack")
+    up = cli("dev", "up", "--dir", d, "--json")
+    assert up.returncode == 0, up.stderr
+    info = json.loads(up.stdout)
+    try:
+        assert info["running"] is True
+        pids = {name: p["pid"] for name, p in info["processes"].items()}
+        assert set(pids) == {"tansu", "weed"}
+        assert all(Path(f"/proc/{pid}").exists() for pid in pids.values())
+        AdminClient({"bootstrap.servers": info["bootstrap_servers"]}).list_topics(timeout=10)
+        s3 = boto3.client(
+            "s3", endpoint_url=info["s3_endpoint_url"], region_name="us-east-1",
+            aws_access_key_id=info["env"]["AWS_ACCESS_KEY_ID"], aws_secret_access_key=info["env"]["AWS_SECRET_ACCESS_KEY"],
+        )
+        s3.head_bucket(Bucket=info["bucket"])
+        status = cli("dev", "status", "--dir", d, "--json")
+        assert status.returncode == 0 and json.loads(status.stdout)["running"] is True
+        again = cli("dev", "up", "--dir", d)
+        assert again.returncode != 0 and "already runs" in again.stderr
+    finally:
+        down = cli("dev", "down", "--dir", d)
+    assert down.returncode == 0 and "tansu" in down.stdout and "weed" in down.stdout
+    for pid in pids.values():
+        try:
+            os.kill(pid, 0)
+            alive = Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] != "Z"
+        except ProcessLookupError:
+            alive = False
+        assert not alive, f"pid {pid} still runs"
+    after = cli("dev", "status", "--dir", d)
+    assert after.returncode == 1
