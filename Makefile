@@ -31,8 +31,8 @@ test-integration: $(STAMP)
 	$(BIN)/pytest -q tests/integration
 
 lint: $(STAMP)
-	$(BIN)/ruff check processor tests benchmarks
-	$(BIN)/ruff format --check processor tests benchmarks
+	$(BIN)/ruff check processor tests $(wildcard benchmarks)
+	$(BIN)/ruff format --check processor tests $(wildcard benchmarks)
 	$(BIN)/mypy
 
 bench: $(STAMP)

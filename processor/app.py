@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import faust
 from faust.transport.drivers import aiokafka as faust_kafka
@@ -53,7 +53,9 @@ def remote_state_loader(settings: Settings, metadata_partitions: int) -> RemoteS
 
     def load(tps: list[TopicPartition]) -> dict[TopicPartition, PartitionRemoteState]:
         partitions = sorted({metadata_partition_for(tp, metadata_partitions) for tp in tps})
-        state, _skipped = load_remote_state(settings.bootstrap_servers, settings.metadata_topic, partitions, set(tps))
+        state, _skipped = load_remote_state(
+            settings.bootstrap_servers, settings.metadata_topic, partitions, set(tps)
+        )
         return {tp: state.partition(tp) for tp in tps}
 
     return load
@@ -69,7 +71,10 @@ def build_engine(settings: Settings, storage: S3ChunkStorage, metadata_partition
         return new_consumer(
             settings.bootstrap_servers,
             f"{settings.app_id}-{settings.worker_id}-source",
-            **{"queued.max.messages.kbytes": prefetch_kb, "fetch.max.bytes": min(52428800, prefetch_kb * 1024)},
+            **{
+                "queued.max.messages.kbytes": prefetch_kb,
+                "fetch.max.bytes": min(52428800, prefetch_kb * 1024),
+            },
         )
 
     metrics.BUFFER_BOUND.set(settings.buffer_bytes)
@@ -91,21 +96,22 @@ def build_engine(settings: Settings, storage: S3ChunkStorage, metadata_partition
 
 
 def _leadership_transport(source_topics: frozenset[str]) -> type[faust_kafka.Transport]:
-    class _LeadershipConsumer(faust_kafka.Consumer):  # type: ignore[misc]
+    class _LeadershipConsumer(faust_kafka.Consumer):
         """Faust's consumer, except that source partitions are never resumed, so never fetched:
         their assignment marks leadership; the offload engine reads them in batches."""
 
         def resume_partitions(self, tps: Iterable[Any]) -> None:
             super().resume_partitions([tp for tp in tps if tp.topic not in source_topics])
 
-    class _LeadershipTransport(faust_kafka.Transport):  # type: ignore[misc]
+    class _LeadershipTransport(faust_kafka.Transport):
         Consumer = _LeadershipConsumer
 
     return _LeadershipTransport
 
 
-class ProcessorApp(faust.App):  # type: ignore[misc]
+class ProcessorApp(faust.App):
     source_topics: frozenset[str] = frozenset()
+    offload_engine: OffloadEngine | None = None
 
     def _new_transport(self) -> Any:
         transport_cls = _leadership_transport(self.source_topics)
@@ -139,18 +145,20 @@ def build_app(settings: Settings, engine: OffloadEngine) -> faust.App:
     def _source(tps: Iterable[Any]) -> list[TopicPartition]:
         return [TopicPartition(tp.topic, tp.partition) for tp in tps if tp.topic in app.source_topics]
 
-    @app.on_partitions_revoked.connect  # type: ignore[untyped-decorator]
-    async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
-        tps = _source(revoked)
+    async def on_revoked(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+        tps = _source(args[0] if args else kwargs.get("revoked", ()))
         if tps:
             await asyncio.get_running_loop().run_in_executor(None, engine.revoke, tps)
 
-    @app.on_partitions_assigned.connect  # type: ignore[untyped-decorator]
-    async def on_assigned(sender: Any, assigned: set[Any], **_: Any) -> None:
-        tps = _source(assigned)
+    async def on_assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+        tps = _source(args[0] if args else kwargs.get("assigned", ()))
         epoch = max(int(getattr(app, "consumer_generation_id", 0) or 0), 0)
         if tps:
             await asyncio.get_running_loop().run_in_executor(None, engine.assign, tps, epoch)
+
+    # Faust's signal typing does not describe coroutine receivers with extra positionals.
+    app.on_partitions_revoked.connect(cast(Any, on_revoked))
+    app.on_partitions_assigned.connect(cast(Any, on_assigned))
 
     @app.timer(5.0)  # type: ignore[untyped-decorator]
     async def watch_engine() -> None:
@@ -158,14 +166,16 @@ def build_app(settings: Settings, engine: OffloadEngine) -> faust.App:
             log.error("offload engine failed: %s; stopping the worker", engine.failure)
             await app.crash(engine.failure)
 
-    @app.page("/metrics")  # type: ignore[untyped-decorator]
+    @app.page("/metrics")
     async def metrics_view(web: Any, request: Any) -> Any:
         return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
-    @app.page("/healthz")  # type: ignore[untyped-decorator]
+    @app.page("/healthz")
     async def health_view(web: Any, request: Any) -> Any:
         ok = engine.failure is None
-        return web.json({"ok": ok, "paused": engine.paused, "buffer_bytes": engine.buffer.used}, status=200 if ok else 503)
+        return web.json(
+            {"ok": ok, "paused": engine.paused, "buffer_bytes": engine.buffer.used}, status=200 if ok else 503
+        )
 
     app.offload_engine = engine
     return app
@@ -190,5 +200,8 @@ def prepare(settings: Settings) -> tuple[S3ChunkStorage, int]:
     )
     missing = set(settings.topics) - set(partition_counts(admin, list(settings.topics)))
     if missing:
-        log.warning("source topics not found (yet): %s; they are offloaded once they exist", ", ".join(sorted(missing)))
+        log.warning(
+            "source topics not found (yet): %s; they are offloaded once they exist",
+            ", ".join(sorted(missing)),
+        )
     return storage, metadata_partitions

@@ -18,7 +18,9 @@ DEFAULT_STACK_DIR = ".stack"
 
 def _setup_logging(level: str = "info") -> None:
     logging.basicConfig(
-        level=getattr(logging, level.upper().replace("WARN", "WARNING").replace("WARNINGING", "WARNING"), logging.INFO),
+        level=getattr(
+            logging, level.upper().replace("WARN", "WARNING").replace("WARNINGING", "WARNING"), logging.INFO
+        ),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 

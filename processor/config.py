@@ -24,7 +24,9 @@ MiB = 1024 * 1024
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore", case_sensitive=False)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, frozen=True, extra="ignore", case_sensitive=False
+    )
 
     bootstrap_servers: str = Field(default="127.0.0.1:9092", min_length=1)
     topics: Annotated[tuple[str, ...], NoDecode] = ()
@@ -111,6 +113,8 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
     try:
         return Settings.model_validate(values)
     except ValidationError as exc:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(_describe(e) for e in exc.errors())) from None
+        raise ConfigError(
+            "invalid configuration:\n  " + "\n  ".join(_describe(e) for e in exc.errors())
+        ) from None
     except InvalidNameError as exc:
         raise ConfigError(str(exc)) from None

@@ -46,7 +46,11 @@ def worker_env(info: stack.StackInfo, data_dir: Path, **extra: str) -> dict[str,
 
 
 def wait_offloaded(
-    bootstrap: str, metadata_topic: str, expected_end: dict[TopicPartition, int], timeout_s: float, proc: subprocess.Popen[bytes] | None = None
+    bootstrap: str,
+    metadata_topic: str,
+    expected_end: dict[TopicPartition, int],
+    timeout_s: float,
+    proc: subprocess.Popen[bytes] | None = None,
 ) -> dict[TopicPartition, int]:
     """Poll the metadata topic until every partition's finished coverage reaches its expected end."""
     deadline = time.monotonic() + timeout_s
@@ -59,7 +63,9 @@ def wait_offloaded(
         if all(reached[tp] >= end for tp, end in expected_end.items()):
             return reached
         time.sleep(1.0)
-    raise TimeoutError(f"records not offloaded within {timeout_s:.0f} s: reached {reached}, expected {expected_end}")
+    raise TimeoutError(
+        f"records not offloaded within {timeout_s:.0f} s: reached {reached}, expected {expected_end}"
+    )
 
 
 def run_demo(stack_dir: Path, records: int = 20000) -> int:
@@ -69,9 +75,15 @@ def run_demo(stack_dir: Path, records: int = 20000) -> int:
     try:
         print(f"  Kafka {info.bootstrap_servers}, S3 {info.s3_endpoint_url} (bucket {info.bucket})")
         ensure_topic(new_admin(info.bootstrap_servers, "demo"), DEMO_TOPIC, DEMO_PARTITIONS, 1, {})
-        print(f"producing {records} sample records to {DEMO_TOPIC} ({DEMO_PARTITIONS} partitions) ...", flush=True)
+        print(
+            f"producing {records} sample records to {DEMO_TOPIC} ({DEMO_PARTITIONS} partitions) ...",
+            flush=True,
+        )
         produced = produce_samples(info.bootstrap_servers, DEMO_TOPIC, records, DEMO_PARTITIONS, big_every=0)
-        expected = {TopicPartition(DEMO_TOPIC, p): sum(1 for r in produced if r.partition == p) - 1 for p in range(DEMO_PARTITIONS)}
+        expected = {
+            TopicPartition(DEMO_TOPIC, p): sum(1 for r in produced if r.partition == p) - 1
+            for p in range(DEMO_PARTITIONS)
+        }
         log_path = stack_dir / "worker.log"
         print(f"running the worker until every record is offloaded (log: {log_path}) ...", flush=True)
         with log_path.open("ab") as log_file:
@@ -84,18 +96,27 @@ def run_demo(stack_dir: Path, records: int = 20000) -> int:
         t0 = time.monotonic()
         wait_offloaded(info.bootstrap_servers, METADATA_TOPIC, expected, 180, worker)
         elapsed = time.monotonic() - t0
-        state, skipped = load_remote_state(info.bootstrap_servers, METADATA_TOPIC)
+        state, _skipped = load_remote_state(info.bootstrap_servers, METADATA_TOPIC)
         segments = [s for tp in sorted(expected) for s in state.partition(tp).finished()]
         total_bytes = sum(s.segment_size_in_bytes + s.index_size_in_bytes for s in segments)
         total_records = sum(s.record_count for s in segments)
-        print(f"\noffloaded in {elapsed:.1f} s: {len(segments)} segments, {total_records} records, {total_bytes} bytes")
+        print(
+            f"\noffloaded in {elapsed:.1f} s: {len(segments)} segments, "
+            f"{total_records} records, {total_bytes} bytes"
+        )
         for s in segments[:8]:
-            print(f"  {s.segment_id.topic}-{s.segment_id.partition} {s.start_offset:>6}..{s.end_offset:<6} "
-                  f"{s.record_count:>6} records {s.segment_size_in_bytes:>9} B  s3://{info.bucket}/{s.data_object_key}")
+            print(
+                f"  {s.segment_id.topic}-{s.segment_id.partition} {s.start_offset:>6}..{s.end_offset:<6} "
+                f"{s.record_count:>6} records {s.segment_size_in_bytes:>9} B  s3://{info.bucket}/{s.data_object_key}"
+            )
         if len(segments) > 8:
             print(f"  ... and {len(segments) - 8} more")
         ok = total_records == records
-        print("all records are in finished segments" if ok else f"MISMATCH: produced {records}, offloaded {total_records}")
+        print(
+            "all records are in finished segments"
+            if ok
+            else f"MISMATCH: produced {records}, offloaded {total_records}"
+        )
         return 0 if ok else 1
     finally:
         if worker is not None and worker.poll() is None:

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
 
 from processor.errors import ServiceUnavailableError
 
@@ -81,7 +81,12 @@ def partition_counts(admin: AdminClient, topics: list[str], timeout_s: float = 1
 
 
 def ensure_topic(
-    admin: AdminClient, name: str, partitions: int, replication: int, config: dict[str, str], timeout_s: float = 15.0
+    admin: AdminClient,
+    name: str,
+    partitions: int,
+    replication: int,
+    config: dict[str, str],
+    timeout_s: float = 15.0,
 ) -> bool:
     """Create ``name`` if missing; returns True if it was created. Warns when an existing config differs."""
     if name in partition_counts(admin, [name], timeout_s):
@@ -91,7 +96,9 @@ def ensure_topic(
             for key, wanted in config.items():
                 have = current.get(key)
                 if have is not None and have.value != wanted:
-                    log.warning("topic %s has %s=%s; this processor expects %s", name, key, have.value, wanted)
+                    log.warning(
+                        "topic %s has %s=%s; this processor expects %s", name, key, have.value, wanted
+                    )
         except KafkaException as exc:
             log.warning("could not read the configuration of topic %s: %s", name, exc)
         return False

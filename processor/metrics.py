@@ -11,14 +11,22 @@ SEGMENTS_COPIED = Counter("processor_segments_copied_total", "Segments that reac
 SEGMENTS_ROLLED = Counter("processor_segments_rolled_total", "Segments sealed, by reason", ["reason"])
 COPY_FAILURES = Counter("processor_copy_failures_total", "Failed segment copy attempts (each is retried)")
 COPY_SECONDS = Histogram(
-    "processor_copy_seconds", "Time to copy one segment", buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+    "processor_copy_seconds",
+    "Time to copy one segment",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
 )
 BUFFER_BYTES = Gauge("processor_offload_buffer_bytes", "Bytes held by the offload buffer")
-BUFFER_BOUND = Gauge("processor_offload_buffer_bound_bytes", "The offload buffer's bound (PROCESSOR_BUFFER_BYTES)")
+BUFFER_BOUND = Gauge(
+    "processor_offload_buffer_bound_bytes", "The offload buffer's bound (PROCESSOR_BUFFER_BYTES)"
+)
 CONSUMPTION_PAUSED = Gauge("processor_consumption_paused", "1 while consumption is paused by a full buffer")
 REMOTE_END_OFFSET = Gauge(
-    "processor_remote_end_offset", "Highest offset in a COPY_SEGMENT_FINISHED segment (-1: none)", ["topic", "partition"]
+    "processor_remote_end_offset",
+    "Highest offset in a COPY_SEGMENT_FINISHED segment (-1: none)",
+    ["topic", "partition"],
 )
 METADATA_SKIPPED = Counter(
-    "processor_metadata_records_skipped_total", "Metadata records skipped (undecodable or illegal)", ["reason"]
+    "processor_metadata_records_skipped_total",
+    "Metadata records skipped (undecodable or illegal)",
+    ["reason"],
 )

@@ -18,7 +18,7 @@ from processor.devstack import stack
 
 def _testcontainers_stack(tmp: Path) -> Iterator[stack.StackInfo]:
     try:
-        import docker
+        import docker  # type: ignore[import-untyped]
 
         docker.from_env().ping()
     except Exception as exc:  # no engine here: skip, never fail
@@ -32,7 +32,9 @@ def _testcontainers_stack(tmp: Path) -> Iterator[stack.StackInfo]:
         os.environ["AWS_SECRET_ACCESS_KEY"] = cfg["secret_key"]
         client = minio.get_client()
         client.make_bucket(stack.DEFAULT_BUCKET)
-        yield stack.StackInfo(str(tmp), kafka.get_bootstrap_server(), f"http://{cfg['endpoint']}", stack.DEFAULT_BUCKET)
+        yield stack.StackInfo(
+            str(tmp), kafka.get_bootstrap_server(), f"http://{cfg['endpoint']}", stack.DEFAULT_BUCKET
+        )
 
 
 @pytest.fixture(scope="session")

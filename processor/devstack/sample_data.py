@@ -62,7 +62,12 @@ def produce_samples(
     producer: Producer = new_producer(
         bootstrap_servers,
         "processor-sample-producer",
-        **{"enable.idempotence": True, "message.max.bytes": 2 * MiB + 4096, "linger.ms": 5, "batch.size": MiB},
+        **{
+            "enable.idempotence": True,
+            "message.max.bytes": 2 * MiB + 4096,
+            "linger.ms": 5,
+            "batch.size": MiB,
+        },
     )
     out: list[SampleRecord] = []
     for i in range(start, start + count):

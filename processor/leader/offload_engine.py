@@ -108,7 +108,9 @@ class OffloadEngine:
         self._commands: queue.Queue[tuple[str, Any, threading.Event]] = queue.Queue()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._pool = ThreadPoolExecutor(max_workers=options.copy_concurrency, thread_name_prefix="segment-copy")
+        self._pool = ThreadPoolExecutor(
+            max_workers=options.copy_concurrency, thread_name_prefix="segment-copy"
+        )
         self.paused = False
         self.pause_count = 0
         self.failure: BaseException | None = None
@@ -200,7 +202,8 @@ class OffloadEngine:
             try:
                 if name == "assign":
                     tps, epoch = box[0]
-                    box[0] = self._do_assign(consumer, tps, epoch)
+                    self._do_assign(consumer, tps, epoch)
+                    box[0] = None
                 elif name == "revoke":
                     box[0] = self._do_revoke(consumer, box[0])
                 elif name == "roll":
@@ -225,11 +228,16 @@ class OffloadEngine:
                 st.dangling = state.dangling()
                 st.idle.set()
                 self._parts[(tp.topic, tp.partition)] = st
-                positions.append(KafkaTP(tp.topic, tp.partition, OFFSET_BEGINNING if end is None else end + 1))
+                positions.append(
+                    KafkaTP(tp.topic, tp.partition, OFFSET_BEGINNING if end is None else end + 1)
+                )
                 metrics.REMOTE_END_OFFSET.labels(tp.topic, str(tp.partition)).set(-1 if end is None else end)
                 log.info(
                     "leading %s (epoch %d): resuming at %s, %d dangling copies to clean",
-                    tp, epoch, "the earliest offset" if end is None else end + 1, len(st.dangling),
+                    tp,
+                    epoch,
+                    "the earliest offset" if end is None else end + 1,
+                    len(st.dangling),
                 )
                 if st.dangling:
                     self._kick(st)
@@ -262,7 +270,11 @@ class OffloadEngine:
         if paused:
             consumer.pause(assigned)
             self.pause_count += 1
-            log.info("offload buffer full (%d of %d bytes): consumption paused", self.buffer.used, self.buffer.bound)
+            log.info(
+                "offload buffer full (%d of %d bytes): consumption paused",
+                self.buffer.used,
+                self.buffer.bound,
+            )
         else:
             consumer.resume(assigned)
             log.info("offload buffer at %d bytes: consumption resumed", self.buffer.used)
@@ -292,7 +304,9 @@ class OffloadEngine:
             key = msg.key()
             value = msg.value()
             headers = msg.headers()
-            worst = ENTRY_OVERHEAD + BLOCK_HEADER_LEN + (len(key) if key else 0) + (len(value) if value else 0)
+            worst = (
+                ENTRY_OVERHEAD + BLOCK_HEADER_LEN + (len(key) if key else 0) + (len(value) if value else 0)
+            )
             if headers:
                 worst += 4 + sum(8 + len(n.encode()) + (len(v) if v else 0) for n, v in headers)
             if not buffer.fits(worst):
@@ -328,7 +342,9 @@ class OffloadEngine:
                 return
         candidates = [st for st in self._parts.values() if st.builder is not None and not st.builder.empty]
         if candidates:
-            self._seal(max(candidates, key=lambda s: s.builder.size_bytes if s.builder else 0), RollReason.BUFFER)
+            self._seal(
+                max(candidates, key=lambda s: s.builder.size_bytes if s.builder else 0), RollReason.BUFFER
+            )
 
     def _roll_due(self, now_ms: float) -> None:
         for st in list(self._parts.values()):
@@ -351,7 +367,14 @@ class OffloadEngine:
         st.builder = None
         st.next_start = segment.end_offset + 1
         metrics.SEGMENTS_ROLLED.labels(reason.value).inc()
-        log.debug("%s: rolled %d..%d (%d bytes, %s)", st.tp, segment.start_offset, segment.end_offset, segment.size_bytes, reason.value)
+        log.debug(
+            "%s: rolled %d..%d (%d bytes, %s)",
+            st.tp,
+            segment.start_offset,
+            segment.end_offset,
+            segment.size_bytes,
+            reason.value,
+        )
         with self._lock:
             st.pending.append(segment)
             self._kick(st)
@@ -392,7 +415,9 @@ class OffloadEngine:
             attempt += 1
             expected = st.remote_end + 1 if st.remote_end is not None else segment.start_offset
             if segment.start_offset != expected:
-                raise AssertionError(f"{st.tp}: segment starts at {segment.start_offset}, coverage ends at {expected - 1}")
+                raise AssertionError(
+                    f"{st.tp}: segment starts at {segment.start_offset}, coverage ends at {expected - 1}"
+                )
             try:
                 t0 = time.monotonic()
                 done = self._copier.copy(st.tp, segment, st.epoch, still_leader=lambda: not st.revoked)
@@ -400,8 +425,15 @@ class OffloadEngine:
                 return
             except ProcessorError as exc:
                 metrics.COPY_FAILURES.inc()
-                log.warning("%s: copy of %d..%d failed (attempt %d): %s; retrying in %.1f s",
-                            st.tp, segment.start_offset, segment.end_offset, attempt, exc, backoff)
+                log.warning(
+                    "%s: copy of %d..%d failed (attempt %d): %s; retrying in %.1f s",
+                    st.tp,
+                    segment.start_offset,
+                    segment.end_offset,
+                    attempt,
+                    exc,
+                    backoff,
+                )
                 if self._stopping.wait(backoff):
                     return
                 backoff = min(backoff * 2, self.options.retry_backoff_max_ms / 1000)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class RollReason(str, Enum):
+class RollReason(StrEnum):
     SIZE = "size"  # reached PROCESSOR_SEGMENT_BYTES
-    TIME = "time"  # its first record was taken PROCESSOR_SEGMENT_MS ago (wall clock: idle partitions roll too)
+    TIME = (
+        "time"  # its first record was taken PROCESSOR_SEGMENT_MS ago (wall clock: idle partitions roll too)
+    )
     BUFFER = "buffer"  # the offload buffer is full and nothing else can free it
     REQUESTED = "requested"  # an operator or a test asked for it
 

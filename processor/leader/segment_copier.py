@@ -132,5 +132,9 @@ class SegmentCopier:
             self.sink.publish(deleting.with_state(SegmentState.DELETE_SEGMENT_FINISHED, self.clock_ms()))
             return True
         except ProcessorError as exc:
-            log.warning("could not clean up segment %s (%s); it is retried on the next assignment", metadata.segment_id, exc)
+            log.warning(
+                "could not clean up segment %s (%s); it is retried on the next assignment",
+                metadata.segment_id,
+                exc,
+            )
             return False

@@ -82,7 +82,9 @@ def _id_to_avro(sid: RemoteLogSegmentId) -> dict[str, Any]:
 
 def _id_from_avro(d: dict[str, Any]) -> RemoteLogSegmentId:
     raw = d["id"]
-    return RemoteLogSegmentId(d["topic"], d["partition"], raw if isinstance(raw, uuid.UUID) else uuid.UUID(raw), d["topic_id"])
+    return RemoteLogSegmentId(
+        d["topic"], d["partition"], raw if isinstance(raw, uuid.UUID) else uuid.UUID(raw), d["topic_id"]
+    )
 
 
 def _to_avro(record: MetadataRecord) -> tuple[int, dict[str, Any]]:
@@ -95,7 +97,9 @@ def _to_avro(record: MetadataRecord) -> tuple[int, dict[str, Any]]:
             "event_timestamp_ms": record.event_timestamp_ms,
             "writer_id": record.writer_id,
             "writer_epoch": record.writer_epoch,
-            "segment_leader_epochs": [{"epoch": e, "start_offset": o} for e, o in record.segment_leader_epochs],
+            "segment_leader_epochs": [
+                {"epoch": e, "start_offset": o} for e, o in record.segment_leader_epochs
+            ],
             "segment_size_in_bytes": record.segment_size_in_bytes,
             "state": record.state.value,
             "custom_metadata": record.custom_metadata,

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
-from enum import Enum
+from enum import StrEnum
 
 
-class SegmentState(str, Enum):
+class SegmentState(StrEnum):
     COPY_SEGMENT_STARTED = "COPY_SEGMENT_STARTED"
     COPY_SEGMENT_FINISHED = "COPY_SEGMENT_FINISHED"
     DELETE_SEGMENT_STARTED = "DELETE_SEGMENT_STARTED"
     DELETE_SEGMENT_FINISHED = "DELETE_SEGMENT_FINISHED"
 
 
-class PartitionDeleteState(str, Enum):
+class PartitionDeleteState(StrEnum):
     DELETE_PARTITION_MARKED = "DELETE_PARTITION_MARKED"
     DELETE_PARTITION_STARTED = "DELETE_PARTITION_STARTED"
     DELETE_PARTITION_FINISHED = "DELETE_PARTITION_FINISHED"
@@ -87,6 +87,10 @@ class RemoteLogSegmentMetadataUpdate:
     writer_epoch: int
     state: SegmentState
     custom_metadata: bytes | None = None
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return self.segment_id.topic_partition
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ coverage. Every record goes through the state machine; an illegal one raises and
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from dataclasses import dataclass, field
 
@@ -24,7 +25,9 @@ from processor.metadata.state_machine import apply_snapshot, apply_update
 class PartitionRemoteState:
     segments: dict[uuid.UUID, RemoteLogSegmentMetadata] = field(default_factory=dict)
 
-    def apply(self, record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
+    def apply(
+        self, record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate
+    ) -> RemoteLogSegmentMetadata:
         current = self.segments.get(record.segment_id.id)
         if isinstance(record, RemoteLogSegmentMetadata):
             new = apply_snapshot(current, record)
@@ -66,9 +69,12 @@ def coverage_gaps_and_overlaps(segments: list[RemoteLogSegmentMetadata]) -> list
     """Problems in a partition's finished coverage: each segment must start at the previous end + 1."""
     problems: list[str] = []
     ordered = sorted(segments, key=lambda s: s.start_offset)
-    for prev, cur in zip(ordered, ordered[1:], strict=False):
+    for prev, cur in itertools.pairwise(ordered):
         if cur.start_offset <= prev.end_offset:
-            problems.append(f"overlap: {prev.segment_id} ends at {prev.end_offset}, {cur.segment_id} starts at {cur.start_offset}")
+            problems.append(
+                f"overlap: {prev.segment_id} ends at {prev.end_offset}, "
+                f"{cur.segment_id} starts at {cur.start_offset}"
+            )
         elif cur.start_offset != prev.end_offset + 1:
             problems.append(f"gap: {prev.end_offset + 1}..{cur.start_offset - 1} not covered")
     return problems

@@ -26,7 +26,9 @@ from processor.metadata.model import (
 _S = SegmentState
 _ALLOWED: dict[SegmentState | None, frozenset[SegmentState]] = {
     None: frozenset({_S.COPY_SEGMENT_STARTED}),
-    _S.COPY_SEGMENT_STARTED: frozenset({_S.COPY_SEGMENT_STARTED, _S.COPY_SEGMENT_FINISHED, _S.DELETE_SEGMENT_STARTED}),
+    _S.COPY_SEGMENT_STARTED: frozenset(
+        {_S.COPY_SEGMENT_STARTED, _S.COPY_SEGMENT_FINISHED, _S.DELETE_SEGMENT_STARTED}
+    ),
     _S.COPY_SEGMENT_FINISHED: frozenset({_S.COPY_SEGMENT_FINISHED, _S.DELETE_SEGMENT_STARTED}),
     _S.DELETE_SEGMENT_STARTED: frozenset({_S.DELETE_SEGMENT_STARTED, _S.DELETE_SEGMENT_FINISHED}),
     _S.DELETE_SEGMENT_FINISHED: frozenset({_S.DELETE_SEGMENT_FINISHED}),
@@ -50,10 +52,14 @@ def is_valid_transition(current: SegmentState | None, new: SegmentState) -> bool
 
 def check_transition(current: SegmentState | None, new: SegmentState, what: object = "segment") -> None:
     if not is_valid_transition(current, new):
-        raise IllegalTransitionError(f"illegal transition {current.value if current else 'null'} -> {new.value} for {what}")
+        raise IllegalTransitionError(
+            f"illegal transition {current.value if current else 'null'} -> {new.value} for {what}"
+        )
 
 
-def check_partition_transition(current: PartitionDeleteState | None, new: PartitionDeleteState, what: object) -> None:
+def check_partition_transition(
+    current: PartitionDeleteState | None, new: PartitionDeleteState, what: object
+) -> None:
     if new not in _PARTITION_ALLOWED[current]:
         raise IllegalTransitionError(
             f"illegal transition {current.value if current else 'null'} -> {new.value} for partition {what}"
@@ -85,5 +91,7 @@ def apply_update(
         event_timestamp_ms=update.event_timestamp_ms,
         writer_id=update.writer_id,
         writer_epoch=update.writer_epoch,
-        custom_metadata=update.custom_metadata if update.custom_metadata is not None else current.custom_metadata,
+        custom_metadata=update.custom_metadata
+        if update.custom_metadata is not None
+        else current.custom_metadata,
     )

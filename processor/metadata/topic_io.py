@@ -15,7 +15,7 @@ from processor import metrics
 from processor.errors import FormatError, MetadataTopicError, ProcessorError
 from processor.kafka_clients import ensure_topic, new_admin, new_consumer, new_producer, partition_counts
 from processor.metadata.codec import decode_value, encode_value, metadata_partition_for, record_key
-from processor.metadata.model import MetadataRecord, RemotePartitionDeleteMetadata, TopicPartition
+from processor.metadata.model import MetadataRecord, TopicPartition
 from processor.metadata.remote_log_state import RemoteLogState
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,9 @@ def ensure_metadata_topic(bootstrap_servers: str, topic: str, partitions: int, r
 class MetadataPublisher:
     """Publishes metadata records and waits until each is acknowledged (acks=all)."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, num_partitions: int, client_id: str = "processor-meta") -> None:
+    def __init__(
+        self, bootstrap_servers: str, topic: str, num_partitions: int, client_id: str = "processor-meta"
+    ) -> None:
         self.topic = topic
         self.num_partitions = num_partitions
         self._producer = new_producer(bootstrap_servers, client_id, **{"enable.idempotence": True})
@@ -61,7 +63,10 @@ class MetadataPublisher:
         with self._lock:
             try:
                 self._producer.produce(
-                    self.topic, value=encode_value(record), key=record_key(record), partition=partition,
+                    self.topic,
+                    value=encode_value(record),
+                    key=record_key(record),
+                    partition=partition,
                     on_delivery=on_delivery,
                 )
             except (KafkaException, BufferError) as exc:
@@ -119,11 +124,12 @@ def read_partitions(
                 continue
             idle = 0
             for msg in batch:
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
                         continue
-                    raise MetadataTopicError(f"reading {topic}: {msg.error()}")
-                p, off = msg.partition(), msg.offset()
+                    raise MetadataTopicError(f"reading {topic}: {err}")
+                p, off = int(msg.partition() or 0), int(msg.offset() or 0)
                 if p not in remaining:
                     continue
                 if off + 1 >= remaining[p]:

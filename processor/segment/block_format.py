@@ -118,7 +118,9 @@ def decode_block(data: bytes | bytearray | memoryview, *, where: str = "block") 
     return records
 
 
-def iter_blocks(data: bytes | bytearray | memoryview, *, where: str = "data object") -> Iterator[list[KafkaRecord]]:
+def iter_blocks(
+    data: bytes | bytearray | memoryview, *, where: str = "data object"
+) -> Iterator[list[KafkaRecord]]:
     """Decode a whole data object block by block (tools, tests, audits)."""
     view = memoryview(data)
     pos = 0
@@ -240,7 +242,14 @@ class SegmentBuilder:
             return
         payload_crc = zlib.crc32(memoryview(block)[BLOCK_HEADER_LEN:])
         block[:BLOCK_HEADER_LEN] = encode_block_header(
-            BlockHeader(len(block), self._block_first, self.partition, self._block_count, self._block_last, payload_crc)
+            BlockHeader(
+                len(block),
+                self._block_first,
+                self.partition,
+                self._block_count,
+                self._block_last,
+                payload_crc,
+            )
         )
         last = self.infos[-1] if self.infos else None
         position = last.position + last.length if last else 0

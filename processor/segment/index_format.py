@@ -110,15 +110,18 @@ def encode_index(
     blocks: list[BlockInfo],
 ) -> bytes:
     raw_topic = topic.encode("utf-8")
-    meta = _LEDGER_META.pack(
-        INDEX_FORMAT_VERSION,
-        segment_id.bytes,
-        start_offset,
-        end_offset,
-        record_count,
-        max_timestamp,
-        len(raw_topic),
-    ) + raw_topic
+    meta = (
+        _LEDGER_META.pack(
+            INDEX_FORMAT_VERSION,
+            segment_id.bytes,
+            start_offset,
+            end_offset,
+            record_count,
+            max_timestamp,
+            len(raw_topic),
+        )
+        + raw_topic
+    )
     parts: list[bytes] = []
     for number, block in enumerate(blocks):
         parts.append(_BLOCK_INDEX.pack(block.first_offset, number, block.position))
@@ -196,7 +199,9 @@ def decode_index(data: bytes | bytearray | memoryview, *, where: str = "index") 
         blocks.append(BlockInfo(position, block_len, first, last, first_ts, last_ts))
         pos += length
     _check_layout(blocks, data_len, where)
-    return SegmentIndex(topic, ledger, uuid.UUID(bytes=raw_id), start, end, records, max_ts, data_len, tuple(blocks))
+    return SegmentIndex(
+        topic, ledger, uuid.UUID(bytes=raw_id), start, end, records, max_ts, data_len, tuple(blocks)
+    )
 
 
 def _check_layout(blocks: list[BlockInfo], data_len: int, where: str) -> None:
@@ -205,7 +210,9 @@ def _check_layout(blocks: list[BlockInfo], data_len: int, where: str) -> None:
     for number, block in enumerate(blocks):
         if block.position != expected_pos or block.length < BLOCK_HEADER_LEN:
             raise FormatError(f"{where}: block {number} is not where the previous one ends")
-        if block.last_offset < block.first_offset or (previous_last is not None and block.first_offset <= previous_last):
+        if block.last_offset < block.first_offset or (
+            previous_last is not None and block.first_offset <= previous_last
+        ):
             raise FormatError(f"{where}: block {number} offsets are out of order")
         previous_last = block.last_offset
         expected_pos += block.length

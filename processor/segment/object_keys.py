@@ -70,9 +70,9 @@ class ObjectKeyFactory:
     def partition_prefix(self, topic: str, partition: int) -> str:
         return self._join(validate_topic(topic), str(validate_partition(partition))) + "/"
 
-    def segment(self, topic: str, partition: int, start_offset: int, segment_id: uuid.UUID, writer_epoch: int) -> (
-        SegmentObjectKeys
-    ):
+    def segment(
+        self, topic: str, partition: int, start_offset: int, segment_id: uuid.UUID, writer_epoch: int
+    ) -> SegmentObjectKeys:
         if start_offset < 0 or writer_epoch < 0:
             raise InvalidNameError(f"invalid start offset {start_offset} or writer epoch {writer_epoch}")
         name = f"{start_offset:020d}-{segment_id}-e{writer_epoch}.log"

@@ -106,7 +106,13 @@ def encode_entry(record: KafkaRecord) -> bytes:
     """Encode one record as a standalone entry (tests and tools; the hot path uses append_entry)."""
     buf = bytearray()
     append_entry(
-        buf, record.offset, int(record.timestamp_type), record.timestamp, record.key, record.value, record.headers
+        buf,
+        record.offset,
+        int(record.timestamp_type),
+        record.timestamp,
+        record.key,
+        record.value,
+        record.headers,
     )
     return bytes(buf)
 
@@ -169,6 +175,8 @@ def iter_entries(payload: bytes | bytearray | memoryview) -> Iterator[KafkaRecor
         data_start = pos + _ENTRY_HEAD.size
         data_end = data_start + entry_len
         if data_end > end:
-            raise FormatError(f"entry at payload byte {pos} claims {entry_len} bytes, only {end - data_start} left")
+            raise FormatError(
+                f"entry at payload byte {pos} claims {entry_len} bytes, only {end - data_start} left"
+            )
         yield decode_entry_data(view, entry_id, data_start, data_end)
         pos = data_end

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from processor.errors import InvalidNameError, InvalidRangeError, ObjectExistsError, ObjectNotFoundError, StorageError
+from processor.errors import (
+    InvalidNameError,
+    InvalidRangeError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage
 
 
@@ -69,10 +76,8 @@ class FilesystemChunkStorage(ChunkStorage):
             return None
 
     def delete(self, key: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self._path(key).unlink()
-        except FileNotFoundError:
-            pass
 
     def list(self, prefix: str) -> Iterator[ChunkInfo]:
         keys: list[ChunkInfo] = []

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, cast
 
 import boto3
 from botocore.config import Config
@@ -26,6 +26,7 @@ from processor.storage.chunk_storage import Buffer, ChainedReader, ChunkInfo, Ch
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,9 @@ class S3ChunkStorage(ChunkStorage):
                 response_checksum_validation="when_required",
             ),
         )
-        self._parts_pool = ThreadPoolExecutor(max_workers=options.max_concurrency, thread_name_prefix="s3-part")
+        self._parts_pool = ThreadPoolExecutor(
+            max_workers=options.max_concurrency, thread_name_prefix="s3-part"
+        )
 
     @property
     def client(self) -> S3Client:
@@ -99,7 +102,11 @@ class S3ChunkStorage(ChunkStorage):
         if size <= self.options.multipart_threshold:
             try:
                 self._client.put_object(
-                    Bucket=self.bucket, Key=key, Body=ChainedReader(parts), ContentLength=size, IfNoneMatch="*"
+                    Bucket=self.bucket,
+                    Key=key,
+                    Body=cast(IO[bytes], ChainedReader(parts)),
+                    ContentLength=size,
+                    IfNoneMatch="*",
                 )
             except (ClientError, BotoCoreError) as exc:
                 raise self._fail("put", key, exc) from exc
@@ -114,14 +121,14 @@ class S3ChunkStorage(ChunkStorage):
         try:
             groups = split_parts(parts, self.options.part_size)
 
-            def send(number: int, group: list[memoryview]) -> dict[str, Any]:
+            def send(number: int, group: list[memoryview]) -> CompletedPartTypeDef:
                 length = sum(len(v) for v in group)
                 resp = self._client.upload_part(
                     Bucket=self.bucket,
                     Key=key,
                     UploadId=upload_id,
                     PartNumber=number,
-                    Body=ChainedReader(group),
+                    Body=cast(IO[bytes], ChainedReader(group)),
                     ContentLength=length,
                 )
                 return {"PartNumber": number, "ETag": resp["ETag"]}
@@ -129,7 +136,11 @@ class S3ChunkStorage(ChunkStorage):
             futures = [self._parts_pool.submit(send, n, g) for n, g in enumerate(groups, start=1)]
             done = [f.result() for f in futures]
             self._client.complete_multipart_upload(
-                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done}, IfNoneMatch="*"
+                Bucket=self.bucket,
+                Key=key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": done},
+                IfNoneMatch="*",
             )
         except (ClientError, BotoCoreError) as exc:
             self._abort(key, upload_id)
@@ -149,7 +160,9 @@ class S3ChunkStorage(ChunkStorage):
         if offset < 0 or length <= 0:
             raise InvalidRangeError(key, f"offset {offset}, length {length}")
         try:
-            resp = self._client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}")
+            resp = self._client.get_object(
+                Bucket=self.bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}"
+            )
             data = resp["Body"].read()
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("get", key, exc) from exc
@@ -181,7 +194,9 @@ class S3ChunkStorage(ChunkStorage):
 
     def list(self, prefix: str) -> Iterator[ChunkInfo]:
         try:
-            for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            for page in self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            ):
                 for obj in page.get("Contents", []):
                     yield ChunkInfo(obj["Key"], int(obj["Size"]))
         except (ClientError, BotoCoreError) as exc:
@@ -196,13 +211,15 @@ class S3ChunkStorage(ChunkStorage):
                 raise ObjectNotFoundError(s)
             infos.append(info)
         if any(i.size < MIN_PART_SIZE for i in infos[:-1]):
-            raise StorageError("S3 concat needs every source but the last to be at least 5 MiB", retriable=False)
+            raise StorageError(
+                "S3 concat needs every source but the last to be at least 5 MiB", retriable=False
+            )
         try:
             upload_id = self._client.create_multipart_upload(Bucket=self.bucket, Key=target)["UploadId"]
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("create multipart", target, exc) from exc
         try:
-            parts = []
+            parts: list[CompletedPartTypeDef] = []
             for number, info in enumerate(infos, start=1):
                 resp = self._client.upload_part_copy(
                     Bucket=self.bucket,
@@ -213,7 +230,11 @@ class S3ChunkStorage(ChunkStorage):
                 )
                 parts.append({"PartNumber": number, "ETag": resp["CopyPartResult"]["ETag"]})
             self._client.complete_multipart_upload(
-                Bucket=self.bucket, Key=target, UploadId=upload_id, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
+                Bucket=self.bucket,
+                Key=target,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": parts},
+                IfNoneMatch="*",
             )
         except (ClientError, BotoCoreError) as exc:
             self._abort(target, upload_id)

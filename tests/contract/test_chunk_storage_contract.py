@@ -28,14 +28,21 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChunkSto
         with mock_aws():
             client = boto3.client("s3", region_name="us-east-1")
             client.create_bucket(Bucket="contract")
-            s = S3ChunkStorage(S3Options(bucket="contract", part_size=5 * MiB, multipart_threshold=6 * MiB), client)
+            s = S3ChunkStorage(
+                S3Options(bucket="contract", part_size=5 * MiB, multipart_threshold=6 * MiB), client
+            )
             yield s
             s.close()
         return
     info = request.getfixturevalue("local_stack")
     s = S3ChunkStorage(
-        S3Options(bucket=info.bucket, endpoint_url=info.s3_endpoint_url, region="us-east-1",
-                  part_size=5 * MiB, multipart_threshold=6 * MiB)
+        S3Options(
+            bucket=info.bucket,
+            endpoint_url=info.s3_endpoint_url,
+            region="us-east-1",
+            part_size=5 * MiB,
+            multipart_threshold=6 * MiB,
+        )
     )
     yield s
     s.close()

@@ -17,7 +17,11 @@ def run_worker(env_overrides: dict[str, str], timeout_s: float = 90) -> subproce
     env.update({"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1"})
     env.update(env_overrides)
     return subprocess.run(
-        [sys.executable, "-m", "processor", "worker"], env=env, capture_output=True, text=True, timeout=timeout_s
+        [sys.executable, "-m", "processor", "worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
     )
 
 

@@ -16,7 +16,9 @@ pytestmark = pytest.mark.integration
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "processor", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "processor", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_dev_up_status_down(tmp_path: Path) -> None:
@@ -31,8 +33,11 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
         assert all(Path(f"/proc/{pid}").exists() for pid in pids.values())
         AdminClient({"bootstrap.servers": info["bootstrap_servers"]}).list_topics(timeout=10)
         s3 = boto3.client(
-            "s3", endpoint_url=info["s3_endpoint_url"], region_name="us-east-1",
-            aws_access_key_id=info["env"]["AWS_ACCESS_KEY_ID"], aws_secret_access_key=info["env"]["AWS_SECRET_ACCESS_KEY"],
+            "s3",
+            endpoint_url=info["s3_endpoint_url"],
+            region_name="us-east-1",
+            aws_access_key_id=info["env"]["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=info["env"]["AWS_SECRET_ACCESS_KEY"],
         )
         s3.head_bucket(Bucket=info["bucket"])
         status = cli("dev", "status", "--dir", d, "--json")

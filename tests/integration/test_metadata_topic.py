@@ -6,12 +6,17 @@ import dataclasses
 import uuid
 
 import pytest
-from confluent_kafka.admin import ConfigResource
+from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import new_admin, new_producer
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.metadata.model import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    SegmentState,
+    TopicPartition,
+)
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic, load_remote_state
 
 pytestmark = pytest.mark.integration
@@ -19,8 +24,22 @@ pytestmark = pytest.mark.integration
 
 def meta(tp: TopicPartition, start: int, end: int, state: SegmentState) -> RemoteLogSegmentMetadata:
     return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4()), start, end, 1, 1, "w", 0, ((0, start),),
-        10, state, "k", "k-index", 1, end - start + 1, 0, 10,
+        RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4()),
+        start,
+        end,
+        1,
+        1,
+        "w",
+        0,
+        ((0, start),),
+        10,
+        state,
+        "k",
+        "k-index",
+        1,
+        end - start + 1,
+        0,
+        10,
     )
 
 

@@ -34,7 +34,9 @@ def expected_ends(records: list[SampleRecord]) -> dict[TopicPartition, int]:
     return {TopicPartition(TOPIC, p): counts[p] - 1 for p in range(PARTITIONS)}
 
 
-def test_every_record_lands_in_exactly_one_finished_segment_byte_exact(local_stack: StackInfo, tmp_path: Path) -> None:
+def test_every_record_lands_in_exactly_one_finished_segment_byte_exact(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
     ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), TOPIC, PARTITIONS, 1, {})
     env = worker_env(
         local_stack,
@@ -67,7 +69,9 @@ def test_every_record_lands_in_exactly_one_finished_segment_byte_exact(local_sta
 
     state, skipped = load_remote_state(local_stack.bootstrap_servers, META)
     assert skipped == 0
-    storage = S3ChunkStorage(S3Options(bucket=local_stack.bucket, endpoint_url=local_stack.s3_endpoint_url, region="us-east-1"))
+    storage = S3ChunkStorage(
+        S3Options(bucket=local_stack.bucket, endpoint_url=local_stack.s3_endpoint_url, region="us-east-1")
+    )
     by_partition: dict[int, list[SampleRecord]] = defaultdict(list)
     for r in produced:
         by_partition[r.partition].append(r)

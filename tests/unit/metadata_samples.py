@@ -36,7 +36,9 @@ def segment_metadata(draw: st.DrawFn, state: SegmentState | None = None) -> Remo
         event_timestamp_ms=draw(longs),
         writer_id=draw(st.text(min_size=1, max_size=20)),
         writer_epoch=draw(st.integers(0, 2**31 - 1)),
-        segment_leader_epochs=tuple(draw(st.lists(st.tuples(st.integers(-1, 1000), longs), min_size=1, max_size=4))),
+        segment_leader_epochs=tuple(
+            draw(st.lists(st.tuples(st.integers(-1, 1000), longs), min_size=1, max_size=4))
+        ),
         segment_size_in_bytes=draw(longs),
         state=state or draw(st.sampled_from(list(SegmentState))),
         data_object_key=draw(st.text(max_size=60)),

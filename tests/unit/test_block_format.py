@@ -34,7 +34,9 @@ def partition_records(draw: st.DrawFn) -> list[KafkaRecord]:
     ]
 
 
-def build(recs: list[KafkaRecord], block_bytes: int, start: int | None = None) -> tuple[SegmentBuilder, bytes]:
+def build(
+    recs: list[KafkaRecord], block_bytes: int, start: int | None = None
+) -> tuple[SegmentBuilder, bytes]:
     b = SegmentBuilder(7, recs[0].offset if start is None else start, block_bytes)
     for r in recs:
         b.append(r.offset, int(r.timestamp_type), r.timestamp, r.key, r.value, r.headers, 3)

@@ -12,7 +12,7 @@ from processor.segment.index_format import decode_index, encode_index, index_crc
 
 
 @st.composite
-def segments(draw: st.DrawFn):  # type: ignore[no-untyped-def]
+def segments(draw: st.DrawFn):
     n = draw(st.integers(1, 200))
     offsets = sorted(draw(st.sets(st.integers(0, 100_000), min_size=n, max_size=n)))
     stamps = draw(st.lists(st.integers(0, 10_000), min_size=n, max_size=n))
@@ -23,7 +23,7 @@ def segments(draw: st.DrawFn):  # type: ignore[no-untyped-def]
     return b.seal(), offsets, stamps
 
 
-def encode(seg, topic: str = "events", sid: uuid.UUID | None = None) -> bytes:  # type: ignore[no-untyped-def]
+def encode(seg, topic: str = "events", sid: uuid.UUID | None = None) -> bytes:
     return encode_index(
         topic=topic,
         partition=seg.partition,
@@ -38,18 +38,22 @@ def encode(seg, topic: str = "events", sid: uuid.UUID | None = None) -> bytes:  
 
 
 @given(segments(), st.text(min_size=1, max_size=30))
-def test_index_round_trips(s, topic: str) -> None:  # type: ignore[no-untyped-def]
+def test_index_round_trips(s, topic: str) -> None:
     seg, _offsets, _stamps = s
     sid = uuid.uuid4()
     idx = decode_index(encode(seg, topic, sid))
     assert idx.blocks == tuple(seg.block_infos)
     assert (idx.topic, idx.partition, idx.segment_id) == (topic, 3, sid)
-    assert (idx.start_offset, idx.end_offset, idx.record_count) == (seg.start_offset, seg.end_offset, seg.record_count)
+    assert (idx.start_offset, idx.end_offset, idx.record_count) == (
+        seg.start_offset,
+        seg.end_offset,
+        seg.record_count,
+    )
     assert idx.data_object_length == seg.size_bytes
 
 
 @given(segments(), st.data())
-def test_offset_and_time_lookups_match_brute_force(s, data: st.DataObject) -> None:  # type: ignore[no-untyped-def]
+def test_offset_and_time_lookups_match_brute_force(s, data: st.DataObject) -> None:
     seg, offsets, stamps = s
     idx = decode_index(encode(seg))
     probe = data.draw(st.integers(seg.start_offset, seg.end_offset + 5))
@@ -58,21 +62,25 @@ def test_offset_and_time_lookups_match_brute_force(s, data: st.DataObject) -> No
     if want is None:
         assert got_block is None
     else:
-        blk = idx.blocks[got_block]  # type: ignore[index]
-        assert blk.first_offset <= want <= blk.last_offset or (probe < blk.first_offset and want == blk.first_offset)
+        assert got_block is not None
+        blk = idx.blocks[got_block]
+        assert blk.first_offset <= want <= blk.last_offset or (
+            probe < blk.first_offset and want == blk.first_offset
+        )
     ts = data.draw(st.integers(-5, 10_005))
     first_at_or_after = next((o for o, t in zip(offsets, stamps, strict=True) if t >= ts), None)
     tb = idx.block_for_timestamp(ts)
     if first_at_or_after is None:
         assert tb is None
     else:
-        blk = idx.blocks[tb]  # type: ignore[index]
+        assert tb is not None
+        blk = idx.blocks[tb]
         assert blk.first_offset <= first_at_or_after <= blk.last_offset
 
 
 @settings(max_examples=60)
 @given(segments(), st.data())
-def test_any_flipped_byte_is_detected(s, data: st.DataObject) -> None:  # type: ignore[no-untyped-def]
+def test_any_flipped_byte_is_detected(s, data: st.DataObject) -> None:
     seg, _, _ = s
     raw = bytearray(encode(seg))
     pos = data.draw(st.integers(0, len(raw) - 1))

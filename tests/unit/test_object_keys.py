@@ -54,6 +54,10 @@ def test_metadata_keys_are_checked_before_use() -> None:
     good = keys.segment("t", 1, 0, uuid.uuid4(), 0)
     assert keys.check_segment_key(good.data, "t", 1) == good.data
     assert keys.check_segment_key(good.index, "t", 1) == good.index
-    for bad in ["p/t/1/../../other/x", "other/t/1/" + good.data.split("/")[-1], good.data.replace("p/t/1", "p/t/2")]:
+    for bad in [
+        "p/t/1/../../other/x",
+        "other/t/1/" + good.data.split("/")[-1],
+        good.data.replace("p/t/1", "p/t/2"),
+    ]:
         with pytest.raises(InvalidNameError):
             keys.check_segment_key(bad, "t", 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ class ListSink:
 
 
 class FailingIndexStorage(FilesystemChunkStorage):
-    def create(self, key: str, parts: list[Buffer]) -> ChunkInfo:  # type: ignore[override]
+    def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
         if key.endswith("-index"):
             raise StorageError("injected failure")
         return super().create(key, parts)
@@ -47,13 +48,19 @@ def test_copy_publishes_started_uploads_then_finished(tmp_path: Path) -> None:
     copier = SegmentCopier(storage, sink, ObjectKeyFactory("pre"), "w1", clock_ms=lambda: 7)
     seg = segment()
     done = copier.copy(TP, seg, writer_epoch=4)
-    assert [r.state for r in sink.records] == [SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED]  # type: ignore[union-attr]
+    assert [r.state for r in sink.records] == [
+        SegmentState.COPY_SEGMENT_STARTED,
+        SegmentState.COPY_SEGMENT_FINISHED,
+    ]
     assert (done.start_offset, done.end_offset, done.record_count, done.writer_epoch) == (10, 39, 28, 4)
     data = storage.read_all(done.data_object_key)
     assert [r.offset for blk in iter_blocks(data) for r in blk] == list(range(12, 40))
     idx = decode_index(storage.read_all(done.index_object_key))
     assert idx.segment_id == done.segment_id.id and idx.data_object_length == len(data)
-    assert done.data_object_key.startswith("pre/orders/2/00000000000000000010-") and "-e4.log" in done.data_object_key
+    assert (
+        done.data_object_key.startswith("pre/orders/2/00000000000000000010-")
+        and "-e4.log" in done.data_object_key
+    )
 
 
 def test_failed_copy_cleans_up_and_records_the_deletion(tmp_path: Path) -> None:
@@ -61,7 +68,7 @@ def test_failed_copy_cleans_up_and_records_the_deletion(tmp_path: Path) -> None:
     copier = SegmentCopier(storage, sink, ObjectKeyFactory(""), "w1")
     with pytest.raises(StorageError):
         copier.copy(TP, segment(), 0)
-    assert [r.state for r in sink.records] == [  # type: ignore[union-attr]
+    assert [r.state for r in sink.records] == [
         SegmentState.COPY_SEGMENT_STARTED,
         SegmentState.DELETE_SEGMENT_STARTED,
         SegmentState.DELETE_SEGMENT_FINISHED,
