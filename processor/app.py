@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import faust
@@ -19,14 +21,27 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processor import metrics
 from processor.config import Settings
-from processor.kafka_clients import new_consumer
+from processor.errors import (
+    ConfigError,
+    CorruptObjectError,
+    InvalidNameError,
+    OffsetNotInRemoteError,
+    StorageError,
+)
+from processor.follower.materializer import Materializer
+from processor.follower.metadata_cache import MetadataCache
+from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
+from processor.kafka_clients import new_admin, new_consumer, partition_counts
 from processor.leader.offload_engine import EngineOptions, OffloadEngine, RemoteStateLoader
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.codec import metadata_partition_for
 from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic, load_remote_state
-from processor.segment.object_keys import ObjectKeyFactory
+from processor.reader.record_json import record_to_json, segment_to_json
+from processor.reader.remote_reader import RemoteReader
+from processor.segment.object_keys import ObjectKeyFactory, validate_topic
+from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.s3 import S3ChunkStorage, S3Options
 
 log = logging.getLogger(__name__)
@@ -95,6 +110,62 @@ def build_engine(settings: Settings, storage: S3ChunkStorage, metadata_partition
     )
 
 
+def followed_partitions(settings: Settings, metadata_partitions: int) -> list[int]:
+    """Metadata partitions this worker follows: the configured ones, those holding the configured
+    source topics, or (by default) all of them."""
+    if settings.follow_metadata_partitions:
+        bad = [p for p in settings.follow_metadata_partitions if p >= metadata_partitions]
+        if bad:
+            raise ConfigError(
+                f"PROCESSOR_FOLLOW_METADATA_PARTITIONS: {bad} not below the topic's {metadata_partitions} partitions"
+            )
+        return sorted(set(settings.follow_metadata_partitions))
+    if settings.follow_topics:
+        counts = partition_counts(
+            new_admin(settings.bootstrap_servers, "processor-admin"), list(settings.follow_topics)
+        )
+        return sorted(
+            {
+                metadata_partition_for(TopicPartition(topic, p), metadata_partitions)
+                for topic, n in counts.items()
+                for p in range(n)
+            }
+        )
+    return list(range(metadata_partitions))
+
+
+@dataclass
+class Follower:
+    cache: MetadataCache
+    materializer: Materializer
+    rlmm: RemoteLogMetadataManager
+
+    def close(self) -> None:
+        self.materializer.stop()
+        self.cache.close()
+
+
+def build_follower(
+    settings: Settings,
+    metadata_partitions: int,
+    cache_dir: Path | None = None,
+    publisher: MetadataPublisher | None = None,
+) -> Follower:
+    cache = MetadataCache(cache_dir or settings.data_dir / "metadata-cache")
+    materializer = Materializer(
+        cache,
+        lambda: new_consumer(settings.bootstrap_servers, f"{settings.app_id}-{settings.worker_id}-follower"),
+        settings.metadata_topic,
+        followed_partitions(settings, metadata_partitions),
+        frozenset(settings.follow_topics) or None,
+    )
+    return Follower(cache, materializer, RemoteLogMetadataManager(cache, publisher))
+
+
+def build_reader(settings: Settings, storage: ChunkStorage, rlmm: RemoteLogMetadataManager) -> RemoteReader:
+    return RemoteReader(storage, rlmm, ObjectKeyFactory(settings.s3_prefix))
+
+
 def _leadership_transport(source_topics: frozenset[str]) -> type[faust_kafka.Transport]:
     class _LeadershipConsumer(faust_kafka.Consumer):
         """Faust's consumer, except that source partitions are never resumed, so never fetched:
@@ -118,7 +189,12 @@ class ProcessorApp(faust.App):
         return transport_cls(url=self.conf.broker_consumer, app=self, loop=self.loop)
 
 
-def build_app(settings: Settings, engine: OffloadEngine) -> faust.App:
+def build_app(
+    settings: Settings,
+    engine: OffloadEngine,
+    reader: RemoteReader | None = None,
+    follower: Follower | None = None,
+) -> faust.App:
     app = ProcessorApp(
         settings.app_id,
         broker=f"kafka://{settings.bootstrap_servers}",
@@ -162,9 +238,10 @@ def build_app(settings: Settings, engine: OffloadEngine) -> faust.App:
 
     @app.timer(5.0)  # type: ignore[untyped-decorator]
     async def watch_engine() -> None:
-        if engine.failure is not None:
-            log.error("offload engine failed: %s; stopping the worker", engine.failure)
-            await app.crash(engine.failure)
+        failure = engine.failure or (follower.materializer.failure if follower else None)
+        if failure is not None:
+            log.error("the worker's data path failed: %s; stopping the worker", failure)
+            await app.crash(failure)
 
     @app.page("/metrics")
     async def metrics_view(web: Any, request: Any) -> Any:
@@ -177,17 +254,87 @@ def build_app(settings: Settings, engine: OffloadEngine) -> faust.App:
             {"ok": ok, "paused": engine.paused, "buffer_bytes": engine.buffer.used}, status=200 if ok else 503
         )
 
+    if reader is not None:
+        add_read_views(app, reader)
     app.offload_engine = engine
     return app
 
 
+def _int_param(request: Any, name: str, required: bool = True, default: int | None = None) -> int | None:
+    raw = request.query.get(name)
+    if raw is None:
+        if required:
+            raise ValueError(f"missing parameter {name!r}")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"parameter {name!r} must be an integer, got {raw!r}") from None
+
+
+def add_read_views(app: faust.App, reader: RemoteReader) -> None:
+    """GET /segments?topic=T[&partition=P] and GET /fetch?topic=T&partition=P&(offset=O|timestamp=MS)[&max_records=N]."""
+
+    def _topic(request: Any) -> str:
+        return validate_topic(request.query.get("topic", ""))
+
+    @app.page("/segments")
+    async def segments_view(web: Any, request: Any) -> Any:
+        try:
+            topic = _topic(request)
+            partition = _int_param(request, "partition", required=False)
+        except (ValueError, InvalidNameError) as exc:
+            return web.json({"error": str(exc)}, status=400)
+        cache = cast(RemoteLogMetadataManager, reader.lookup).cache
+
+        def collect() -> list[dict[str, Any]]:
+            tps = [
+                tp
+                for tp in cache.topic_partitions()
+                if tp.topic == topic and partition in (None, tp.partition)
+            ]
+            return [segment_to_json(s) for tp in tps for s in cache.listed_segments(tp)]
+
+        found = await asyncio.get_running_loop().run_in_executor(None, collect)
+        return web.json({"segments": found})
+
+    @app.page("/fetch")
+    async def fetch_view(web: Any, request: Any) -> Any:
+        try:
+            tp = TopicPartition(_topic(request), cast(int, _int_param(request, "partition")))
+            offset = _int_param(request, "offset", required=False)
+            timestamp = _int_param(request, "timestamp", required=False)
+            max_records = cast(int, _int_param(request, "max_records", required=False, default=100))
+            if (offset is None) == (timestamp is None):
+                raise ValueError("give exactly one of 'offset' and 'timestamp'")
+            if tp.partition < 0 or max_records < 1 or max_records > 10_000:
+                raise ValueError("partition must be >= 0 and max_records between 1 and 10000")
+        except (ValueError, InvalidNameError) as exc:
+            return web.json({"error": str(exc)}, status=400)
+
+        def read() -> list[dict[str, Any]]:
+            if offset is not None:
+                records = reader.read_from_offset(tp, offset, max_records)
+            else:
+                records = reader.read_from_timestamp(tp, cast(int, timestamp), max_records)
+            return [record_to_json(r) for r in records]
+
+        try:
+            records = await asyncio.get_running_loop().run_in_executor(None, read)
+        except OffsetNotInRemoteError as exc:
+            return web.json({"error": str(exc)}, status=404)
+        except CorruptObjectError as exc:
+            return web.json({"error": str(exc)}, status=502)
+        except StorageError as exc:
+            return web.json({"error": str(exc)}, status=503)
+        return web.json({"records": records})
+
+
 def prepare(settings: Settings) -> tuple[S3ChunkStorage, int]:
     """Start-up checks with clear errors: broker reachable, bucket usable, metadata topic present."""
-    from processor.kafka_clients import check_broker, partition_counts
+    from processor.kafka_clients import check_broker
 
     if not settings.topics:
-        from processor.errors import ConfigError
-
         raise ConfigError("PROCESSOR_TOPICS: no source topics configured (comma-separated list)")
     admin = check_broker(settings.bootstrap_servers)
     storage = build_storage(settings)

@@ -6,10 +6,22 @@ import argparse
 import json
 import logging
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from processor.errors import ConfigError, ProcessorError, ServiceUnavailableError, StorageError
+from processor.errors import (
+    ConfigError,
+    InvalidNameError,
+    OffsetNotInRemoteError,
+    ProcessorError,
+    ServiceUnavailableError,
+    StorageError,
+)
+
+if TYPE_CHECKING:
+    from processor.config import Settings
 
 log = logging.getLogger("processor")
 
@@ -28,7 +40,7 @@ def _setup_logging(level: str = "info") -> None:
 def cmd_worker(args: argparse.Namespace) -> int:
     import faust
 
-    from processor.app import build_app, build_engine, prepare
+    from processor.app import build_app, build_engine, build_follower, build_reader, prepare
     from processor.config import load_settings
 
     settings = load_settings()
@@ -36,16 +48,114 @@ def cmd_worker(args: argparse.Namespace) -> int:
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
     storage, metadata_partitions = prepare(settings)
     engine = build_engine(settings, storage, metadata_partitions)
-    app = build_app(settings, engine)
+    follower = None
+    reader = None
+    if settings.follower_enabled:
+        follower = build_follower(settings, metadata_partitions)
+        reader = build_reader(settings, storage, follower.rlmm)
+    app = build_app(settings, engine, reader, follower)
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
     engine.start()
+    if follower is not None:
+        follower.materializer.start()
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
         return int(exc.code or 0)
     finally:
         engine.stop()
+        if follower is not None:
+            follower.close()
         storage.close()
+    return 0
+
+
+def _read_side(settings: Settings, tp_topic: str, partition: int | None) -> tuple[Any, Any, Any]:
+    """A throwaway follower for one-off CLI reads: materialize only the metadata partitions that hold
+    the topic's partitions into a temporary cache, then query it. Works with or without a worker."""
+    from processor.app import build_follower, build_reader, build_storage
+    from processor.kafka_clients import check_broker, partition_counts
+    from processor.metadata.codec import metadata_partition_for
+    from processor.metadata.model import TopicPartition
+
+    admin = check_broker(settings.bootstrap_servers)
+    counts = partition_counts(admin, [settings.metadata_topic, tp_topic])
+    if settings.metadata_topic not in counts:
+        raise ProcessorError(
+            f"metadata topic {settings.metadata_topic} does not exist: nothing was offloaded yet"
+        )
+    meta_parts = counts[settings.metadata_topic]
+    partitions = [partition] if partition is not None else list(range(counts.get(tp_topic, 0)))
+    wanted = sorted({metadata_partition_for(TopicPartition(tp_topic, p), meta_parts) for p in partitions})
+    tmp = tempfile.TemporaryDirectory(prefix="processor-cli-cache-")
+    scoped = settings.model_copy(
+        update={"follow_metadata_partitions": tuple(wanted) or (0,), "follow_topics": (tp_topic,)}
+    )
+    follower = build_follower(scoped, meta_parts, cache_dir=Path(tmp.name))
+    follower.materializer.catch_up()
+    storage = build_storage(settings)
+    return follower, build_reader(settings, storage, follower.rlmm), tmp
+
+
+def cmd_segments(args: argparse.Namespace) -> int:
+    from processor.config import load_settings
+    from processor.metadata.model import TopicPartition
+    from processor.reader.record_json import segment_to_json
+    from processor.segment.object_keys import validate_topic
+
+    settings = load_settings()
+    topic = validate_topic(args.topic)
+    follower, _reader, tmp = _read_side(settings, topic, args.partition)
+    try:
+        tps = [tp for tp in follower.cache.topic_partitions() if tp.topic == topic]
+        if args.partition is not None:
+            tps = [tp for tp in tps if tp == TopicPartition(topic, args.partition)]
+        rows = [segment_to_json(s) for tp in tps for s in follower.cache.listed_segments(tp)]
+    finally:
+        follower.close()
+        tmp.cleanup()
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+    else:
+        print(
+            f"{'id':36}  {'partition':>9}  {'start':>12}  {'end':>12}  {'state':22}  {'size':>12}  object key"
+        )
+        for r in rows:
+            print(
+                f"{r['id']:36}  {r['partition']:>9}  {r['start_offset']:>12}  {r['end_offset']:>12}  "
+                f"{r['state']:22}  {r['size_bytes']:>12}  {r['object_key']}"
+            )
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from processor.config import load_settings
+    from processor.metadata.model import TopicPartition
+    from processor.reader.record_json import record_to_json
+    from processor.segment.object_keys import validate_topic
+
+    settings = load_settings()
+    tp = TopicPartition(validate_topic(args.topic), args.partition)
+    follower, reader, tmp = _read_side(settings, tp.topic, tp.partition)
+    try:
+        if args.offset is not None:
+            records = reader.read_from_offset(tp, args.offset, args.max_records, max_bytes=1 << 62)
+        else:
+            records = reader.read_from_timestamp(tp, args.timestamp, args.max_records, max_bytes=1 << 62)
+    finally:
+        follower.close()
+        reader.storage.close()
+        tmp.cleanup()
+    for record in records:
+        if args.json:
+            print(json.dumps(record_to_json(record)))
+        else:
+            key = "null" if record.key is None else repr(record.key[:40])
+            value = "null" if record.value is None else f"{len(record.value)} bytes"
+            print(
+                f"{record.offset}\t{record.timestamp}\tkey={key}\tvalue={value}\theaders={len(record.headers)}"
+            )
     return 0
 
 
@@ -106,6 +216,22 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--json", action="store_true", help="machine-readable output")
     dev.set_defaults(func=cmd_dev)
 
+    segments = sub.add_parser("segments", help="list a topic's remote segments")
+    segments.add_argument("--topic", required=True)
+    segments.add_argument("--partition", type=int)
+    segments.add_argument("--json", action="store_true", help="one JSON object per line")
+    segments.set_defaults(func=cmd_segments)
+
+    fetch = sub.add_parser("fetch", help="read records back from remote storage")
+    fetch.add_argument("--topic", required=True)
+    fetch.add_argument("--partition", type=int, required=True)
+    where = fetch.add_mutually_exclusive_group(required=True)
+    where.add_argument("--offset", type=int)
+    where.add_argument("--timestamp", type=int, help="milliseconds since the epoch")
+    fetch.add_argument("--max-records", type=int, default=100)
+    fetch.add_argument("--json", action="store_true", help="one JSON object per line (bytes as base64)")
+    fetch.set_defaults(func=cmd_fetch)
+
     demo = sub.add_parser("demo", help="offload sample records on the embedded stack, then stop everything")
     demo.add_argument("--dir", default=".stack/demo")
     demo.add_argument("--records", type=int, default=20000)
@@ -117,9 +243,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except ConfigError as exc:
+    except (ConfigError, InvalidNameError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OffsetNotInRemoteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 4
     except (ServiceUnavailableError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3

@@ -46,8 +46,11 @@ class Settings(BaseSettings):
     buffer_bytes: int = Field(default=256 * MiB, ge=1024)
     data_dir: Path = Path("./data")
     worker_id: str = Field(default_factory=socket.gethostname, pattern=r"^[A-Za-z0-9._:-]{1,128}$")
-    web_port: int = Field(default=6066, ge=0, le=65535)
+    web_port: int = Field(default=6066, ge=1, le=65535)
     web_enabled: bool = True
+    follower_enabled: bool = True
+    follow_topics: Annotated[tuple[str, ...], NoDecode] = ()
+    follow_metadata_partitions: Annotated[tuple[int, ...], NoDecode] = ()
     copy_retry_backoff_ms: int = Field(default=500, ge=1)
     copy_retry_backoff_max_ms: int = Field(default=30_000, ge=1)
     log_level: str = Field(default="info", pattern=r"^(?i:debug|info|warn|warning|error|crit)$")
@@ -57,6 +60,27 @@ class Settings(BaseSettings):
     def _split_topics(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(t.strip() for t in value.split(",") if t.strip())
+        return value
+
+    @field_validator("follow_topics", "follow_metadata_partitions", mode="before")
+    @classmethod
+    def _split_lists(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(t.strip() for t in value.split(",") if t.strip())
+        return value
+
+    @field_validator("follow_topics")
+    @classmethod
+    def _valid_follow_topics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for topic in value:
+            validate_topic(topic)
+        return value
+
+    @field_validator("follow_metadata_partitions")
+    @classmethod
+    def _valid_follow_partitions(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(p < 0 for p in value):
+            raise ValueError("metadata partitions are non-negative numbers")
         return value
 
     @field_validator("topics")

@@ -85,3 +85,11 @@ class MetadataTopicError(ProcessorError):
     """Publishing to or reading the metadata topic failed."""
 
     retriable = True
+
+
+class OffsetNotInRemoteError(ProcessorError):
+    """No COPY_SEGMENT_FINISHED segment holds the requested offset or timestamp."""
+
+
+class SegmentObjectMissingError(CorruptObjectError):
+    """A finished segment's data or index object is gone from remote storage."""

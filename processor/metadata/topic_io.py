@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -96,33 +97,40 @@ class MetadataMessage:
 
 
 def read_partitions(
-    bootstrap_servers: str, topic: str, partitions: list[int], timeout_s: float = 30.0
+    bootstrap_servers: str, topic: str, partitions: list[int], timeout_s: float = 30.0, quiet_s: float = 0.3
 ) -> Iterator[MetadataMessage]:
-    """Read the given metadata partitions from the beginning up to their current end."""
+    """Read the given metadata partitions from the beginning up to their end.
+
+    "The end" is the high watermark seen at the start *and* then ``quiet_s`` without a new message:
+    some brokers (Tansu, under concurrent produce requests to one partition) report a high watermark
+    that lags behind records a fetch already returns, and stopping at it would lose the newest state.
+    """
     consumer = new_consumer(bootstrap_servers, "processor-meta-reader")
     try:
-        ends: dict[int, int] = {}
-        for p in partitions:
-            _low, high = consumer.get_watermark_offsets(KafkaTP(topic, p), timeout=timeout_s)
-            if high > 0:
-                ends[p] = high
-        if not ends:
+        if not partitions:
             return
-        consumer.assign([KafkaTP(topic, p, OFFSET_BEGINNING) for p in ends])
-        remaining = dict(ends)
-        idle = 0
-        while remaining:
-            batch = consumer.consume(1000, 0.2)
+        ends = {
+            p: consumer.get_watermark_offsets(KafkaTP(topic, p), timeout=timeout_s)[1] for p in partitions
+        }
+        consumer.assign([KafkaTP(topic, p, OFFSET_BEGINNING) for p in partitions])
+        next_offset = dict.fromkeys(partitions, 0)
+        deadline = time.monotonic() + timeout_s
+        quiet_since: float | None = None
+        while True:
+            batch = consumer.consume(1000, 0.1)
+            now = time.monotonic()
             if not batch:
-                idle += 1
-                # Compaction can leave the last offsets below the end empty: trust the position too.
-                for kp in consumer.position([KafkaTP(topic, p) for p in remaining]):
-                    if kp.offset >= 0 and kp.offset >= remaining.get(kp.partition, 0):
-                        remaining.pop(kp.partition, None)
-                if idle * 0.2 > timeout_s:
-                    raise MetadataTopicError(f"reading {topic} stalled before its end ({remaining})")
+                if all(next_offset[p] >= end for p, end in ends.items()):
+                    quiet_since = quiet_since or now
+                    if now - quiet_since >= quiet_s:
+                        return
+                elif now > deadline:
+                    raise MetadataTopicError(
+                        f"reading {topic} stalled before its end ({ends}, at {next_offset})"
+                    )
                 continue
-            idle = 0
+            quiet_since = None
+            deadline = now + timeout_s
             for msg in batch:
                 err = msg.error()
                 if err is not None:
@@ -130,10 +138,7 @@ def read_partitions(
                         continue
                     raise MetadataTopicError(f"reading {topic}: {err}")
                 p, off = int(msg.partition() or 0), int(msg.offset() or 0)
-                if p not in remaining:
-                    continue
-                if off + 1 >= remaining[p]:
-                    del remaining[p]
+                next_offset[p] = off + 1
                 value = msg.value()
                 if value is None:  # tombstone: the key's segment is gone
                     yield MetadataMessage(p, off, msg.key(), None, "tombstone")

@@ -1,0 +1,328 @@
+"""The follower's metadata cache: the metadata topic materialized into RocksDB (rocksdict).
+
+The only module that imports rocksdict. Key layout (binary; ``tp`` is ``topic utf-8, 0x00,
+partition u32 BE``; offsets and timestamps are u64/i64 BE so byte order is numeric order)::
+
+    b"S" uuid(16)                      -> the segment's latest metadata (codec.encode_value bytes)
+    b"O" tp start(u64) uuid(16)        -> [end i64][max_timestamp i64]   COPY_SEGMENT_FINISHED only
+    b"L" tp start(u64) uuid(16)        -> [end i64]                      every state but DELETE_SEGMENT_FINISHED
+    b"P" tp                            -> partition delete state (codec bytes)
+    b"C" metadata_partition(u32)       -> [next offset to consume i64]
+    b"V"                               -> [cache layout version u16]
+
+"The finished segment containing offset O of tp" is one ``seek_for_prev`` on ``O tp O ff..``;
+"segments of tp from offset O" is a forward scan from the same place. Neither scans the cache.
+
+Every consumed batch becomes one atomic write batch holding the state it produced *and* the
+consumed offsets of its metadata partitions, so a restarted follower resumes exactly where it
+stopped and re-reads nothing (KIP-405 asks for this; Kafka itself re-reads the whole topic).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocksdict import Options, Rdict, WriteBatch
+
+from processor import metrics
+from processor.errors import FormatError, ProcessorError
+from processor.metadata.codec import decode_value, encode_value
+from processor.metadata.model import (
+    PartitionDeleteState,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    SegmentState,
+    TopicPartition,
+)
+from processor.metadata.state_machine import apply_snapshot, apply_update, check_partition_transition
+
+log = logging.getLogger(__name__)
+
+CACHE_VERSION = 1
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_O_VALUE = struct.Struct(">qq")
+_VERSION_KEY = b"V"
+_MAX_UUID = b"\xff" * 16
+
+
+def tp_key(tp: TopicPartition) -> bytes:
+    return tp.topic.encode() + b"\x00" + _U32.pack(tp.partition)
+
+
+def _offset_key(prefix: bytes, tp: TopicPartition, start: int, sid: uuid.UUID | None) -> bytes:
+    return prefix + tp_key(tp) + _U64.pack(start) + (sid.bytes if sid else _MAX_UUID)
+
+
+@dataclass(frozen=True, slots=True)
+class RawMessage:
+    """One message of the metadata topic, as consumed."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass
+class ApplyResult:
+    applied: int = 0
+    skipped: int = 0
+    skipped_positions: list[tuple[int, int, str]] = field(default_factory=list)
+
+
+class MetadataCache:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        try:
+            self._db = Rdict(str(self.path), options)
+        except Exception as exc:  # rocksdict raises plain Exception, e.g. when another process holds the lock
+            raise ProcessorError(f"cannot open the metadata cache at {self.path}: {exc}") from None
+        version = self._db.get(_VERSION_KEY)
+        if version is None:
+            self._db[_VERSION_KEY] = struct.pack(">H", CACHE_VERSION)
+        elif struct.unpack(">H", version)[0] != CACHE_VERSION:
+            raise ProcessorError(
+                f"metadata cache at {self.path} has layout {version!r}; delete it to rebuild"
+            )
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- consumed offsets -------------------------------------------------------------------------
+
+    def consumed_offsets(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        it = self._db.iter()
+        it.seek(b"C")
+        while it.valid() and it.key()[:1] == b"C":
+            out[_U32.unpack(it.key()[1:])[0]] = _I64.unpack(it.value())[0]
+            it.next()
+        return out
+
+    # -- applying ---------------------------------------------------------------------------------
+
+    def apply_batch(
+        self, messages: Iterable[RawMessage], topics: frozenset[str] | None = None
+    ) -> ApplyResult:
+        """Apply consumed messages in one atomic write, together with their consumed offsets.
+
+        A message that does not decode or breaks the state machine is skipped and counted; its
+        offset still advances, so it is never read again. ``topics`` limits which source topics
+        are kept (records of others are consumed and ignored).
+        """
+        result = ApplyResult()
+        batch = WriteBatch(raw_mode=True)
+        overlay: dict[uuid.UUID, RemoteLogSegmentMetadata | None] = {}
+        partition_overlay: dict[TopicPartition, PartitionDeleteState] = {}
+        next_offsets: dict[int, int] = {}
+        for msg in messages:
+            next_offsets[msg.partition] = msg.offset + 1
+            try:
+                if msg.value is None:
+                    self._apply_tombstone(batch, overlay, msg.key)
+                    result.applied += 1
+                    continue
+                record = decode_value(msg.value)
+                if topics is not None and record.topic_partition.topic not in topics:
+                    continue
+                if isinstance(record, RemotePartitionDeleteMetadata):
+                    self._apply_partition(batch, partition_overlay, record)
+                else:
+                    self._apply_segment(batch, overlay, record)
+                result.applied += 1
+            except (FormatError, ProcessorError) as exc:
+                reason = "undecodable" if isinstance(exc, FormatError) else "illegal"
+                metrics.METADATA_SKIPPED.labels(reason).inc()
+                result.skipped += 1
+                result.skipped_positions.append((msg.partition, msg.offset, str(exc)))
+                log.warning("metadata record %d@%d skipped (%s): %s", msg.partition, msg.offset, reason, exc)
+        for partition, offset in next_offsets.items():
+            batch.put(b"C" + _U32.pack(partition), _I64.pack(offset))
+        self._db.write(batch)
+        return result
+
+    def _current(
+        self, overlay: dict[uuid.UUID, RemoteLogSegmentMetadata | None], sid: uuid.UUID
+    ) -> RemoteLogSegmentMetadata | None:
+        if sid in overlay:
+            return overlay[sid]
+        raw = self._db.get(b"S" + sid.bytes)
+        if raw is None:
+            return None
+        record = decode_value(raw)
+        assert isinstance(record, RemoteLogSegmentMetadata)
+        return record
+
+    def _apply_segment(
+        self,
+        batch: WriteBatch,
+        overlay: dict[uuid.UUID, RemoteLogSegmentMetadata | None],
+        record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate,
+    ) -> None:
+        sid = record.segment_id.id
+        current = self._current(overlay, sid)
+        if isinstance(record, RemoteLogSegmentMetadata):
+            new = apply_snapshot(current, record)
+        else:
+            new = apply_update(current, record)
+        overlay[sid] = new
+        tp = new.topic_partition
+        o_key = _offset_key(b"O", tp, new.start_offset, sid)
+        l_key = _offset_key(b"L", tp, new.start_offset, sid)
+        if new.state is SegmentState.DELETE_SEGMENT_FINISHED:
+            batch.delete(b"S" + sid.bytes)
+            batch.delete(l_key)
+        else:
+            batch.put(b"S" + sid.bytes, encode_value(new))
+            batch.put(l_key, _I64.pack(new.end_offset))
+        if new.state is SegmentState.COPY_SEGMENT_FINISHED:
+            batch.put(o_key, _O_VALUE.pack(new.end_offset, new.max_timestamp_ms))
+        else:
+            batch.delete(o_key)
+
+    def _apply_tombstone(
+        self, batch: WriteBatch, overlay: dict[uuid.UUID, RemoteLogSegmentMetadata | None], key: bytes | None
+    ) -> None:
+        try:
+            sid = uuid.UUID((key or b"").decode().rsplit("/", 1)[-1])
+        except ValueError as exc:
+            raise FormatError(f"tombstone with a key that names no segment: {key!r}") from exc
+        current = self._current(overlay, sid)
+        overlay[sid] = None
+        if current is None:
+            return
+        tp = current.topic_partition
+        batch.delete(b"S" + sid.bytes)
+        batch.delete(_offset_key(b"O", tp, current.start_offset, sid))
+        batch.delete(_offset_key(b"L", tp, current.start_offset, sid))
+
+    def _apply_partition(
+        self,
+        batch: WriteBatch,
+        overlay: dict[TopicPartition, PartitionDeleteState],
+        record: RemotePartitionDeleteMetadata,
+    ) -> None:
+        tp = record.topic_partition
+        current = overlay.get(tp) or self.partition_delete_state(tp)
+        check_partition_transition(current, record.state, tp)
+        overlay[tp] = record.state
+        batch.put(b"P" + tp_key(tp), encode_value(record))
+
+    # -- lookups (the RLMM API builds on these) -----------------------------------------------------
+
+    def segment(self, segment_id: uuid.UUID) -> RemoteLogSegmentMetadata | None:
+        raw = self._db.get(b"S" + segment_id.bytes)
+        if raw is None:
+            return None
+        record = decode_value(raw)
+        assert isinstance(record, RemoteLogSegmentMetadata)
+        return record
+
+    def partition_delete_state(self, tp: TopicPartition) -> PartitionDeleteState | None:
+        raw = self._db.get(b"P" + tp_key(tp))
+        if raw is None:
+            return None
+        record = decode_value(raw)
+        assert isinstance(record, RemotePartitionDeleteMetadata)
+        return record.state
+
+    def finished_segment_for_offset(self, tp: TopicPartition, offset: int) -> RemoteLogSegmentMetadata | None:
+        if offset < 0:
+            return None
+        head = b"O" + tp_key(tp)
+        it = self._db.iter()
+        it.seek_for_prev(head + _U64.pack(offset) + _MAX_UUID)
+        if not it.valid() or not it.key().startswith(head):
+            return None
+        end, _max_ts = _O_VALUE.unpack(it.value())
+        if end < offset:
+            return None
+        return self.segment(uuid.UUID(bytes=it.key()[-16:]))
+
+    def finished_segments(
+        self, tp: TopicPartition, from_offset: int = 0
+    ) -> Iterator[RemoteLogSegmentMetadata]:
+        """COPY_SEGMENT_FINISHED segments of ``tp`` ending at or after ``from_offset``, by start offset."""
+        for key, _value in self._scan(b"O", tp, from_offset):
+            seg = self.segment(uuid.UUID(bytes=key[-16:]))
+            if seg is not None:
+                yield seg
+
+    def listed_segments(self, tp: TopicPartition, from_offset: int = 0) -> Iterator[RemoteLogSegmentMetadata]:
+        """Every segment of ``tp`` not yet DELETE_SEGMENT_FINISHED that ends at or after ``from_offset``."""
+        for key, _value in self._scan(b"L", tp, from_offset):
+            seg = self.segment(uuid.UUID(bytes=key[-16:]))
+            if seg is not None:
+                yield seg
+
+    def _scan(self, prefix: bytes, tp: TopicPartition, from_offset: int) -> Iterator[tuple[bytes, bytes]]:
+        head = prefix + tp_key(tp)
+        it = self._db.iter()
+        it.seek_for_prev(head + _U64.pack(max(from_offset, 0)) + _MAX_UUID)
+        if not (it.valid() and it.key().startswith(head)):
+            it.seek(head)  # nothing starts at or before from_offset
+        else:
+            # Step back over segments that start before from_offset yet may still reach it (only
+            # unfinished attempts can overlap; finished coverage never does), then start there.
+            while True:
+                it.prev()
+                if not (it.valid() and it.key().startswith(head)):
+                    break
+                if _I64.unpack(it.value()[:8])[0] < from_offset:
+                    break
+            if it.valid():
+                it.next()
+            else:
+                it.seek(head)
+        while it.valid() and it.key().startswith(head):
+            end = _I64.unpack(it.value()[:8])[0]
+            if end >= from_offset:
+                yield it.key(), it.value()
+            it.next()
+
+    def segment_for_timestamp(self, tp: TopicPartition, timestamp: int) -> RemoteLogSegmentMetadata | None:
+        """The first finished segment (by offset) holding a record with timestamp >= ``timestamp``."""
+        head = b"O" + tp_key(tp)
+        it = self._db.iter()
+        it.seek(head)
+        while it.valid() and it.key().startswith(head):
+            _end, max_ts = _O_VALUE.unpack(it.value())
+            if max_ts >= timestamp:
+                return self.segment(uuid.UUID(bytes=it.key()[-16:]))
+            it.next()
+        return None
+
+    def offset_range(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """(earliest, highest) offset in finished segments of ``tp``, or None."""
+        head = b"O" + tp_key(tp)
+        it = self._db.iter()
+        it.seek(head)
+        if not it.valid() or not it.key().startswith(head):
+            return None
+        earliest = _U64.unpack(it.key()[len(head) : len(head) + 8])[0]
+        it.seek_for_prev(head + b"\xff" * 24)
+        highest = _O_VALUE.unpack(it.value())[0]
+        return earliest, highest
+
+    def topic_partitions(self) -> list[TopicPartition]:
+        out: list[TopicPartition] = []
+        it = self._db.iter()
+        it.seek(b"L")
+        while it.valid() and it.key()[:1] == b"L":
+            raw = it.key()[1:]
+            sep = raw.index(b"\x00")
+            tp = TopicPartition(raw[:sep].decode(), _U32.unpack(raw[sep + 1 : sep + 5])[0])
+            out.append(tp)
+            it.seek(b"L" + tp_key(tp) + b"\xff" * 24)  # skip to the next partition
+        return out

@@ -1,0 +1,142 @@
+"""The RocksDB metadata cache: state machine on apply, atomic offsets, range-scan lookups."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from processor.follower.metadata_cache import MetadataCache, RawMessage
+from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
+from processor.metadata.codec import encode_value, record_key
+from processor.metadata.model import (
+    MetadataRecord,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    SegmentState,
+    TopicPartition,
+)
+
+TP = TopicPartition("orders", 3)
+S = SegmentState
+
+
+def seg(
+    start: int,
+    end: int,
+    state: SegmentState = S.COPY_SEGMENT_FINISHED,
+    tp: TopicPartition = TP,
+    max_ts: int = 0,
+):
+    return RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4()),
+        start,
+        end,
+        max_ts,
+        1,
+        "w",
+        0,
+        ((0, start),),
+        100,
+        state,
+        "d",
+        "d-index",
+        1,
+        end - start + 1,
+        0,
+        10,
+    )
+
+
+def msgs(
+    records: list[MetadataRecord | bytes | None], partition: int = 0, first: int = 0
+) -> list[RawMessage]:
+    out = []
+    for i, r in enumerate(records):
+        if isinstance(r, bytes) or r is None:
+            out.append(RawMessage(partition, first + i, b"junk", r))
+        else:
+            out.append(RawMessage(partition, first + i, record_key(r), encode_value(r)))
+    return out
+
+
+def test_lookups_are_by_offset_and_finished_only(tmp_path: Path) -> None:
+    cache = MetadataCache(tmp_path / "c")
+    a, b, c = (
+        seg(0, 99, max_ts=50),
+        seg(100, 199, max_ts=40),
+        seg(200, 299, S.COPY_SEGMENT_STARTED, max_ts=90),
+    )
+    other = seg(0, 1000, tp=TopicPartition("orders", 4))
+    result = cache.apply_batch(msgs([a, b, c, other]))
+    assert (result.applied, result.skipped) == (4, 0)
+    rlmm = RemoteLogMetadataManager(cache)
+    assert rlmm.remote_log_segment_metadata(TP, 0) == a
+    assert rlmm.remote_log_segment_metadata(TP, 150) == b
+    assert rlmm.remote_log_segment_metadata(TP, 250) is None  # only started
+    assert rlmm.remote_log_segment_metadata(TP, 5000) is None
+    assert rlmm.earliest_log_offset(TP) == 0 and rlmm.highest_log_offset(TP) == 199
+    assert [s.segment_id for s in rlmm.list_remote_log_segments(TP, 120)] == [b.segment_id, c.segment_id]
+    assert rlmm.remote_log_segment_for_timestamp(TP, 45) == a
+    assert rlmm.remote_log_segment_for_timestamp(TP, 51) is None  # the started one does not count
+    assert rlmm.segment_metadata(c.segment_id.id) == c
+    assert cache.topic_partitions() == [TP, TopicPartition("orders", 4)]
+    cache.close()
+
+
+def test_garbage_and_illegal_records_are_skipped_counted_and_offsets_advance(tmp_path: Path) -> None:
+    cache = MetadataCache(tmp_path / "c")
+    a = seg(0, 9)
+    back = dataclasses.replace(a, state=S.COPY_SEGMENT_STARTED)
+    b = seg(10, 19)
+    result = cache.apply_batch(msgs([a, b"\x01\x00garbage", back, b"", b], first=40))
+    assert (result.applied, result.skipped) == (2, 3)
+    assert [p[:2] for p in result.skipped_positions] == [(0, 41), (0, 42), (0, 43)]
+    assert cache.finished_segment_for_offset(TP, 5) == a and cache.finished_segment_for_offset(TP, 15) == b
+    assert cache.consumed_offsets() == {0: 45}
+    cache.close()
+    reopened = MetadataCache(tmp_path / "c")
+    assert reopened.consumed_offsets() == {0: 45}
+    assert reopened.finished_segment_for_offset(TP, 15) == b
+    reopened.close()
+
+
+def test_state_changes_move_segments_in_and_out_of_the_offset_index(tmp_path: Path) -> None:
+    cache = MetadataCache(tmp_path / "c")
+    started = seg(0, 9, S.COPY_SEGMENT_STARTED)
+    steps = [
+        started,
+        dataclasses.replace(started, state=S.COPY_SEGMENT_FINISHED),
+        dataclasses.replace(started, state=S.DELETE_SEGMENT_STARTED),
+        dataclasses.replace(started, state=S.DELETE_SEGMENT_FINISHED),
+    ]
+    cache.apply_batch(msgs(steps[:2]))  # same segment twice in one batch
+    assert cache.finished_segment_for_offset(TP, 3) is not None
+    cache.apply_batch(msgs(steps[2:3], first=2))
+    assert cache.finished_segment_for_offset(TP, 3) is None
+    assert [s.state for s in cache.listed_segments(TP)] == [S.DELETE_SEGMENT_STARTED]
+    cache.apply_batch(msgs(steps[3:], first=3))
+    assert list(cache.listed_segments(TP)) == [] and cache.segment(started.segment_id.id) is None
+    cache.close()
+
+
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=40), st.data())
+def test_offset_lookup_matches_brute_force(tmp_path: Path, sizes: list[int], data: st.DataObject) -> None:
+    cache = MetadataCache(tmp_path / f"c{uuid.uuid4()}")
+    segments, start = [], 0
+    for n in sizes:
+        segments.append(seg(start, start + n - 1))
+        start += n
+    cache.apply_batch(msgs(list(segments)))
+    for _ in range(10):
+        o = data.draw(st.integers(-3, start + 3))
+        want = next((s for s in segments if s.start_offset <= o <= s.end_offset), None)
+        assert cache.finished_segment_for_offset(TP, o) == want
+        assert [s.start_offset for s in cache.finished_segments(TP, max(o, 0))] == [
+            s.start_offset for s in segments if s.end_offset >= max(o, 0)
+        ]
+    cache.close()
