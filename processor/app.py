@@ -117,7 +117,8 @@ def followed_partitions(settings: Settings, metadata_partitions: int) -> list[in
         bad = [p for p in settings.follow_metadata_partitions if p >= metadata_partitions]
         if bad:
             raise ConfigError(
-                f"PROCESSOR_FOLLOW_METADATA_PARTITIONS: {bad} not below the topic's {metadata_partitions} partitions"
+                f"PROCESSOR_FOLLOW_METADATA_PARTITIONS: {bad} not below the topic's "
+                f"{metadata_partitions} partitions"
             )
         return sorted(set(settings.follow_metadata_partitions))
     if settings.follow_topics:
@@ -273,7 +274,8 @@ def _int_param(request: Any, name: str, required: bool = True, default: int | No
 
 
 def add_read_views(app: faust.App, reader: RemoteReader) -> None:
-    """GET /segments?topic=T[&partition=P] and GET /fetch?topic=T&partition=P&(offset=O|timestamp=MS)[&max_records=N]."""
+    """The read API: ``GET /segments?topic=T[&partition=P]`` and
+    ``GET /fetch?topic=T&partition=P&(offset=O|timestamp=MS)[&max_records=N]``."""
 
     def _topic(request: Any) -> str:
         return validate_topic(request.query.get("topic", ""))

@@ -5,7 +5,7 @@ partition u32 BE``; offsets and timestamps are u64/i64 BE so byte order is numer
 
     b"S" uuid(16)                      -> the segment's latest metadata (codec.encode_value bytes)
     b"O" tp start(u64) uuid(16)        -> [end i64][max_timestamp i64]   COPY_SEGMENT_FINISHED only
-    b"L" tp start(u64) uuid(16)        -> [end i64]                      every state but DELETE_SEGMENT_FINISHED
+    b"L" tp start(u64) uuid(16)        -> [end i64]                      all but DELETE_SEGMENT_FINISHED
     b"P" tp                            -> partition delete state (codec bytes)
     b"C" metadata_partition(u32)       -> [next offset to consume i64]
     b"V"                               -> [cache layout version u16]

@@ -47,7 +47,8 @@ class RemoteLogMetadataManager:
     def list_remote_log_segments(
         self, tp: TopicPartition, min_offset: int = 0
     ) -> Iterator[RemoteLogSegmentMetadata]:
-        """Segments of ``tp`` (any state but DELETE_SEGMENT_FINISHED) ending at or after ``min_offset``, by start."""
+        """Segments of ``tp`` (any state but DELETE_SEGMENT_FINISHED) ending at or after ``min_offset``,
+        by start offset."""
         return self.cache.listed_segments(tp, min_offset)
 
     def remote_log_segment_for_timestamp(

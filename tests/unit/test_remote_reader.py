@@ -40,7 +40,7 @@ def record(offset: int) -> KafkaRecord:
 
 
 @pytest.fixture
-def world(tmp_path: Path):  # type: ignore[no-untyped-def]
+def world(tmp_path: Path):
     storage = FilesystemChunkStorage(tmp_path / "s3")
     cache = MetadataCache(tmp_path / "cache")
     keys = ObjectKeyFactory("p")
@@ -60,7 +60,7 @@ def world(tmp_path: Path):  # type: ignore[no-untyped-def]
     cache.close()
 
 
-def test_reads_from_the_middle_and_across_segment_boundaries(world) -> None:  # type: ignore[no-untyped-def]
+def test_reads_from_the_middle_and_across_segment_boundaries(world) -> None:
     reader, expected, _storage, _cache = world
     got = reader.read_from_offset(TP, 350, max_records=200)
     start = next(i for i, r in enumerate(expected) if r.offset >= 350)
@@ -71,7 +71,7 @@ def test_reads_from_the_middle_and_across_segment_boundaries(world) -> None:  # 
     assert reader.read_from_offset(TP, 0, max_records=10_000, max_bytes=1 << 30) == expected
 
 
-def test_reads_by_timestamp_start_at_the_first_record_at_or_after_it(world) -> None:  # type: ignore[no-untyped-def]
+def test_reads_by_timestamp_start_at_the_first_record_at_or_after_it(world) -> None:
     reader, expected, _s, _c = world
     for ts in [0, 1_000_000, 1_004_005, 1_007_990, 1_011_985]:
         want = next(i for i, r in enumerate(expected) if r.timestamp >= ts)
@@ -80,7 +80,7 @@ def test_reads_by_timestamp_start_at_the_first_record_at_or_after_it(world) -> N
         reader.read_from_timestamp(TP, 10**12)
 
 
-def test_offsets_outside_remote_storage_are_reported(world) -> None:  # type: ignore[no-untyped-def]
+def test_offsets_outside_remote_storage_are_reported(world) -> None:
     reader, *_ = world
     with pytest.raises(OffsetNotInRemoteError):
         reader.read_from_offset(TP, 1200)
@@ -88,7 +88,7 @@ def test_offsets_outside_remote_storage_are_reported(world) -> None:  # type: ig
         reader.read_from_offset(TopicPartition("other", 0), 0)
 
 
-def test_only_the_index_and_needed_blocks_are_requested(world) -> None:  # type: ignore[no-untyped-def]
+def test_only_the_index_and_needed_blocks_are_requested(world) -> None:
     reader, _expected, storage, cache = world
     seg = cache.finished_segment_for_offset(TP, 900)
     got = reader.read_from_offset(TP, 900, max_records=3)
@@ -101,7 +101,7 @@ def test_only_the_index_and_needed_blocks_are_requested(world) -> None:  # type:
     assert reader.stats.requests == 3  # the index is cached
 
 
-def test_a_corrupted_data_object_yields_an_error_not_records(world) -> None:  # type: ignore[no-untyped-def]
+def test_a_corrupted_data_object_yields_an_error_not_records(world) -> None:
     reader, _e, storage, cache = world
     seg = cache.finished_segment_for_offset(TP, 500)
     path = storage.root / seg.data_object_key
@@ -113,7 +113,7 @@ def test_a_corrupted_data_object_yields_an_error_not_records(world) -> None:  # 
     assert seg.data_object_key in str(err.value) and str(seg.segment_id) in str(err.value)
 
 
-def test_a_missing_or_swapped_index_is_reported(world) -> None:  # type: ignore[no-untyped-def]
+def test_a_missing_or_swapped_index_is_reported(world) -> None:
     reader, _e, storage, cache = world
     a = cache.finished_segment_for_offset(TP, 10)
     b = cache.finished_segment_for_offset(TP, 1000)
