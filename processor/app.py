@@ -57,7 +57,7 @@ def build_storage(settings: Settings) -> S3ChunkStorage:
             endpoint_url=settings.s3_endpoint_url,
             region=settings.s3_region,
             part_size=settings.s3_part_bytes,
-            multipart_threshold=max(settings.s3_part_bytes * 2, 8 * 1024 * 1024),
+            multipart_threshold=settings.s3_part_bytes,
             max_concurrency=settings.s3_upload_concurrency,
         )
     )

@@ -159,9 +159,10 @@ class SegmentBuilder:
         "_block",
         "_block_count",
         "_block_first",
-        "_block_last",
         "_block_max_ts",
         "_block_min_ts",
+        "_closed_records",
+        "_epoch",
         "_target_block_bytes",
         "blocks",
         "epochs",
@@ -169,7 +170,6 @@ class SegmentBuilder:
         "last_offset",
         "max_timestamp",
         "partition",
-        "record_count",
         "size_bytes",
         "start_offset",
     )
@@ -183,7 +183,8 @@ class SegmentBuilder:
         self.blocks: list[bytearray] = []
         self.infos: list[BlockInfo] = []
         self.size_bytes = 0  # bytes of closed blocks plus the open block
-        self.record_count = 0
+        self._closed_records = 0
+        self._epoch: int | None = None
         self.last_offset = start_offset - 1
         self.max_timestamp = -1
         self.epochs: list[tuple[int, int]] = []
@@ -193,7 +194,6 @@ class SegmentBuilder:
     def _reset_block_stats(self) -> None:
         self._block_count = 0
         self._block_first = -1
-        self._block_last = -1
         self._block_min_ts = 2**63 - 1
         self._block_max_ts = -(2**63)
 
@@ -215,26 +215,31 @@ class SegmentBuilder:
         if offset <= self.last_offset:
             raise ValueError(f"offset {offset} does not follow {self.last_offset}")
         block = self._block
-        added = 0
         if block is None:
             block = self._block = bytearray(BLOCK_HEADER_LEN)
             self._block_first = offset
-            added = BLOCK_HEADER_LEN
-        added += append_entry(block, offset, timestamp_type, timestamp, key, value, headers)
-        self._block_last = offset
+            added = BLOCK_HEADER_LEN + append_entry(
+                block, offset, timestamp_type, timestamp, key, value, headers
+            )
+        else:
+            added = append_entry(block, offset, timestamp_type, timestamp, key, value, headers)
         self._block_count += 1
         if timestamp < self._block_min_ts:
             self._block_min_ts = timestamp
         if timestamp > self._block_max_ts:
             self._block_max_ts = timestamp
-        if not self.epochs or self.epochs[-1][0] != leader_epoch:
+        if leader_epoch != self._epoch:
+            self._epoch = leader_epoch
             self.epochs.append((leader_epoch, offset))
         self.last_offset = offset
-        self.record_count += 1
         self.size_bytes += added
         if len(block) >= self._target_block_bytes:
             self._close_block()
         return added
+
+    @property
+    def record_count(self) -> int:
+        return self._closed_records + self._block_count
 
     def _close_block(self) -> None:
         block = self._block
@@ -247,7 +252,7 @@ class SegmentBuilder:
                 self._block_first,
                 self.partition,
                 self._block_count,
-                self._block_last,
+                self.last_offset,
                 payload_crc,
             )
         )
@@ -258,7 +263,7 @@ class SegmentBuilder:
                 position,
                 len(block),
                 self._block_first,
-                self._block_last,
+                self.last_offset,
                 self._block_min_ts,
                 self._block_max_ts,
             )
@@ -266,6 +271,7 @@ class SegmentBuilder:
         if self._block_max_ts > self.max_timestamp:
             self.max_timestamp = self._block_max_ts
         self.blocks.append(block)
+        self._closed_records += self._block_count
         self._block = None
         self._reset_block_stats()
 

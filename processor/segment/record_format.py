@@ -86,18 +86,30 @@ def append_entry(
     value: bytes | None,
     headers: Sequence[tuple[str, bytes | None]] | None,
 ) -> int:
-    """Append one encoded entry to ``buf``; return the number of bytes written."""
+    """Append one encoded entry to ``buf``; return the number of bytes written.
+
+    The hot path of the leader (once per record): written for speed, with ``+=`` appends, which
+    measured faster than ``pack_into`` into a preallocated block.
+    """
     start = len(buf)
-    key_len = _NULL if key is None else len(key)
-    value_len = _NULL if value is None else len(value)
     hdr = _headers_bytes(headers) if headers else _NO_HEADERS
-    data_len = 13 + max(key_len, 0) + 4 + max(value_len, 0) + len(hdr)
+    if key is None:
+        key_len = _NULL
+        data_len = 17 + len(hdr)
+    else:
+        key_len = len(key)
+        data_len = 17 + key_len + len(hdr)
+    if value is None:
+        value_len = _NULL
+    else:
+        value_len = len(value)
+        data_len += value_len
     buf += _pack_prefix(data_len, offset, timestamp_type, timestamp, key_len)
-    if key:
-        buf += key
+    if key_len > 0:
+        buf += key  # type: ignore[arg-type]  # key_len > 0 means key is bytes
     buf += _pack_i32(value_len)
-    if value:
-        buf += value
+    if value_len > 0:
+        buf += value  # type: ignore[arg-type]  # value_len > 0 means value is bytes
     buf += hdr
     return len(buf) - start
 

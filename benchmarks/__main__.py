@@ -1,0 +1,74 @@
+"""Run the benchmarks: ``python -m benchmarks [--only offload,memory,reads,follower,scale] [--gib 1]``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.offload import bench_memory, bench_offload
+from benchmarks.reads import bench_follower, bench_read_latency, bench_scale
+from benchmarks.report import Report
+from processor.devstack import stack
+
+SECTIONS = ("offload", "memory", "reads", "follower", "scale")
+MiB = 1024 * 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    parser.add_argument("--gib", type=float, default=1.0, help="size of each offload topic (default 1 GiB)")
+    parser.add_argument(
+        "--small-values-gib",
+        type=float,
+        default=None,
+        help="size of the 100-byte-value topic (default: same as --gib)",
+    )
+    parser.add_argument("--scale-partitions", type=int, default=1000)
+    parser.add_argument("--scale-segments", type=int, default=1000, help="finished segments per partition")
+    parser.add_argument("--out", default="bench-results.json")
+    args = parser.parse_args(argv)
+    only = set(args.only.split(","))
+    unknown = only - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+
+    workdir = Path(tempfile.mkdtemp(prefix="processor-bench-"))
+    report = Report()
+    t0 = time.perf_counter()
+    info = stack.start(workdir / "stack") if only - {"scale"} else None
+    if info is not None:
+        os.environ.update({k: v for k, v in info.env().items() if k.startswith("AWS_")})
+    try:
+        big = None
+        if info is not None and only & {"offload", "memory", "reads"}:
+            big = bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB))
+            if "offload" in only:
+                small_gib = args.small_values_gib if args.small_values_gib is not None else args.gib
+                bench_offload(report, info, workdir, 100, int(small_gib * 1024 * MiB))
+            if "memory" in only:
+                bench_memory(report, info, workdir, big)
+            if "reads" in only:
+                bench_read_latency(report, info, workdir, big)
+        if info is not None and "follower" in only:
+            bench_follower(report, info, workdir)
+        if "scale" in only:
+            bench_scale(report, workdir, args.scale_partitions, args.scale_segments)
+    finally:
+        if info is not None:
+            stack.stop(workdir / "stack")
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"\n{report.table()}\n\n(all sections took {time.perf_counter() - t0:.0f} s)")
+    report.write(Path(args.out))
+    print(f"figures written to {args.out}")
+    missed = [f for f in report.figures if f.met is False]
+    return 1 if missed and os.environ.get("BENCH_STRICT") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

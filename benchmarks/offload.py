@@ -1,0 +1,294 @@
+"""Offload throughput and worker memory, each next to its baselines measured in the same run."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+from confluent_kafka import OFFSET_BEGINNING, Producer
+from confluent_kafka import TopicPartition as KafkaTP
+
+from benchmarks.report import Figure, Report
+from processor.devstack import stack
+from processor.kafka_clients import ensure_topic, new_admin, new_consumer
+
+MiB = 1024 * 1024
+PARTITIONS = 8
+
+
+@dataclass
+class LoadedTopic:
+    name: str
+    records: int
+    value_bytes: int
+    payload_bytes: int  # keys + values
+
+
+def load_topic(info: stack.StackInfo, name: str, value_bytes: int, total_bytes: int) -> LoadedTopic:
+    ensure_topic(new_admin(info.bootstrap_servers, "bench"), name, PARTITIONS, 1, {})
+    producer = Producer(
+        {
+            "bootstrap.servers": info.bootstrap_servers,
+            "linger.ms": 20,
+            "batch.size": 1 * MiB,
+            "queue.buffering.max.kbytes": 512 * 1024,
+            "acks": 1,
+        }
+    )
+    pool = os.urandom(value_bytes + 4096)
+    count = max(total_bytes // (value_bytes + 10), PARTITIONS)
+    payload = 0
+    for i in range(count):
+        key = b"k%09d" % i
+        value = pool[i % 4096 : i % 4096 + value_bytes]
+        payload += len(key) + len(value)
+        while True:
+            try:
+                producer.produce(name, value, key, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 20000 == 0:
+            producer.poll(0)
+    if producer.flush(300):
+        raise RuntimeError("load producer did not deliver everything")
+    return LoadedTopic(name, count, value_bytes, payload)
+
+
+def baseline_consumer(info: stack.StackInfo, topic: LoadedTopic) -> float:
+    """Seconds for a bare confluent-kafka consumer to read the whole topic."""
+    consumer = new_consumer(info.bootstrap_servers, "bench-baseline")
+    consumer.assign([KafkaTP(topic.name, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    seen = 0
+    t0 = time.perf_counter()
+    while seen < topic.records:
+        batch = consumer.consume(10_000, 0.5)
+        for m in batch:
+            if m.error() is None:
+                seen += 1
+                m.value()
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    return elapsed
+
+
+def baseline_upload(info: stack.StackInfo, total_bytes: int, object_bytes: int) -> float:
+    """Seconds for one bare boto3 client to upload ``total_bytes`` in ``object_bytes`` objects."""
+    client = boto3.client("s3", endpoint_url=info.s3_endpoint_url, region_name="us-east-1")
+    body = os.urandom(object_bytes)
+    prefix = f"bench-baseline/{uuid.uuid4()}"
+    t0 = time.perf_counter()
+    sent = 0
+    n = 0
+    while sent < total_bytes:
+        size = min(object_bytes, total_bytes - sent)
+        client.upload_fileobj(io.BytesIO(body[:size]), info.bucket, f"{prefix}/{n}")
+        sent += size
+        n += 1
+    return time.perf_counter() - t0
+
+
+_METRIC = re.compile(r"^(processor_[a-z_]+?)(?:_total)?(?:\{[^}]*\})? ([0-9.e+-]+)$", re.M)
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out: dict[str, float] = {}
+    for name, value in _METRIC.findall(text):
+        out[name] = out.get(name, 0.0) + float(value)
+    return out
+
+
+def peak_rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+@dataclass
+class OffloadRun:
+    seconds: float  # first record taken -> last record in a finished segment
+    wall_seconds: float  # worker start -> done (includes Faust start and group join)
+    peak_rss: int
+    steady_seconds: float  # 10% -> 90% of the records in finished segments (no start-up, no tail roll)
+
+
+def run_worker_offload(
+    info: stack.StackInfo,
+    topic: LoadedTopic,
+    workdir: Path,
+    buffer_bytes: int,
+    segment_bytes: int,
+    extra_env: dict[str, str] | None = None,
+) -> OffloadRun:
+    tag = uuid.uuid4().hex[:8]
+    port = stack.free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
+    env.update(info.env())
+    env.update(
+        {
+            "PROCESSOR_TOPICS": topic.name,
+            "PROCESSOR_APP_ID": f"bench-{tag}",
+            "PROCESSOR_METADATA_TOPIC": f"__bench_meta_{tag}",
+            "PROCESSOR_S3_PREFIX": f"bench-{tag}",
+            "PROCESSOR_SEGMENT_BYTES": str(segment_bytes),
+            "PROCESSOR_SEGMENT_MS": "1000",
+            "PROCESSOR_BUFFER_BYTES": str(buffer_bytes),
+            "PROCESSOR_DATA_DIR": str(workdir / tag),
+            "PROCESSOR_WEB_PORT": str(port),
+            "PROCESSOR_LOG_LEVEL": "warn",
+            "PROCESSOR_FOLLOWER_ENABLED": "false",
+        }
+    )
+    env.update(extra_env or {})
+    log = (workdir / f"worker-{tag}.log").open("wb")
+    t_wall = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "processor", "worker"], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    t_first: float | None = None
+    t10: float | None = None
+    t90: float | None = None
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {proc.returncode}; see {log.name}")
+            try:
+                m = scrape(port)
+            except OSError:
+                time.sleep(0.2)
+                continue
+            now = time.perf_counter()
+            done = m.get("processor_records_offloaded", 0)
+            if t_first is None and m.get("processor_records_taken", 0) > 0:
+                t_first = now
+            if t10 is None and done >= 0.1 * topic.records:
+                t10 = now
+            if t90 is None and done >= 0.9 * topic.records:
+                t90 = now
+            if done >= topic.records:
+                rss = peak_rss_bytes(proc.pid)
+                steady = (t90 or now) - (t10 or t_first or t_wall)
+                return OffloadRun(now - (t_first or t_wall), now - t_wall, rss, steady / 0.8)
+            if now - t_wall > 1800:
+                raise TimeoutError("offload did not finish in 30 minutes")
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def bench_offload(
+    report: Report, info: stack.StackInfo, workdir: Path, value_bytes: int, total_bytes: int
+) -> LoadedTopic:
+    label = f"{value_bytes}B"
+    print(f"[offload {label}] loading {total_bytes / MiB:.0f} MiB into 8 partitions ...", flush=True)
+    topic = load_topic(info, f"bench-{label}-{uuid.uuid4().hex[:6]}", value_bytes, total_bytes)
+    mb = topic.payload_bytes / 1e6
+    consume_s = baseline_consumer(info, topic)
+    upload_s = baseline_upload(info, topic.payload_bytes, 64 * MiB)
+    run = run_worker_offload(info, topic, workdir, 256 * MiB, 64 * MiB)
+    offload_rate = mb / run.seconds
+    consume_rate, upload_rate = mb / consume_s, mb / upload_s
+    slower_name, slower = min(("consumer", consume_rate), ("boto3 upload", upload_rate), key=lambda x: x[1])
+    ratio = offload_rate / slower
+    report.add(
+        Figure(
+            "offload",
+            f"{label} values: throughput",
+            offload_rate,
+            "MB/s",
+            f"slower baseline ({slower_name})",
+            slower,
+            ratio,
+            ">= 0.8",
+            ratio >= 0.8,
+        )
+    )
+    report.add(
+        Figure(
+            "offload",
+            f"{label} values: steady-state throughput",
+            mb / run.steady_seconds,
+            "MB/s",
+            f"slower baseline ({slower_name})",
+            slower,
+            mb / run.steady_seconds / slower,
+            note="10% -> 90% of records offloaded",
+        )
+    )
+    report.add(
+        Figure(
+            "offload",
+            f"{label} values: records/s",
+            topic.records / run.seconds,
+            "rec/s",
+            "bare consumer",
+            topic.records / consume_s,
+            (topic.records / run.seconds) / (topic.records / consume_s),
+        )
+    )
+    report.add(Figure("offload", f"{label} baseline: bare consumer", consume_rate, "MB/s"))
+    report.add(Figure("offload", f"{label} baseline: boto3 64 MiB objects", upload_rate, "MB/s"))
+    report.add(
+        Figure(
+            "offload",
+            f"{label} wall time incl. worker start",
+            run.wall_seconds,
+            "s",
+            note=f"{topic.records} records, {mb:.0f} MB",
+        )
+    )
+    return topic
+
+
+def bench_memory(report: Report, info: stack.StackInfo, workdir: Path, topic: LoadedTopic) -> None:
+    results = {}
+    for bound in (64 * MiB, 256 * MiB):
+        print(
+            f"[memory] offloading {topic.payload_bytes / MiB:.0f} MiB with a {bound // MiB} MiB buffer ...",
+            flush=True,
+        )
+        run = run_worker_offload(info, topic, workdir, bound, bound // 4)
+        results[bound] = run.peak_rss
+        report.add(
+            Figure(
+                "memory",
+                f"peak RSS, buffer {bound // MiB} MiB",
+                run.peak_rss / MiB,
+                "MiB",
+                "input size",
+                topic.payload_bytes / MiB,
+                run.peak_rss / topic.payload_bytes,
+                "follows the bound",
+                note=f"{topic.payload_bytes / run.seconds / 1e6:.0f} MB/s",
+            )
+        )
+    growth = (results[256 * MiB] - results[64 * MiB]) / MiB
+    report.add(
+        Figure(
+            "memory",
+            "RSS growth 64 -> 256 MiB bound",
+            growth,
+            "MiB",
+            "bound growth",
+            192.0,
+            growth / 192.0,
+            "<= 1.5x bound growth",
+            growth <= 1.5 * 192,
+        )
+    )

@@ -1,0 +1,288 @@
+"""Remote read latency against a consumer seeking on the broker; follower apply rate; scale."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka import TopicPartition as KafkaTP
+
+from benchmarks.offload import PARTITIONS, LoadedTopic, run_worker_offload
+from benchmarks.report import Figure, Report, percentile
+from processor.app import build_follower, build_reader, build_storage
+from processor.config import load_settings
+from processor.devstack import stack
+from processor.follower.metadata_cache import MetadataCache, RawMessage
+from processor.kafka_clients import ensure_topic, new_admin, new_consumer
+from processor.metadata.codec import encode_value, metadata_partition_for, record_key
+from processor.metadata.model import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    SegmentState,
+    TopicPartition,
+)
+
+MiB = 1024 * 1024
+
+
+def bench_read_latency(
+    report: Report, info: stack.StackInfo, workdir: Path, topic: LoadedTopic, reads: int = 200
+) -> None:
+    print(f"[reads] offloading {topic.name} for the read benchmark ...", flush=True)
+    tag = uuid.uuid4().hex[:8]
+    env = {
+        **{k: v for k, v in info.env().items() if k.startswith("PROCESSOR_")},
+        "PROCESSOR_TOPICS": topic.name,
+        "PROCESSOR_METADATA_TOPIC": f"__bench_read_meta_{tag}",
+        "PROCESSOR_S3_PREFIX": f"bench-read-{tag}",
+        "PROCESSOR_S3_REGION": "us-east-1",
+    }
+    run_worker_offload(info, topic, workdir, 256 * MiB, 64 * MiB, extra_env=env)
+    settings = load_settings(env)
+    meta_parts = 4
+    follower = build_follower(settings, meta_parts, cache_dir=workdir / f"read-cache-{tag}")
+    follower.materializer.catch_up()
+    storage = build_storage(settings)
+    reader = build_reader(settings, storage, follower.rlmm)
+    per_partition = topic.records // PARTITIONS
+    rng = random.Random(7)
+    targets = [(rng.randrange(PARTITIONS), rng.randrange(0, per_partition - 1000)) for _ in range(reads)]
+
+    remote: list[float] = []
+    for p, offset in targets:
+        t0 = time.perf_counter()
+        got = reader.read_from_offset(
+            TopicPartition(topic.name, p), offset, max_records=1000, max_bytes=1 << 40
+        )
+        remote.append(time.perf_counter() - t0)
+        assert len(got) == 1000 and got[0].offset == offset
+
+    consumer = new_consumer(info.bootstrap_servers, "bench-seek")
+    broker: list[float] = []
+    for p, offset in targets:
+        t0 = time.perf_counter()
+        consumer.assign([KafkaTP(topic.name, p, offset)])
+        n = 0
+        while n < 1000:
+            for m in consumer.consume(1000 - n, 1.0):
+                if m.error() is None:
+                    n += 1
+        broker.append(time.perf_counter() - t0)
+    consumer.close()
+    follower.close()
+    storage.close()
+    for name, p in (("p50", 50), ("p99", 99)):
+        r, b = percentile(remote, p) * 1000, percentile(broker, p) * 1000
+        report.add(
+            Figure(
+                "reads",
+                f"1000 records at random offset, {name}",
+                r,
+                "ms",
+                "broker seek+consume",
+                b,
+                r / b,
+                "p50 <= 1.5x broker" if name == "p50" else "",
+                (r / b <= 1.5) if name == "p50" else None,
+            )
+        )
+    report.add(
+        Figure(
+            "reads",
+            "bytes requested per read (mean)",
+            reader.stats.bytes_requested / reads / 1e6,
+            "MB",
+            note=f"{reader.stats.requests / reads:.2f} GETs per read",
+        )
+    )
+
+
+def _segment(tp: TopicPartition, start: int, end: int, state: SegmentState) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4()),
+        start,
+        end,
+        1_700_000_000_000 + start,
+        1,
+        "bench",
+        1,
+        ((0, start),),
+        64 * MiB,
+        state,
+        f"x/{tp.topic}/{tp.partition}/{start:020d}",
+        "i",
+        1,
+        end - start + 1,
+        0,
+        100,
+    )
+
+
+def publish_metadata(info: stack.StackInfo, records: int, parts: int = 4) -> str:
+    """A compacted metadata topic with ``records`` records: 100 source partitions, each a chain of
+    segments published as STARTED then FINISHED."""
+    topic = f"__bench_follower_{uuid.uuid4().hex[:8]}"
+    ensure_topic(new_admin(info.bootstrap_servers, "bench"), topic, parts, 1, {"cleanup.policy": "compact"})
+    producer = Producer(
+        {
+            "bootstrap.servers": info.bootstrap_servers,
+            "linger.ms": 20,
+            "batch.size": MiB,
+            "queue.buffering.max.kbytes": 512 * 1024,
+        }
+    )
+    tps = [TopicPartition("orders", p) for p in range(100)]
+    next_start = dict.fromkeys(tps, 0)
+    for i in range(records // 2):
+        tp = tps[i % len(tps)]
+        seg = _segment(tp, next_start[tp], next_start[tp] + 999, SegmentState.COPY_SEGMENT_STARTED)
+        next_start[tp] += 1000
+        where = metadata_partition_for(tp, parts)
+        for state in (SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED):
+            rec = seg.with_state(state, 2)
+            while True:
+                try:
+                    producer.produce(topic, encode_value(rec), record_key(rec), partition=where)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+    producer.flush(120)
+    return topic
+
+
+def _restart_ms(settings_env: dict[str, str], cache_dir: Path, parts: int) -> float:
+    settings = load_settings(settings_env)
+    best = float("inf")
+    for _ in range(3):
+        again = build_follower(settings, parts, cache_dir=cache_dir)
+        t0 = time.perf_counter()
+        s = again.materializer.catch_up(quiet_s=0.0)
+        best = min(best, time.perf_counter() - t0)
+        again.close()
+        assert s.consumed == 0, "a restarted follower re-read records"
+    return best * 1000
+
+
+def bench_follower(report: Report, info: stack.StackInfo, workdir: Path, records: int = 200_000) -> None:
+    parts = 4
+    print(f"[follower] publishing {records} metadata records ...", flush=True)
+    topic = publish_metadata(info, records, parts)
+    consumer = new_consumer(info.bootstrap_servers, "bench-meta-baseline")
+    consumer.assign([KafkaTP(topic, p, 0) for p in range(parts)])
+    seen, t0 = 0, time.perf_counter()
+    while seen < records:
+        seen += sum(1 for m in consumer.consume(10_000, 0.5) if m.error() is None)
+    baseline_rate = records / (time.perf_counter() - t0)
+    consumer.close()
+
+    env = {"PROCESSOR_BOOTSTRAP_SERVERS": info.bootstrap_servers, "PROCESSOR_METADATA_TOPIC": topic}
+    cache_dir = workdir / f"follower-cache-{uuid.uuid4().hex[:6]}"
+    follower = build_follower(load_settings(env), parts, cache_dir=cache_dir)
+    t0 = time.perf_counter()
+    stats = follower.materializer.catch_up(timeout_s=600, quiet_s=0.0)
+    apply_s = time.perf_counter() - t0
+    follower.close()
+    assert stats.applied == records, stats
+    rate = records / apply_s
+    report.add(
+        Figure(
+            "follower",
+            f"apply rate, {records:,} metadata records",
+            rate,
+            "rec/s",
+            "bare consumer",
+            baseline_rate,
+            rate / baseline_rate,
+            ">= 50,000 rec/s",
+            rate >= 50_000,
+        )
+    )
+
+    small = records // 10
+    small_topic = publish_metadata(info, small, parts)
+    small_env = {**env, "PROCESSOR_METADATA_TOPIC": small_topic}
+    small_dir = workdir / f"follower-small-{uuid.uuid4().hex[:6]}"
+    small_follower = build_follower(load_settings(small_env), parts, cache_dir=small_dir)
+    small_follower.materializer.catch_up(quiet_s=0.0)
+    small_follower.close()
+    big_ms = _restart_ms(env, cache_dir, parts)
+    small_ms = _restart_ms(small_env, small_dir, parts)
+    report.add(
+        Figure(
+            "follower",
+            f"restart catch-up, cache of {records:,}",
+            big_ms,
+            "ms",
+            f"cache of {small:,}",
+            small_ms,
+            big_ms / small_ms,
+            "does not grow with cache size",
+            big_ms <= 3 * small_ms + 50,
+            note="re-reads 0 records",
+        )
+    )
+
+
+def bench_scale(
+    report: Report,
+    workdir: Path,
+    partitions: int = 1000,
+    segments_per_partition: int = 1000,
+    lookups: int = 20_000,
+) -> None:
+    total = partitions * segments_per_partition
+    print(f"[scale] building a cache of {total:,} finished segments ...", flush=True)
+    path = Path(tempfile.mkdtemp(prefix="scale-cache-", dir=workdir))
+    cache = MetadataCache(path)
+    batch: list[RawMessage] = []
+    offset = 0
+    t0 = time.perf_counter()
+    for s in range(segments_per_partition):
+        for p in range(partitions):
+            seg = _segment(
+                TopicPartition("t", p), s * 1000, s * 1000 + 999, SegmentState.COPY_SEGMENT_FINISHED
+            )
+            batch.append(RawMessage(0, offset, record_key(seg), encode_value(seg)))
+            offset += 1
+            if len(batch) >= 20_000:
+                cache.apply_batch(batch)
+                batch = []
+    if batch:
+        cache.apply_batch(batch)
+    build_s = time.perf_counter() - t0
+    cache.close()
+    cache = MetadataCache(path)  # lookups against a reopened cache, as after a restart
+    rng = random.Random(3)
+    times = []
+    max_offset = segments_per_partition * 1000 - 1
+    for _ in range(lookups):
+        tp = TopicPartition("t", rng.randrange(partitions))
+        o = rng.randrange(max_offset)
+        t = time.perf_counter()
+        found = cache.finished_segment_for_offset(tp, o)
+        times.append(time.perf_counter() - t)
+        assert found is not None and found.start_offset <= o <= found.end_offset
+    cache.close()
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    p99 = percentile(times, 99) * 1000
+    report.add(
+        Figure(
+            "scale",
+            f"segment-for-offset p99, {total:,} segments",
+            p99,
+            "ms",
+            "p50",
+            percentile(times, 50) * 1000,
+            None,
+            "< 1 ms",
+            p99 < 1.0,
+        )
+    )
+    report.add(Figure("scale", "cache size on disk", size / MiB, "MiB", note=f"{size / total:.0f} B/segment"))
+    report.add(Figure("scale", "cache build rate", total / build_s, "rec/s"))
+    shutil.rmtree(path, ignore_errors=True)
