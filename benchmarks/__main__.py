@@ -14,6 +14,7 @@ from benchmarks.offload import bench_memory, bench_offload
 from benchmarks.reads import bench_follower, bench_read_latency, bench_scale
 from benchmarks.report import Report
 from processor.devstack import stack
+from processor.runtime import tune_gc
 
 SECTIONS = ("offload", "memory", "reads", "follower", "scale")
 MiB = 1024 * 1024
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
 
+    tune_gc()  # as the worker and the CLI do
     workdir = Path(tempfile.mkdtemp(prefix="processor-bench-"))
     report = Report()
     t0 = time.perf_counter()

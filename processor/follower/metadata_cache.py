@@ -20,12 +20,14 @@ stopped and re-reads nothing (KIP-405 asks for this; Kafka itself re-reads the w
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from rocksdict import Options, Rdict, WriteBatch
 
@@ -53,6 +55,7 @@ _VERSION_KEY = b"V"
 _MAX_UUID = b"\xff" * 16
 
 
+@functools.lru_cache(maxsize=65536)
 def tp_key(tp: TopicPartition) -> bytes:
     return tp.topic.encode() + b"\x00" + _U32.pack(tp.partition)
 
@@ -61,8 +64,7 @@ def _offset_key(prefix: bytes, tp: TopicPartition, start: int, sid: uuid.UUID | 
     return prefix + tp_key(tp) + _U64.pack(start) + (sid.bytes if sid else _MAX_UUID)
 
 
-@dataclass(frozen=True, slots=True)
-class RawMessage:
+class RawMessage(NamedTuple):
     """One message of the metadata topic, as consumed."""
 
     partition: int
@@ -139,7 +141,7 @@ class MetadataCache:
                 if isinstance(record, RemotePartitionDeleteMetadata):
                     self._apply_partition(batch, partition_overlay, record)
                 else:
-                    self._apply_segment(batch, overlay, record)
+                    self._apply_segment(batch, overlay, record, msg.value)
                 result.applied += 1
             except (FormatError, ProcessorError) as exc:
                 reason = "undecodable" if isinstance(exc, FormatError) else "illegal"
@@ -169,6 +171,7 @@ class MetadataCache:
         batch: WriteBatch,
         overlay: dict[uuid.UUID, RemoteLogSegmentMetadata | None],
         record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate,
+        raw: bytes,
     ) -> None:
         sid = record.segment_id.id
         current = self._current(overlay, sid)
@@ -177,14 +180,15 @@ class MetadataCache:
         else:
             new = apply_update(current, record)
         overlay[sid] = new
-        tp = new.topic_partition
-        o_key = _offset_key(b"O", tp, new.start_offset, sid)
-        l_key = _offset_key(b"L", tp, new.start_offset, sid)
+        suffix = tp_key(new.segment_id.topic_partition) + _U64.pack(new.start_offset) + sid.bytes
+        o_key = b"O" + suffix
+        l_key = b"L" + suffix
         if new.state is SegmentState.DELETE_SEGMENT_FINISHED:
             batch.delete(b"S" + sid.bytes)
             batch.delete(l_key)
         else:
-            batch.put(b"S" + sid.bytes, encode_value(new))
+            # A snapshot that passed the state machine is stored as it arrived (no re-encoding).
+            batch.put(b"S" + sid.bytes, raw if new is record else encode_value(new))
             batch.put(l_key, _I64.pack(new.end_offset))
         if new.state is SegmentState.COPY_SEGMENT_FINISHED:
             batch.put(o_key, _O_VALUE.pack(new.end_offset, new.max_timestamp_ms))

@@ -130,6 +130,10 @@ def _to_avro(record: MetadataRecord) -> tuple[int, dict[str, Any]]:
     }
 
 
+_SEGMENT_STATES = {s.value: s for s in SegmentState}
+_PARTITION_STATES = {s.value: s for s in PartitionDeleteState}
+
+
 def _from_avro(record_type: int, d: dict[str, Any]) -> MetadataRecord:
     if record_type == TYPE_SEGMENT:
         return RemoteLogSegmentMetadata(
@@ -142,7 +146,7 @@ def _from_avro(record_type: int, d: dict[str, Any]) -> MetadataRecord:
             writer_epoch=d["writer_epoch"],
             segment_leader_epochs=tuple((e["epoch"], e["start_offset"]) for e in d["segment_leader_epochs"]),
             segment_size_in_bytes=d["segment_size_in_bytes"],
-            state=SegmentState(d["state"]),
+            state=_SEGMENT_STATES[d["state"]],
             custom_metadata=d["custom_metadata"],
             txn_index_empty=d["txn_index_empty"],
             data_object_key=d["data_object_key"],
@@ -158,12 +162,12 @@ def _from_avro(record_type: int, d: dict[str, Any]) -> MetadataRecord:
             event_timestamp_ms=d["event_timestamp_ms"],
             writer_id=d["writer_id"],
             writer_epoch=d["writer_epoch"],
-            state=SegmentState(d["state"]),
+            state=_SEGMENT_STATES[d["state"]],
             custom_metadata=d["custom_metadata"],
         )
     return RemotePartitionDeleteMetadata(
         topic_partition=TopicPartition(d["topic"], d["partition"]),
-        state=PartitionDeleteState(d["state"]),
+        state=_PARTITION_STATES[d["state"]],
         event_timestamp_ms=d["event_timestamp_ms"],
         writer_id=d["writer_id"],
         topic_id=d["topic_id"],

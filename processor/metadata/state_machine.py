@@ -13,6 +13,7 @@ states of that key. An *update* record always needs the segment's previous state
 
 from __future__ import annotations
 
+import operator
 from dataclasses import fields, replace
 
 from processor.errors import IllegalTransitionError
@@ -44,6 +45,8 @@ _PARTITION_ALLOWED: dict[PartitionDeleteState | None, frozenset[PartitionDeleteS
 
 # Fields a state change may alter; every other field of a segment is fixed once published.
 _MUTABLE = {"state", "event_timestamp_ms", "custom_metadata", "writer_id", "writer_epoch"}
+_IMMUTABLE = tuple(f.name for f in fields(RemoteLogSegmentMetadata) if f.name not in _MUTABLE)
+_immutable_values = operator.attrgetter(*_IMMUTABLE)
 
 
 def is_valid_transition(current: SegmentState | None, new: SegmentState) -> bool:
@@ -73,9 +76,9 @@ def apply_snapshot(
     if current is None:
         return snapshot
     check_transition(current.state, snapshot.state, snapshot.segment_id)
-    for f in fields(RemoteLogSegmentMetadata):
-        if f.name not in _MUTABLE and getattr(current, f.name) != getattr(snapshot, f.name):
-            raise IllegalTransitionError(f"segment {snapshot.segment_id} changed immutable field {f.name}")
+    if _immutable_values(current) != _immutable_values(snapshot):
+        changed = next(n for n in _IMMUTABLE if getattr(current, n) != getattr(snapshot, n))
+        raise IllegalTransitionError(f"segment {snapshot.segment_id} changed immutable field {changed}")
     return snapshot
 
 
