@@ -283,28 +283,38 @@ class OffloadEngine:
         metrics.CONSUMPTION_PAUSED.set(1 if paused else 0)
 
     def _take(self, consumer: Consumer, batch: list[Any]) -> None:
+        """Encode a consumed batch into open segments: the one per-record loop of the leader.
+
+        Messages arrive in runs from one partition, so the partition's state is looked up once per
+        run, not per record. Buffer accounting is per batch: ``used`` only shrinks behind our back
+        (copies release), so checking against it is safe.
+        """
         parts = self._parts
         buffer = self.buffer
         segment_bytes = self.options.segment_bytes
         block_bytes = self.options.block_bytes
         refused: dict[tuple[str, int], int] = {}
         taken = 0
-        # Buffer accounting per batch, not per record (a lock per record cost ~8% of the loop):
-        # ``used`` only shrinks behind our back (copies release), so checking against it is safe.
         used, bound, pending = buffer.used, buffer.bound, 0
+        run_topic: str | None = None
+        run_partition = -1
+        st: _Partition | None = None
         for msg in batch:
             if msg.error() is not None:
                 self._on_error(msg.error())
                 continue
-            where = (msg.topic(), msg.partition())
-            st = parts.get(where)
+            topic = msg.topic()
+            partition = msg.partition()
+            if partition != run_partition or topic != run_topic:
+                run_topic, run_partition = topic, partition
+                st = parts.get((topic, partition))
+                if st is not None and (topic, partition) in refused:
+                    st = None
             if st is None:
                 continue
             offset = msg.offset()
             if offset <= st.last_taken:
                 continue  # redelivery after a seek: already in a segment
-            if where in refused:
-                continue
             key = msg.key()
             value = msg.value()
             headers = msg.headers()
@@ -314,7 +324,8 @@ class OffloadEngine:
             if headers:
                 worst += 4 + sum(8 + len(n.encode()) + (len(v) if v else 0) for n, v in headers)
             if used + pending + worst > bound and used + pending > 0:
-                refused[where] = offset
+                refused[(topic, partition)] = offset
+                st = None  # the rest of this partition's run waits too
                 continue
             builder = st.builder
             if builder is None:
@@ -323,8 +334,9 @@ class OffloadEngine:
                 st.opened_at_ms = time.monotonic() * 1000
             ts_type, ts = msg.timestamp()
             epoch = msg.leader_epoch()
-            added = builder.append(offset, ts_type, ts, key, value, headers, -1 if epoch is None else epoch)
-            pending += added
+            pending += builder.append(
+                offset, ts_type, ts, key, value, headers, -1 if epoch is None else epoch
+            )
             st.last_taken = offset
             taken += 1
             if builder.size_bytes >= segment_bytes:
