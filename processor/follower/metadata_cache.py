@@ -159,12 +159,7 @@ class MetadataCache:
     ) -> RemoteLogSegmentMetadata | None:
         if sid in overlay:
             return overlay[sid]
-        raw = self._db.get(b"S" + sid.bytes)
-        if raw is None:
-            return None
-        record = decode_value(raw)
-        assert isinstance(record, RemoteLogSegmentMetadata)
-        return record
+        return self.segment(sid)
 
     def _apply_segment(
         self,

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, cast
@@ -118,28 +118,17 @@ class S3ChunkStorage(ChunkStorage):
             return ChunkInfo(key, size)
         return self._create_multipart(key, parts, size)
 
-    def _create_multipart(self, key: str, parts: Sequence[Buffer], size: int) -> ChunkInfo:
+    def _multipart(
+        self, op: str, key: str, upload_parts: Callable[[str], list[CompletedPartTypeDef]]
+    ) -> None:
+        """Create a multipart upload, let ``upload_parts(upload_id)`` fill it, complete it
+        conditionally (never over an existing object); abort on any failure."""
         try:
             upload_id = self._client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("create multipart", key, exc) from exc
         try:
-            groups = split_parts(parts, self.options.part_size)
-
-            def send(number: int, group: list[memoryview]) -> CompletedPartTypeDef:
-                length = sum(len(v) for v in group)
-                resp = self._client.upload_part(
-                    Bucket=self.bucket,
-                    Key=key,
-                    UploadId=upload_id,
-                    PartNumber=number,
-                    Body=cast(IO[bytes], ChainedReader(group)),
-                    ContentLength=length,
-                )
-                return {"PartNumber": number, "ETag": resp["ETag"]}
-
-            futures = [self._parts_pool.submit(send, n, g) for n, g in enumerate(groups, start=1)]
-            done = [f.result() for f in futures]
+            done = upload_parts(upload_id)
             self._client.complete_multipart_upload(
                 Bucket=self.bucket,
                 Key=key,
@@ -149,10 +138,30 @@ class S3ChunkStorage(ChunkStorage):
             )
         except (ClientError, BotoCoreError) as exc:
             self._abort(key, upload_id)
-            raise self._fail("multipart upload", key, exc) from exc
+            raise self._fail(op, key, exc) from exc
         except BaseException:
             self._abort(key, upload_id)
             raise
+
+    def _create_multipart(self, key: str, parts: Sequence[Buffer], size: int) -> ChunkInfo:
+        groups = split_parts(parts, self.options.part_size)
+
+        def upload(upload_id: str) -> list[CompletedPartTypeDef]:
+            def send(number: int, group: list[memoryview]) -> CompletedPartTypeDef:
+                resp = self._client.upload_part(
+                    Bucket=self.bucket,
+                    Key=key,
+                    UploadId=upload_id,
+                    PartNumber=number,
+                    Body=cast(IO[bytes], ChainedReader(group)),
+                    ContentLength=sum(len(v) for v in group),
+                )
+                return {"PartNumber": number, "ETag": resp["ETag"]}
+
+            futures = [self._parts_pool.submit(send, n, g) for n, g in enumerate(groups, start=1)]
+            return [f.result() for f in futures]
+
+        self._multipart("multipart upload", key, upload)
         return ChunkInfo(key, size)
 
     def _abort(self, key: str, upload_id: str) -> None:
@@ -219,11 +228,8 @@ class S3ChunkStorage(ChunkStorage):
             raise StorageError(
                 "S3 concat needs every source but the last to be at least 5 MiB", retriable=False
             )
-        try:
-            upload_id = self._client.create_multipart_upload(Bucket=self.bucket, Key=target)["UploadId"]
-        except (ClientError, BotoCoreError) as exc:
-            raise self._fail("create multipart", target, exc) from exc
-        try:
+
+        def copy_parts(upload_id: str) -> list[CompletedPartTypeDef]:
             parts: list[CompletedPartTypeDef] = []
             for number, info in enumerate(infos, start=1):
                 resp = self._client.upload_part_copy(
@@ -234,16 +240,9 @@ class S3ChunkStorage(ChunkStorage):
                     CopySource={"Bucket": self.bucket, "Key": info.key},
                 )
                 parts.append({"PartNumber": number, "ETag": resp["CopyPartResult"]["ETag"]})
-            self._client.complete_multipart_upload(
-                Bucket=self.bucket,
-                Key=target,
-                UploadId=upload_id,
-                MultipartUpload={"Parts": parts},
-                IfNoneMatch="*",
-            )
-        except (ClientError, BotoCoreError) as exc:
-            self._abort(target, upload_id)
-            raise self._fail("concat", target, exc) from exc
+            return parts
+
+        self._multipart("concat", target, copy_parts)
         return ChunkInfo(target, sum(i.size for i in infos))
 
     # -- lifecycle --------------------------------------------------------------------------------
