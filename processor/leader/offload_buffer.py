@@ -20,7 +20,6 @@ class OffloadBuffer:
         self._used = 0
         self._peak = 0
         self._lock = threading.Lock()
-        self._freed = threading.Condition(self._lock)
 
     @property
     def used(self) -> int:
@@ -46,11 +45,6 @@ class OffloadBuffer:
             self._used -= nbytes
             if self._used < 0:
                 raise AssertionError(f"offload buffer released more than it held ({self._used})")
-            self._freed.notify_all()
 
     def can_resume(self) -> bool:
         return self._used <= self.resume_mark
-
-    def wait_for_space(self, timeout_s: float) -> bool:
-        with self._freed:
-            return self._freed.wait_for(lambda: self._used <= self.resume_mark, timeout=timeout_s)

@@ -323,7 +323,7 @@ class OffloadEngine:
             )
             if headers:
                 worst += 4 + sum(8 + len(n.encode()) + (len(v) if v else 0) for n, v in headers)
-            if used + pending + worst > bound and used + pending > 0:
+            if used + pending + worst > bound and used + pending > 0:  # OffloadBuffer.fits, inlined
                 refused[(topic, partition)] = offset
                 st = None  # the rest of this partition's run waits too
                 continue

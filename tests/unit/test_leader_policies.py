@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import threading
-
 from processor.leader.offload_buffer import OffloadBuffer
 from processor.leader.roll_policy import RollPolicy, RollReason
 
@@ -26,10 +24,3 @@ def test_buffer_bound_and_hysteresis() -> None:
     b.release(100)
     assert b.can_resume()
     assert b.peak == 1000
-
-
-def test_wait_for_space_wakes_on_release() -> None:
-    b = OffloadBuffer(100)
-    b.add(100)
-    threading.Timer(0.05, b.release, args=(60,)).start()
-    assert b.wait_for_space(5.0)
