@@ -8,8 +8,9 @@ import logging
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from processor.errors import (
     ConfigError,
@@ -22,7 +23,9 @@ from processor.errors import (
 from processor.runtime import tune_gc
 
 if TYPE_CHECKING:
+    from processor.app import Follower
     from processor.config import Settings
+    from processor.reader.remote_reader import RemoteReader
 
 log = logging.getLogger("processor")
 
@@ -71,9 +74,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_side(settings: Settings, tp_topic: str, partition: int | None) -> tuple[Any, Any, Any]:
-    """A throwaway follower for one-off CLI reads: materialize only the metadata partitions that hold
-    the topic's partitions into a temporary cache, then query it. Works with or without a worker."""
+@dataclass
+class _ReadSide:
+    """A throwaway follower for one-off CLI reads, and what must be released after."""
+
+    follower: Follower
+    reader: RemoteReader
+    cache_dir: tempfile.TemporaryDirectory[str]
+
+    def close(self) -> None:
+        self.follower.close()
+        self.reader.storage.close()
+        self.cache_dir.cleanup()
+
+
+def _read_side(settings: Settings, tp_topic: str, partition: int | None) -> _ReadSide:
+    """Materialize only the metadata partitions that hold the topic's partitions into a temporary
+    cache, then read through it. Works whether or not a worker runs."""
     from processor.app import build_follower, build_reader, build_storage
     from processor.kafka_clients import check_broker, partition_counts
     from processor.metadata.codec import metadata_partition_for
@@ -88,14 +105,13 @@ def _read_side(settings: Settings, tp_topic: str, partition: int | None) -> tupl
     meta_parts = counts[settings.metadata_topic]
     partitions = [partition] if partition is not None else list(range(counts.get(tp_topic, 0)))
     wanted = sorted({metadata_partition_for(TopicPartition(tp_topic, p), meta_parts) for p in partitions})
-    tmp = tempfile.TemporaryDirectory(prefix="processor-cli-cache-")
+    cache_dir = tempfile.TemporaryDirectory(prefix="processor-cli-cache-")
     scoped = settings.model_copy(
         update={"follow_metadata_partitions": tuple(wanted) or (0,), "follow_topics": (tp_topic,)}
     )
-    follower = build_follower(scoped, meta_parts, cache_dir=Path(tmp.name))
+    follower = build_follower(scoped, meta_parts, cache_dir=Path(cache_dir.name))
     follower.materializer.catch_up()
-    storage = build_storage(settings)
-    return follower, build_reader(settings, storage, follower.rlmm), tmp
+    return _ReadSide(follower, build_reader(settings, build_storage(settings), follower.rlmm), cache_dir)
 
 
 def cmd_segments(args: argparse.Namespace) -> int:
@@ -106,15 +122,15 @@ def cmd_segments(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     topic = validate_topic(args.topic)
-    follower, _reader, tmp = _read_side(settings, topic, args.partition)
+    side = _read_side(settings, topic, args.partition)
     try:
-        tps = [tp for tp in follower.cache.topic_partitions() if tp.topic == topic]
+        cache = side.follower.cache
+        tps = [tp for tp in cache.topic_partitions() if tp.topic == topic]
         if args.partition is not None:
             tps = [tp for tp in tps if tp == TopicPartition(topic, args.partition)]
-        rows = [segment_to_json(s) for tp in tps for s in follower.cache.listed_segments(tp)]
+        rows = [segment_to_json(s) for tp in tps for s in cache.listed_segments(tp)]
     finally:
-        follower.close()
-        tmp.cleanup()
+        side.close()
     if args.json:
         for row in rows:
             print(json.dumps(row))
@@ -138,16 +154,14 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     tp = TopicPartition(validate_topic(args.topic), args.partition)
-    follower, reader, tmp = _read_side(settings, tp.topic, tp.partition)
+    side = _read_side(settings, tp.topic, tp.partition)
     try:
         if args.offset is not None:
-            records = reader.read_from_offset(tp, args.offset, args.max_records, max_bytes=1 << 62)
+            records = side.reader.read_from_offset(tp, args.offset, args.max_records, max_bytes=1 << 62)
         else:
-            records = reader.read_from_timestamp(tp, args.timestamp, args.max_records, max_bytes=1 << 62)
+            records = side.reader.read_from_timestamp(tp, args.timestamp, args.max_records, max_bytes=1 << 62)
     finally:
-        follower.close()
-        reader.storage.close()
-        tmp.cleanup()
+        side.close()
     for record in records:
         if args.json:
             print(json.dumps(record_to_json(record)))
