@@ -25,6 +25,12 @@ REMOTE_END_OFFSET = Gauge(
     "Highest offset in a COPY_SEGMENT_FINISHED segment (-1: none)",
     ["topic", "partition"],
 )
+OFFLOAD_LAG = Gauge(
+    "processor_offload_lag_records",
+    "Records the source partition holds beyond the highest offset in a finished segment (a growing "
+    "value means copies are not keeping up or are stalled)",
+    ["topic", "partition"],
+)
 METADATA_SKIPPED = Counter(
     "processor_metadata_records_skipped_total",
     "Metadata records skipped (undecodable or illegal)",

@@ -25,6 +25,7 @@ available offset when nothing is remote yet (historical data is offloaded too, P
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import queue
 import threading
@@ -49,6 +50,7 @@ from processor.segment.record_format import ENTRY_OVERHEAD
 
 log = logging.getLogger(__name__)
 
+LAG_INTERVAL_MS = 2000
 RemoteStateLoader = Callable[[list[TopicPartition]], dict[TopicPartition, PartitionRemoteState]]
 
 
@@ -74,6 +76,7 @@ class _Partition:
     builder: SegmentBuilder | None = None
     opened_at_ms: float = 0.0
     last_taken: int = -1
+    lag: int | None = None
     pending: collections.deque[SealedSegment] = field(default_factory=collections.deque)
     dangling: list[RemoteLogSegmentMetadata] = field(default_factory=list)
     copying: bool = False
@@ -87,6 +90,7 @@ class PartitionStatus:
     open_bytes: int
     pending_segments: int
     copying: bool
+    lag: int | None  # source high watermark - (remote_end + 1), from the last fetch; None: unknown
 
 
 class OffloadEngine:
@@ -150,7 +154,11 @@ class OffloadEngine:
         with self._lock:
             return {
                 st.tp: PartitionStatus(
-                    st.remote_end, st.builder.size_bytes if st.builder else 0, len(st.pending), st.copying
+                    st.remote_end,
+                    st.builder.size_bytes if st.builder else 0,
+                    len(st.pending),
+                    st.copying,
+                    st.lag,
                 )
                 for st in self._parts.values()
             }
@@ -172,6 +180,7 @@ class OffloadEngine:
 
     def _run(self) -> None:
         consumer = self._consumer_factory()
+        next_lag_ms = 0.0
         try:
             while not self._stopping.is_set():
                 self._drain_commands(consumer)
@@ -183,8 +192,12 @@ class OffloadEngine:
                 batch = consumer.consume(self.options.batch_size, 0.05)
                 if batch:
                     self._take(consumer, batch)
-                self._roll_due(time.monotonic() * 1000)
+                now_ms = time.monotonic() * 1000
+                self._roll_due(now_ms)
                 self._relieve_pressure()
+                if now_ms >= next_lag_ms:
+                    self._update_lag(consumer)
+                    next_lag_ms = now_ms + LAG_INTERVAL_MS
         except BaseException as exc:  # surfaced through .failure and the health check
             log.exception("offload engine crashed")
             self.failure = exc
@@ -260,6 +273,10 @@ class OffloadEngine:
                 st.pending.clear()
                 self.buffer.release(released)
                 gone.append(st)
+        for st in gone:  # per-partition series of partitions this worker no longer leads
+            for gauge in (metrics.REMOTE_END_OFFSET, metrics.OFFLOAD_LAG):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(st.tp.topic, str(st.tp.partition))
         if gone:
             consumer.incremental_unassign([KafkaTP(st.tp.topic, st.tp.partition) for st in gone])
             log.info("stopped leading %s", ", ".join(str(st.tp) for st in gone))
@@ -381,6 +398,17 @@ class OffloadEngine:
             b = st.builder
             if b is not None and self.policy.check(b.size_bytes, st.opened_at_ms, now_ms) is RollReason.TIME:
                 self._seal(st, RollReason.TIME)
+
+    def _update_lag(self, consumer: Consumer) -> None:
+        """Publish each partition's offload lag, from the high watermark of the last fetch response
+        (librdkafka caches it: no request is sent)."""
+        for st in list(self._parts.values()):
+            _low, high = consumer.get_watermark_offsets(KafkaTP(st.tp.topic, st.tp.partition), cached=True)
+            if high is None or high < 0:
+                continue
+            covered = st.remote_end + 1 if st.remote_end is not None else 0
+            st.lag = max(0, high - covered)
+            metrics.OFFLOAD_LAG.labels(st.tp.topic, str(st.tp.partition)).set(st.lag)
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:

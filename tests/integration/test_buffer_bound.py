@@ -71,9 +71,11 @@ def test_buffer_bound_holds_while_s3_is_stalled(local_stack: StackInfo, tmp_path
             time.sleep(0.05)
         assert engine.paused, "consumption never paused although S3 is stalled"
         taken_at_pause = metrics.RECORDS_TAKEN._value.get()
-        time.sleep(2.0)
+        time.sleep(2.5)
         assert engine.paused
         assert metrics.RECORDS_TAKEN._value.get() == taken_at_pause, "records were taken while paused"
+        # the stall is visible: every partition lags (nothing is in a finished segment yet)
+        assert all((s.lag or 0) > 0 for s in engine.status().values()), engine.status()
     finally:
         os.kill(weed_pid, signal.SIGCONT)
     try:
@@ -88,6 +90,10 @@ def test_buffer_bound_holds_while_s3_is_stalled(local_stack: StackInfo, tmp_path
         assert all(status[TopicPartition(TOPIC, p)].remote_end == end for p, end in expected.items()), status
         assert not engine.paused, "consumption did not resume once uploads freed space"
         assert engine.pause_count >= 1
+        deadline = time.monotonic() + 10
+        while any(s.lag for s in engine.status().values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert all(s.lag == 0 for s in engine.status().values()), engine.status()
     finally:
         sampling.set()
         engine.stop()

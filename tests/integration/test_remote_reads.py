@@ -209,6 +209,19 @@ def test_worker_http_api(offloaded) -> None:
     assert http(f"{base}/fetch?topic={TOPIC}&partition=0&offset=1&timestamp=5")[0] == 400
     metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
     assert "processor_segments_copied_total" in metrics
+    # everything produced is offloaded, so no partition lags
+    deadline = time.monotonic() + 15
+    while True:
+        lags = {
+            line.split("partition=")[1].split('"')[1]: float(line.rsplit(" ", 1)[1])
+            for line in metrics.splitlines()
+            if line.startswith("processor_offload_lag_records{") and f'topic="{TOPIC}"' in line
+        }
+        if len(lags) == PARTITIONS or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+        metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+    assert lags == {str(p): 0.0 for p in range(PARTITIONS)}
 
 
 def test_follower_restart_rereads_nothing(offloaded, tmp_path: Path) -> None:
