@@ -132,25 +132,20 @@ def run_worker_offload(
     extra_env: dict[str, str] | None = None,
 ) -> OffloadRun:
     tag = uuid.uuid4().hex[:8]
-    port = stack.free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
-    env.update(info.env())
-    env.update(
-        {
-            "PROCESSOR_TOPICS": topic.name,
-            "PROCESSOR_APP_ID": f"bench-{tag}",
-            "PROCESSOR_METADATA_TOPIC": f"__bench_meta_{tag}",
-            "PROCESSOR_S3_PREFIX": f"bench-{tag}",
-            "PROCESSOR_SEGMENT_BYTES": str(segment_bytes),
-            "PROCESSOR_SEGMENT_MS": "1000",
-            "PROCESSOR_BUFFER_BYTES": str(buffer_bytes),
-            "PROCESSOR_DATA_DIR": str(workdir / tag),
-            "PROCESSOR_WEB_PORT": str(port),
-            "PROCESSOR_LOG_LEVEL": "warn",
-            "PROCESSOR_FOLLOWER_ENABLED": "false",
-        }
+    env = info.worker_env(
+        workdir / tag,
+        topic.name,
+        PROCESSOR_APP_ID=f"bench-{tag}",
+        PROCESSOR_METADATA_TOPIC=f"__bench_meta_{tag}",
+        PROCESSOR_S3_PREFIX=f"bench-{tag}",
+        PROCESSOR_SEGMENT_BYTES=str(segment_bytes),
+        PROCESSOR_SEGMENT_MS="1000",
+        PROCESSOR_BUFFER_BYTES=str(buffer_bytes),
+        PROCESSOR_LOG_LEVEL="warn",
+        PROCESSOR_FOLLOWER_ENABLED="false",
+        **(extra_env or {}),
     )
-    env.update(extra_env or {})
+    port = int(env["PROCESSOR_WEB_PORT"])
     log = (workdir / f"worker-{tag}.log").open("wb")
     t_wall = time.perf_counter()
     proc = subprocess.Popen(

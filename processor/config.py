@@ -55,23 +55,17 @@ class Settings(BaseSettings):
     copy_retry_backoff_max_ms: int = Field(default=30_000, ge=1)
     log_level: str = Field(default="info", pattern=r"^(?i:debug|info|warn|warning|error|crit)$")
 
-    @field_validator("topics", mode="before")
-    @classmethod
-    def _split_topics(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(t.strip() for t in value.split(",") if t.strip())
-        return value
-
-    @field_validator("follow_topics", "follow_metadata_partitions", mode="before")
+    @field_validator("topics", "follow_topics", "follow_metadata_partitions", mode="before")
     @classmethod
     def _split_lists(cls, value: Any) -> Any:
+        """Comma-separated lists, blanks ignored."""
         if isinstance(value, str):
             return tuple(t.strip() for t in value.split(",") if t.strip())
         return value
 
-    @field_validator("follow_topics")
+    @field_validator("topics", "follow_topics")
     @classmethod
-    def _valid_follow_topics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _valid_topic_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for topic in value:
             validate_topic(topic)
         return value
@@ -85,9 +79,7 @@ class Settings(BaseSettings):
 
     @field_validator("topics")
     @classmethod
-    def _valid_topics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for topic in value:
-            validate_topic(topic)
+    def _distinct_topics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if len(set(value)) != len(value):
             raise ValueError("topics are listed more than once")
         return value

@@ -27,24 +27,17 @@ DEMO_PARTITIONS = 4
 METADATA_TOPIC = "__remote_log_metadata"
 
 
-def worker_env(info: stack.StackInfo, data_dir: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
-    env.update(info.env())
-    env.update(
-        {
-            "PROCESSOR_TOPICS": DEMO_TOPIC,
-            "PROCESSOR_METADATA_TOPIC": METADATA_TOPIC,
-            "PROCESSOR_SEGMENT_BYTES": str(4 * 1024 * 1024),
-            "PROCESSOR_SEGMENT_MS": "2000",
-            "PROCESSOR_BUFFER_BYTES": str(64 * 1024 * 1024),
-            "PROCESSOR_DATA_DIR": str(data_dir),
-            "PROCESSOR_WORKER_ID": "demo-worker-1",
-            "PROCESSOR_WEB_PORT": str(stack.free_port()),
-            "PROCESSOR_LOG_LEVEL": "warn",
-        }
+def worker_env(info: stack.StackInfo, data_dir: Path) -> dict[str, str]:
+    return info.worker_env(
+        data_dir,
+        DEMO_TOPIC,
+        PROCESSOR_METADATA_TOPIC=METADATA_TOPIC,
+        PROCESSOR_SEGMENT_BYTES=str(4 * 1024 * 1024),
+        PROCESSOR_SEGMENT_MS="2000",
+        PROCESSOR_BUFFER_BYTES=str(64 * 1024 * 1024),
+        PROCESSOR_WORKER_ID="demo-worker-1",
+        PROCESSOR_LOG_LEVEL="warn",
     )
-    env.update(extra)
-    return env
 
 
 def wait_offloaded(

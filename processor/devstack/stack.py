@@ -40,6 +40,22 @@ class StackInfo:
     pids: dict[str, int] = field(default_factory=dict)
     commands: dict[str, str] = field(default_factory=dict)
 
+    def worker_env(self, data_dir: str | os.PathLike[str], topics: str, **overrides: str) -> dict[str, str]:
+        """The full environment of a ``processor worker`` child on this stack: this process's
+        environment without its PROCESSOR_* variables, the stack's addresses, the topics, a data dir
+        and a free web port, then ``overrides`` (PROCESSOR_* names)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
+        env.update(self.env())
+        env.update(
+            {
+                "PROCESSOR_TOPICS": topics,
+                "PROCESSOR_DATA_DIR": str(data_dir),
+                "PROCESSOR_WEB_PORT": str(free_port()),
+            }
+        )
+        env.update(overrides)
+        return env
+
     def env(self) -> dict[str, str]:
         """The variables a worker or the CLI needs to use this stack."""
         return {

@@ -18,6 +18,7 @@ from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.model import TopicPartition
 from processor.metadata.topic_io import ensure_metadata_topic
+from tests.integration.worker_process import wait_engine_offloaded
 
 pytestmark = pytest.mark.integration
 
@@ -80,12 +81,7 @@ def test_buffer_bound_holds_while_s3_is_stalled(local_stack: StackInfo, tmp_path
         os.kill(weed_pid, signal.SIGCONT)
     try:
         expected = {p: sum(1 for r in produced if r.partition == p) - 1 for p in range(PARTITIONS)}
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            status = engine.status()
-            if all((status[TopicPartition(TOPIC, p)].remote_end or -1) >= end for p, end in expected.items()):
-                break
-            time.sleep(0.2)
+        wait_engine_offloaded(engine, {TopicPartition(TOPIC, p): e for p, e in expected.items()}, 180)
         status = engine.status()
         assert all(status[TopicPartition(TOPIC, p)].remote_end == end for p, end in expected.items()), status
         assert not engine.paused, "consumption did not resume once uploads freed space"

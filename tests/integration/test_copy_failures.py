@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from processor.segment.block_format import SegmentBuilder
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import Buffer, ChunkInfo
 from processor.storage.filesystem import FilesystemChunkStorage
+from tests.integration.worker_process import wait_engine_offloaded
 
 pytestmark = pytest.mark.integration
 
@@ -90,12 +90,7 @@ def test_failed_copies_are_retried_in_order_and_dangling_copies_cleaned(
     try:
         engine.assign([TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)], epoch=3)
         ends = {p: sum(1 for r in produced if r.partition == p) - 1 for p in (0, 1)}
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            status = engine.status()
-            if all((status[TopicPartition(TOPIC, p)].remote_end or -1) >= e for p, e in ends.items()):
-                break
-            time.sleep(0.2)
+        wait_engine_offloaded(engine, {TopicPartition(TOPIC, p): e for p, e in ends.items()}, 120)
     finally:
         engine.stop()
         publisher.close()

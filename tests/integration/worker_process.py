@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from processor.devstack import stack
+from processor.leader.offload_engine import OffloadEngine
+from processor.metadata.model import TopicPartition
 
 
 def worker_env(info: stack.StackInfo, data_dir: Path, topics: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
-    env.update(info.env())
-    env.update(
-        {
-            "PROCESSOR_TOPICS": topics,
-            "PROCESSOR_DATA_DIR": str(data_dir),
-            "PROCESSOR_WEB_PORT": str(stack.free_port()),
-            "PROCESSOR_LOG_LEVEL": "info",
-        }
-    )
-    env.update(extra)
-    return env
+    return info.worker_env(data_dir, topics, **{"PROCESSOR_LOG_LEVEL": "info", **extra})
+
+
+def wait_engine_offloaded(engine: OffloadEngine, ends: dict[TopicPartition, int], timeout_s: float) -> None:
+    """Wait until the in-process engine's finished coverage reaches ``ends`` (or the time is up)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = engine.status()
+        if all((status[tp].remote_end or -1) >= end for tp, end in ends.items()):
+            return
+        time.sleep(0.2)
 
 
 class WorkerProcess:
