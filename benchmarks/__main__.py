@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--scale-partitions", type=int, default=1000)
     parser.add_argument("--scale-segments", type=int, default=1000, help="finished segments per partition")
+    parser.add_argument("--reads", type=int, default=200, help="random remote reads in the reads section")
+    parser.add_argument("--follower-records", type=int, default=200_000, help="metadata records applied")
     parser.add_argument("--out", default="bench-results.json")
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
@@ -56,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
             if "memory" in only:
                 bench_memory(report, info, workdir, big)
             if "reads" in only:
-                bench_read_latency(report, info, workdir, big)
+                bench_read_latency(report, info, workdir, big, reads=args.reads)
         if info is not None and "follower" in only:
-            bench_follower(report, info, workdir)
+            bench_follower(report, info, workdir, records=args.follower_records)
         if "scale" in only:
             bench_scale(report, workdir, args.scale_partitions, args.scale_segments)
     finally:

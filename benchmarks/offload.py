@@ -132,19 +132,18 @@ def run_worker_offload(
     extra_env: dict[str, str] | None = None,
 ) -> OffloadRun:
     tag = uuid.uuid4().hex[:8]
-    env = info.worker_env(
-        workdir / tag,
-        topic.name,
-        PROCESSOR_APP_ID=f"bench-{tag}",
-        PROCESSOR_METADATA_TOPIC=f"__bench_meta_{tag}",
-        PROCESSOR_S3_PREFIX=f"bench-{tag}",
-        PROCESSOR_SEGMENT_BYTES=str(segment_bytes),
-        PROCESSOR_SEGMENT_MS="1000",
-        PROCESSOR_BUFFER_BYTES=str(buffer_bytes),
-        PROCESSOR_LOG_LEVEL="warn",
-        PROCESSOR_FOLLOWER_ENABLED="false",
-        **(extra_env or {}),
-    )
+    overrides = {
+        "PROCESSOR_APP_ID": f"bench-{tag}",
+        "PROCESSOR_METADATA_TOPIC": f"__bench_meta_{tag}",
+        "PROCESSOR_S3_PREFIX": f"bench-{tag}",
+        "PROCESSOR_SEGMENT_BYTES": str(segment_bytes),
+        "PROCESSOR_SEGMENT_MS": "1000",
+        "PROCESSOR_BUFFER_BYTES": str(buffer_bytes),
+        "PROCESSOR_LOG_LEVEL": "warn",
+        "PROCESSOR_FOLLOWER_ENABLED": "false",
+    }
+    # extra_env wins over the defaults above (a caller may name its own metadata topic or prefix).
+    env = info.worker_env(workdir / tag, topic.name, **{**overrides, **(extra_env or {})})
     port = int(env["PROCESSOR_WEB_PORT"])
     log = (workdir / f"worker-{tag}.log").open("wb")
     t_wall = time.perf_counter()

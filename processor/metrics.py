@@ -36,3 +36,17 @@ METADATA_SKIPPED = Counter(
     "Metadata records skipped (undecodable or illegal)",
     ["reason"],
 )
+OFFSETS_LOST = Counter(
+    "processor_offsets_lost_total",
+    "Source offsets deleted by the broker's retention before they were offloaded (data loss)",
+    ["topic", "partition"],
+)
+SEGMENTS_DELETED = Counter(
+    "processor_remote_segments_deleted_total",
+    "Remote segments that reached DELETE_SEGMENT_FINISHED, by reason",
+    ["reason"],
+)
+DELETE_FAILURES = Counter(
+    "processor_remote_delete_failures_total",
+    "Failed attempts to delete a remote segment's objects (each is retried)",
+)

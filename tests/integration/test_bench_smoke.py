@@ -1,0 +1,52 @@
+"""Every benchmark phase runs end to end at a tiny size, so the harness cannot silently break.
+
+Asserts that each section completes and prints its figures; never a timing (speed is judged by
+``make bench``, not by tests).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_every_bench_section_completes_and_reports_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--gib",
+            "0.002",
+            "--small-values-gib",
+            "0.0005",
+            "--reads",
+            "5",
+            "--follower-records",
+            "2000",
+            "--scale-partitions",
+            "3",
+            "--scale-segments",
+            "20",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    figures = json.loads(out.read_text())["figures"]
+    sections = {f["section"] for f in figures}
+    from benchmarks.__main__ import SECTIONS
+
+    assert sections == set(SECTIONS), sections
+    assert all(isinstance(f["value"], int | float) for f in figures)
