@@ -219,7 +219,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="processor", description="Tiered storage for Apache Kafka.")
+    from processor import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="processor",
+        description="Tiered storage for Apache Kafka.",
+        epilog="exit codes: 0 ok, 1 problems found, 2 bad input (usage, configuration), "
+        "3 Kafka or S3 unreachable, 4 offset not in remote storage, 130 interrupted",
+    )
+    parser.add_argument("--version", action="version", version=f"processor {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     worker = sub.add_parser("worker", help="run the offload worker against the configured cluster")
