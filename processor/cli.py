@@ -20,6 +20,7 @@ from processor.errors import (
     ServiceUnavailableError,
     StorageError,
 )
+from processor.logs import faust_logging_options
 from processor.runtime import tune_gc
 
 if TYPE_CHECKING:
@@ -32,23 +33,28 @@ log = logging.getLogger("processor")
 DEFAULT_STACK_DIR = ".stack"
 
 
-def _setup_logging(level: str = "info") -> None:
-    logging.basicConfig(
-        level=getattr(
-            logging, level.upper().replace("WARN", "WARNING").replace("WARNINGING", "WARNING"), logging.INFO
-        ),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def _setup_logging(level: str = "info", log_format: str = "text") -> None:
+    from processor.logs import setup_logging
+
+    setup_logging(level, log_format)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     import faust
 
-    from processor.app import build_app, build_engine, build_follower, build_reader, prepare
+    from processor.app import (
+        build_app,
+        build_engine,
+        build_follower,
+        build_reader,
+        build_readiness_watch,
+        build_storage,
+        prepare,
+    )
     from processor.config import load_settings
 
     settings = load_settings()
-    _setup_logging(settings.log_level)
+    _setup_logging(settings.log_level, settings.log_format)
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
     storage, metadata_partitions = prepare(settings)
     engine = build_engine(settings, storage, metadata_partitions)
@@ -58,15 +64,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
         follower = build_follower(settings, metadata_partitions)
         reader = build_reader(settings, storage, follower.rlmm)
     app = build_app(settings, engine, reader, follower)
-    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
+    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, **faust_logging_options(settings))
+    probe_storage = build_storage(settings, probe=True)
+    watch = build_readiness_watch(settings, follower, probe_storage)
     engine.start()
     if follower is not None:
         follower.materializer.start()
+    watch.start()
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
         return int(exc.code or 0)
     finally:
+        watch.stop()
+        probe_storage.close()
         engine.stop()
         if follower is not None:
             follower.close()
@@ -259,6 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", default=".stack/demo")
     demo.add_argument("--records", type=int, default=20000)
     demo.set_defaults(func=cmd_demo)
+
+    from processor.commands import follower as follower_command
+
+    follower_command.register(sub)
     return parser
 
 
