@@ -157,34 +157,6 @@ def cmd_segments(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_fetch(args: argparse.Namespace) -> int:
-    from processor.config import load_settings
-    from processor.metadata.model import TopicPartition
-    from processor.reader.record_json import record_to_json
-    from processor.segment.object_keys import validate_topic
-
-    settings = load_settings()
-    tp = TopicPartition(validate_topic(args.topic), args.partition)
-    side = _read_side(settings, tp.topic, tp.partition)
-    try:
-        if args.offset is not None:
-            records = side.reader.read_from_offset(tp, args.offset, args.max_records, max_bytes=1 << 62)
-        else:
-            records = side.reader.read_from_timestamp(tp, args.timestamp, args.max_records, max_bytes=1 << 62)
-    finally:
-        side.close()
-    for record in records:
-        if args.json:
-            print(json.dumps(record_to_json(record)))
-        else:
-            key = "null" if record.key is None else repr(record.key[:40])
-            value = "null" if record.value is None else f"{len(record.value)} bytes"
-            print(
-                f"{record.offset}\t{record.timestamp}\tkey={key}\tvalue={value}\theaders={len(record.headers)}"
-            )
-    return 0
-
-
 def cmd_dev(args: argparse.Namespace) -> int:
     from processor.devstack import stack
 
@@ -235,8 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="processor",
         description="Tiered storage for Apache Kafka.",
-        epilog="exit codes: 0 ok, 1 problems found, 2 bad input (usage, configuration), "
-        "3 Kafka or S3 unreachable, 4 offset not in remote storage, 130 interrupted",
+        epilog="exit codes: 0 ok, 1 problems found, 2 bad input (usage, configuration, an offset "
+        "not in remote storage), 3 Kafka or S3 unreachable, 130 interrupted",
     )
     parser.add_argument("--version", action="version", version=f"processor {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -256,24 +228,23 @@ def build_parser() -> argparse.ArgumentParser:
     segments.add_argument("--json", action="store_true", help="one JSON object per line")
     segments.set_defaults(func=cmd_segments)
 
-    fetch = sub.add_parser("fetch", help="read records back from remote storage")
-    fetch.add_argument("--topic", required=True)
-    fetch.add_argument("--partition", type=int, required=True)
-    where = fetch.add_mutually_exclusive_group(required=True)
-    where.add_argument("--offset", type=int)
-    where.add_argument("--timestamp", type=int, help="milliseconds since the epoch")
-    fetch.add_argument("--max-records", type=int, default=100)
-    fetch.add_argument("--json", action="store_true", help="one JSON object per line (bytes as base64)")
-    fetch.set_defaults(func=cmd_fetch)
+    from processor.commands import config_cmd, verify
+    from processor.commands import fetch as fetch_command
+    from processor.commands import follower as follower_command
+
+    fetch = sub.add_parser(
+        "fetch", help="read records back from remote storage (text, JSON lines, raw, Parquet)"
+    )
+    fetch_command.register_arguments(fetch)
 
     demo = sub.add_parser("demo", help="offload sample records on the embedded stack, then stop everything")
     demo.add_argument("--dir", default=".stack/demo")
     demo.add_argument("--records", type=int, default=20000)
     demo.set_defaults(func=cmd_demo)
 
-    from processor.commands import follower as follower_command
-
     follower_command.register(sub)
+    config_cmd.register(sub)
+    verify.register(sub)
     return parser
 
 
@@ -285,9 +256,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, InvalidNameError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except OffsetNotInRemoteError as exc:
+    except OffsetNotInRemoteError as exc:  # asked for what is not there: bad input
         print(f"error: {exc}", file=sys.stderr)
-        return 4
+        return 2
     except (ServiceUnavailableError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
