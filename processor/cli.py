@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from processor.errors import (
     ConfigError,
     InvalidNameError,
+    MetadataTopicError,
     OffsetNotInRemoteError,
     ProcessorError,
     ServiceUnavailableError,
@@ -248,22 +249,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(exc: BaseException) -> None:
+    """Report a command's failure: a log record when JSON logging is on (so every line the process
+    writes stays JSON), else one plain line on stderr."""
+    from processor.logs import json_logging_active
+
+    if json_logging_active():
+        log.error("error: %s", exc, extra={"error": type(exc).__name__})
+    else:
+        print(f"error: {exc}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit codes, the same for every command: 0 ok, 1 problems found, 2 bad input (usage,
+    configuration, an offset not in remote storage), 3 Kafka or S3 unreachable, 130 interrupted."""
     args = build_parser().parse_args(argv)
     tune_gc()
     try:
         return int(args.func(args))
-    except (ConfigError, InvalidNameError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ConfigError, InvalidNameError, OffsetNotInRemoteError) as exc:
+        _error(exc)
         return 2
-    except OffsetNotInRemoteError as exc:  # asked for what is not there: bad input
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (ServiceUnavailableError, StorageError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ServiceUnavailableError, StorageError, MetadataTopicError) as exc:
+        _error(exc)
         return 3
     except ProcessorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(exc)
         return 1
     except KeyboardInterrupt:
         return 130

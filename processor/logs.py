@@ -142,3 +142,7 @@ def segment_fields(metadata: Any) -> dict[str, Any]:
         "records": metadata.record_count,
         "state": metadata.state.name,
     }
+
+
+def json_logging_active() -> bool:
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.root.handlers)

@@ -506,6 +506,13 @@ class OffloadEngine:
                     attempt,
                     exc,
                     backoff,
+                    extra={
+                        "topic": st.tp.topic,
+                        "partition": st.tp.partition,
+                        "start_offset": segment.start_offset,
+                        "end_offset": segment.end_offset,
+                        "attempt": attempt,
+                    },
                 )
                 if self._stopping.wait(backoff):
                     return
