@@ -99,4 +99,6 @@ FOLLOWER_LAG = Gauge(
     "Metadata records the follower has not applied yet, by metadata partition",
     ["partition"],
 )
-HEALTH_READY = Gauge("processor_ready", "1 while /readyz reports ready, 0 otherwise")
+HEALTH_READY = Gauge(
+    "processor_ready", "1 while /readyz reports ready, 0 otherwise (as of the last /readyz request)"
+)
