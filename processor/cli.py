@@ -251,6 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", default=".stack/demo")
     demo.add_argument("--records", type=int, default=20000)
     demo.set_defaults(func=cmd_demo)
+
+    from processor.spark.audit_command import add_audit_parser  # imports pyspark only when it runs
+
+    add_audit_parser(sub)
     return parser
 
 

@@ -103,6 +103,10 @@ class Archive:
                 timestamp=rec["timestamp"],
             )
             producer.poll(0)
+            if i >= self.produced + count - 2:
+                # Tansu reports a wrong high watermark after a multi-record batch until the next
+                # produce request: the last record goes alone.
+                assert producer.flush(30) == 0
         assert producer.flush(30) == 0
         self.produced += count
         time.sleep(0.3)  # Tansu's high watermark can lag a moment behind a flush
