@@ -90,10 +90,16 @@ class Archive:
 
     def produce(self, count: int, value_bytes: int | None = None) -> None:
         producer = new_producer(self.info.bootstrap_servers, "spark-tests", **{"message.max.bytes": 2 << 20})
-        for i in range(self.produced, self.produced + count):
+        last = self.produced + count
+        for i in range(self.produced, last):
             rec = record_shape(i)
             if value_bytes is not None:
                 rec["value"] = bytes([i % 251]) * value_bytes
+            alone = i >= last - PARTITIONS
+            if alone:
+                # Tansu reports a wrong high watermark after a multi-record batch until the next produce
+                # request: each partition's last record goes in a request of its own.
+                assert producer.flush(30) == 0
             producer.produce(
                 TOPIC,
                 value=rec["value"],
@@ -103,9 +109,7 @@ class Archive:
                 timestamp=rec["timestamp"],
             )
             producer.poll(0)
-            if i >= self.produced + count - 2:
-                # Tansu reports a wrong high watermark after a multi-record batch until the next
-                # produce request: the last record goes alone.
+            if alone:
                 assert producer.flush(30) == 0
         assert producer.flush(30) == 0
         self.produced += count
