@@ -24,7 +24,13 @@ import pandas as pd
 
 from processor.metadata.topic_io import load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.spark.audit_rules import FINDING_COLUMNS, FINDINGS_DDL, FORMATS, Finding, PartitionAudit, audit_partition
+from processor.spark.audit_rules import (
+    FINDING_COLUMNS,
+    FINDINGS_DDL,
+    Finding,
+    PartitionAudit,
+    audit_partition,
+)
 from processor.spark.audit_storage import check_lag, check_storage, list_objects
 from processor.spark.live_tail import live_ends
 from processor.spark.options import Connection
@@ -126,7 +132,10 @@ def _emit(spark: Any, rows: list[tuple[Any, ...]], options: AuditOptions, run: A
     run.findings.extend(rows)
     if options.format == "console":
         for r in rows:
-            print(json.dumps(dict(zip([*FINDING_COLUMNS, "detected_at"], r, strict=True)), default=str), flush=True)
+            print(
+                json.dumps(dict(zip([*FINDING_COLUMNS, "detected_at"], r, strict=True)), default=str),
+                flush=True,
+            )
         return
     out = spark.createDataFrame(rows, FINDINGS_DDL).coalesce(1).write.mode("append")
     (out.parquet if options.format == "parquet" else out.json)(str(options.output))
@@ -166,8 +175,10 @@ def run_audit(spark: Any, options: AuditOptions) -> AuditRun:
     writer = findings.writeStream.foreachBatch(each_batch).option(
         "checkpointLocation", str(options.checkpoint / "query")
     )
-    writer = writer.trigger(availableNow=True) if options.once else writer.trigger(
-        processingTime=f"{int(options.interval_s)} seconds"
+    writer = (
+        writer.trigger(availableNow=True)
+        if options.once
+        else writer.trigger(processingTime=f"{int(options.interval_s)} seconds")
     )
     query = writer.start()
     try:

@@ -30,14 +30,28 @@ def add_audit_parser(sub: Any) -> None:
     audit = sub.add_parser(
         "audit", help="check the archive's metadata (and objects) with a Spark Structured Streaming query"
     )
-    audit.add_argument("--once", action="store_true", help="process what is there, then exit 0 clean / 1 findings")
-    audit.add_argument("--checkpoint", help="checkpoint folder (default: $PROCESSOR_DATA_DIR/audit/checkpoint)")
+    audit.add_argument(
+        "--once", action="store_true", help="process what is there, then exit 0 clean / 1 findings"
+    )
+    audit.add_argument(
+        "--checkpoint", help="checkpoint folder (default: $PROCESSOR_DATA_DIR/audit/checkpoint)"
+    )
     audit.add_argument("--output", help="findings folder (default: $PROCESSOR_DATA_DIR/audit/findings)")
-    audit.add_argument("--format", choices=FORMATS, default="parquet", help="findings format (default parquet)")
-    audit.add_argument("--verify-objects", action="store_true", help="HEAD objects, check sampled block CRCs, find orphans")
-    audit.add_argument("--stuck-after-ms", type=_non_negative, default=600_000, help="default 600000 (10 min)")
-    audit.add_argument("--max-lag-records", type=_non_negative, help="report partitions lagging more than N records")
-    audit.add_argument("--sample-blocks", type=_non_negative, default=3, help="blocks read per segment (>= 2)")
+    audit.add_argument(
+        "--format", choices=FORMATS, default="parquet", help="findings format (default parquet)"
+    )
+    audit.add_argument(
+        "--verify-objects", action="store_true", help="HEAD objects, check sampled block CRCs, find orphans"
+    )
+    audit.add_argument(
+        "--stuck-after-ms", type=_non_negative, default=600_000, help="default 600000 (10 min)"
+    )
+    audit.add_argument(
+        "--max-lag-records", type=_non_negative, help="report partitions lagging more than N records"
+    )
+    audit.add_argument(
+        "--sample-blocks", type=_non_negative, default=3, help="blocks read per segment (>= 2)"
+    )
     audit.add_argument("--interval-s", type=float, default=30.0, help="micro-batch interval without --once")
     audit.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     audit.set_defaults(func=cmd_audit)
@@ -82,7 +96,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     )
     admin = check_broker(settings.bootstrap_servers)
     if settings.metadata_topic not in partition_counts(admin, [settings.metadata_topic]):
-        raise ConfigError(f"metadata topic {settings.metadata_topic} does not exist (PROCESSOR_METADATA_TOPIC)")
+        raise ConfigError(
+            f"metadata topic {settings.metadata_topic} does not exist (PROCESSOR_METADATA_TOPIC)"
+        )
     if args.verify_objects:
         storage = conn.storage()
         try:
@@ -110,5 +126,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         raise
     finally:
         spark.stop()
-    print(f"audit: {len(run.findings)} finding(s)" + (f" written to {options.output}" if run.findings and args.format != "console" else ""))
+    print(
+        f"audit: {len(run.findings)} finding(s)"
+        + (f" written to {options.output}" if run.findings and args.format != "console" else "")
+    )
     return 1 if run.findings else 0

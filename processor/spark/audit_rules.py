@@ -102,7 +102,9 @@ class PartitionAudit:
 
     # -- folding records ------------------------------------------------------------------------------
 
-    def _finding(self, kind: str, key: str, detail: str, start: Any = None, end: Any = None, sid: Any = None) -> Finding:
+    def _finding(
+        self, kind: str, key: str, detail: str, start: Any = None, end: Any = None, sid: Any = None
+    ) -> Finding:
         return Finding(kind, self.topic, self.partition, start, end, sid, detail, f"{kind}:{key}")
 
     def apply_row(self, row: Mapping[str, Any]) -> list[Finding]:
@@ -164,7 +166,9 @@ class PartitionAudit:
         for sid_b, b in finished:
             if high_end is not None and b.start > high_end + 1:
                 lo, hi = high_end + 1, b.start - 1
-                if not any(s.start <= lo and s.end >= hi for s in started):  # else a copy in progress fills it
+                if not any(
+                    s.start <= lo and s.end >= hi for s in started
+                ):  # else a copy in progress fills it
                     out.append(
                         self._finding(
                             "offset_gap",
@@ -199,8 +203,12 @@ class PartitionAudit:
             if kind is not None:
                 out.append(
                     self._finding(
-                        kind, sid, f"{s.state} for {age // 1000} s (threshold {stuck_after_ms // 1000} s)",
-                        s.start, s.end, sid,
+                        kind,
+                        sid,
+                        f"{s.state} for {age // 1000} s (threshold {stuck_after_ms // 1000} s)",
+                        s.start,
+                        s.end,
+                        sid,
                     )
                 )
         return out

@@ -26,7 +26,11 @@ log = logging.getLogger(__name__)
 
 
 def _finding(
-    kind: str, tp: TopicPartition | None, key: str, detail: str, segment: RemoteLogSegmentMetadata | None = None
+    kind: str,
+    tp: TopicPartition | None,
+    key: str,
+    detail: str,
+    segment: RemoteLogSegmentMetadata | None = None,
 ) -> Finding:
     return Finding(
         kind,

@@ -69,7 +69,7 @@ def consume_range(bootstrap_servers: str, topic: str, partition: int, lo: int, h
                 err = msg.error()
                 if err is not None:
                     raise ServiceUnavailableError(f"reading {topic}-{partition}: {err}")
-                offset = int(msg.offset())
+                offset = int(msg.offset() or 0)
                 if offset >= hi:
                     return
                 yield msg
@@ -85,16 +85,29 @@ def read_live_slice(
     bootstrap_servers: str, part: LiveSlice, fail_on_data_loss: bool = True
 ) -> Iterator[pa.RecordBatch]:
     """Offsets ``[from, until)`` of one partition from the broker, as Arrow batches."""
-    low = live_ends(bootstrap_servers, [part.topic]).get(TopicPartition(part.topic, part.partition), (0, 0))[0]
+    low = live_ends(bootstrap_servers, [part.topic]).get(TopicPartition(part.topic, part.partition), (0, 0))[
+        0
+    ]
     if part.from_offset < low and fail_on_data_loss:
         raise DataLossError(
             f"offsets {part.from_offset}..{low - 1} of {part.topic}-{part.partition} are neither in the "
             "archive nor on the topic any more (set failOnDataLoss=false to skip them)"
         )
     rows: list[Row] = []
-    for msg in consume_range(bootstrap_servers, part.topic, part.partition, max(part.from_offset, low), part.until_offset):
+    for msg in consume_range(
+        bootstrap_servers, part.topic, part.partition, max(part.from_offset, low), part.until_offset
+    ):
         ts_type, ts = msg.timestamp()
-        rows.append(Row(int(msg.offset()), int(ts), int(ts_type) - 1, msg.key(), msg.value(), _header_list(msg.headers())))
+        rows.append(
+            Row(
+                int(msg.offset()),
+                int(ts),
+                int(ts_type) - 1,
+                msg.key(),
+                msg.value(),
+                _header_list(msg.headers()),
+            )
+        )
         if len(rows) >= BATCH_ROWS:
             yield rows_to_batch(part.topic, part.partition, rows)
             rows = []

@@ -26,7 +26,15 @@ from processor.metadata.model import (
     TopicPartition,
 )
 from processor.spark.live_tail import consume_range, live_ends
-from processor.spark.options import EARLIEST, LATEST, Connection, OffsetSpec, _get, connection_from, parse_offset_spec
+from processor.spark.options import (
+    EARLIEST,
+    LATEST,
+    Connection,
+    OffsetSpec,
+    _get,
+    connection_from,
+    parse_offset_spec,
+)
 from processor.spark.tiered_records import decode_offsets, encode_offsets
 
 SCHEMA_DDL = (
@@ -38,7 +46,10 @@ SCHEMA_DDL = (
     "leader_epochs array<struct<epoch:int,start_offset:long>>, custom_metadata binary, "
     "txn_index_empty boolean, decode_error string"
 )
-COLUMNS = [c.strip().split(" ")[0] for c in SCHEMA_DDL.replace("array<struct<epoch:int,start_offset:long>>", "x").split(",")]
+COLUMNS = [
+    c.strip().split(" ")[0]
+    for c in SCHEMA_DDL.replace("array<struct<epoch:int,start_offset:long>>", "x").split(",")
+]
 
 
 def _key_parts(key: bytes | None) -> tuple[str | None, int | None, str | None]:
@@ -196,7 +207,9 @@ class MetadataStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         begin = decode_offsets(start)
-        latest = {tp: max(high, begin.get(tp, 0)) for tp, (_low, high) in _bounds(self.options.connection).items()}
+        latest = {
+            tp: max(high, begin.get(tp, 0)) for tp, (_low, high) in _bounds(self.options.connection).items()
+        }
         return encode_offsets(latest)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:

@@ -44,7 +44,7 @@ class Connection:
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
-    # pyspark hands options in a case-insensitive dict; plain dicts (tests) are matched case-insensitively too.
+    # pyspark hands options in a case-insensitive dict; plain dicts are matched case-insensitively too.
     lowered = {k.lower(): v for k, v in options.items()}
     value = lowered.get(name.lower())
     return None if value is None or value == "" else str(value)
@@ -129,7 +129,7 @@ def parse_offset_spec(name: str, raw: str | None) -> OffsetSpec | None:
         return raw.strip().lower()
     doc = _json(name, raw)
     if not isinstance(doc, dict):
-        raise ConfigError(f"option {name}: expected earliest, latest or JSON like {{\"topic\":{{\"0\":23}}}}")
+        raise ConfigError(f'option {name}: expected earliest, latest or JSON like {{"topic":{{"0":23}}}}')
     out: dict[str, dict[int, int]] = {}
     for topic, parts in doc.items():
         validate_topic(topic)
@@ -138,7 +138,9 @@ def parse_offset_spec(name: str, raw: str | None) -> OffsetSpec | None:
         try:
             out[topic] = {int(p): int(o) for p, o in parts.items()}
         except (TypeError, ValueError):
-            raise ConfigError(f"option {name}: partitions and offsets of {topic!r} must be integers") from None
+            raise ConfigError(
+                f"option {name}: partitions and offsets of {topic!r} must be integers"
+            ) from None
         if any(o < EARLIEST for o in out[topic].values()):
             raise ConfigError(f"option {name}: offsets are >= 0, or -2 (earliest) / -1 (latest)")
     return out
@@ -179,6 +181,5 @@ def record_options(options: Mapping[str, str], environ: Mapping[str, str] | None
         max_offsets_per_trigger=_int("maxOffsetsPerTrigger", _get(options, "maxOffsetsPerTrigger"), 1),
         fail_on_data_loss=_bool("failOnDataLoss", _get(options, "failOnDataLoss"), True),
         tail_live=tail == "live",
-        partition_bytes=_int("partitionBytes", _get(options, "partitionBytes"), 1)
-        or DEFAULT_PARTITION_BYTES,
+        partition_bytes=_int("partitionBytes", _get(options, "partitionBytes"), 1) or DEFAULT_PARTITION_BYTES,
     )

@@ -147,7 +147,8 @@ def _check_coverage(
             return
     if expected < hi:
         raise DataLossError(
-            f"offsets {expected}..{hi - 1} of {tp} are not in the archive (set failOnDataLoss=false to skip them)"
+            f"offsets {expected}..{hi - 1} of {tp} are not in the archive "
+            "(set failOnDataLoss=false to skip them)"
         )
 
 

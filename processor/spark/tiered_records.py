@@ -343,7 +343,9 @@ class TieredRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         for tp, offset in begin.items():
             latest.setdefault(tp, offset)
         if self._target is not None:
-            latest = {tp: max(begin.get(tp, 0), min(end, self._target.get(tp, end))) for tp, end in latest.items()}
+            latest = {
+                tp: max(begin.get(tp, 0), min(end, self._target.get(tp, end))) for tp, end in latest.items()
+            }
         max_rows: int | None = None
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             max_rows = limit.max_rows

@@ -34,7 +34,7 @@ BASE_TS = 1_700_000_000_000
 
 @pytest.fixture(scope="session")
 def spark(local_stack: StackInfo) -> Iterator[Any]:
-    # local_stack first: it puts the AWS credentials in the environment the JVM and its Python workers inherit.
+    # local_stack first: it puts the AWS credentials in the environment the JVM and its workers inherit.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -148,7 +148,13 @@ def consume_all(bootstrap: str, topic: str = TOPIC) -> dict[tuple[int, int], tup
         for m in consumer.consume(1000, 0.2):
             assert m.error() is None
             ts_type, ts = m.timestamp()
-            out[(m.partition(), m.offset())] = (m.key(), m.value(), list(m.headers() or []), ts, ts_type - 1)
+            out[(int(m.partition() or 0), int(m.offset() or 0))] = (
+                m.key(),
+                m.value(),
+                list(m.headers() or []),
+                ts,
+                ts_type - 1,
+            )
     consumer.close()
     return out
 
@@ -206,4 +212,3 @@ def spark_options(archive: Archive, **extra: str) -> dict[str, str]:
 
 def collect_offsets(rows: list[Any]) -> list[tuple[int, int]]:
     return sorted((r["partition"], r["offset"]) for r in rows)
-

@@ -56,9 +56,24 @@ def planted(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory):
     segments: dict[int, list[RemoteLogSegmentMetadata]] = {}
     for p in range(3):
         segments[p] = [copier.copy(TopicPartition(SRC, p), build(p, s, s + 49), 0) for s in (0, 50, 100)]
-    conn = Connection(local_stack.bootstrap_servers, AUDIT_META, local_stack.s3_endpoint_url, local_stack.bucket, PREFIX, "us-east-1")
+    conn = Connection(
+        local_stack.bootstrap_servers,
+        AUDIT_META,
+        local_stack.s3_endpoint_url,
+        local_stack.bucket,
+        PREFIX,
+        "us-east-1",
+    )
     tmp = tmp_path_factory.mktemp("audit")
-    yield {"storage": storage, "publisher": publisher, "copier": copier, "segments": segments, "conn": conn, "tmp": tmp, "env": env}
+    yield {
+        "storage": storage,
+        "publisher": publisher,
+        "copier": copier,
+        "segments": segments,
+        "conn": conn,
+        "tmp": tmp,
+        "env": env,
+    }
     publisher.close()
     storage.close()
 
@@ -81,7 +96,12 @@ def test_audit_of_a_clean_archive_finds_nothing(spark, planted) -> None:
 
 
 def test_audit_reports_each_planted_problem_once_and_never_again(spark, planted, local_stack) -> None:
-    storage, publisher, copier, segs = planted["storage"], planted["publisher"], planted["copier"], planted["segments"]
+    storage, publisher, copier, segs = (
+        planted["storage"],
+        planted["publisher"],
+        planted["copier"],
+        planted["segments"],
+    )
     # deleted object: segment 1 of partition 0 loses its data object
     deleted = segs[0][1]
     storage.delete(deleted.data_object_key)
@@ -148,7 +168,16 @@ def test_audit_reports_each_planted_problem_once_and_never_again(spark, planted,
 
     written = pq.read_table(str(planted["tmp"] / "findings"))
     assert sorted(written.column("kind").to_pylist()) == run.kinds
-    assert written.schema.names == ["kind", "topic", "partition", "start_offset", "end_offset", "segment_id", "detail", "detected_at"]
+    assert written.schema.names == [
+        "kind",
+        "topic",
+        "partition",
+        "start_offset",
+        "end_offset",
+        "segment_id",
+        "detail",
+        "detected_at",
+    ]
 
     again = run_audit(spark, options(planted, max_lag_records=10))
     assert again.findings == []
@@ -156,13 +185,23 @@ def test_audit_reports_each_planted_problem_once_and_never_again(spark, planted,
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "processor", "audit", *args], env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "processor", "audit", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
 def test_audit_cli_exit_codes(local_stack, archive, tmp_path: Path) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
-    env = {**base, **local_stack.env(), "PROCESSOR_METADATA_TOPIC": META, "PROCESSOR_S3_PREFIX": "spark", "PROCESSOR_DATA_DIR": str(tmp_path)}
+    env = {
+        **base,
+        **local_stack.env(),
+        "PROCESSOR_METADATA_TOPIC": META,
+        "PROCESSOR_S3_PREFIX": "spark",
+        "PROCESSOR_DATA_DIR": str(tmp_path),
+    }
     assert _cli(env, "--once", "--stuck-after-ms", "-5").returncode == 2
     down = _cli({**env, "PROCESSOR_BOOTSTRAP_SERVERS": "127.0.0.1:1"}, "--once")
     assert down.returncode == 3, down.stderr[-2000:]

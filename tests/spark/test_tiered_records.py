@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -11,7 +13,7 @@ from tests.spark.conftest import PARTITIONS, TOPIC, as_tuple, collect_offsets, c
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 
-def read(spark, archive, **extra):
+def read(spark: Any, archive: Any, **extra: str) -> Any:
     return spark.read.format("tiered_records").options(**spark_options(archive, **extra)).load()
 
 
@@ -27,7 +29,10 @@ def test_batch_returns_every_archived_record_byte_exact(spark, archive) -> None:
     assert any(s[0] is None for s in shapes) and any(s[0] == b"" for s in shapes)
     assert any(s[1] is None for s in shapes) and any(s[1] == b"" for s in shapes)
     assert any(len(s[1] or b"") == 300 * 1024 for s in shapes)
-    assert any([n for n, _ in s[2]].count("dup") == 2 and ("null", None) in s[2] and ("empty", b"") in s[2] for s in shapes)
+    assert any(
+        [n for n, _ in s[2]].count("dup") == 2 and ("null", None) in s[2] and ("empty", b"") in s[2]
+        for s in shapes
+    )
     assert any(s[2] == [] for s in shapes)
 
 
@@ -42,7 +47,9 @@ def test_offset_and_timestamp_ranges(spark, archive) -> None:
     assert collect_offsets(rows) == [(0, o) for o in range(10, 15)] + [(1, o) for o in range(20, ends[1])]
     # record i has timestamp BASE + 10 i and is offset i // 2 of partition i % 2
     base = 1_700_000_000_000
-    rows = read(spark, archive, startingTimestamp=str(base + 1005), endingTimestamp=str(base + 2000)).collect()
+    rows = read(
+        spark, archive, startingTimestamp=str(base + 1005), endingTimestamp=str(base + 2000)
+    ).collect()
     assert collect_offsets(rows) == [(0, o) for o in range(51, 100)] + [(1, o) for o in range(50, 100)]
 
 
@@ -57,14 +64,16 @@ def test_pushed_filters_read_fewer_blocks(spark, archive) -> None:
 
     options = record_options(spark_options(archive))
 
-    def blocks_read(filters):
+    def blocks_read(filters: list[Any]) -> tuple[int, list[int], list[Any]]:
         reader = TieredRecordsReader(options)
         left = list(reader.pushFilters(filters))
         before = BLOCKS_READ.blocks
-        offsets = [o for p in reader.partitions() for b in reader.read(p) for o in b.column("offset").to_pylist()]
+        offsets = [
+            o for p in reader.partitions() for b in reader.read(p) for o in b.column("offset").to_pylist()
+        ]
         return BLOCKS_READ.blocks - before, offsets, left
 
-    all_blocks, all_offsets, _ = blocks_read([])
+    all_blocks, _, _ = blocks_read([])
     by_offset = [EqualTo(("partition",), 1), GreaterThanOrEqual(("offset",), 100), LessThan(("offset",), 120)]
     some_blocks, offsets, left = blocks_read(by_offset)
     assert left == [] and offsets == list(range(100, 120))
@@ -79,7 +88,7 @@ def test_pushed_filters_read_fewer_blocks(spark, archive) -> None:
     assert collect_offsets(df.collect()) == [(1, o) for o in range(100, 120)]
 
 
-def _wait(predicate, timeout_s: float = 120.0) -> None:
+def _wait(predicate: Callable[[], bool], timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
@@ -103,7 +112,10 @@ def test_stream_picks_up_a_segment_finished_after_it_started(spark, archive, tmp
         .start()
     )
     try:
-        count = lambda: spark.sql("select count(*) c from tiered_stream").collect()[0]["c"]  # noqa: E731
+
+        def count() -> int:
+            return int(spark.sql("select count(*) c from tiered_stream").collect()[0]["c"])
+
         _wait(lambda: count() >= sum(ends.values()))
         archive.produce(240, value_bytes=1000)  # > 64 KiB more per partition: a new finished segment each
         grown = archive.wait_archived({p: ends[p] + 1 for p in ends})
@@ -164,7 +176,13 @@ def test_tail_live_crosses_the_archive_boundary_without_gap_or_duplicate(spark, 
     _run_available_now(spark, archive, out, cp, tail="live")
     rows = spark.read.parquet(str(out)).collect()
     got = collect_offsets(rows)
-    assert _contiguous(got, highs), (highs, ends, len(got), len(set(got)), sorted(set((p, o) for p in range(PARTITIONS) for o in range(highs[p])) ^ set(got))[:20])
+    assert _contiguous(got, highs), (
+        highs,
+        ends,
+        len(got),
+        len(set(got)),
+        sorted(set((p, o) for p in range(PARTITIONS) for o in range(highs[p])) ^ set(got))[:20],
+    )
     assert all(as_tuple(r) == plain[(r["partition"], r["offset"])] for r in rows)
     archive.produce(10)
     _run_available_now(spark, archive, out, cp, tail="live")
