@@ -44,7 +44,9 @@ def read_segment_index(
         keys.check_segment_key(segment.data_object_key, tp.topic, tp.partition)
         keys.check_segment_key(segment.index_object_key, tp.topic, tp.partition)
     except InvalidNameError as exc:
-        raise CorruptObjectError(f"metadata names an object outside the segment's prefix: {exc}", **where) from exc
+        raise CorruptObjectError(
+            f"metadata names an object outside the segment's prefix: {exc}", **where
+        ) from exc
     raw = _get(storage, str(segment.segment_id), segment.index_object_key, 0, segment.index_size_in_bytes)
     try:
         index = decode_index(raw, where=segment.index_object_key)
