@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from processor.errors import ConfigError, ProcessorError
+from processor.errors import ConfigError, ProcessorError, ServiceUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
     try:
         run = run_audit(spark, options)
     except ProcessorError:
+        raise
+    except Exception as exc:  # a failure inside a Spark task arrives as a Py4J/streaming exception
+        text = str(exc)
+        if "ServiceUnavailableError" in text or "StorageError" in text or "MetadataTopicError" in text:
+            raise ServiceUnavailableError(
+                f"the audit lost Kafka or S3: {text.splitlines()[0][:500]}"
+            ) from None
         raise
     finally:
         spark.stop()
