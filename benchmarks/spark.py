@@ -34,6 +34,7 @@ def _session() -> Any:
         SparkSession.builder.master("local[2]")
         .appName("processor-bench")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "2g")
         .getOrCreate()
     )

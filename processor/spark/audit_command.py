@@ -67,6 +67,7 @@ def spark_session(master: str) -> Any:
         SparkSession.builder.master(master)
         .appName("processor-audit")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         .getOrCreate()

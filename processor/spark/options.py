@@ -11,6 +11,7 @@ S3 credentials are never options: the standard AWS chain provides them on every 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -36,11 +37,23 @@ class Connection:
     s3_region: str | None
 
     def storage(self) -> S3ChunkStorage:
+        """A new storage client (the caller closes it)."""
         return S3ChunkStorage(
             S3Options(
                 bucket=self.s3_bucket, endpoint_url=self.s3_endpoint, region=self.s3_region, max_concurrency=4
             )
         )
+
+    def shared_storage(self) -> S3ChunkStorage:
+        """One storage client per process and connection, reused by every task a Python worker runs:
+        creating a boto3 client costs ~0.1-0.3 s (it loads the service model), more than reading a
+        small slice. boto3 clients are thread-safe; it lives as long as the process."""
+        return _shared_storage(self)
+
+
+@functools.cache
+def _shared_storage(conn: Connection) -> S3ChunkStorage:
+    return conn.storage()
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:

@@ -161,23 +161,19 @@ def read_partition(options: RecordOptions, value: Any) -> Iterator[pa.RecordBatc
         return
     if not isinstance(value, SegmentSlice):
         return  # the empty placeholder partition
-    storage = options.connection.storage()
-    try:
-        yield from read_slice_as_arrow(
-            storage,
-            topic=value.topic,
-            partition=value.partition,
-            data_object_key=value.data_object_key,
-            segment_name=value.segment_name,
-            blocks=value.blocks,
-            first_block=value.first_block,
-            from_offset=value.from_offset,
-            until_offset=value.until_offset,
-            min_timestamp=value.min_timestamp,
-            max_timestamp=value.max_timestamp,
-        )
-    finally:
-        storage.close()
+    yield from read_slice_as_arrow(
+        options.connection.shared_storage(),
+        topic=value.topic,
+        partition=value.partition,
+        data_object_key=value.data_object_key,
+        segment_name=value.segment_name,
+        blocks=value.blocks,
+        first_block=value.first_block,
+        from_offset=value.from_offset,
+        until_offset=value.until_offset,
+        min_timestamp=value.min_timestamp,
+        max_timestamp=value.max_timestamp,
+    )
 
 
 def _ts_ms(value: Any, widen_ms: int) -> int | None:

@@ -46,6 +46,7 @@ def spark(local_stack: StackInfo) -> Iterator[Any]:
         SparkSession.builder.master("local[2]")
         .appName("processor-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
