@@ -183,6 +183,28 @@ def test_audit_reports_each_planted_problem_once_and_never_again(spark, planted,
     assert again.findings == []
 
 
+def test_remote_log_metadata_batch_has_a_row_per_message_and_garbage_as_rows(spark, planted) -> None:
+    conn = planted["conn"]
+    df = (
+        spark.read.format("remote_log_metadata")
+        .option("kafka.bootstrap.servers", conn.bootstrap_servers)
+        .option("metadata.topic", AUDIT_META)
+        .load()
+    )
+    rows = df.collect()
+    positions = [(r["meta_partition"], r["meta_offset"]) for r in rows]
+    assert len(positions) == len(set(positions))
+    garbage = [r for r in rows if r["decode_error"] is not None]
+    assert len(garbage) == 1 and garbage[0]["key"] == "audit-src/0/garbage" and garbage[0]["topic"] == SRC
+    finished = [r for r in rows if r["state"] == "COPY_SEGMENT_FINISHED"]
+    first = planted["segments"][0][0]
+    mine = next(r for r in finished if r["segment_id"] == str(first.segment_id.id))
+    assert (mine["topic"], mine["partition"], mine["start_offset"], mine["end_offset"]) == (SRC, 0, 0, 49)
+    assert mine["data_object_key"] == first.data_object_key and mine["record_count"] == 50
+    epochs = [(e["epoch"], e["start_offset"]) for e in mine["leader_epochs"]]
+    assert epochs == list(first.segment_leader_epochs) and mine["record_type"] == "segment"
+
+
 def _cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "processor", "audit", *args],

@@ -125,7 +125,9 @@ def test_planning_reads_only_the_blocks_of_the_range_and_splits_big_segments() -
     assert resolve_offsets({"t": {0: -1}}, {tp: [a, b]}, "earliest") == {tp: 200}
 
 
-def row(sid: str, state: str, start: int, end: int, off: int, ts: int = 0, kind: str = "segment") -> dict[str, object]:
+def row(
+    sid: str, state: str, start: int, end: int, off: int, ts: int = 0, kind: str = "segment"
+) -> dict[str, object]:
     return {
         "record_type": kind,
         "segment_id": sid,
