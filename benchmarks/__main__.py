@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m benchmarks [--only offload,memory,reads,follower,scale,spark] [--gib 1]``."""
+"""Run the benchmarks: ``python -m benchmarks [--only offload,memory,reads,follower,scale,spark]``."""
 
 from __future__ import annotations
 

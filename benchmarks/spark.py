@@ -82,8 +82,14 @@ def bench_spark(report: Report, info: stack.StackInfo, workdir: Path, topic: Loa
 
         tiered_s, tiered = _best_of(2, lambda: archived.selectExpr(*QUERY).collect()[0])
         parquet_s, scanned = _best_of(2, lambda: parquet.selectExpr(*QUERY).collect()[0])
-        if tiered["n"] != topic.records or scanned["n"] != topic.records or tiered["bytes"] != scanned["bytes"]:
-            raise RuntimeError(f"row counts differ: tiered {tiered}, parquet {scanned}, produced {topic.records}")
+        if (
+            tiered["n"] != topic.records
+            or scanned["n"] != topic.records
+            or tiered["bytes"] != scanned["bytes"]
+        ):
+            raise RuntimeError(
+                f"row counts differ: tiered {tiered}, parquet {scanned}, produced {topic.records}"
+            )
     finally:
         spark.stop()
     tiered_rate, parquet_rate = topic.records / tiered_s, topic.records / parquet_s
