@@ -159,6 +159,11 @@ def test_audit_rules_find_each_problem_once() -> None:
     ]
     kinds = sorted(x.kind for x in audit_partition(restored, more, now_ms=1000, stuck_after_ms=100))
     assert kinds == ["illegal_transition", "stuck_copy", "undecodable_record"]
+    deleting = PartitionAudit("t", 2)
+    rows = [row("e", f, 0, 9, 0), row("e", "DELETE_SEGMENT_STARTED", 0, 9, 1, ts=0)]
+    assert [x.kind for x in audit_partition(deleting, rows, now_ms=1000, stuck_after_ms=100)] == [
+        "stuck_delete"
+    ]
     # a gap a copy in progress fills is not a gap
     filling = PartitionAudit("t", 1)
     rows = [row("x", f, 0, 9, 0), row("y", s, 10, 19, 1, ts=5), row("z", f, 20, 29, 2)]
@@ -176,3 +181,22 @@ def test_arrow_batches_keep_null_distinct_from_empty() -> None:
     assert d["key"] == [None, b""] and d["value"] == [b"", None]
     assert d["headers"] == [[{"key": "h", "value": None}, {"key": "h", "value": b""}], []]
     assert d["timestampType"] == [0, 1] and d["partition"] == [3, 3] and d["offset"] == [5, 6]
+
+
+def test_metadata_rows_decode_records_and_keep_garbage_and_tombstones_as_rows() -> None:
+    from processor.metadata.codec import encode_value
+    from processor.spark.metadata_source import COLUMNS, record_row
+
+    meta, _ = seg(0, 9, 1)
+    good = dict(zip(COLUMNS, record_row(1, 7, 1000, b"t/0/x", encode_value(meta)), strict=True))
+    assert (good["record_type"], good["segment_id"], good["start_offset"], good["end_offset"]) == (
+        "segment",
+        str(meta.segment_id.id),
+        0,
+        9,
+    )
+    assert good["decode_error"] is None and (good["meta_partition"], good["meta_offset"]) == (1, 7)
+    bad = dict(zip(COLUMNS, record_row(0, 3, 0, b"t/4/abc", b"\x01\x09junk"), strict=True))
+    assert bad["decode_error"] and (bad["topic"], bad["partition"], bad["segment_id"]) == ("t", 4, "abc")
+    gone = dict(zip(COLUMNS, record_row(0, 4, 0, b"t/4/abc", None), strict=True))
+    assert gone["record_type"] == "tombstone" and gone["decode_error"] is None
