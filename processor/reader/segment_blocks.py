@@ -20,7 +20,7 @@ from processor.errors import (
     SegmentObjectMissingError,
 )
 from processor.metadata.model import RemoteLogSegmentMetadata
-from processor.segment.block_format import BlockInfo, decode_block
+from processor.segment.block_format import BlockInfo, decode_block, decode_block_header
 from processor.segment.index_format import SegmentIndex, decode_index
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.record_format import KafkaRecord
@@ -80,14 +80,15 @@ def read_block_range(
     for i, info in enumerate(blocks):
         number = first_number + i
         rel = info.position - start
+        where = f"{data_object_key} block {number}"
+        block = data[rel : rel + info.length]
         try:
-            records = decode_block(data[rel : rel + info.length], where=f"{data_object_key} block {number}")
+            # The header names the block's first and last offsets (the same check as RemoteReader's):
+            # a block that is not the one its index entry describes is corrupt, whatever it holds.
+            header = decode_block_header(block, where=where)
+            if (header.first_entry_id, header.last_entry_id) != (info.first_offset, info.last_offset):
+                raise FormatError(f"{where}: does not hold the offsets its index entry names")
+            records = decode_block(block, where=where)
         except FormatError as exc:
             raise CorruptObjectError(str(exc), object_key=data_object_key, segment=segment_name) from exc
-        if not records or records[0].offset != info.first_offset or records[-1].offset != info.last_offset:
-            raise CorruptObjectError(
-                f"block {number} does not hold the offsets its index entry names",
-                object_key=data_object_key,
-                segment=segment_name,
-            )
         yield records

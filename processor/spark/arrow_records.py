@@ -169,7 +169,7 @@ def read_slice_as_arrow(
     def wanted() -> Iterator[list[KafkaRecord]]:
         for records in read_block_range(storage, data_object_key, segment_name, list(blocks), first_block):
             BLOCKS_READ.add(1)
-            if (
+            if records and (
                 records[0].offset >= from_offset
                 and records[-1].offset < until_offset
                 and min_timestamp is None
