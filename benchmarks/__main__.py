@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m benchmarks [--only offload,memory,reads,follower,scale] [--gib 1]``."""
+"""Run the benchmarks: ``python -m benchmarks [--only offload,memory,reads,follower,scale,spark]``."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from pathlib import Path
 from benchmarks.offload import bench_memory, bench_offload
 from benchmarks.reads import bench_follower, bench_read_latency, bench_scale
 from benchmarks.report import Report
+from benchmarks.spark import bench_spark
 from processor.devstack import stack
 from processor.runtime import tune_gc
 
-SECTIONS = ("offload", "memory", "reads", "follower", "scale")
+SECTIONS = ("offload", "memory", "reads", "follower", "scale", "spark")
 MiB = 1024 * 1024
 
 
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update({k: v for k, v in info.env().items() if k.startswith("AWS_")})
     try:
         big = None
-        if info is not None and only & {"offload", "memory", "reads"}:
+        if info is not None and only & {"offload", "memory", "reads", "spark"}:
             big = bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB))
             if "offload" in only:
                 small_gib = args.small_values_gib if args.small_values_gib is not None else args.gib
@@ -59,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
                 bench_memory(report, info, workdir, big)
             if "reads" in only:
                 bench_read_latency(report, info, workdir, big, reads=args.reads)
+            if "spark" in only:
+                bench_spark(report, info, workdir, big)
         if info is not None and "follower" in only:
             bench_follower(report, info, workdir, records=args.follower_records)
         if "scale" in only:

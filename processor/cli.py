@@ -246,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     follower_command.register(sub)
     config_cmd.register(sub)
     verify.register(sub)
+    from processor.spark.audit_command import add_audit_parser  # imports pyspark only when it runs
+
+    add_audit_parser(sub)
     return parser
 
 

@@ -1,0 +1,94 @@
+"""Block-level access to one finished segment: its verified index, and a chosen range of its blocks.
+
+The ``RemoteReader`` walks segments for a position; bulk readers (Spark, the audit) plan their own
+work from the index and fetch exactly blocks ``first..last`` of a segment with one ranged GET. The
+checks are the reader's: object keys must be ones the factory would build, the index must match the
+CRC, size and offsets the metadata carries, and every block's header and payload CRCs are verified
+(by ``decode_block``) before a record leaves. Wrong bytes raise CorruptObjectError; a missing object
+raises SegmentObjectMissingError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from processor.errors import (
+    CorruptObjectError,
+    FormatError,
+    InvalidNameError,
+    ObjectNotFoundError,
+    SegmentObjectMissingError,
+)
+from processor.metadata.model import RemoteLogSegmentMetadata
+from processor.segment.block_format import BlockInfo, decode_block, decode_block_header
+from processor.segment.index_format import SegmentIndex, decode_index
+from processor.segment.object_keys import ObjectKeyFactory
+from processor.segment.record_format import KafkaRecord
+from processor.storage.chunk_storage import ChunkStorage
+
+
+def _get(storage: ChunkStorage, segment_name: str, key: str, start: int, length: int) -> bytes:
+    try:
+        return storage.read(key, start, length)
+    except ObjectNotFoundError as exc:
+        raise SegmentObjectMissingError("object is missing", object_key=key, segment=segment_name) from exc
+
+
+def read_segment_index(
+    storage: ChunkStorage, keys: ObjectKeyFactory, segment: RemoteLogSegmentMetadata
+) -> SegmentIndex:
+    """Fetch and verify a segment's index object (one GET)."""
+    tp = segment.topic_partition
+    where = {"object_key": segment.index_object_key, "segment": str(segment.segment_id)}
+    try:
+        keys.check_segment_key(segment.data_object_key, tp.topic, tp.partition)
+        keys.check_segment_key(segment.index_object_key, tp.topic, tp.partition)
+    except InvalidNameError as exc:
+        raise CorruptObjectError(
+            f"metadata names an object outside the segment's prefix: {exc}", **where
+        ) from exc
+    raw = _get(storage, str(segment.segment_id), segment.index_object_key, 0, segment.index_size_in_bytes)
+    try:
+        index = decode_index(raw, where=segment.index_object_key)
+    except FormatError as exc:
+        raise CorruptObjectError(str(exc), **where) from exc
+    if int.from_bytes(raw[-4:], "big") != segment.index_crc32:
+        raise CorruptObjectError("index CRC differs from the one in the segment's metadata", **where)
+    if (
+        index.segment_id != segment.segment_id.id
+        or index.data_object_length != segment.segment_size_in_bytes
+        or (index.start_offset, index.end_offset) != (segment.start_offset, segment.end_offset)
+    ):
+        raise CorruptObjectError("index does not describe this segment", **where)
+    return index
+
+
+def read_block_range(
+    storage: ChunkStorage,
+    data_object_key: str,
+    segment_name: str,
+    blocks: tuple[BlockInfo, ...] | list[BlockInfo],
+    first_number: int,
+) -> Iterator[list[KafkaRecord]]:
+    """Fetch consecutive blocks (``blocks`` are their index entries, the first being block number
+    ``first_number``) with one ranged GET; yield each block's verified records, block by block."""
+    if not blocks:
+        return
+    start = blocks[0].position
+    end = blocks[-1].position + blocks[-1].length
+    data = memoryview(_get(storage, segment_name, data_object_key, start, end - start))
+    for i, info in enumerate(blocks):
+        number = first_number + i
+        rel = info.position - start
+        where = f"{data_object_key} block {number}"
+        block = data[rel : rel + info.length]
+        try:
+            # The header names the block's first and last offsets (the same check as RemoteReader's):
+            # a block that is not the one its index entry describes is corrupt, whatever it holds.
+            header = decode_block_header(block, where=where)
+            if (header.first_entry_id, header.last_entry_id) != (info.first_offset, info.last_offset):
+                raise FormatError(f"{where}: does not hold the offsets its index entry names")
+            records = decode_block(block, where=where)
+        except FormatError as exc:
+            raise CorruptObjectError(str(exc), object_key=data_object_key, segment=segment_name) from exc
+        yield records
