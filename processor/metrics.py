@@ -50,3 +50,11 @@ DELETE_FAILURES = Counter(
     "processor_remote_delete_failures_total",
     "Failed attempts to delete a remote segment's objects (each is retried)",
 )
+COPY_BLOCKED = Counter(
+    "processor_copy_blocked_total",
+    "Segment copy attempts that failed with an error retrying cannot fix (access denied, missing "
+    "bucket); the segment stays pending and is tried again at the maximum backoff",
+)
+FETCH_ERRORS = Counter(
+    "processor_source_fetch_errors_total", "Failed fetches of source record batches, by error", ["error"]
+)

@@ -49,19 +49,36 @@ def control_batch(offset: int, producer_id: int, commit: bool) -> bytes:
     """A transaction marker as the broker writes it (key: version 0, type 0 abort / 1 commit)."""
     key = struct.pack(">hh", 0, 1 if commit else 0)
     return make_batch(
-        offset, [(0, key, b"\x00\x00\x00\x00\x00\x00", ())], producer_id=producer_id,
-        transactional=True, control=True,
+        offset,
+        [(0, key, b"\x00\x00\x00\x00\x00\x00", ())],
+        producer_id=producer_id,
+        transactional=True,
+        control=True,
     )
 
 
-def expected_records(base_offset: int, records: Sequence[Rec], offset_deltas: Sequence[int] | None = None,
-                     log_append_time: int | None = None) -> list[KafkaRecord]:
+def expected_records(
+    base_offset: int,
+    records: Sequence[Rec],
+    offset_deltas: Sequence[int] | None = None,
+    log_append_time: int | None = None,
+) -> list[KafkaRecord]:
     out = []
     for i, (ts, key, value, headers) in enumerate(records):
         delta = offset_deltas[i] if offset_deltas is not None else i
         if log_append_time is None:
-            out.append(KafkaRecord(base_offset + delta, ts, TimestampType.CREATE_TIME, key, value, tuple(headers)))
+            out.append(
+                KafkaRecord(base_offset + delta, ts, TimestampType.CREATE_TIME, key, value, tuple(headers))
+            )
         else:
-            out.append(KafkaRecord(base_offset + delta, log_append_time, TimestampType.LOG_APPEND_TIME, key,
-                                   value, tuple(headers)))
+            out.append(
+                KafkaRecord(
+                    base_offset + delta,
+                    log_append_time,
+                    TimestampType.LOG_APPEND_TIME,
+                    key,
+                    value,
+                    tuple(headers),
+                )
+            )
     return out

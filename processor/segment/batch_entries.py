@@ -92,7 +92,9 @@ def parse_batch_header(data: bytes | bytearray | memoryview, pos: int = 0) -> Ba
         raise FormatError(f"record batch at offset {base} has message format magic {magic}, not 2")
     if blen < BATCH_HEADER_LEN - BATCH_LOG_OVERHEAD or delta < 0:
         raise FormatError(f"record batch at offset {base} has an impossible header")
-    return BatchHeader(base, blen + BATCH_LOG_OVERHEAD, epoch, magic, attrs, delta, first_ts, max_ts, pid, count)
+    return BatchHeader(
+        base, blen + BATCH_LOG_OVERHEAD, epoch, magic, attrs, delta, first_ts, max_ts, pid, count
+    )
 
 
 def split_batches(
@@ -123,7 +125,9 @@ def iter_batch_entries(payload: bytes | bytearray | memoryview, *, where: str) -
         entry_len, entry_id = ENTRY_HEAD.unpack_from(view, pos)
         start = pos + ENTRY_HEAD.size
         if start + entry_len > end:
-            raise FormatError(f"{where}: entry at payload byte {pos} claims {entry_len} bytes, {end - start} left")
+            raise FormatError(
+                f"{where}: entry at payload byte {pos} claims {entry_len} bytes, {end - start} left"
+            )
         batch = view[start : start + entry_len]
         header = parse_batch_header(batch)
         if header.base_offset != entry_id or header.length != entry_len:

@@ -154,7 +154,9 @@ def decode_block_header(data: bytes | bytearray | memoryview, *, where: str = "b
     return BlockHeader(block_len, first, ledger, count, last, payload_crc, version, codec, raw_len)
 
 
-def block_payload(data: bytes | bytearray | memoryview, *, where: str = "block") -> tuple[BlockHeader, memoryview]:
+def block_payload(
+    data: bytes | bytearray | memoryview, *, where: str = "block"
+) -> tuple[BlockHeader, memoryview]:
     """Verify a whole block and return its header and its (decompressed) payload."""
     header = decode_block_header(data, where=where)
     if len(data) != header.block_len:

@@ -67,11 +67,15 @@ class SegmentAssembler:
         "start_offset",
     )
 
-    def __init__(self, partition: int, start_offset: int, block_bytes: int, compression: str = "keep") -> None:
+    def __init__(
+        self, partition: int, start_offset: int, block_bytes: int, compression: str = "keep"
+    ) -> None:
         if block_bytes <= BLOCK_HEADER_LEN:
             raise ValueError("block size must be larger than the block header")
         if compression not in ARCHIVE_COMPRESSIONS:
-            raise ValueError(f"archive compression must be one of {ARCHIVE_COMPRESSIONS}, got {compression!r}")
+            raise ValueError(
+                f"archive compression must be one of {ARCHIVE_COMPRESSIONS}, got {compression!r}"
+            )
         self.partition = partition
         self.start_offset = start_offset
         self._target_block_bytes = block_bytes
@@ -101,7 +105,7 @@ class SegmentAssembler:
         """True while no batch was added (a segment of dropped ranges only is never sealed)."""
         return not self.blocks and self._block is None
 
-    def append(self, header: BatchHeader, batch: memoryview | bytes) -> int:
+    def append(self, header: BatchHeader, batch: memoryview | bytes | bytearray) -> int:
         """Add one whole batch (in offset order); return the bytes it added to the segment."""
         last = header.base_offset + header.last_offset_delta
         if last <= self.covered_end:
@@ -148,7 +152,7 @@ class SegmentAssembler:
         if raw_len > MAX_RAW_PAYLOAD:
             raise ValueError(f"block payload of {raw_len} bytes exceeds the format's u32 length")
         codec = CODEC_NONE
-        stored: bytes | bytearray = block
+        stored: bytearray = block
         if self._compress and self._block_uncompressed:
             packed = bytes(cramjam.zstd.compress(memoryview(block)[BLOCK_HEADER_LEN:], ZSTD_LEVEL))
             if len(packed) < raw_len:

@@ -77,8 +77,15 @@ def test_index_entries_come_from_batch_headers() -> None:
     assert [i.max_timestamp for i in infos] == [70, 60]
     assert segment.max_timestamp == 70 and segment.record_count == 4
     raw = encode_index(
-        topic="t", partition=3, segment_id=uuid.uuid4(), start_offset=0, end_offset=7, record_count=4,
-        max_timestamp=70, data_object_length=segment.size_bytes, blocks=infos,
+        topic="t",
+        partition=3,
+        segment_id=uuid.uuid4(),
+        start_offset=0,
+        end_offset=7,
+        record_count=4,
+        max_timestamp=70,
+        data_object_length=segment.size_bytes,
+        blocks=infos,
     )
     index = decode_index(raw)
     assert index.block_for_offset(5) == 0 and index.block_for_offset(7) == 1
@@ -87,8 +94,9 @@ def test_index_entries_come_from_batch_headers() -> None:
 
 def test_log_append_time_batches_report_the_append_time() -> None:
     segment = assemble([make_batch(0, [(5, None, b"x", []), (6, None, b"y", [])], log_append_time=77)])
-    assert decoded(segment) == expected_records(0, [(5, None, b"x", []), (6, None, b"y", [])],
-                                                log_append_time=77)
+    assert decoded(segment) == expected_records(
+        0, [(5, None, b"x", []), (6, None, b"y", [])], log_append_time=77
+    )
     assert segment.max_timestamp == 77
 
 
@@ -103,8 +111,13 @@ def test_mid_batch_offsets_skip_the_leading_records() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(st.tuples(st.lists(record_st, min_size=1, max_size=6), st.sampled_from(list(CODECS)),
-                       st.integers(0, 3)), min_size=1, max_size=8),
+    st.lists(
+        st.tuples(
+            st.lists(record_st, min_size=1, max_size=6), st.sampled_from(list(CODECS)), st.integers(0, 3)
+        ),
+        min_size=1,
+        max_size=8,
+    ),
     st.integers(BLOCK_HEADER_LEN + 1, 3000),
     st.sampled_from(["keep", "zstd"]),
 )
@@ -212,8 +225,17 @@ def test_an_entry_that_does_not_frame_its_batch_is_caught() -> None:
     h = decode_block_header(block)
     crc = zlib.crc32(block[BLOCK_HEADER_LEN:])
     block[:BLOCK_HEADER_LEN] = encode_block_header(
-        BlockHeader(h.block_len, h.first_entry_id, h.ledger_id, h.entry_count, h.last_entry_id, crc,
-                    2, h.payload_codec, h.raw_payload_len)
+        BlockHeader(
+            h.block_len,
+            h.first_entry_id,
+            h.ledger_id,
+            h.entry_count,
+            h.last_entry_id,
+            crc,
+            2,
+            h.payload_codec,
+            h.raw_payload_len,
+        )
     )
     with pytest.raises(FormatError, match="does not frame"):
         decode_block(block)

@@ -27,7 +27,14 @@ def test_aborted_transactions_and_markers_are_dropped() -> None:
         + control_batch(7, 2, commit=True)
     )
     assert _kept(raw, [(2, 2)]) == [
-        (0, True), (1, False), (2, False), (3, True), (4, False), (5, False), (6, True), (7, False)
+        (0, True),
+        (1, False),
+        (2, False),
+        (3, True),
+        (4, False),
+        (5, False),
+        (6, True),
+        (7, False),
     ]
 
 
