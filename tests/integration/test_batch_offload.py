@@ -67,11 +67,9 @@ def consumed(bootstrap: str, tp: TopicPartition) -> list[KafkaRecord]:
         if msg.error():
             continue
         ts_type, ts = msg.timestamp()
-        out.append(
-            KafkaRecord(
-                msg.offset(), ts, TimestampType(ts_type), msg.key(), msg.value(), tuple(msg.headers() or ())
-            )
-        )
+        headers = cast(list[tuple[str, bytes | None]], msg.headers() or [])
+        offset = cast(int, msg.offset())
+        out.append(KafkaRecord(offset, ts, TimestampType(ts_type), msg.key(), msg.value(), tuple(headers)))
     consumer.close()
     return out
 
