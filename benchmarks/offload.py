@@ -33,7 +33,9 @@ class LoadedTopic:
     payload_bytes: int  # keys + values
 
 
-def load_topic(info: stack.StackInfo, name: str, value_bytes: int, total_bytes: int) -> LoadedTopic:
+def load_topic(
+    info: stack.StackInfo, name: str, value_bytes: int, total_bytes: int, compression: str = "none"
+) -> LoadedTopic:
     ensure_topic(new_admin(info.bootstrap_servers, "bench"), name, PARTITIONS, 1, {})
     producer = Producer(
         {
@@ -42,9 +44,13 @@ def load_topic(info: stack.StackInfo, name: str, value_bytes: int, total_bytes: 
             "batch.size": 1 * MiB,
             "queue.buffering.max.kbytes": 512 * 1024,
             "acks": 1,
+            "compression.type": compression,
         }
     )
-    pool = os.urandom(value_bytes + 4096)
+    # Values: text-like bytes (printable, repetitive vocabulary) so compression has something to do,
+    # as with real events, logs and CDC payloads; random bytes would make every codec a no-op.
+    words = [os.urandom(6).hex().encode() for _ in range(256)]
+    pool = b" ".join(words[i % 256] for i in range(0, (value_bytes + 4096) // 10 + 1, 1))
     count = max(total_bytes // (value_bytes + 10), PARTITIONS)
     payload = 0
     for i in range(count):
@@ -121,6 +127,15 @@ class OffloadRun:
     wall_seconds: float  # worker start -> done (includes Faust start and group join)
     peak_rss: int
     steady_seconds: float  # 10% -> 90% of the records in finished segments (no start-up, no tail roll)
+    stored_bytes: int = 0  # bytes of the data and index objects in S3
+
+
+def stored_bytes(info: stack.StackInfo, prefix: str) -> int:
+    client = boto3.client("s3", endpoint_url=info.s3_endpoint_url, region_name="us-east-1")
+    total = 0
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=info.bucket, Prefix=prefix + "/"):
+        total += sum(int(obj.get("Size", 0)) for obj in page.get("Contents", []))
+    return total
 
 
 def run_worker_offload(
@@ -173,7 +188,8 @@ def run_worker_offload(
             if done >= topic.records:
                 rss = peak_rss_bytes(proc.pid)
                 steady = (t90 or now) - (t10 or t_first or t_wall)
-                return OffloadRun(now - (t_first or t_wall), now - t_wall, rss, steady / 0.8)
+                stored = stored_bytes(info, env.get("PROCESSOR_S3_PREFIX", f"bench-{tag}"))
+                return OffloadRun(now - (t_first or t_wall), now - t_wall, rss, steady / 0.8, stored)
             if now - t_wall > 1800:
                 raise TimeoutError("offload did not finish in 30 minutes")
             time.sleep(0.1)
@@ -187,15 +203,30 @@ def run_worker_offload(
 
 
 def bench_offload(
-    report: Report, info: stack.StackInfo, workdir: Path, value_bytes: int, total_bytes: int
+    report: Report,
+    info: stack.StackInfo,
+    workdir: Path,
+    value_bytes: int,
+    total_bytes: int,
+    compression: str = "none",
+    archive: str = "keep",
 ) -> LoadedTopic:
+    """Offload of one topic next to the slower of its baselines. ``compression``: the producer's
+    codec; ``archive``: PROCESSOR_ARCHIVE_COMPRESSION."""
     label = f"{value_bytes}B"
+    if compression != "none":
+        label += f" {compression} topic"
+    if archive != "keep":
+        label += f", archive {archive}"
     print(f"[offload {label}] loading {total_bytes / MiB:.0f} MiB into 8 partitions ...", flush=True)
-    topic = load_topic(info, f"bench-{label}-{uuid.uuid4().hex[:6]}", value_bytes, total_bytes)
+    name = f"bench-{value_bytes}B-{compression}-{uuid.uuid4().hex[:6]}"
+    topic = load_topic(info, name, value_bytes, total_bytes, compression)
     mb = topic.payload_bytes / 1e6
     consume_s = baseline_consumer(info, topic)
     upload_s = baseline_upload(info, topic.payload_bytes, 64 * MiB)
-    run = run_worker_offload(info, topic, workdir, 256 * MiB, 64 * MiB)
+    run = run_worker_offload(
+        info, topic, workdir, 256 * MiB, 64 * MiB, extra_env={"PROCESSOR_ARCHIVE_COMPRESSION": archive}
+    )
     offload_rate = mb / run.seconds
     consume_rate, upload_rate = mb / consume_s, mb / upload_s
     slower_name, slower = min(("consumer", consume_rate), ("boto3 upload", upload_rate), key=lambda x: x[1])
@@ -234,6 +265,15 @@ def bench_offload(
             "bare consumer",
             topic.records / consume_s,
             (topic.records / run.seconds) / (topic.records / consume_s),
+        )
+    )
+    report.add(
+        Figure(
+            "offload",
+            f"{label}: bytes in S3 per byte of record data",
+            run.stored_bytes / topic.payload_bytes,
+            "B/B",
+            note=f"{run.stored_bytes / MiB:.1f} MiB stored, {topic.payload_bytes / MiB:.1f} MiB keys+values",
         )
     )
     report.add(Figure("offload", f"{label} baseline: bare consumer", consume_rate, "MB/s"))
