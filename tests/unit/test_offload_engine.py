@@ -50,7 +50,9 @@ class ReplaySource(BatchSource):
             await asyncio.sleep(0.01)
         for records, aborted, log_start in self.script:
             hw = 1000
-            self._on_data(TP, self.positions[TP], hw, [hw, log_start, aborted, -1, records], 11)
+            position = self.positions[TP]
+            assert position is not None
+            self._on_data(TP, position, hw, [hw, log_start, aborted, -1, records], 11)
         await asyncio.Event().wait()
 
 
