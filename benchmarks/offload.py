@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import re
 import subprocess
 import sys
@@ -33,6 +34,27 @@ class LoadedTopic:
     payload_bytes: int  # keys + values
 
 
+def text_pool(size: int, seed: int = 11) -> bytes:
+    """Text-like bytes for record values (JSON-ish events from a 4,096-word vocabulary with random
+    numbers), compressible about as much as real events, logs and CDC payloads; random bytes would
+    make every codec a no-op, and a small repeated pool would make them look far too good."""
+    rng = random.Random(seed)
+    vocab = [
+        bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz_") for _ in range(rng.randint(3, 10)))
+        for _ in range(4096)
+    ]
+    out = bytearray()
+    while len(out) < size:
+        out += b'{"%s":%d,"%s":"%s %s"} ' % (
+            rng.choice(vocab),
+            rng.randrange(10**9),
+            rng.choice(vocab),
+            rng.choice(vocab),
+            rng.choice(vocab),
+        )
+    return bytes(out[:size])
+
+
 def load_topic(
     info: stack.StackInfo, name: str, value_bytes: int, total_bytes: int, compression: str = "none"
 ) -> LoadedTopic:
@@ -47,15 +69,13 @@ def load_topic(
             "compression.type": compression,
         }
     )
-    # Values: text-like bytes (printable, repetitive vocabulary) so compression has something to do,
-    # as with real events, logs and CDC payloads; random bytes would make every codec a no-op.
-    words = [os.urandom(6).hex().encode() for _ in range(256)]
-    pool = b" ".join(words[i % 256] for i in range(0, (value_bytes + 4096) // 10 + 1, 1))
+    pool = text_pool(value_bytes + 8 * MiB)
     count = max(total_bytes // (value_bytes + 10), PARTITIONS)
     payload = 0
     for i in range(count):
         key = b"k%09d" % i
-        value = pool[i % 4096 : i % 4096 + value_bytes]
+        start = (i * 7919) % (8 * MiB)  # a prime stride: neighbouring records differ
+        value = pool[start : start + value_bytes]
         payload += len(key) + len(value)
         while True:
             try:
