@@ -37,6 +37,7 @@ from processor.leader.offload_buffer import OffloadBuffer
 from processor.leader.segment_copier import CopyCancelledError, SegmentCopier
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.segment.block_format import SealedSegment
+from processor.segment.segment_assembler import compress_segment
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +197,7 @@ class CopyScheduler:
             self._copy_with_retries(lane, segment)
 
     def _copy_with_retries(self, lane: Lane, segment: SealedSegment) -> None:
+        stored = compress_segment(segment)  # archive compression, here on the pool's threads
         attempt = 0
         blocked = False
         while not lane.cancelled.is_set() and not self._stopping.is_set():
@@ -208,7 +210,7 @@ class CopyScheduler:
             t0 = time.monotonic()
             try:
                 done = self._copier.copy(
-                    lane.tp, segment, lane.epoch, still_leader=lambda: not lane.cancelled.is_set()
+                    lane.tp, stored, lane.epoch, still_leader=lambda: not lane.cancelled.is_set()
                 )
             except CopyCancelledError:
                 return
@@ -248,7 +250,7 @@ class CopyScheduler:
                 HEALTH.clear("data_path")
             metrics.COPY_SECONDS.observe(time.monotonic() - t0)
             metrics.SEGMENTS_COPIED.inc()
-            metrics.BYTES_COPIED.inc(segment.size_bytes)
+            metrics.BYTES_COPIED.inc(stored.size_bytes)
             metrics.RECORDS_COPIED.inc(segment.record_count)
             metrics.REMOTE_END_OFFSET.labels(lane.tp.topic, str(lane.tp.partition)).set(done.end_offset)
             with self._lock:

