@@ -209,7 +209,9 @@ def run_worker_offload(
                 rss = peak_rss_bytes(proc.pid)
                 steady = (t90 or now) - (t10 or t_first or t_wall)
                 stored = stored_bytes(info, env.get("PROCESSOR_S3_PREFIX", f"bench-{tag}"))
-                return OffloadRun(now - (t_first or t_wall), now - t_wall, rss, steady / 0.8, stored)
+                # Tiny smoke runs can finish within one 0.1 s scrape: that is the resolution.
+                seconds = max(now - (t_first or t_wall), 0.1)
+                return OffloadRun(seconds, now - t_wall, rss, max(steady / 0.8, 0.1), stored)
             if now - t_wall > 1800:
                 raise TimeoutError("offload did not finish in 30 minutes")
             time.sleep(0.1)
