@@ -20,6 +20,11 @@ leader never decompresses or decodes a record. Readers decode records with aioka
 reader (``DefaultRecordBatch``), which verifies the batch CRC-32C and handles every codec Kafka has
 (gzip, snappy, lz4, zstd; the last three through ``cramjam``).
 
+A segment's records are those with offsets in its ``start_offset..end_offset``. Its first batch may
+begin below ``start_offset`` (a leader resuming in the middle of a batch, e.g. right after an upgrade
+from format 1, whose segments end at any record): whoever decodes whole blocks must drop records
+below the segment's start, as ``RemoteReader`` does (``decode_block(..., min_offset=...)``).
+
 Only magic 2 batches are archived (Kafka 0.11+ clients and brokers write nothing else); a fetched
 v0/v1 message set is refused with a FormatError naming the partition and offset.
 """
