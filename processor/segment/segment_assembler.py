@@ -2,8 +2,8 @@
 
 Pure (no I/O, no clock of its own): the engine feeds each partition's fetched batches in offset
 order and asks it to seal. A segment is a sequence of whole batches, so it ends at a batch boundary;
-blocks close at batch boundaries once they reach the block size (a block is at most one batch
-larger than that; a batch bigger than the block size gets a block of its own). Offsets and
+a block takes batches while they fit in the block size (a batch bigger than the block size gets a
+block of its own), so a remote read fetches little beyond the batches it needs. Offsets and
 timestamps for the blocks and the index come from batch headers only (``batch_entries``), which a
 compressed batch carries in the clear: nothing is decompressed or decoded here.
 
@@ -112,6 +112,9 @@ class SegmentAssembler:
             raise ValueError(f"batch {header.base_offset}..{last} does not follow {self.covered_end}")
         block = self._block
         added = ENTRY_HEAD.size + len(batch)
+        if block is not None and len(block) + added > self._target_block_bytes:
+            self._close_block()  # the batch would push the block past its size: start a new one
+            block = None
         if block is None:
             block = self._block = bytearray(BLOCK_HEADER_LEN)
             self._block_first = header.base_offset

@@ -71,7 +71,7 @@ def test_index_entries_come_from_batch_headers() -> None:
         make_batch(2, [(70, None, b"c", [])], "gzip", offset_deltas=[4]),
         make_batch(7, [(60, None, b"d", [])]),
     ]
-    segment = assemble(batches, block_bytes=300)
+    segment = assemble(batches, block_bytes=400)
     infos = segment.block_infos
     assert [(i.first_offset, i.last_offset) for i in infos] == [(0, 6), (7, 7)]
     assert [i.max_timestamp for i in infos] == [70, 60]
