@@ -403,20 +403,30 @@ class OffloadEngine:
                 next_lag = now + LAG_INTERVAL_S
 
     def _relieve_pressure(self) -> None:
-        """Keep uploads flowing when open segments fill the buffer: above half the bound, seal the
-        largest open segments of partitions with no copy queued or running."""
-        if self.buffer.used < self.buffer.bound // 2:
+        """Keep uploads flowing while the buffer fills (a backlog: fetching outruns uploads).
+
+        Above a quarter of the bound, an idle copy slot takes the largest open segment of a
+        partition with no copy queued or running once it holds a fair share of the bound
+        (bound / (4 x copy concurrency)); above half the bound, any open segment. Measured here:
+        waiting for half the bound sealed every partition's segment at once, so all uploads ended
+        together and the pipeline idled while the buffer refilled (48 MB/s instead of ~100).
+        """
+        used, bound = self.buffer.used, self.buffer.bound
+        if used < bound // 4:
             return
+        busy = self.copies.busy()
+        slots = self.copies.concurrency - busy
+        if slots <= 0 and (busy or used < bound // 2):
+            return
+        fair_share = 0 if used >= bound // 2 else bound // (4 * self.copies.concurrency)
         idle = []
         for st in self._parts.values():
             lane = self.copies.lane(st.tp)
-            open_segment = st.assembler is not None and not st.assembler.empty
-            if open_segment and lane is not None and not lane.pending and not lane.copying:
+            asm = st.assembler
+            if asm is None or asm.empty or asm.size_bytes < fair_share:
+                continue
+            if lane is not None and not lane.pending and not lane.copying:
                 idle.append(st)
-        busy = self.copies.busy()
-        slots = self.copies.concurrency - busy
-        if slots <= 0 and busy:
-            return
         idle.sort(key=lambda s: s.assembler.size_bytes if s.assembler else 0, reverse=True)
         for st in idle[: max(slots, 1)]:
             self._seal(st, RollReason.BUFFER)
