@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
             if "offload" in only:
                 small_gib = args.small_values_gib if args.small_values_gib is not None else args.gib
                 bench_offload(report, info, workdir, 100, int(small_gib * 1024 * MiB))
+                bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB), compression="zstd")
+                bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB), archive="zstd")
             if "memory" in only:
                 bench_memory(report, info, workdir, big)
             if "reads" in only:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import re
 import subprocess
 import sys
@@ -33,7 +34,30 @@ class LoadedTopic:
     payload_bytes: int  # keys + values
 
 
-def load_topic(info: stack.StackInfo, name: str, value_bytes: int, total_bytes: int) -> LoadedTopic:
+def text_pool(size: int, seed: int = 11) -> bytes:
+    """Text-like bytes for record values (JSON-ish events from a 4,096-word vocabulary with random
+    numbers), compressible about as much as real events, logs and CDC payloads; random bytes would
+    make every codec a no-op, and a small repeated pool would make them look far too good."""
+    rng = random.Random(seed)
+    vocab = [
+        bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz_") for _ in range(rng.randint(3, 10)))
+        for _ in range(4096)
+    ]
+    out = bytearray()
+    while len(out) < size:
+        out += b'{"%s":%d,"%s":"%s %s"} ' % (
+            rng.choice(vocab),
+            rng.randrange(10**9),
+            rng.choice(vocab),
+            rng.choice(vocab),
+            rng.choice(vocab),
+        )
+    return bytes(out[:size])
+
+
+def load_topic(
+    info: stack.StackInfo, name: str, value_bytes: int, total_bytes: int, compression: str = "none"
+) -> LoadedTopic:
     ensure_topic(new_admin(info.bootstrap_servers, "bench"), name, PARTITIONS, 1, {})
     producer = Producer(
         {
@@ -42,14 +66,16 @@ def load_topic(info: stack.StackInfo, name: str, value_bytes: int, total_bytes: 
             "batch.size": 1 * MiB,
             "queue.buffering.max.kbytes": 512 * 1024,
             "acks": 1,
+            "compression.type": compression,
         }
     )
-    pool = os.urandom(value_bytes + 4096)
+    pool = text_pool(value_bytes + 8 * MiB)
     count = max(total_bytes // (value_bytes + 10), PARTITIONS)
     payload = 0
     for i in range(count):
         key = b"k%09d" % i
-        value = pool[i % 4096 : i % 4096 + value_bytes]
+        start = (i * 7919) % (8 * MiB)  # a prime stride: neighbouring records differ
+        value = pool[start : start + value_bytes]
         payload += len(key) + len(value)
         while True:
             try:
@@ -121,6 +147,15 @@ class OffloadRun:
     wall_seconds: float  # worker start -> done (includes Faust start and group join)
     peak_rss: int
     steady_seconds: float  # 10% -> 90% of the records in finished segments (no start-up, no tail roll)
+    stored_bytes: int = 0  # bytes of the data and index objects in S3
+
+
+def stored_bytes(info: stack.StackInfo, prefix: str) -> int:
+    client = boto3.client("s3", endpoint_url=info.s3_endpoint_url, region_name="us-east-1")
+    total = 0
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=info.bucket, Prefix=prefix + "/"):
+        total += sum(int(obj.get("Size", 0)) for obj in page.get("Contents", []))
+    return total
 
 
 def run_worker_offload(
@@ -173,7 +208,10 @@ def run_worker_offload(
             if done >= topic.records:
                 rss = peak_rss_bytes(proc.pid)
                 steady = (t90 or now) - (t10 or t_first or t_wall)
-                return OffloadRun(now - (t_first or t_wall), now - t_wall, rss, steady / 0.8)
+                stored = stored_bytes(info, env.get("PROCESSOR_S3_PREFIX", f"bench-{tag}"))
+                # Tiny smoke runs can finish within one 0.1 s scrape: that is the resolution.
+                seconds = max(now - (t_first or t_wall), 0.1)
+                return OffloadRun(seconds, now - t_wall, rss, max(steady / 0.8, 0.1), stored)
             if now - t_wall > 1800:
                 raise TimeoutError("offload did not finish in 30 minutes")
             time.sleep(0.1)
@@ -187,15 +225,30 @@ def run_worker_offload(
 
 
 def bench_offload(
-    report: Report, info: stack.StackInfo, workdir: Path, value_bytes: int, total_bytes: int
+    report: Report,
+    info: stack.StackInfo,
+    workdir: Path,
+    value_bytes: int,
+    total_bytes: int,
+    compression: str = "none",
+    archive: str = "keep",
 ) -> LoadedTopic:
+    """Offload of one topic next to the slower of its baselines. ``compression``: the producer's
+    codec; ``archive``: PROCESSOR_ARCHIVE_COMPRESSION."""
     label = f"{value_bytes}B"
+    if compression != "none":
+        label += f" {compression} topic"
+    if archive != "keep":
+        label += f", archive {archive}"
     print(f"[offload {label}] loading {total_bytes / MiB:.0f} MiB into 8 partitions ...", flush=True)
-    topic = load_topic(info, f"bench-{label}-{uuid.uuid4().hex[:6]}", value_bytes, total_bytes)
+    name = f"bench-{value_bytes}B-{compression}-{uuid.uuid4().hex[:6]}"
+    topic = load_topic(info, name, value_bytes, total_bytes, compression)
     mb = topic.payload_bytes / 1e6
     consume_s = baseline_consumer(info, topic)
     upload_s = baseline_upload(info, topic.payload_bytes, 64 * MiB)
-    run = run_worker_offload(info, topic, workdir, 256 * MiB, 64 * MiB)
+    run = run_worker_offload(
+        info, topic, workdir, 256 * MiB, 64 * MiB, extra_env={"PROCESSOR_ARCHIVE_COMPRESSION": archive}
+    )
     offload_rate = mb / run.seconds
     consume_rate, upload_rate = mb / consume_s, mb / upload_s
     slower_name, slower = min(("consumer", consume_rate), ("boto3 upload", upload_rate), key=lambda x: x[1])
@@ -234,6 +287,15 @@ def bench_offload(
             "bare consumer",
             topic.records / consume_s,
             (topic.records / run.seconds) / (topic.records / consume_s),
+        )
+    )
+    report.add(
+        Figure(
+            "offload",
+            f"{label}: bytes in S3 per byte of record data",
+            run.stored_bytes / topic.payload_bytes,
+            "B/B",
+            note=f"{run.stored_bytes / MiB:.1f} MiB stored, {topic.payload_bytes / MiB:.1f} MiB keys+values",
         )
     )
     report.add(Figure("offload", f"{label} baseline: bare consumer", consume_rate, "MB/s"))

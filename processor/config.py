@@ -59,6 +59,14 @@ class Settings(BaseSettings):
     follow_metadata_partitions: Annotated[tuple[int, ...], NoDecode] = ()
     copy_retry_backoff_ms: int = Field(default=500, ge=1)
     copy_retry_backoff_max_ms: int = Field(default=30_000, ge=1)
+    # Issue 9: the batch source (processor/leader/batch_source.py) and format v2 archive compression.
+    archive_compression: str = Field(default="keep", pattern=r"^(off|keep|zstd)$")  # off = keep
+    fetch_concurrency: int = Field(default=4, ge=1, le=64)  # source fetch requests in flight
+    security_protocol: str = Field(default="PLAINTEXT", pattern=r"^(PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL)$")
+    sasl_mechanism: str = Field(default="PLAIN", pattern=r"^(PLAIN|SCRAM-SHA-256|SCRAM-SHA-512)$")
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_cafile: str | None = None  # CA bundle for SSL / SASL_SSL (default: the system's)
     log_level: str = Field(default="info", pattern=r"^(?i:debug|info|warn|warning|error|crit)$")
     # "text" (human-readable lines) or "json" (one JSON object per line, for log pipelines).
     log_format: str = Field(default="text", pattern=r"^(?i:text|json)$")

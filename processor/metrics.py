@@ -102,3 +102,11 @@ FOLLOWER_LAG = Gauge(
 HEALTH_READY = Gauge(
     "processor_ready", "1 while /readyz reports ready, 0 otherwise (as of the last /readyz request)"
 )
+COPY_BLOCKED = Counter(
+    "processor_copy_blocked_total",
+    "Segment copy attempts that failed with an error retrying cannot fix (access denied, missing "
+    "bucket); the segment stays pending and is tried again at the maximum backoff",
+)
+FETCH_ERRORS = Counter(
+    "processor_source_fetch_errors_total", "Failed fetches of source record batches, by error", ["error"]
+)

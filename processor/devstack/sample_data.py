@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Producer
 
@@ -57,8 +58,16 @@ def sample_record(i: int, partitions: int, big_every: int = 5000) -> SampleRecor
 
 
 def produce_samples(
-    bootstrap_servers: str, topic: str, count: int, partitions: int, start: int = 0, big_every: int = 5000
+    bootstrap_servers: str,
+    topic: str,
+    count: int,
+    partitions: int,
+    start: int = 0,
+    big_every: int = 5000,
+    producer_config: dict[str, Any] | None = None,
 ) -> list[SampleRecord]:
+    """Produce ``count`` sample records; ``producer_config`` overrides librdkafka settings
+    (``compression.type``, ``batch.size``: what the producer's record batches look like)."""
     producer: Producer = new_producer(
         bootstrap_servers,
         "processor-sample-producer",
@@ -67,6 +76,7 @@ def produce_samples(
             "message.max.bytes": 2 * MiB + 4096,
             "linger.ms": 5,
             "batch.size": MiB,
+            **(producer_config or {}),
         },
     )
     out: list[SampleRecord] = []

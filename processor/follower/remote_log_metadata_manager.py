@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 from processor.errors import ProcessorError
 from processor.follower.metadata_cache import MetadataCache
-from processor.leader.segment_copier import MetadataSink
 from processor.metadata.model import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, TopicPartition
+from processor.metadata.sink import MetadataSink
 
 
 class RemoteLogMetadataManager:

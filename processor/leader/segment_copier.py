@@ -14,27 +14,22 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Protocol
 
 from processor.errors import ProcessorError
 from processor.logs import segment_fields
 from processor.metadata.model import (
-    MetadataRecord,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     SegmentState,
     TopicPartition,
 )
-from processor.segment.block_format import BLOCK_FORMAT_VERSION, SealedSegment
+from processor.metadata.sink import MetadataSink
+from processor.segment.block_format import SealedSegment
 from processor.segment.index_format import encode_index, index_crc
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 
 log = logging.getLogger(__name__)
-
-
-class MetadataSink(Protocol):
-    def publish(self, record: MetadataRecord) -> int: ...
 
 
 class CopyCancelledError(ProcessorError):
@@ -89,7 +84,7 @@ class SegmentCopier:
             state=SegmentState.COPY_SEGMENT_STARTED,
             data_object_key=keys.data,
             index_object_key=keys.index,
-            segment_format_version=BLOCK_FORMAT_VERSION,
+            segment_format_version=segment.format_version,
             record_count=segment.record_count,
             index_crc32=index_crc(index),
             index_size_in_bytes=len(index),
@@ -108,6 +103,8 @@ class SegmentCopier:
         self.sink.publish(started)
         try:
             self.storage.create(started.data_object_key, segment.blocks)
+            if not still_leader():  # revoked during the data upload: do not go on
+                raise CopyCancelledError(f"{tp} was revoked during the copy of {started.segment_id}")
             self.storage.create(started.index_object_key, [index])
             if not still_leader():
                 raise CopyCancelledError(f"{tp} was revoked during the copy of {started.segment_id}")

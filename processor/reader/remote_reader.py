@@ -3,7 +3,9 @@
 For a start position the reader finds the finished segment (metadata lookup), reads its index object
 with one ranged GET (verified against the CRC and size the metadata carries), then reads only the
 blocks it needs: consecutive blocks in *one* ranged GET, as many as the record and byte budget can
-use. Every block's header and payload CRCs are checked before a record leaves the reader, and reads
+use. Blocks of format version 1 (one entry per record) and 2 (one entry per Kafka record batch, decoded
+with aiokafka's C reader) are both read. Every block's header and payload CRCs (and in version 2
+each batch's CRC-32C) are checked before a record leaves the reader, and reads
 continue across segment boundaries (the next segment starts at the previous end + 1). Wrong bytes are
 never returned: a mismatch raises CorruptObjectError naming the segment and the object.
 """
@@ -26,7 +28,7 @@ from processor.errors import (
     SegmentObjectMissingError,
 )
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
-from processor.segment.block_format import decode_block
+from processor.segment.block_format import decode_block, decode_block_header
 from processor.segment.index_format import SegmentIndex, decode_index
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.record_format import KafkaRecord
@@ -181,7 +183,7 @@ class RemoteReader:
                 last = self._last_block_needed(
                     index, number, offset, max_records - returned, max_bytes - returned_bytes
                 )
-                for record in self._read_blocks(current, index, number, last):
+                for record in self._read_blocks(current, index, number, last, offset):
                     if record.offset < offset:
                         continue
                     if timestamp is not None:
@@ -216,7 +218,12 @@ class RemoteReader:
         return last
 
     def _read_blocks(
-        self, segment: RemoteLogSegmentMetadata, index: SegmentIndex, first: int, last: int
+        self,
+        segment: RemoteLogSegmentMetadata,
+        index: SegmentIndex,
+        first: int,
+        last: int,
+        min_offset: int | None = None,
     ) -> Iterator[KafkaRecord]:
         start = index.blocks[first].position
         end = index.blocks[last].position + index.blocks[last].length
@@ -225,20 +232,14 @@ class RemoteReader:
             info = index.blocks[number]
             rel = info.position - start
             where = f"{segment.data_object_key} block {number}"
+            block = data[rel : rel + info.length]
             try:
-                records = decode_block(data[rel : rel + info.length], where=where)
+                header = decode_block_header(block, where=where)
+                if (header.first_entry_id, header.last_entry_id) != (info.first_offset, info.last_offset):
+                    raise FormatError(f"{where}: does not hold the offsets its index entry names")
+                records = decode_block(block, where=where, min_offset=min_offset)
             except FormatError as exc:
                 raise CorruptObjectError(
                     str(exc), object_key=segment.data_object_key, segment=str(segment.segment_id)
                 ) from exc
-            if (
-                not records
-                or records[0].offset != info.first_offset
-                or records[-1].offset != info.last_offset
-            ):
-                raise CorruptObjectError(
-                    f"block {number} does not hold the offsets its index entry names",
-                    object_key=segment.data_object_key,
-                    segment=str(segment.segment_id),
-                )
             yield from records

@@ -14,7 +14,8 @@ from processor.config import load_settings
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
 from processor.errors import StorageError
-from processor.kafka_clients import ensure_topic, new_admin, new_consumer
+from processor.kafka_clients import ensure_topic, new_admin
+from processor.leader.batch_source import BatchSource
 from processor.leader.offload_engine import EngineOptions, OffloadEngine
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.model import SegmentState, TopicPartition
@@ -81,7 +82,7 @@ def test_failed_copies_are_retried_in_order_and_dangling_copies_cleaned(
             retry_backoff_ms=50,
             retry_backoff_max_ms=200,
         ),
-        lambda: new_consumer(local_stack.bootstrap_servers, "copy-failures"),
+        lambda fetched, lost: BatchSource(local_stack.bootstrap_servers, "copy-failures", fetched, lost),
         copier,
         remote_state_loader(settings, parts),
     )

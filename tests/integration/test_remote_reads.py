@@ -43,14 +43,21 @@ def offloaded(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) 
     """A worker (leader + follower + HTTP API) that has offloaded COUNT records in many small segments."""
     tmp = tmp_path_factory.mktemp("reads")
     ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), TOPIC, PARTITIONS, 1, {})
-    produced = produce_samples(local_stack.bootstrap_servers, TOPIC, COUNT, PARTITIONS, big_every=3000)
+    produced = produce_samples(
+        local_stack.bootstrap_servers,
+        TOPIC,
+        COUNT,
+        PARTITIONS,
+        big_every=3000,
+        producer_config={"batch.size": 16 * 1024},  # many batches: segments end at batch boundaries
+    )
     env = worker_env(
         local_stack,
         tmp / "data",
         TOPIC,
         PROCESSOR_METADATA_TOPIC=META,
-        PROCESSOR_SEGMENT_BYTES=str(512 * 1024),
-        PROCESSOR_BLOCK_BYTES=str(32 * 1024),
+        PROCESSOR_SEGMENT_BYTES=str(192 * 1024),  # several segments of whole batches per partition
+        PROCESSOR_BLOCK_BYTES=str(16 * 1024),
         PROCESSOR_SEGMENT_MS="1000",
         PROCESSOR_BUFFER_BYTES=str(16 * 1024 * 1024),
         PROCESSOR_S3_PREFIX="reads",

@@ -1,0 +1,163 @@
+"""Format version 2 entries: one PIP-76 entry = one Kafka record batch, byte for byte.
+
+Byte layout of a version 2 block payload (big-endian; the block header is in ``block_format``)::
+
+    payload := entry*
+    entry   := [entry_len u32][entry_id i64][batch]
+               entry_len  length of ``batch`` in bytes
+               entry_id   the batch's base offset (the same value as the batch's own first 8 bytes)
+               batch      a Kafka RecordBatch (message format v2, magic 2) exactly as the broker
+                          returned it: compressed batches stay compressed, CRC-32C intact.
+
+The batch header that the leader and the index use (Kafka's layout, big-endian, 61 bytes)::
+
+    0 baseOffset i64 | 8 batchLength i32 | 12 partitionLeaderEpoch i32 | 16 magic i8 | 17 crc u32
+    21 attributes i16 | 23 lastOffsetDelta i32 | 27 firstTimestamp i64 | 35 maxTimestamp i64
+    43 producerId i64 | 51 producerEpoch i16 | 53 baseSequence i32 | 57 recordCount i32
+
+A batch's header gives its offsets and timestamps even when its records are compressed, so the
+leader never decompresses or decodes a record. Readers decode records with aiokafka's C record
+reader (``DefaultRecordBatch``), which verifies the batch CRC-32C and handles every codec Kafka has
+(gzip, snappy, lz4, zstd; the last three through ``cramjam``).
+
+A segment's records are those with offsets in its ``start_offset..end_offset``. Its first batch may
+begin below ``start_offset`` (a leader resuming in the middle of a batch, e.g. right after an upgrade
+from format 1, whose segments end at any record): whoever decodes whole blocks must drop records
+below the segment's start, as ``RemoteReader`` does (``decode_block(..., min_offset=...)``).
+
+Only magic 2 batches are archived (Kafka 0.11+ clients and brokers write nothing else); a fetched
+v0/v1 message set is refused with a FormatError naming the partition and offset.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from aiokafka.record.default_records import DefaultRecordBatch
+
+from processor.errors import FormatError
+from processor.segment.record_format import KafkaRecord, TimestampType
+
+BATCH_HEADER = struct.Struct(">qiiBIhiqqqhii")
+BATCH_HEADER_LEN = BATCH_HEADER.size  # 61
+BATCH_LOG_OVERHEAD = 12  # baseOffset + batchLength: batchLength counts the bytes after these
+ENTRY_HEAD = struct.Struct(">Iq")  # entry_len, entry_id
+_LEN_MAGIC = struct.Struct(">qiiB")
+
+ATTR_CODEC_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08  # set: LogAppendTime
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+_CREATE_TIME = TimestampType.CREATE_TIME
+_LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """What the leader reads of a batch: its header fields only."""
+
+    base_offset: int
+    length: int  # bytes of the whole batch (log overhead included)
+    leader_epoch: int
+    magic: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & ATTR_CODEC_MASK
+
+
+def parse_batch_header(data: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    if len(data) - pos < BATCH_HEADER_LEN:
+        raise FormatError(f"record batch header at byte {pos} is truncated")
+    (base, blen, epoch, magic, _crc, attrs, delta, first_ts, max_ts, pid, _pe, _seq, count) = (
+        BATCH_HEADER.unpack_from(data, pos)
+    )
+    if magic != 2:
+        raise FormatError(f"record batch at offset {base} has message format magic {magic}, not 2")
+    if blen < BATCH_HEADER_LEN - BATCH_LOG_OVERHEAD or delta < 0:
+        raise FormatError(f"record batch at offset {base} has an impossible header")
+    return BatchHeader(
+        base, blen + BATCH_LOG_OVERHEAD, epoch, magic, attrs, delta, first_ts, max_ts, pid, count
+    )
+
+
+def split_batches(
+    records: bytes | memoryview, *, where: str = "fetch response"
+) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """The whole batches of a fetched record set, in order. A trailing partial batch (a fetch
+    response cut at its byte limit) is not returned; the next fetch starts at it."""
+    view = memoryview(records)
+    pos, end = 0, len(view)
+    while end - pos >= BATCH_LOG_OVERHEAD + 5:
+        _base, blen, _epoch, magic = _LEN_MAGIC.unpack_from(view, pos)
+        size = blen + BATCH_LOG_OVERHEAD
+        if pos + size > end:
+            return
+        if magic != 2:
+            raise FormatError(f"{where}: record batch at byte {pos} has message format magic {magic}, not 2")
+        yield parse_batch_header(view, pos), view[pos : pos + size]
+        pos += size
+
+
+def iter_batch_entries(payload: bytes | bytearray | memoryview, *, where: str) -> Iterator[memoryview]:
+    """The batches of a (decompressed) version 2 payload, after checking each entry's framing."""
+    view = memoryview(payload)
+    pos, end = 0, len(view)
+    while pos < end:
+        if end - pos < ENTRY_HEAD.size:
+            raise FormatError(f"{where}: truncated entry header at payload byte {pos}")
+        entry_len, entry_id = ENTRY_HEAD.unpack_from(view, pos)
+        start = pos + ENTRY_HEAD.size
+        if start + entry_len > end:
+            raise FormatError(
+                f"{where}: entry at payload byte {pos} claims {entry_len} bytes, {end - start} left"
+            )
+        batch = view[start : start + entry_len]
+        header = parse_batch_header(batch)
+        if header.base_offset != entry_id or header.length != entry_len:
+            raise FormatError(f"{where}: entry {entry_id} does not frame the batch it holds")
+        yield batch
+        pos = start + entry_len
+
+
+def batch_records(batch: bytes | bytearray | memoryview, *, where: str = "batch") -> list[KafkaRecord]:
+    """Decode one batch's records with aiokafka's C reader (CRC-32C verified, any codec).
+
+    Control batches (transaction markers) hold no data records: they decode to nothing.
+    """
+    raw = bytes(batch)
+    try:
+        decoded = DefaultRecordBatch(raw)
+        if not decoded.validate_crc():
+            raise FormatError(f"{where}: record batch CRC-32C mismatch")
+        if decoded.is_control_batch:
+            return []
+        ts_type = _LOG_APPEND_TIME if decoded.timestamp_type else _CREATE_TIME
+        return [
+            KafkaRecord(r.offset, r.timestamp, ts_type, r.key, r.value, tuple(r.headers)) for r in decoded
+        ]
+    except FormatError:
+        raise
+    except Exception as exc:  # aiokafka raises its own errors (and struct/zstd ones) for bad bytes
+        raise FormatError(f"{where}: record batch does not decode: {exc!r}") from exc
