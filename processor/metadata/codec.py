@@ -26,6 +26,7 @@ from typing import Any
 import fastavro
 
 from processor.errors import FormatError
+from processor.metadata import segment_reader
 from processor.metadata.model import (
     MetadataRecord,
     PartitionDeleteState,
@@ -61,6 +62,11 @@ def schema_dir() -> Path:
 def parsed_schema(record_type: int) -> Any:
     text = (schema_dir() / _SCHEMA_FILES[record_type]).read_text(encoding="utf-8")
     return fastavro.parse_schema(json.loads(text), named_schemas={})
+
+
+@cache
+def _segment_reader_enabled() -> bool:
+    return segment_reader.enabled(schema_dir())
 
 
 def metadata_partition_for(tp: TopicPartition, num_partitions: int) -> int:
@@ -197,6 +203,15 @@ def decode_value(value: bytes | None) -> MetadataRecord:
         raise FormatError(f"unsupported metadata framing version {version}")
     if record_type not in _SCHEMA_FILES:
         raise FormatError(f"unknown metadata record type {record_type}")
+    if record_type == TYPE_SEGMENT and type(value) is bytes and _segment_reader_enabled():
+        fast = segment_reader.read_segment_metadata(value, _FRAME.size)  # the hot path
+        if fast is not None:
+            return fast
+    return decode_body_with_fastavro(value, record_type)
+
+
+def decode_body_with_fastavro(value: bytes, record_type: int) -> MetadataRecord:
+    """The general decoder of a framed value (any encoding the schema allows); FormatError if bad."""
     stream = io.BytesIO(value)
     stream.seek(_FRAME.size)
     try:

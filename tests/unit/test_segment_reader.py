@@ -1,0 +1,164 @@
+"""The fast segment-record reader decodes exactly what fastavro decodes, or leaves the bytes to it."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import uuid
+from pathlib import Path
+
+import fastavro
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from processor.errors import FormatError
+from processor.metadata import segment_reader
+from processor.metadata.codec import (
+    TYPE_SEGMENT,
+    decode_body_with_fastavro,
+    decode_value,
+    encode_value,
+    parsed_schema,
+    schema_dir,
+)
+from processor.metadata.model import (
+    MetadataRecord,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    SegmentState,
+)
+from tests.unit.metadata_samples import segment_metadata
+
+FRAME = 2
+
+
+def fast(value: bytes) -> RemoteLogSegmentMetadata | None:
+    return segment_reader.read_segment_metadata(value, FRAME)
+
+
+def reference(value: bytes) -> MetadataRecord | FormatError:
+    try:
+        return decode_body_with_fastavro(value, TYPE_SEGMENT)
+    except FormatError as exc:
+        return exc
+
+
+def test_the_shipped_schema_has_the_layout_the_reader_is_written_for() -> None:
+    assert segment_reader.enabled(schema_dir())
+
+
+def test_a_changed_schema_disables_the_reader(tmp_path: Path) -> None:
+    schema = json.loads((schema_dir() / segment_reader.SCHEMA_FILE).read_text())
+    schema["fields"].append({"name": "new_field", "type": "long", "default": 0})
+    (tmp_path / segment_reader.SCHEMA_FILE).write_text(json.dumps(schema))
+    assert not segment_reader.enabled(tmp_path)
+
+
+@given(segment_metadata())
+def test_records_read_the_same_as_with_fastavro(meta: RemoteLogSegmentMetadata) -> None:
+    raw = encode_value(meta)
+    got = fast(raw)
+    assert got == meta == reference(raw)
+    assert got is not None and got.segment_id.id == meta.segment_id.id
+    assert decode_value(raw) == meta
+
+
+@given(segment_metadata(), st.data())
+def test_corrupted_records_are_read_the_same_or_left_to_fastavro(
+    meta: RemoteLogSegmentMetadata, data: st.DataObject
+) -> None:
+    raw = bytearray(encode_value(meta))
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(FRAME, len(raw) - 1))
+        raw[at] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        raw = raw[: data.draw(st.integers(FRAME, len(raw)))]
+    value = bytes(raw)
+    got, want = fast(value), reference(value)
+    if got is not None:
+        assert got == want
+    if isinstance(want, FormatError):
+        assert got is None
+        with pytest.raises(FormatError):
+            decode_value(value)
+    else:
+        assert decode_value(value) == want
+
+
+@given(st.binary(max_size=200))
+def test_garbage_is_never_accepted_where_fastavro_rejects_it(body: bytes) -> None:
+    value = b"\x01\x00" + body
+    got, want = fast(value), reference(value)
+    assert got is None if isinstance(want, FormatError) else got in (None, want)
+
+
+def _encoded_with_two_epoch_blocks(meta: RemoteLogSegmentMetadata) -> bytes:
+    """The same record with its leader epochs written as two array blocks, the second with a byte
+    size (a negative count): valid Avro that fastavro's writer never produces."""
+    assert len(meta.segment_leader_epochs) == 2
+    raw = encode_value(meta)
+    schema = parsed_schema(TYPE_SEGMENT)
+    body = fastavro.schemaless_reader(io.BytesIO(raw[FRAME:]), schema, None)
+    assert isinstance(body, dict)
+
+    def avro_long(n: int) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, {"type": "long"}, n)
+        return out.getvalue()
+
+    one = avro_long(1)
+    (e1, o1), (e2, o2) = meta.segment_leader_epochs
+    canonical = avro_long(2) + avro_long(e1) + avro_long(o1) + avro_long(e2) + avro_long(o2) + b"\x00"
+    second = avro_long(e2) + avro_long(o2)
+    blocks = one + avro_long(e1) + avro_long(o1) + avro_long(-1) + avro_long(len(second)) + second + b"\x00"
+    assert raw.count(canonical) == 1
+    return raw.replace(canonical, blocks)
+
+
+def test_valid_encodings_the_reader_does_not_handle_go_to_fastavro() -> None:
+    meta = dataclasses.replace(_sample(), segment_leader_epochs=((3, 10), (4, 20)))
+    odd = _encoded_with_two_epoch_blocks(meta)
+    assert odd != encode_value(meta)
+    assert fast(odd) is None
+    assert decode_value(odd) == meta
+
+
+def _sample() -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(
+        RemoteLogSegmentId("orders", 7, uuid.UUID(int=5), "tid"),
+        10,
+        99,
+        1_700_000_000_000,
+        1_700_000_000_123,
+        "worker-1",
+        3,
+        ((3, 10),),
+        64 << 20,
+        SegmentState.COPY_SEGMENT_FINISHED,
+        "bucket/prefix/orders/7/00000000000000000010-" + "a" * 40,
+        "i",
+        2,
+        90,
+        2**32 - 1,
+        4096,
+        b"\x00custom",
+        False,
+    )
+
+
+def test_a_sample_with_long_strings_and_large_numbers_reads_the_same() -> None:
+    meta = _sample()
+    raw = encode_value(meta)
+    assert fast(raw) == meta == reference(raw)
+
+
+def test_values_the_model_rejects_are_left_to_fastavro_which_raises() -> None:
+    meta = _sample()
+    raw = encode_value(meta)
+    # end_offset 99 (zig-zag 198 = c6 01) -> 5 (0a): end < start, which the model refuses
+    bad = raw.replace(b"\xc6\x01", b"\x0a", 1)
+    assert fast(bad) is None
+    with pytest.raises(FormatError, match="invalid offsets"):
+        decode_value(bad)
