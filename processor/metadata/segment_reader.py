@@ -139,9 +139,7 @@ def _string(buf: bytes, p: int) -> tuple[str, int]:
         if n < 0:
             raise _Unhandled
     end = p + n
-    if end > len(buf):
-        raise _Unhandled
-    return buf[p:end].decode(), end
+    return buf[p:end].decode(), end  # a slice cut short by the end: see the final length check
 
 
 # The body below repeats one idiom per long/int field, inlined because a call per field costs as much
@@ -161,8 +159,21 @@ def read_segment_metadata(value: bytes, offset: int) -> RemoteLogSegmentMetadata
         return None
 
 
+# Segment ids of recent records, by the exact bytes that encode them (topic, topic id, partition, UUID):
+# a segment's records repeat its id, and a UUID and a frozen dataclass cost more than the lookup.
+_IDS: dict[bytes, RemoteLogSegmentId] = {}
+_IDS_MAX = 16384
+
+
 def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
-    topic, p = _string(buf, p)
+    id_start = p
+    b = buf[p]
+    if b < 0x80 and not b & 1:
+        e = p + 1 + (b >> 1)
+        topic = buf[p + 1 : e].decode()
+        p = e
+    else:
+        topic, p = _string(buf, p)
     b = buf[p]
     p += 1
     if b == 0:
@@ -177,7 +188,22 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
         partition = (b >> 1) ^ -(b & 1)
     else:
         partition, p = _varint_tail(buf, p, b)
-    sid, p = _string(buf, p)
+    b = buf[p]
+    if b < 0x80 and not b & 1:
+        e = p + 1 + (b >> 1)
+        sid = buf[p + 1 : e].decode()
+        p = e
+    else:
+        sid, p = _string(buf, p)
+    segment_id = _IDS.get(buf[id_start:p])
+    if segment_id is None:
+        if _UUID.fullmatch(sid) is None:
+            raise _Unhandled
+        segment_id = RemoteLogSegmentId(topic, partition, uuid.UUID(sid), topic_id)
+        if p <= len(buf):  # not a slice cut short by the end
+            if len(_IDS) >= _IDS_MAX:
+                _IDS.clear()
+            _IDS[buf[id_start:p]] = segment_id
     b = buf[p]
     p += 1
     if b < 0x80:
@@ -202,7 +228,13 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
         event_ts = (b >> 1) ^ -(b & 1)
     else:
         event_ts, p = _varint_tail(buf, p, b)
-    writer_id, p = _string(buf, p)
+    b = buf[p]
+    if b < 0x80 and not b & 1:
+        e = p + 1 + (b >> 1)
+        writer_id = buf[p + 1 : e].decode()
+        p = e
+    else:
+        writer_id, p = _string(buf, p)
     b = buf[p]
     p += 1
     if b < 0x80:
@@ -258,7 +290,7 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
             n = (b >> 1) ^ -(b & 1)
         else:
             n, p = _varint_tail(buf, p, b)
-        if n < 0 or p + n > len(buf):
+        if n < 0:
             raise _Unhandled
         custom = buf[p : p + n]
         p += n
@@ -269,8 +301,20 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
     if b > 1:
         raise _Unhandled
     txn_index_empty = b == 1
-    data_key, p = _string(buf, p)
-    index_key, p = _string(buf, p)
+    b = buf[p]
+    if b < 0x80 and not b & 1:
+        e = p + 1 + (b >> 1)
+        data_key = buf[p + 1 : e].decode()
+        p = e
+    else:
+        data_key, p = _string(buf, p)
+    b = buf[p]
+    if b < 0x80 and not b & 1:
+        e = p + 1 + (b >> 1)
+        index_key = buf[p + 1 : e].decode()
+        p = e
+    else:
+        index_key, p = _string(buf, p)
     b = buf[p]
     p += 1
     if b < 0x80:
@@ -295,10 +339,11 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
         index_size = (b >> 1) ^ -(b & 1)
     else:
         index_size, p = _varint_tail(buf, p, b)
-    if p != len(buf) or _UUID.fullmatch(sid) is None:
+    # Slices stop at the end of buf without an error, and p then runs past it: one check for all.
+    if p != len(buf):
         raise _Unhandled
     return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(topic, partition, uuid.UUID(sid), topic_id),
+        segment_id,
         start,
         end,
         max_ts,

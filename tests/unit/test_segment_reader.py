@@ -162,3 +162,16 @@ def test_values_the_model_rejects_are_left_to_fastavro_which_raises() -> None:
     assert fast(bad) is None
     with pytest.raises(FormatError, match="invalid offsets"):
         decode_value(bad)
+
+
+def test_segment_ids_are_reused_only_for_the_same_encoded_id() -> None:
+    meta = _sample()
+    again = dataclasses.replace(meta, state=SegmentState.DELETE_SEGMENT_STARTED)
+    other_topic_id = dataclasses.replace(
+        meta, segment_id=dataclasses.replace(meta.segment_id, topic_id="another")
+    )
+    first, second, third = (fast(encode_value(m)) for m in (meta, again, other_topic_id))
+    assert first == meta and second == again and third == other_topic_id
+    assert first is not None and second is not None and third is not None
+    assert second.segment_id is first.segment_id
+    assert third.segment_id.topic_id == "another"
