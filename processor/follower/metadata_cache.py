@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch
 
 from processor import metrics
 from processor.errors import FormatError, ProcessorError
@@ -86,6 +86,13 @@ class MetadataCache:
         self.path.mkdir(parents=True, exist_ok=True)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
+        # Every new segment's first record looks up a key that is not there yet: whole-key bloom
+        # filters (memtable and files) answer most of those misses without a skip-list or block seek.
+        options.set_memtable_prefix_bloom_ratio(0.1)
+        options.set_memtable_whole_key_filtering(True)
+        table = BlockBasedOptions()
+        table.set_bloom_filter(10, False)
+        options.set_block_based_table_factory(table)
         try:
             self._db = Rdict(str(self.path), options)
         except Exception as exc:  # rocksdict raises plain Exception, e.g. when another process holds the lock
