@@ -62,8 +62,30 @@ class Materializer:
     def _open(self) -> Consumer:
         consumer = self._consumer_factory()
         stored = self.cache.consumed_offsets()
-        consumer.assign([KafkaTP(self.topic, p, stored.get(p, OFFSET_BEGINNING)) for p in self.partitions])
+        consumer.assign(
+            [
+                KafkaTP(self.topic, p, stored[p] if p in stored else self._first_offset(consumer, p))
+                for p in self.partitions
+            ]
+        )
         return consumer
+
+    def _first_offset(self, consumer: Consumer, partition: int) -> int:
+        """Where a partition never consumed starts: its low watermark, asked for directly. Left to
+        librdkafka (OFFSET_BEGINNING), the first fetch came ~0.4 s later (measured against Tansu),
+        a tenth of the time a fresh follower needs for 200,000 records. If the question fails, the
+        consumer resolves it after all (auto.offset.reset=earliest also covers a low watermark that
+        moved on since)."""
+        try:
+            low, _high = consumer.get_watermark_offsets(KafkaTP(self.topic, partition), timeout=2)
+        except KafkaException as exc:
+            log.warning(
+                "metadata partition %d: low watermark unknown (%s); starting from the beginning",
+                partition,
+                exc,
+            )
+            return OFFSET_BEGINNING
+        return int(low) if low is not None and low >= 0 else OFFSET_BEGINNING
 
     def poll_once(self, consumer: Consumer, timeout_s: float = 0.1) -> int:
         batch = consumer.consume(self.batch_size, timeout_s)

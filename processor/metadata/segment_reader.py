@@ -17,6 +17,7 @@ ones), and the wire format stays what the schema says.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import uuid
@@ -157,6 +158,24 @@ def read_segment_metadata(value: bytes, offset: int) -> RemoteLogSegmentMetadata
     except (_Unhandled, IndexError, UnicodeDecodeError, ValueError):
         # ValueError: the model rejects the values (e.g. end < start); fastavro's path says so.
         return None
+
+
+# The model's generated __init__ (frozen) sets each of its 18 fields through object.__setattr__, which
+# cost more than reading them. Values read here are already of the fields' types, so they go straight
+# into the slots; __post_init__ still checks them as the constructor would.
+_NEW = object.__new__
+_SLOT_SETTERS = tuple(
+    getattr(RemoteLogSegmentMetadata, f.name).__set__ for f in dataclasses.fields(RemoteLogSegmentMetadata)
+)
+
+
+def _segment_metadata(*values: Any) -> RemoteLogSegmentMetadata:
+    """RemoteLogSegmentMetadata(*values), all fields given positionally, without __init__'s setattrs."""
+    meta: RemoteLogSegmentMetadata = _NEW(RemoteLogSegmentMetadata)
+    for set_slot, value in zip(_SLOT_SETTERS, values, strict=True):
+        set_slot(meta, value)
+    meta.__post_init__()
+    return meta
 
 
 # Segment ids of recent records, by the exact bytes that encode them (topic, topic id, partition, UUID):
@@ -342,7 +361,7 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
     # Slices stop at the end of buf without an error, and p then runs past it: one check for all.
     if p != len(buf):
         raise _Unhandled
-    return RemoteLogSegmentMetadata(
+    return _segment_metadata(
         segment_id,
         start,
         end,

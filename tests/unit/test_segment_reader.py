@@ -175,3 +175,17 @@ def test_segment_ids_are_reused_only_for_the_same_encoded_id() -> None:
     assert first is not None and second is not None and third is not None
     assert second.segment_id is first.segment_id
     assert third.segment_id.topic_id == "another"
+
+
+def test_the_slot_constructor_builds_what_the_dataclass_builds_and_checks_the_same() -> None:
+    meta = _sample()
+    values = [getattr(meta, f.name) for f in dataclasses.fields(RemoteLogSegmentMetadata)]
+    built = segment_reader._segment_metadata(*values)
+    assert built == meta and hash(built) == hash(meta) and repr(built) == repr(meta)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.start_offset = 5  # type: ignore[misc]
+    values[2] = meta.start_offset - 1  # end_offset < start_offset
+    with pytest.raises(ValueError, match="invalid offsets"):
+        segment_reader._segment_metadata(*values)
+    with pytest.raises(ValueError):
+        segment_reader._segment_metadata(*values[:-1])  # every field, or nothing
