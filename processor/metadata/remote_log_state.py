@@ -20,7 +20,6 @@ leader-epoch lineage and deletes the other one).
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import uuid
 from dataclasses import dataclass, field, replace
@@ -39,26 +38,17 @@ from processor.metadata.state_machine import apply_snapshot, apply_update
 _CLEANUP_STATES = (SegmentState.COPY_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_STARTED)
 
 
-def newest_lineage(finished: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
-    """The finished segments to serve: newest writer epoch first, each older segment kept only if it
-    overlaps none already kept. Returned by start offset."""
-    starts: list[int] = []
-    kept: list[RemoteLogSegmentMetadata] = []
-    for seg in sorted(finished, key=lambda s: (-s.writer_epoch, s.start_offset)):
-        i = bisect.bisect_right(starts, seg.end_offset)
-        # kept[i-1] is the last kept segment starting at or before seg's end: the only one that
-        # can overlap, since kept segments never overlap each other.
-        if i > 0 and kept[i - 1].end_offset >= seg.start_offset:
-            continue
-        starts.insert(i, seg.start_offset)
-        kept.insert(i, seg)
-    return kept
+def _overlaps(a: RemoteLogSegmentMetadata, b: RemoteLogSegmentMetadata) -> bool:
+    return a.start_offset <= b.end_offset and b.start_offset <= a.end_offset
 
 
 @dataclass
 class PartitionRemoteState:
     segments: dict[uuid.UUID, RemoteLogSegmentMetadata] = field(default_factory=dict)
     lineage: Lineage = field(default_factory=Lineage)
+    # Finished segments served, decided as records arrive (as the follower cache does): a finished
+    # segment stops being served when a finished one of the same or a newer epoch overlaps it.
+    served: set[uuid.UUID] = field(default_factory=set)
     # Set by a leader about to resume: the topic id the broker reports now (None: unknown), and the
     # epoch and writer id its cleanup records carry (a new leader's epoch is newer than any seen).
     current_topic_id: str | None = None
@@ -79,8 +69,26 @@ class PartitionRemoteState:
             new = apply_snapshot(current, record)
         else:
             new = apply_update(current, record)
-        self.segments[record.segment_id.id] = new
+        sid = record.segment_id.id
+        self.segments[sid] = new
+        if after.topic_id != self.lineage.topic_id and self.lineage.topic_id is not None:
+            self.served = {
+                x for x in self.served if after.serves(self.segments[x].segment_id.topic_id, after.topic_id)
+            }
         self.lineage = after
+        if new.state == SegmentState.COPY_SEGMENT_FINISHED and after.serves(
+            new.segment_id.topic_id, after.topic_id
+        ):
+            self.served = {
+                x
+                for x in self.served
+                if x == sid
+                or not _overlaps(self.segments[x], new)
+                or self.segments[x].writer_epoch > new.writer_epoch
+            }
+            self.served.add(sid)
+        else:
+            self.served.discard(sid)
         return new
 
     def _topic_id(self) -> str | None:
@@ -92,12 +100,9 @@ class PartitionRemoteState:
     def finished(self) -> list[RemoteLogSegmentMetadata]:
         """The finished segments served for the partition: the current topic id's, newest epoch
         lineage where segments overlap; by start offset."""
-        return newest_lineage(
-            [
-                s
-                for s in self.segments.values()
-                if s.state == SegmentState.COPY_SEGMENT_FINISHED and self.in_lineage(s)
-            ]
+        return sorted(
+            (self.segments[x] for x in self.served if self.in_lineage(self.segments[x])),
+            key=lambda s: s.start_offset,
         )
 
     def superseded(self) -> list[RemoteLogSegmentMetadata]:

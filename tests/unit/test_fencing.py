@@ -17,7 +17,7 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
-from processor.metadata.remote_log_state import PartitionRemoteState, newest_lineage
+from processor.metadata.remote_log_state import PartitionRemoteState
 
 TP = TopicPartition("t", 0)
 S = SegmentState
@@ -146,21 +146,27 @@ def test_the_brokers_topic_id_decides_before_any_new_record() -> None:
     assert legacy_only.highest_finished_offset() == 99
 
 
-intervals = st.lists(st.tuples(st.integers(0, 200), st.integers(0, 30), st.integers(0, 5)), max_size=25)
+intervals = st.lists(
+    st.tuples(st.integers(0, 200), st.integers(0, 30), st.integers(0, 5), st.booleans()), max_size=25
+)
 
 
 @given(intervals)
-def test_newest_lineage_never_overlaps_and_prefers_newer_epochs(raw: list[tuple[int, int, int]]) -> None:
-    segments = [seg(start, start + length, epoch=epoch) for start, length, epoch in raw]
-    kept = newest_lineage(segments)
-    for prev, cur in itertools.pairwise(kept):
+def test_served_segments_never_overlap_and_newer_epochs_win(raw: list[tuple[int, int, int, bool]]) -> None:
+    state = PartitionRemoteState()
+    for start, length, epoch, finish in raw:
+        started = seg(start, start + length, S.COPY_SEGMENT_STARTED, epoch=epoch)
+        for record in (started, to(started, S.COPY_SEGMENT_FINISHED)) if finish else (started,):
+            try:
+                state.apply(record)
+            except StaleRecordError:
+                break
+    served = state.finished()
+    for prev, cur in itertools.pairwise(served):
         assert cur.start_offset > prev.end_offset
-    kept_ids = {s.segment_id for s in kept}
-    for s in segments:
-        if s.segment_id not in kept_ids:  # dropped only for an overlapping segment at least as new
-            assert any(
-                k.start_offset <= s.end_offset
-                and s.start_offset <= k.end_offset
-                and k.writer_epoch >= s.writer_epoch
-                for k in kept
-            )
+    finished = [s for s in state.segments.values() if s.state is S.COPY_SEGMENT_FINISHED]
+    newest = max((s.writer_epoch for s in finished), default=None)
+    assert newest is None or any(s.writer_epoch == newest for s in served)
+    assert {s.segment_id for s in state.superseded()} == {s.segment_id for s in finished} - {
+        s.segment_id for s in served
+    }
