@@ -44,20 +44,21 @@ def _setup_logging(level: str = "info") -> None:
 def cmd_worker(args: argparse.Namespace) -> int:
     import faust
 
-    from processor.app import build_app, build_engine, build_follower, build_reader, prepare
+    from processor.app import build_app, build_engine, build_follower, build_planner, build_reader, prepare
     from processor.config import load_settings
 
     settings = load_settings()
     _setup_logging(settings.log_level)
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
     storage, metadata_partitions = prepare(settings)
-    engine = build_engine(settings, storage, metadata_partitions)
     follower = None
     reader = None
     if settings.follower_enabled:
         follower = build_follower(settings, metadata_partitions)
         reader = build_reader(settings, storage, follower.rlmm)
-    app = build_app(settings, engine, reader, follower)
+    planner = build_planner(settings, metadata_partitions, follower)
+    engine = build_engine(settings, storage, metadata_partitions, planner)
+    app = build_app(settings, engine, reader, follower, planner)
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
     engine.start()
     if follower is not None:

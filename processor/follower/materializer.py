@@ -19,7 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.errors import MetadataTopicError
-from processor.follower.metadata_cache import MetadataCache, RawMessage
+from processor.follower.metadata_cache import ApplyResult, MetadataCache, RawMessage
 from processor.metadata.read_to_end import EndSnapshot
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,9 @@ class Materializer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
+        # called on the follower's thread after each applied batch (e.g. the worker revokes a
+        # partition it leads when a newer writer epoch shows up); must not block
+        self.listeners: list[Callable[[ApplyResult], None]] = []
 
     def _open(self) -> Consumer:
         consumer = self._consumer_factory()
@@ -81,6 +84,8 @@ class Materializer:
         self.stats.consumed += len(messages)
         self.stats.applied += result.applied
         self.stats.skipped += result.skipped
+        for listener in self.listeners:
+            listener(result)
         return len(messages)
 
     def catch_up(self, timeout_s: float = 60.0, quiet_s: float = 0.0) -> MaterializerStats:
@@ -96,6 +101,25 @@ class Materializer:
             return self.stats
         except KafkaException as exc:
             raise MetadataTopicError(f"reading {self.topic}: {exc.args[0]}") from None
+        finally:
+            consumer.close()
+
+    def wait_caught_up(self, partitions: list[int], timeout_s: float = 10.0) -> bool:
+        """While running as a service: wait until the cache holds every record the given metadata
+        partitions had when this was called (their high watermarks, re-queried once). False if not
+        within ``timeout_s`` or if the service is not running or does not follow all of them."""
+        if self._thread is None or not self._thread.is_alive() or not set(partitions) <= set(self.partitions):
+            return False
+        consumer = self._consumer_factory()
+        try:
+            snapshot = EndSnapshot(consumer, self.topic, sorted(set(partitions)), timeout_s)
+            while not snapshot.reached(self.cache.consumed_offsets()):
+                if self.failure is not None or self._stop.wait(0.02):
+                    return False
+            return True
+        except (MetadataTopicError, KafkaException) as exc:
+            log.info("follower not caught up on %s: %s", partitions, exc)
+            return False
         finally:
             consumer.close()
 
