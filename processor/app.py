@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -37,7 +37,7 @@ from processor.leader.offload_engine import EngineOptions, OffloadEngine, Remote
 from processor.leader.resume import ResumePlanner
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic, load_remote_state
 from processor.reader.record_json import record_to_json, segment_to_json
@@ -92,6 +92,29 @@ def build_planner(
     )
 
 
+def _accepted_by_follower(
+    materializer: Materializer, metadata_partitions: int
+) -> Callable[[RemoteLogSegmentMetadata, int], bool]:
+    """Read-your-write on the metadata topic: wait (briefly) for the worker's follower to apply the
+    record published at ``offset`` and tell whether it was accepted. Records the follower does not
+    follow, or a follower that lags past the wait, count as accepted (the old behaviour)."""
+
+    def accepted(record: RemoteLogSegmentMetadata, offset: int) -> bool:
+        tp = record.topic_partition
+        if materializer.source_topics is not None and tp.topic not in materializer.source_topics:
+            return True
+        if not materializer.wait_applied(metadata_partition_for(tp, metadata_partitions), offset):
+            log.info("%s: follower did not confirm %s in time; going on", tp, record.segment_id)
+            return True
+        stored = materializer.cache.segment(record.segment_id.id)
+        return stored is not None and (stored.state, stored.writer_epoch) == (
+            record.state,
+            record.writer_epoch,
+        )
+
+    return accepted
+
+
 def build_engine(
     settings: Settings,
     storage: S3ChunkStorage,
@@ -107,6 +130,7 @@ def build_engine(
         settings.worker_id,
         topic_ids=planner.topic_ids if planner is not None else None,
         newest_epoch=materializer.cache.max_epoch if materializer is not None else None,
+        accepted=_accepted_by_follower(materializer, metadata_partitions) if materializer else None,
     )
     # librdkafka's prefetch queue is memory outside the offload buffer: a quarter of the bound, within
     # 16..64 MiB (64 MiB is librdkafka's default). Smaller queues starve the consumer: measured here,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -122,6 +123,17 @@ class Materializer:
             return False
         finally:
             consumer.close()
+
+    def wait_applied(self, partition: int, offset: int, timeout_s: float = 10.0) -> bool:
+        """While running as a service: wait until the cache has consumed ``offset`` of metadata
+        ``partition``. False if it does not follow that partition, is not running, or time is up."""
+        if partition not in self.partitions or self._thread is None or not self._thread.is_alive():
+            return False
+        deadline = time.monotonic() + timeout_s
+        while self.cache.consumed_offsets().get(partition, 0) <= offset:
+            if self.failure is not None or time.monotonic() > deadline or self._stop.wait(0.005):
+                return False
+        return True
 
     # -- as a background service of the worker ----------------------------------------------------
 

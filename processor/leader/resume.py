@@ -76,8 +76,10 @@ class ResumePlanner:
         )
         if m is not None and follows_topics and m.wait_caught_up(parts, self._catch_up_timeout_s):
             self.resumed_from_cache += len(tps)
+            log.info("resuming %d partitions from the follower cache", len(tps))
             return {tp: m.cache.remote_state(tp) for tp in tps}
         self.resumed_from_topic += len(tps)
+        log.info("resuming %d partitions from the metadata topic (metadata partitions %s)", len(tps), parts)
         return self._load_from_topic(tps)
 
     def prepare(self, tps: list[TopicPartition], generation: int) -> int:

@@ -4,7 +4,9 @@
 2. Upload the data object, then the index object (conditional creates: never overwrite).
 3. Publish COPY_SEGMENT_FINISHED.
 Before 1 and 3 the copier checks the epoch fence: if a newer writer epoch than its own has written to
-the partition (seen by the worker's follower), it publishes nothing (FencedWriterError).
+the partition (seen by the worker's follower), it publishes nothing (FencedWriterError). After
+publishing STARTED and FINISHED it checks, through its own follower, that readers accepted the
+record: a zombie learns it was fenced before uploading, or deletes what it uploaded.
 On failure after step 1: delete what was uploaded and publish DELETE_SEGMENT_STARTED and
 DELETE_SEGMENT_FINISHED for that attempt (best effort: whatever is left is a dangling
 COPY_SEGMENT_STARTED that the next leader of the partition cleans up), then raise.
@@ -64,6 +66,7 @@ class SegmentCopier:
         clock_ms: Callable[[], int] = _now_ms,
         topic_ids: Mapping[str, str] | None = None,
         newest_epoch: Callable[[TopicPartition], int] | None = None,
+        accepted: Callable[[RemoteLogSegmentMetadata, int], bool] | None = None,
     ) -> None:
         self.storage = storage
         self.sink = sink
@@ -74,6 +77,17 @@ class SegmentCopier:
         self.topic_ids: Mapping[str, str] = topic_ids if topic_ids is not None else {}
         # the newest writer epoch seen on the metadata topic per partition (the follower cache)
         self.newest_epoch = newest_epoch
+        # read-your-write: did the metadata topic's readers accept the record published at this
+        # offset (the worker's own follower applies the same fencing as every other reader)?
+        self.accepted = accepted
+
+    def _publish_accepted(self, record: RemoteLogSegmentMetadata) -> None:
+        offset = self.sink.publish(record)
+        if self.accepted is not None and not self.accepted(record, offset):
+            raise FencedWriterError(
+                f"{record.state.value} of {record.segment_id} (writer epoch {record.writer_epoch}) was "
+                "fenced out on the metadata topic: a newer epoch leads the partition"
+            )
 
     def check_fence(self, tp: TopicPartition, writer_epoch: int) -> None:
         """Raise FencedWriterError if a newer epoch than ``writer_epoch`` wrote to ``tp``."""
@@ -134,7 +148,8 @@ class SegmentCopier:
         """One copy attempt. Returns the FINISHED metadata or raises (after cleaning up)."""
         self.check_fence(tp, writer_epoch)
         started, index = self.build_metadata(tp, segment, writer_epoch)
-        self.sink.publish(started)
+        # A STARTED the readers rejected means a newer leader: upload nothing (no orphan objects).
+        self._publish_accepted(started)
         try:
             self.storage.create(started.data_object_key, segment.blocks)
             self.storage.create(started.index_object_key, [index])
@@ -142,7 +157,8 @@ class SegmentCopier:
                 raise CopyCancelledError(f"{tp} was revoked during the copy of {started.segment_id}")
             self.check_fence(tp, writer_epoch)
             finished = started.with_state(SegmentState.COPY_SEGMENT_FINISHED, self.clock_ms())
-            self.sink.publish(finished)
+            # A rejected FINISHED: the objects are nobody's; the cleanup below deletes them.
+            self._publish_accepted(finished)
             return finished
         except BaseException:
             self.delete_segment(started)
