@@ -111,6 +111,14 @@ _PERMANENT_SDK_ERRORS: tuple[type[BotoCoreError], ...] = (
 )
 
 
+def _retried(exc: Exception) -> bool:
+    """Whether the SDK had sent the request more than once before this error: only then can a 412
+    be the answer to our own earlier attempt (a first attempt's 412 is a real second writer)."""
+    if not isinstance(exc, ClientError):
+        return False
+    return int(exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0) > 0
+
+
 def storage_error(op: str, where: str, exc: Exception, key: str = "") -> StorageError:
     """Map an SDK error to the storage taxonomy, with the right ``retriable`` flag.
 
@@ -191,15 +199,15 @@ class S3ChunkStorage(ChunkStorage):
                 )
             except (ClientError, BotoCoreError) as exc:
                 err = self._fail("put", key, exc)
-                if isinstance(err, ObjectExistsError) and self._landed_earlier(key, size):
+                if isinstance(err, ObjectExistsError) and _retried(exc) and self._landed_earlier(key, size):
                     return ChunkInfo(key, size)
                 raise err from exc
             return ChunkInfo(key, size)
         return self._create_multipart(key, parts, size)
 
     def _landed_earlier(self, key: str, size: int) -> bool:
-        """After a conditional create failed with 412 (or the completion's upload is gone): did an
-        earlier attempt of this very request land, its answer lost on the way back?
+        """After the SDK's retry of a conditional create got 412 (or the completion's upload is
+        gone): did the earlier attempt of this very request land, its answer lost on the way back?
 
         Keys carry a fresh UUID per copy attempt, so no other writer ever creates this key; the
         SDK's own retry of a request whose response was lost is the only way to find it already
@@ -238,7 +246,7 @@ class S3ChunkStorage(ChunkStorage):
             lost = isinstance(err, ObjectExistsError) or (
                 isinstance(exc, ClientError) and _code(exc) == "NoSuchUpload"
             )
-            if lost and size is not None and self._landed_earlier(key, size):
+            if lost and _retried(exc) and size is not None and self._landed_earlier(key, size):
                 return
             self._abort(key, upload_id)
             raise err from exc
