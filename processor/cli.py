@@ -47,6 +47,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         build_app,
         build_engine,
         build_follower,
+        build_planner,
         build_reader,
         build_readiness_watch,
         build_storage,
@@ -58,13 +59,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     _setup_logging(settings.log_level, settings.log_format)
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
     storage, metadata_partitions = prepare(settings)
-    engine = build_engine(settings, storage, metadata_partitions)
     follower = None
     reader = None
     if settings.follower_enabled:
         follower = build_follower(settings, metadata_partitions)
         reader = build_reader(settings, storage, follower.rlmm)
-    app = build_app(settings, engine, reader, follower)
+    planner = build_planner(settings, metadata_partitions, follower)
+    engine = build_engine(settings, storage, metadata_partitions, planner)
+    app = build_app(settings, engine, reader, follower, planner)
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, **faust_logging_options(settings))
     probe_storage = build_storage(settings, probe=True)
     watch = build_readiness_watch(settings, follower, probe_storage)

@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     follower_enabled: bool = True
     follow_topics: Annotated[tuple[str, ...], NoDecode] = ()
     follow_metadata_partitions: Annotated[tuple[int, ...], NoDecode] = ()
+    # Consumer-group session timeout: a worker silent this long loses its partitions (and its writer
+    # epoch: records it publishes afterwards are fenced out).
+    session_timeout_ms: int = Field(default=10_000, ge=1000, le=3_600_000)
     copy_retry_backoff_ms: int = Field(default=500, ge=1)
     copy_retry_backoff_max_ms: int = Field(default=30_000, ge=1)
     # Issue 9: the batch source (processor/leader/batch_source.py) and format v2 archive compression.
