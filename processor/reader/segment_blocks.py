@@ -10,8 +10,7 @@ raises SegmentObjectMissingError.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from processor.errors import (
@@ -68,23 +67,19 @@ def read_segment_index(
     return index
 
 
-def _fetch(
-    storage: ChunkStorage, data_object_key: str, segment_name: str, blocks: Sequence[BlockInfo]
-) -> memoryview:
-    start = blocks[0].position
-    end = blocks[-1].position + blocks[-1].length
-    return memoryview(_get(storage, segment_name, data_object_key, start, end - start))
-
-
-def _decode_fetched(
-    data: memoryview,
+def _verified_blocks(
+    storage: ChunkStorage,
     data_object_key: str,
     segment_name: str,
-    blocks: Sequence[BlockInfo],
+    blocks: tuple[BlockInfo, ...] | list[BlockInfo],
     first_number: int,
     decode: Callable[[memoryview, str], T],
 ) -> Iterator[T]:
+    if not blocks:
+        return
     start = blocks[0].position
+    end = blocks[-1].position + blocks[-1].length
+    data = memoryview(_get(storage, segment_name, data_object_key, start, end - start))
     for i, info in enumerate(blocks):
         number = first_number + i
         rel = info.position - start
@@ -102,74 +97,11 @@ def _decode_fetched(
         yield decoded
 
 
-def _verified_blocks(
-    storage: ChunkStorage,
-    data_object_key: str,
-    segment_name: str,
-    blocks: Sequence[BlockInfo],
-    first_number: int,
-    decode: Callable[[memoryview, str], T],
-) -> Iterator[T]:
-    if not blocks:
-        return
-    data = _fetch(storage, data_object_key, segment_name, blocks)
-    yield from _decode_fetched(data, data_object_key, segment_name, blocks, first_number, decode)
-
-
-def _groups(
-    blocks: Sequence[BlockInfo], first_number: int, max_bytes: int
-) -> list[tuple[int, list[BlockInfo]]]:
-    """Consecutive blocks cut into runs of at most ``max_bytes`` (at least one block each)."""
-    out: list[tuple[int, list[BlockInfo]]] = []
-    run: list[BlockInfo] = []
-    size = 0
-    for i, info in enumerate(blocks):
-        if run and size + info.length > max_bytes:
-            out.append((first_number + i - len(run), run))
-            run, size = [], 0
-        run.append(info)
-        size += info.length
-    if run:
-        out.append((first_number + len(blocks) - len(run), run))
-    return out
-
-
-def _prefetched_blocks(
-    storage: ChunkStorage,
-    data_object_key: str,
-    segment_name: str,
-    blocks: Sequence[BlockInfo],
-    first_number: int,
-    max_bytes: int,
-    decode: Callable[[memoryview, str], T],
-) -> Iterator[T]:
-    """Blocks fetched in runs of at most ``max_bytes``, the next run's GET in flight (one thread)
-    while the current run is decoded: the network wait and the decoding overlap, and at most two
-    runs are held in memory. (Hand-written: a one-deep read-ahead is a few lines.)"""
-    groups = _groups(blocks, first_number, max_bytes)
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="block-prefetch")
-    ahead: Future[memoryview] | None = None
-    try:
-        for i, (number, run) in enumerate(groups):
-            current = ahead or pool.submit(_fetch, storage, data_object_key, segment_name, run)
-            ahead = None
-            if i + 1 < len(groups):
-                ahead = pool.submit(_fetch, storage, data_object_key, segment_name, groups[i + 1][1])
-            data = current.result()
-            yield from _decode_fetched(data, data_object_key, segment_name, run, number, decode)
-    finally:
-        # Reached early only when the consumer stopped or decoding failed: the read-ahead's bytes
-        # (or its error) are of no use then; wait for it so no GET outlives the read.
-        if ahead is not None and not ahead.cancel():
-            ahead.exception()
-        pool.shutdown(wait=True)
-
-
 def read_block_range(
     storage: ChunkStorage,
     data_object_key: str,
     segment_name: str,
-    blocks: Sequence[BlockInfo],
+    blocks: tuple[BlockInfo, ...] | list[BlockInfo],
     first_number: int,
 ) -> Iterator[list[KafkaRecord]]:
     """Fetch consecutive blocks (``blocks`` are their index entries, the first being block number
@@ -188,25 +120,21 @@ def read_block_range_columns(
     storage: ChunkStorage,
     data_object_key: str,
     segment_name: str,
-    blocks: Sequence[BlockInfo],
+    blocks: tuple[BlockInfo, ...] | list[BlockInfo],
     first_number: int,
     *,
     min_offset: int | None = None,
     max_offset: int | None = None,
-    prefetch_bytes: int | None = None,
 ) -> Iterator[RecordColumns]:
     """``read_block_range`` in columns (``decode_block_columns``), only offsets in
-    ``[min_offset, max_offset]``: what bulk readers (Spark) use. ``prefetch_bytes``: fetch the range
-    in GETs of at most this many bytes, the next one in flight while the current one decodes."""
-
-    def decode(block: memoryview, where: str) -> RecordColumns:
-        return decode_block_columns(block, where=where, min_offset=min_offset, max_offset=max_offset)
-
-    if not blocks:
-        return
-    if prefetch_bytes is None:
-        yield from _verified_blocks(storage, data_object_key, segment_name, blocks, first_number, decode)
-    else:
-        yield from _prefetched_blocks(
-            storage, data_object_key, segment_name, blocks, first_number, prefetch_bytes, decode
-        )
+    ``[min_offset, max_offset]``: what bulk readers (Spark) use."""
+    yield from _verified_blocks(
+        storage,
+        data_object_key,
+        segment_name,
+        blocks,
+        first_number,
+        lambda block, where: decode_block_columns(
+            block, where=where, min_offset=min_offset, max_offset=max_offset
+        ),
+    )

@@ -48,7 +48,6 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 BATCH_ROWS = 8192
-PREFETCH_BYTES = 8 * 1024 * 1024  # one GET: the next one is in flight while this one decodes
 BATCH_BYTES = 32 * 1024 * 1024  # payload bytes per Arrow batch (binary arrays must stay < 2 GiB)
 
 
@@ -221,7 +220,6 @@ def read_slice_as_arrow(
         first_block,
         min_offset=from_offset,
         max_offset=until_offset - 1,
-        prefetch_bytes=PREFETCH_BYTES,
     ):
         BLOCKS_READ.add(1)
         pending.extend(cols)

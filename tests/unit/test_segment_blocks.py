@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from processor.errors import CorruptObjectError, SegmentObjectMissingError
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.model import MetadataRecord, TopicPartition
-from processor.reader.segment_blocks import read_block_range, read_block_range_columns, read_segment_index
+from processor.reader.segment_blocks import read_block_range, read_segment_index
 from processor.segment.block_format import BLOCK_HEADER_LEN, SegmentBuilder
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.filesystem import FilesystemChunkStorage
@@ -52,63 +51,3 @@ def test_blocks_in_a_range_are_verified_and_corruption_is_caught(tmp_path: Path)
     storage.delete(seg.index_object_key)
     with pytest.raises(SegmentObjectMissingError):
         read_segment_index(storage, keys, seg)
-
-
-class CountingStorage(FilesystemChunkStorage):
-    """The real filesystem storage, counting the ranged GETs it serves."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.gets: list[tuple[int, int]] = []
-
-    def read(self, key: str, offset: int, length: int) -> bytes:
-        self.gets.append((offset, length))
-        return super().read(key, offset, length)
-
-
-@pytest.mark.parametrize("prefetch_bytes", [None, 1, 1500, 1 << 20])
-def test_column_reads_with_read_ahead_return_the_same_verified_rows(
-    tmp_path: Path, prefetch_bytes: int | None
-) -> None:
-    storage, keys = CountingStorage(tmp_path), ObjectKeyFactory("p")
-    b = SegmentBuilder(0, 0, 512)
-    for o in range(100):
-        b.append(o, 1, 1000 + o, b"k", b"v" * 50, [("h", None)])
-    seg = SegmentCopier(storage, ListSink(), keys, "w").copy(TopicPartition("t", 0), b.seal(), 0)
-    blocks = read_segment_index(storage, keys, seg).blocks
-    storage.gets.clear()
-    cols = list(
-        read_block_range_columns(
-            storage,
-            seg.data_object_key,
-            "s",
-            blocks[1:],
-            1,
-            min_offset=10,
-            max_offset=90,
-            prefetch_bytes=prefetch_bytes,
-        )
-    )
-    expected = [r for blk in read_block_range(storage, seg.data_object_key, "s", blocks[1:], 1) for r in blk]
-    assert [r for c in cols for r in c.records()] == [r for r in expected if 10 <= r.offset <= 90]
-    if prefetch_bytes is None or prefetch_bytes >= seg.segment_size_in_bytes:
-        assert len(storage.gets) == 2  # one GET for the columns, one for the reference
-    else:  # runs of at most prefetch_bytes (at least one block each), in order, covering the range
-        runs = storage.gets[:-1]
-        assert len(runs) > 2 and all(
-            length <= max(prefetch_bytes, 512 + BLOCK_HEADER_LEN) for _, length in runs
-        )
-        assert [o for o, _ in runs] == sorted(o for o, _ in runs) and runs[0][0] == blocks[1].position
-        assert runs[-1][0] + runs[-1][1] == seg.segment_size_in_bytes
-    # a damaged block in a later run is caught, and the read-ahead does not outlive the read
-    data = bytearray(storage.read_all(seg.data_object_key))
-    data[blocks[-2].position + BLOCK_HEADER_LEN + 3] ^= 1
-    storage.delete(seg.data_object_key)
-    storage.create(seg.data_object_key, [bytes(data)])
-    with pytest.raises(CorruptObjectError, match="CRC"):
-        list(
-            read_block_range_columns(
-                storage, seg.data_object_key, "s", blocks, 0, prefetch_bytes=prefetch_bytes
-            )
-        )
-    assert not [t for t in threading.enumerate() if t.name.startswith("block-prefetch")]
