@@ -90,7 +90,13 @@ class Archive:
     produced: int = 0
 
     def produce(self, count: int, value_bytes: int | None = None) -> None:
-        producer = new_producer(self.info.bootstrap_servers, "spark-tests", **{"message.max.bytes": 2 << 20})
+        # Small record batches (format 2 archives whole batches): many blocks per segment, so the
+        # tests that prune blocks by offset or time have blocks to prune.
+        producer = new_producer(
+            self.info.bootstrap_servers,
+            "spark-tests",
+            **{"message.max.bytes": 2 << 20, "batch.num.messages": 8},
+        )
         last = self.produced + count
         for i in range(self.produced, last):
             rec = record_shape(i)
