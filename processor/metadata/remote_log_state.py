@@ -14,6 +14,7 @@ from processor.metadata.model import (
     MetadataRecord,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
     TopicPartition,
@@ -24,6 +25,7 @@ from processor.metadata.state_machine import apply_snapshot, apply_update
 @dataclass
 class PartitionRemoteState:
     segments: dict[uuid.UUID, RemoteLogSegmentMetadata] = field(default_factory=dict)
+    log_start_offset: int = 0  # remote log start offset (retention, delete-before); only grows
 
     def apply(
         self, record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate
@@ -42,9 +44,18 @@ class PartitionRemoteState:
             key=lambda s: s.start_offset,
         )
 
+    def set_log_start_offset(self, offset: int) -> None:
+        self.log_start_offset = max(self.log_start_offset, offset)
+
     def highest_finished_offset(self) -> int | None:
+        """The highest offset copied, or deliberately deleted below the remote log start offset:
+        after retention deleted every segment, a resuming leader continues at the start offset
+        instead of copying the deleted history again."""
         done = self.finished()
-        return max(s.end_offset for s in done) if done else None
+        highest = max(s.end_offset for s in done) if done else None
+        if self.log_start_offset > 0 and (highest is None or highest < self.log_start_offset - 1):
+            return self.log_start_offset - 1
+        return highest
 
     def dangling(self) -> list[RemoteLogSegmentMetadata]:
         """Copies that started and never finished (a writer crashed or was revoked mid-copy)."""
@@ -58,6 +69,11 @@ class RemoteLogState:
     def apply(self, record: MetadataRecord) -> None:
         if isinstance(record, RemotePartitionDeleteMetadata):
             return  # partition deletion is tracked by the follower cache, not needed to resume
+        if isinstance(record, RemoteLogStartOffset):
+            self.partitions.setdefault(record.topic_partition, PartitionRemoteState()).set_log_start_offset(
+                record.start_offset
+            )
+            return
         tp = record.segment_id.topic_partition
         self.partitions.setdefault(tp, PartitionRemoteState()).apply(record)
 
