@@ -54,6 +54,15 @@ class Settings(BaseSettings):
     copy_retry_backoff_ms: int = Field(default=500, ge=1)
     copy_retry_backoff_max_ms: int = Field(default=30_000, ge=1)
     log_level: str = Field(default="info", pattern=r"^(?i:debug|info|warn|warning|error|crit)$")
+    # Remote retention and deletion (processor/lifecycle/): -1 = unlimited, like Kafka's retention.ms.
+    remote_retention_ms: int = Field(default=-1, ge=-1)  # per topic, from the max record timestamp
+    remote_retention_bytes: int = Field(default=-1, ge=-1)  # per partition, finished segments' data
+    # per topic: "orders=ms:604800000,payments=bytes:1073741824" (see lifecycle/retention_config.py)
+    remote_retention_overrides: Annotated[tuple[tuple[str, str, int], ...], NoDecode] = ()
+    retention_check_ms: int = Field(default=30_000, ge=10)  # interval of the retention pass
+    deletion_topic: str = "__remote_segments_to_be_deleted"  # failed deletions, retried from there
+    multipart_abort_after_ms: int = Field(default=3_600_000, ge=60_000)  # abandoned multipart uploads
+    upload_bytes_per_second: int = Field(default=-1, ge=-1)  # per worker; -1 = unlimited
 
     @field_validator("topics", "follow_topics", "follow_metadata_partitions", mode="before")
     @classmethod
@@ -84,10 +93,24 @@ class Settings(BaseSettings):
             raise ValueError("topics are listed more than once")
         return value
 
-    @field_validator("metadata_topic")
+    @field_validator("metadata_topic", "deletion_topic")
     @classmethod
     def _valid_metadata_topic(cls, value: str) -> str:
         return validate_topic(value)
+
+    @field_validator("remote_retention_overrides", mode="before")
+    @classmethod
+    def _parse_retention_overrides(cls, value: Any) -> Any:
+        from processor.lifecycle.retention_config import parse_overrides
+
+        return parse_overrides(value) if isinstance(value, str) else value
+
+    @field_validator("upload_bytes_per_second")
+    @classmethod
+    def _valid_upload_rate(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("0 would stop every upload; use -1 for unlimited or a positive rate")
+        return value
 
     @field_validator("s3_prefix")
     @classmethod
