@@ -7,7 +7,8 @@ Value framing (see schemas/README.md)::
                 2: RemotePartitionDeleteMetadata, 3: RemoteLogStartOffset
 
 Key (UTF-8): ``{topic}/{partition}/{segment uuid}`` for segment records, ``{topic}/{partition}`` for
-partition records, ``{topic}/{partition}/log-start-offset`` for a partition's remote log start offset. Topic names cannot contain '/', so keys are unambiguous; one key per segment lets
+partition records, ``{topic}/{partition}/log-start-offset`` for a partition's remote log start
+offset. Topic names cannot contain '/', so keys are unambiguous; one key per segment lets
 compaction keep each segment's latest state.
 """
 

@@ -117,7 +117,9 @@ class RemoteLogStartOffset:
 
     def __post_init__(self) -> None:
         if self.start_offset < 0:
-            raise ValueError(f"invalid remote log start offset {self.start_offset} for {self.topic_partition}")
+            raise ValueError(
+                f"invalid remote log start offset {self.start_offset} for {self.topic_partition}"
+            )
 
 
 MetadataRecord = (

@@ -65,7 +65,9 @@ def test_unlimited_deletes_nothing() -> None:
 
 
 def test_time_deletes_the_old_prefix_and_moves_the_start_first() -> None:
-    segs = chain({"max_ts": NOW - 5000}, {"max_ts": NOW - 3000}, {"max_ts": NOW - 500}, {"max_ts": NOW - 4000})
+    segs = chain(
+        {"max_ts": NOW - 5000}, {"max_ts": NOW - 3000}, {"max_ts": NOW - 500}, {"max_ts": NOW - 4000}
+    )
     plan = plan_retention(segs, RetentionLimits(retention_ms=1000), NOW)
     # the walk stops at the first segment that breaches nothing, even if a later one would
     assert [s for s, _ in plan.expired] == segs[:2]
@@ -111,7 +113,9 @@ def test_delete_before_moves_the_start_even_inside_a_segment() -> None:
     assert plan.expired[0][1] is DeleteReason.LOG_START_OFFSET
     assert plan.new_log_start_offset == 150
     # a start offset never moves back
-    assert plan_retention(segs[1:], RetentionLimits(), NOW, log_start_offset=150, requested_start_offset=20).empty
+    assert plan_retention(
+        segs[1:], RetentionLimits(), NOW, log_start_offset=150, requested_start_offset=20
+    ).empty
 
 
 def test_a_copy_in_progress_stops_the_pass() -> None:
@@ -168,7 +172,7 @@ def partitions(draw: st.DrawFn) -> tuple[list[RemoteLogSegmentMetadata], Retenti
 
 
 @given(partitions())
-def test_deletes_a_prefix_each_breaching_and_stops_at_the_first_keeper(case) -> None:  # type: ignore[no-untyped-def]
+def test_deletes_a_prefix_each_breaching_and_stops_at_the_first_keeper(case) -> None:
     segs, limits, log_start, requested = case
     plan = plan_retention(segs, limits, NOW, log_start, requested)
     deleted = [s for s, _ in plan.expired]
@@ -190,7 +194,7 @@ def test_deletes_a_prefix_each_breaching_and_stops_at_the_first_keeper(case) -> 
 
 
 @given(partitions())
-def test_future_timestamps_never_keep_old_uploads(case) -> None:  # type: ignore[no-untyped-def]
+def test_future_timestamps_never_keep_old_uploads(case) -> None:
     segs, _limits, _log_start, _requested = case
     future = [
         seg(s.start_offset, s.end_offset, max_ts=NOW + DAY, uploaded=NOW - 2 * DAY, size=1) for s in segs
