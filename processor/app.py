@@ -42,6 +42,7 @@ from processor.reader.record_json import record_to_json, segment_to_json
 from processor.reader.remote_reader import RemoteReader
 from processor.segment.object_keys import ObjectKeyFactory, validate_topic
 from processor.storage.chunk_storage import ChunkStorage
+from processor.storage.rate_limited import rate_limited
 from processor.storage.s3 import S3ChunkStorage, S3Options
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ def remote_state_loader(settings: Settings, metadata_partitions: int) -> RemoteS
 
 def build_engine(settings: Settings, storage: S3ChunkStorage, metadata_partitions: int) -> OffloadEngine:
     publisher = MetadataPublisher(settings.bootstrap_servers, settings.metadata_topic, metadata_partitions)
-    copier = SegmentCopier(storage, publisher, ObjectKeyFactory(settings.s3_prefix), settings.worker_id)
+    uploads = rate_limited(storage, settings.upload_bytes_per_second)  # PROCESSOR_UPLOAD_BYTES_PER_SECOND
+    copier = SegmentCopier(uploads, publisher, ObjectKeyFactory(settings.s3_prefix), settings.worker_id)
     # librdkafka's prefetch queue is memory outside the offload buffer: a quarter of the bound, within
     # 16..64 MiB (64 MiB is librdkafka's default). Smaller queues starve the consumer: measured here,
     # 8 MiB read 34 MB/s where 64 MiB read 142 MB/s.

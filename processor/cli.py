@@ -58,6 +58,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         follower = build_follower(settings, metadata_partitions)
         reader = build_reader(settings, storage, follower.rlmm)
     app = build_app(settings, engine, reader, follower)
+    from processor.lifecycle.worker_tasks import attach_lifecycle  # retention, deletion, multipart sweep
+
+    lifecycle = attach_lifecycle(app, settings, engine, storage, metadata_partitions, follower)
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
     engine.start()
     if follower is not None:
@@ -68,6 +71,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         return int(exc.code or 0)
     finally:
         engine.stop()
+        lifecycle.close()
         if follower is not None:
             follower.close()
         storage.close()
