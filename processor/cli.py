@@ -255,6 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", default=".stack/demo")
     demo.add_argument("--records", type=int, default=20000)
     demo.set_defaults(func=cmd_demo)
+
+    from processor.commands import abort_multipart, delete_before, delete_topic  # retention and deletion
+
+    for command in (delete_before, delete_topic, abort_multipart):
+        command.add_parser(sub)
     return parser
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from processor.metadata.model import (
     MetadataRecord,
+    PartitionDeleteState,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogStartOffset,
@@ -19,13 +20,14 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
-from processor.metadata.state_machine import apply_snapshot, apply_update
+from processor.metadata.state_machine import apply_snapshot, apply_update, check_partition_transition
 
 
 @dataclass
 class PartitionRemoteState:
     segments: dict[uuid.UUID, RemoteLogSegmentMetadata] = field(default_factory=dict)
     log_start_offset: int = 0  # remote log start offset (retention, delete-before); only grows
+    delete_state: PartitionDeleteState | None = None  # of the whole partition (delete-topic)
 
     def apply(
         self, record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate
@@ -68,7 +70,10 @@ class RemoteLogState:
 
     def apply(self, record: MetadataRecord) -> None:
         if isinstance(record, RemotePartitionDeleteMetadata):
-            return  # partition deletion is tracked by the follower cache, not needed to resume
+            part = self.partitions.setdefault(record.topic_partition, PartitionRemoteState())
+            check_partition_transition(part.delete_state, record.state, record.topic_partition)
+            part.delete_state = record.state
+            return
         if isinstance(record, RemoteLogStartOffset):
             self.partitions.setdefault(record.topic_partition, PartitionRemoteState()).set_log_start_offset(
                 record.start_offset
