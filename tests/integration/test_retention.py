@@ -146,4 +146,4 @@ def worker_metrics(env: dict[str, str]) -> str:
     import urllib.request
 
     with urllib.request.urlopen(f"http://127.0.0.1:{env['PROCESSOR_WEB_PORT']}/metrics", timeout=10) as resp:
-        return resp.read().decode()
+        return str(resp.read().decode())
