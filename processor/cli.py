@@ -256,9 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--records", type=int, default=20000)
     demo.set_defaults(func=cmd_demo)
 
-    from processor.commands import abort_multipart, delete_before, delete_topic  # retention and deletion
+    from processor.commands import abort_multipart, delete_before, delete_topic, offload  # lifecycle
 
-    for command in (delete_before, delete_topic, abort_multipart):
+    for command in (delete_before, delete_topic, abort_multipart, offload):
         command.add_parser(sub)
     return parser
 

@@ -63,8 +63,10 @@ class Settings(BaseSettings):
     deletion_topic: str = "__remote_segments_to_be_deleted"  # failed deletions, retried from there
     multipart_abort_after_ms: int = Field(default=3_600_000, ge=60_000)  # abandoned multipart uploads
     upload_bytes_per_second: int = Field(default=-1, ge=-1)  # per worker; -1 = unlimited
+    # workers `processor offload` asks (comma-separated base URLs); default http://127.0.0.1:WEB_PORT
+    worker_urls: Annotated[tuple[str, ...], NoDecode] = ()
 
-    @field_validator("topics", "follow_topics", "follow_metadata_partitions", mode="before")
+    @field_validator("topics", "follow_topics", "follow_metadata_partitions", "worker_urls", mode="before")
     @classmethod
     def _split_lists(cls, value: Any) -> Any:
         """Comma-separated lists, blanks ignored."""
@@ -104,6 +106,14 @@ class Settings(BaseSettings):
         from processor.lifecycle.retention_config import parse_overrides
 
         return parse_overrides(value) if isinstance(value, str) else value
+
+    @field_validator("worker_urls")
+    @classmethod
+    def _valid_worker_urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        return tuple(url.rstrip("/") for url in value)
 
     @field_validator("upload_bytes_per_second")
     @classmethod

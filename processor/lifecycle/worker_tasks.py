@@ -84,8 +84,11 @@ def attach_lifecycle(
     metadata_partitions: int,
     follower: Any | None,
 ) -> Lifecycle:
-    """Register the retention pass (every PROCESSOR_RETENTION_CHECK_MS) and the multipart sweep
-    (at start, then every SWEEP_INTERVAL_S) on ``app``."""
+    """Register the retention pass (every PROCESSOR_RETENTION_CHECK_MS), the multipart sweep (at
+    start, then every SWEEP_INTERVAL_S) and the ``POST /offload`` view on ``app``."""
+    from processor.lifecycle.offload_view import add_offload_view
+
+    add_offload_view(app, engine, settings)  # POST /offload (processor offload)
     use_cache = follower is not None and not settings.follow_topics  # the cache holds every partition
     lifecycle = build_retention(
         settings, storage, metadata_partitions, follower.cache if use_cache and follower else None
