@@ -133,3 +133,19 @@ def test_cache_stops_serving_a_segment_from_delete_segment_started(tmp_path: Pat
         assert cache.segment(uuid.uuid4()) is None
     finally:
         cache.close()
+
+
+def test_fold_tracks_partition_delete_states_and_a_new_cycle_after_finished() -> None:
+    from processor.errors import IllegalTransitionError
+
+    state = RemoteLogState()
+    P = PartitionDeleteState
+    for s in (P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_STARTED, P.DELETE_PARTITION_STARTED):
+        state.apply(RemotePartitionDeleteMetadata(TP, s, 1, "w"))
+    assert state.partition(TP).delete_state is P.DELETE_PARTITION_STARTED
+    with pytest.raises(IllegalTransitionError):
+        state.apply(RemotePartitionDeleteMetadata(TP, P.DELETE_PARTITION_MARKED, 2, "w"))
+    state.apply(RemotePartitionDeleteMetadata(TP, P.DELETE_PARTITION_FINISHED, 3, "w"))
+    # the topic was re-created and is deleted again
+    state.apply(RemotePartitionDeleteMetadata(TP, P.DELETE_PARTITION_MARKED, 4, "w"))
+    assert state.partition(TP).delete_state is P.DELETE_PARTITION_MARKED
