@@ -15,11 +15,12 @@ import faust
 
 from processor.config import Settings
 from processor.errors import ProcessorError
+from processor.health import HEALTH
 from processor.lifecycle.deletion_topic import DeletionTopic, DurableProducer, MetadataTombstones
 from processor.lifecycle.multipart_sweep import SWEEP_INTERVAL_S, sweep_multipart_uploads
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits
-from processor.lifecycle.retention_service import CacheView, RetentionService, StateView
+from processor.lifecycle.retention_service import HEALTH_COMPONENT, CacheView, RetentionService, StateView
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.model import TopicPartition
 from processor.metadata.topic_io import MetadataPublisher
@@ -89,7 +90,10 @@ def attach_lifecycle(
     from processor.lifecycle.offload_view import add_offload_view
 
     add_offload_view(app, engine, settings)  # POST /offload (processor offload)
-    use_cache = follower is not None and not settings.follow_topics  # the cache holds every partition
+    # the follower's cache holds every led partition only when it follows everything
+    use_cache = (
+        follower is not None and not settings.follow_topics and not settings.follow_metadata_partitions
+    )
     lifecycle = build_retention(
         settings, storage, metadata_partitions, follower.cache if use_cache and follower else None
     )
@@ -136,6 +140,11 @@ def attach_lifecycle(
 
     @app.timer(settings.retention_check_ms / 1000.0)  # type: ignore[untyped-decorator]
     async def retention_pass() -> None:
-        await asyncio.get_running_loop().run_in_executor(None, run_once)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, run_once)
+        except Exception as exc:  # not a ProcessorError: a bug, never a silent loop; stop the worker
+            log.exception("the retention pass failed unexpectedly; stopping the worker")
+            HEALTH.report(HEALTH_COMPONENT, f"unexpected error: {exc!r}", fatal=True)
+            await app.crash(exc)
 
     return lifecycle
