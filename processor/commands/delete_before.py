@@ -49,8 +49,10 @@ def cmd_delete_before(args: argparse.Namespace) -> int:
             int(time.time() * 1000),
             part.log_start_offset,
             requested_start_offset=args.offset,
+            served=part.served,
         )
-        outcome = ctx.deleter.execute(tp, plan, writer_epoch=0)
+        # the partition's newest writer epoch: records of an older one would be fenced as stale
+        outcome = ctx.deleter.execute(tp, plan, writer_epoch=max(part.max_epoch, 0))
     finally:
         ctx.close()
     start = max(part.log_start_offset, args.offset)

@@ -94,7 +94,7 @@ def delete_partition(ctx: DeletionContext, tp: TopicPartition, part: PartitionRe
         current = P.DELETE_PARTITION_MARKED
     if current is P.DELETE_PARTITION_MARKED:
         mark(P.DELETE_PARTITION_STARTED)
-    epoch = max((s.writer_epoch for s in part.segments.values()), default=0)
+    epoch = max(part.max_epoch, 0)  # the partition's newest writer epoch: older ones are fenced
     ok = True
     live = sorted(
         (s for s in part.segments.values() if s.state is not SegmentState.DELETE_SEGMENT_FINISHED),

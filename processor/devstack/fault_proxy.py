@@ -268,7 +268,10 @@ class FaultProxy:
         return None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
+        try:
+            body = await request.read()
+        except ConnectionError:  # the client gave up (e.g. its read timeout) mid-request
+            return _cut(request)
         if self._down is not None:
             return _cut(request)
         query = {k: v for k, v in request.query.items()}

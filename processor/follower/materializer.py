@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.errors import MetadataTopicError
 from processor.follower.metadata_cache import MetadataCache, RawMessage
+from processor.metadata.read_to_end import EndSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -83,32 +83,17 @@ class Materializer:
         self.stats.skipped += result.skipped
         return len(messages)
 
-    def catch_up(self, timeout_s: float = 60.0, quiet_s: float = 0.3) -> MaterializerStats:
-        """Consume until every followed partition reaches the end it had when this was called, and
-        then until ``quiet_s`` pass without a new message (a broker's high watermark can lag)."""
+    def catch_up(self, timeout_s: float = 60.0, quiet_s: float = 0.0) -> MaterializerStats:
+        """Consume until every followed partition reaches the end it had when this was called (the
+        high watermark, re-queried once: see :mod:`processor.metadata.read_to_end`), within one
+        absolute deadline. Records others publish meanwhile do not keep it reading. ``quiet_s`` is
+        accepted for old callers and ignored: there is no quiet period to wait for any more."""
         consumer = self._open()
         try:
-            ends = {
-                p: consumer.get_watermark_offsets(KafkaTP(self.topic, p), timeout=10)[1]
-                for p in self.partitions
-            }
-            deadline = time.monotonic() + timeout_s
-            quiet_since: float | None = None
-            while True:
-                got = self.poll_once(consumer, 0.1)
-                now = time.monotonic()
-                if got:
-                    quiet_since = None
-                    continue
-                stored = self.cache.consumed_offsets()
-                if all(stored.get(p, 0) >= end for p, end in ends.items()):
-                    quiet_since = quiet_since or now
-                    if now - quiet_since >= quiet_s:
-                        return self.stats
-                elif now > deadline:
-                    raise MetadataTopicError(
-                        f"metadata topic {self.topic} not caught up within {timeout_s:.0f} s"
-                    )
+            snapshot = EndSnapshot(consumer, self.topic, self.partitions, timeout_s)
+            while not snapshot.reached(self.cache.consumed_offsets()):
+                self.poll_once(consumer, 0.1)
+            return self.stats
         except KafkaException as exc:
             raise MetadataTopicError(f"reading {self.topic}: {exc.args[0]}") from None
         finally:

@@ -22,12 +22,14 @@ retention), and the oldest segments go until the remote total is at or below the
 Copies in progress: the leader copies a partition's segments one at a time, in offset order, so its
 copy in progress starts after the highest finished end and stops the pass. A COPY_SEGMENT_STARTED
 that starts at or below the highest finished end cannot be in progress: it is an attempt left by a
-crash or a fenced writer (KAFKA-17062) and is deleted as "dangling" without stopping the walk.
+crash or a fenced writer (KAFKA-17062) and is deleted as "dangling" without stopping the walk; so
+is a finished segment that an overlapping segment of a newer writer epoch replaced (unreferenced).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Set
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -92,14 +94,26 @@ def plan_retention(
     now_ms: int,
     log_start_offset: int = 0,
     requested_start_offset: int | None = None,
+    served: Set[uuid.UUID] | None = None,
 ) -> RetentionPlan:
     """Plan one retention pass over one partition's segments (any states).
 
     ``log_start_offset`` is the partition's current remote log start offset; ``requested_start_offset``
-    a new one asked for (delete-before). Neither ever moves back.
+    a new one asked for (delete-before). Neither ever moves back. ``served``: the ids of the finished
+    segments readers serve (the newest epoch lineage, see processor/metadata/fencing.py); a finished
+    segment outside it was replaced by an overlapping newer one and is deleted as unreferenced
+    (KAFKA-16890), without counting towards size. None: every finished segment is served.
     """
     by_id = {s.segment_id.id: s for s in segments}  # each segment once
     ordered = sorted(by_id.values(), key=lambda s: (s.start_offset, s.end_offset, str(s.segment_id.id)))
+    unreferenced = [
+        s
+        for s in ordered
+        if s.state is SegmentState.COPY_SEGMENT_FINISHED
+        and served is not None
+        and s.segment_id.id not in served
+    ]
+    ordered = [s for s in ordered if s not in unreferenced]
     finished = [s for s in ordered if s.state is SegmentState.COPY_SEGMENT_FINISHED]
     highest_finished = max((s.end_offset for s in finished), default=-1)
     requeue = tuple(s for s in ordered if s.state is SegmentState.DELETE_SEGMENT_STARTED)
@@ -109,7 +123,7 @@ def plan_retention(
     remaining_bytes = sum(s.segment_size_in_bytes for s in finished)
 
     expired: list[tuple[RemoteLogSegmentMetadata, DeleteReason]] = []
-    dangling: list[RemoteLogSegmentMetadata] = []
+    dangling: list[RemoteLogSegmentMetadata] = list(unreferenced)
     for s in ordered:
         if s.state is SegmentState.COPY_SEGMENT_STARTED:
             if s.start_offset <= highest_finished:

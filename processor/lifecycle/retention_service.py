@@ -22,7 +22,7 @@ from processor.lifecycle.deletion_topic import DeletionTopic
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import plan_retention
 from processor.lifecycle.segment_deleter import DeletionOutcome, SegmentDeleter
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 
 log = logging.getLogger(__name__)
@@ -35,11 +35,10 @@ RECENTLY_DELETED_S = 600.0
 
 
 class SegmentView(Protocol):
-    """A partition's segments (every state but DELETE_SEGMENT_FINISHED) and remote log start offset."""
+    """A partition's remote state: its segments (every state but DELETE_SEGMENT_FINISHED), the
+    finished ones served, its remote log start offset and newest writer epoch."""
 
-    def segments(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]: ...
-
-    def log_start_offset(self, tp: TopicPartition) -> int: ...
+    def state(self, tp: TopicPartition) -> PartitionRemoteState: ...
 
 
 class CacheView:
@@ -48,26 +47,18 @@ class CacheView:
     def __init__(self, cache: MetadataCache) -> None:
         self.cache = cache
 
-    def segments(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
-        return list(self.cache.listed_segments(tp))
-
-    def log_start_offset(self, tp: TopicPartition) -> int:
-        return self.cache.log_start_offset(tp)
+    def state(self, tp: TopicPartition) -> PartitionRemoteState:
+        return self.cache.remote_state(tp)
 
 
 class StateView:
     """A folded snapshot of the metadata topic (the CLI, or a worker without a follower)."""
 
-    def __init__(self, state: Mapping[TopicPartition, PartitionRemoteState]) -> None:
-        self.state = state
+    def __init__(self, partitions: Mapping[TopicPartition, PartitionRemoteState]) -> None:
+        self.partitions = partitions
 
-    def segments(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
-        part = self.state.get(tp)
-        return list(part.segments.values()) if part else []
-
-    def log_start_offset(self, tp: TopicPartition) -> int:
-        part = self.state.get(tp)
-        return part.log_start_offset if part else 0
+    def state(self, tp: TopicPartition) -> PartitionRemoteState:
+        return self.partitions.get(tp) or PartitionRemoteState()
 
 
 @dataclass
@@ -104,21 +95,23 @@ class RetentionService:
             if self.deletion_topic is not None and led:
                 pending = self.deletion_topic.pending(set(led))
                 for segment in pending:
-                    result.outcome.merge(
-                        self.deleter.retry_failed([segment], led.get(segment.topic_partition, 0))
-                    )
+                    tp = segment.topic_partition
+                    epoch = max(led.get(tp, 0), self.view.state(tp).max_epoch)
+                    result.outcome.merge(self.deleter.retry_failed([segment], epoch))
             now = self.clock_ms()
             self._forget_old(time.monotonic())
-            for tp, epoch in sorted(led.items()):
+            for tp, led_epoch in sorted(led.items()):
+                part = self.view.state(tp)
                 segments = [
-                    s for s in self.view.segments(tp) if s.segment_id.id not in self._recently_deleted
+                    s for s in part.segments.values() if s.segment_id.id not in self._recently_deleted
                 ]
                 plan = plan_retention(
-                    segments, self.config.limits(tp.topic), now, self.view.log_start_offset(tp)
+                    segments, self.config.limits(tp.topic), now, part.log_start_offset, served=part.served
                 )
                 if plan.empty:
                     continue
-                outcome = self.deleter.execute(tp, plan, epoch)
+                # the newest epoch seen for the partition: records of an older one would be fenced
+                outcome = self.deleter.execute(tp, plan, max(led_epoch, part.max_epoch))
                 for s in outcome.deleted:
                     self._recently_deleted[s.segment_id.id] = time.monotonic()
                 result.outcome.merge(outcome)
