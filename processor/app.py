@@ -11,23 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
 import faust
 from faust.transport.drivers import aiokafka as faust_kafka
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processor import metrics
 from processor.config import Settings
-from processor.errors import (
-    ConfigError,
-    CorruptObjectError,
-    InvalidNameError,
-    OffsetNotInRemoteError,
-    StorageError,
-)
+from processor.errors import ConfigError
 from processor.follower.materializer import Materializer
 from processor.follower.metadata_cache import MetadataCache
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
@@ -38,12 +31,20 @@ from processor.metadata.codec import metadata_partition_for
 from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic, load_remote_state
-from processor.reader.record_json import record_to_json, segment_to_json
+from processor.probes import (
+    PROBE_CONNECT_TIMEOUT_S,
+    PROBE_READ_TIMEOUT_S,
+    ReadinessWatch,
+    follower_probe,
+    kafka_probe,
+    storage_probe,
+)
 from processor.reader.remote_reader import RemoteReader
-from processor.segment.object_keys import ObjectKeyFactory, validate_topic
+from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.rate_limited import rate_limited
 from processor.storage.s3 import S3ChunkStorage, S3Options
+from processor.web.servers import register_faust_views
 
 log = logging.getLogger(__name__)
 
@@ -51,17 +52,40 @@ SESSION_TIMEOUT_S = 10.0
 REBALANCE_TIMEOUT_S = 5.0
 
 
-def build_storage(settings: Settings) -> S3ChunkStorage:
-    return S3ChunkStorage(
-        S3Options(
-            bucket=settings.s3_bucket,
-            endpoint_url=settings.s3_endpoint_url,
-            region=settings.s3_region,
-            part_size=settings.s3_part_bytes,
-            multipart_threshold=settings.s3_part_bytes,
-            max_concurrency=settings.s3_upload_concurrency,
-        )
+def build_storage(settings: Settings, *, probe: bool = False) -> S3ChunkStorage:
+    """The data path's S3 client, or (``probe``) a small one with short timeouts and no SDK retries
+    for the readiness probe (see processor/probes.py)."""
+    options = S3Options(
+        bucket=settings.s3_bucket,
+        endpoint_url=settings.s3_endpoint_url,
+        region=settings.s3_region,
+        part_size=settings.s3_part_bytes,
+        multipart_threshold=settings.s3_part_bytes,
+        max_concurrency=settings.s3_upload_concurrency,
     )
+    if probe:
+        options = replace(
+            options,
+            max_concurrency=1,
+            connect_timeout_s=PROBE_CONNECT_TIMEOUT_S,
+            read_timeout_s=PROBE_READ_TIMEOUT_S,
+            max_attempts=1,
+        )
+    return S3ChunkStorage(options)
+
+
+def build_readiness_watch(
+    settings: Settings, follower: Follower | None, probe_storage: S3ChunkStorage
+) -> ReadinessWatch:
+    admin = new_admin(settings.bootstrap_servers, f"{settings.app_id}-{settings.worker_id}-probe")
+    probes = [
+        storage_probe(probe_storage.check_bucket),
+        kafka_probe(lambda timeout: admin.list_topics(timeout=timeout), settings.bootstrap_servers),
+    ]
+    if follower is not None:
+        materializer = follower.materializer
+        probes.append(follower_probe(lambda: materializer.state))
+    return ReadinessWatch(probes, settings.storage_probe_interval_ms / 1000)
 
 
 def remote_state_loader(settings: Settings, metadata_partitions: int) -> RemoteStateLoader:
@@ -206,7 +230,7 @@ def build_app(
         datadir=str(settings.data_dir / "faust"),
         web_enabled=settings.web_enabled,
         web_port=settings.web_port,
-        web_bind="0.0.0.0",
+        web_bind=settings.web_host,
         broker_session_timeout=SESSION_TIMEOUT_S,
         broker_rebalance_timeout=REBALANCE_TIMEOUT_S,
         broker_heartbeat_interval=1.0,
@@ -248,92 +272,43 @@ def build_app(
             log.error("the worker's data path failed: %s; stopping the worker", failure)
             await app.crash(failure)
 
-    @app.page("/metrics")
-    async def metrics_view(web: Any, request: Any) -> Any:
-        return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+    @app.timer(2.0)  # type: ignore[untyped-decorator]
+    async def publish_segment_states() -> None:
+        publish_engine_gauges(engine)
 
-    @app.page("/healthz")
-    async def health_view(web: Any, request: Any) -> Any:
-        ok = engine.failure is None
-        return web.json(
-            {"ok": ok, "paused": engine.paused, "buffer_bytes": engine.buffer.used}, status=200 if ok else 503
+    def data_path() -> str | None:
+        return None if engine.failure is None else f"data path failed: {engine.failure}"
+
+    checks = {"data_path": data_path}
+    if follower is not None:
+        materializer = follower.materializer
+        checks["follower"] = lambda: (
+            None if materializer.failure is None else f"metadata follower failed: {materializer.failure}"
         )
-
-    if reader is not None:
-        add_read_views(app, reader)
+    token = settings.web_token.get_secret_value() if settings.web_token else None
+    register_faust_views(
+        app,
+        checks,
+        extra=lambda: {"paused": engine.paused, "buffer_bytes": engine.buffer.used},
+        reader=reader,
+        token=token,
+    )
     app.offload_engine = engine
     return app
 
 
-def _int_param(request: Any, name: str, required: bool = True, default: int | None = None) -> int | None:
-    raw = request.query.get(name)
-    if raw is None:
-        if required:
-            raise ValueError(f"missing parameter {name!r}")
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"parameter {name!r} must be an integer, got {raw!r}") from None
+def publish_engine_gauges(engine: OffloadEngine) -> None:
+    """Segments by state, from the engine's status (no engine internals needed)."""
+    status = engine.status()
+    metrics.SEGMENTS_BY_STATE.labels("open").set(sum(1 for st in status.values() if st.open_bytes > 0))
+    metrics.SEGMENTS_BY_STATE.labels("pending").set(sum(st.pending_segments for st in status.values()))
+    metrics.SEGMENTS_BY_STATE.labels("copying").set(sum(1 for st in status.values() if st.copying))
 
 
-def add_read_views(app: faust.App, reader: RemoteReader) -> None:
-    """The read API: ``GET /segments?topic=T[&partition=P]`` and
-    ``GET /fetch?topic=T&partition=P&(offset=O|timestamp=MS)[&max_records=N]``."""
-
-    def _topic(request: Any) -> str:
-        return validate_topic(request.query.get("topic", ""))
-
-    @app.page("/segments")
-    async def segments_view(web: Any, request: Any) -> Any:
-        try:
-            topic = _topic(request)
-            partition = _int_param(request, "partition", required=False)
-        except (ValueError, InvalidNameError) as exc:
-            return web.json({"error": str(exc)}, status=400)
-        cache = cast(RemoteLogMetadataManager, reader.lookup).cache
-
-        def collect() -> list[dict[str, Any]]:
-            tps = [
-                tp
-                for tp in cache.topic_partitions()
-                if tp.topic == topic and partition in (None, tp.partition)
-            ]
-            return [segment_to_json(s) for tp in tps for s in cache.listed_segments(tp)]
-
-        found = await asyncio.get_running_loop().run_in_executor(None, collect)
-        return web.json({"segments": found})
-
-    @app.page("/fetch")
-    async def fetch_view(web: Any, request: Any) -> Any:
-        try:
-            tp = TopicPartition(_topic(request), cast(int, _int_param(request, "partition")))
-            offset = _int_param(request, "offset", required=False)
-            timestamp = _int_param(request, "timestamp", required=False)
-            max_records = cast(int, _int_param(request, "max_records", required=False, default=100))
-            if (offset is None) == (timestamp is None):
-                raise ValueError("give exactly one of 'offset' and 'timestamp'")
-            if tp.partition < 0 or max_records < 1 or max_records > 10_000:
-                raise ValueError("partition must be >= 0 and max_records between 1 and 10000")
-        except (ValueError, InvalidNameError) as exc:
-            return web.json({"error": str(exc)}, status=400)
-
-        def read() -> list[dict[str, Any]]:
-            if offset is not None:
-                records = reader.read_from_offset(tp, offset, max_records)
-            else:
-                records = reader.read_from_timestamp(tp, cast(int, timestamp), max_records)
-            return [record_to_json(r) for r in records]
-
-        try:
-            records = await asyncio.get_running_loop().run_in_executor(None, read)
-        except OffsetNotInRemoteError as exc:
-            return web.json({"error": str(exc)}, status=404)
-        except CorruptObjectError as exc:
-            return web.json({"error": str(exc)}, status=502)
-        except StorageError as exc:
-            return web.json({"error": str(exc)}, status=503)
-        return web.json({"records": records})
+def add_read_views(app: faust.App, reader: RemoteReader, token: str | None = None) -> None:
+    """The read API (``/segments``, ``/fetch``) with the health views, on a Faust app (kept for
+    callers that build their own app; :func:`build_app` registers them itself)."""
+    register_faust_views(app, {}, reader=reader, token=token)
 
 
 def prepare(settings: Settings) -> tuple[S3ChunkStorage, int]:

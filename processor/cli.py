@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 from processor.errors import (
     ConfigError,
     InvalidNameError,
+    MetadataTopicError,
     OffsetNotInRemoteError,
     ProcessorError,
     ServiceUnavailableError,
     StorageError,
 )
+from processor.logs import faust_logging_options
 from processor.runtime import tune_gc
 
 if TYPE_CHECKING:
@@ -32,23 +34,28 @@ log = logging.getLogger("processor")
 DEFAULT_STACK_DIR = ".stack"
 
 
-def _setup_logging(level: str = "info") -> None:
-    logging.basicConfig(
-        level=getattr(
-            logging, level.upper().replace("WARN", "WARNING").replace("WARNINGING", "WARNING"), logging.INFO
-        ),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def _setup_logging(level: str = "info", log_format: str = "text") -> None:
+    from processor.logs import setup_logging
+
+    setup_logging(level, log_format)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     import faust
 
-    from processor.app import build_app, build_engine, build_follower, build_reader, prepare
+    from processor.app import (
+        build_app,
+        build_engine,
+        build_follower,
+        build_reader,
+        build_readiness_watch,
+        build_storage,
+        prepare,
+    )
     from processor.config import load_settings
 
     settings = load_settings()
-    _setup_logging(settings.log_level)
+    _setup_logging(settings.log_level, settings.log_format)
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
     storage, metadata_partitions = prepare(settings)
     engine = build_engine(settings, storage, metadata_partitions)
@@ -61,15 +68,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from processor.lifecycle.worker_tasks import attach_lifecycle  # retention, deletion, multipart sweep
 
     lifecycle = attach_lifecycle(app, settings, engine, storage, metadata_partitions, follower)
-    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
+    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, **faust_logging_options(settings))
+    probe_storage = build_storage(settings, probe=True)
+    watch = build_readiness_watch(settings, follower, probe_storage)
     engine.start()
     if follower is not None:
         follower.materializer.start()
+    watch.start()
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
         return int(exc.code or 0)
     finally:
+        watch.stop()
+        probe_storage.close()
         engine.stop()
         lifecycle.close()
         if follower is not None:
@@ -150,34 +162,6 @@ def cmd_segments(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_fetch(args: argparse.Namespace) -> int:
-    from processor.config import load_settings
-    from processor.metadata.model import TopicPartition
-    from processor.reader.record_json import record_to_json
-    from processor.segment.object_keys import validate_topic
-
-    settings = load_settings()
-    tp = TopicPartition(validate_topic(args.topic), args.partition)
-    side = _read_side(settings, tp.topic, tp.partition)
-    try:
-        if args.offset is not None:
-            records = side.reader.read_from_offset(tp, args.offset, args.max_records, max_bytes=1 << 62)
-        else:
-            records = side.reader.read_from_timestamp(tp, args.timestamp, args.max_records, max_bytes=1 << 62)
-    finally:
-        side.close()
-    for record in records:
-        if args.json:
-            print(json.dumps(record_to_json(record)))
-        else:
-            key = "null" if record.key is None else repr(record.key[:40])
-            value = "null" if record.value is None else f"{len(record.value)} bytes"
-            print(
-                f"{record.offset}\t{record.timestamp}\tkey={key}\tvalue={value}\theaders={len(record.headers)}"
-            )
-    return 0
-
-
 def cmd_dev(args: argparse.Namespace) -> int:
     from processor.devstack import stack
 
@@ -223,7 +207,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="processor", description="Tiered storage for Apache Kafka.")
+    from processor import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="processor",
+        description="Tiered storage for Apache Kafka.",
+        epilog="exit codes: 0 ok, 1 problems found, 2 bad input (usage, configuration, an offset "
+        "not in remote storage), 3 Kafka or S3 unreachable, 130 interrupted",
+    )
+    parser.add_argument("--version", action="version", version=f"processor {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     worker = sub.add_parser("worker", help="run the offload worker against the configured cluster")
@@ -241,20 +233,23 @@ def build_parser() -> argparse.ArgumentParser:
     segments.add_argument("--json", action="store_true", help="one JSON object per line")
     segments.set_defaults(func=cmd_segments)
 
-    fetch = sub.add_parser("fetch", help="read records back from remote storage")
-    fetch.add_argument("--topic", required=True)
-    fetch.add_argument("--partition", type=int, required=True)
-    where = fetch.add_mutually_exclusive_group(required=True)
-    where.add_argument("--offset", type=int)
-    where.add_argument("--timestamp", type=int, help="milliseconds since the epoch")
-    fetch.add_argument("--max-records", type=int, default=100)
-    fetch.add_argument("--json", action="store_true", help="one JSON object per line (bytes as base64)")
-    fetch.set_defaults(func=cmd_fetch)
+    from processor.commands import config_cmd, verify
+    from processor.commands import fetch as fetch_command
+    from processor.commands import follower as follower_command
+
+    fetch = sub.add_parser(
+        "fetch", help="read records back from remote storage (text, JSON lines, raw, Parquet)"
+    )
+    fetch_command.register_arguments(fetch)
 
     demo = sub.add_parser("demo", help="offload sample records on the embedded stack, then stop everything")
     demo.add_argument("--dir", default=".stack/demo")
     demo.add_argument("--records", type=int, default=20000)
     demo.set_defaults(func=cmd_demo)
+
+    follower_command.register(sub)
+    config_cmd.register(sub)
+    verify.register(sub)
 
     from processor.commands import abort_multipart, delete_before, delete_topic, offload  # lifecycle
 
@@ -263,22 +258,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(exc: BaseException) -> None:
+    """Report a command's failure: a log record when JSON logging is on (so every line the process
+    writes stays JSON), else one plain line on stderr."""
+    from processor.logs import json_logging_active
+
+    if json_logging_active():
+        log.error("error: %s", exc, extra={"error": type(exc).__name__})
+    else:
+        print(f"error: {exc}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit codes, the same for every command: 0 ok, 1 problems found, 2 bad input (usage,
+    configuration, an offset not in remote storage), 3 Kafka or S3 unreachable, 130 interrupted."""
     args = build_parser().parse_args(argv)
     tune_gc()
     try:
         return int(args.func(args))
-    except (ConfigError, InvalidNameError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ConfigError, InvalidNameError, OffsetNotInRemoteError) as exc:
+        _error(exc)
         return 2
-    except OffsetNotInRemoteError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 4
-    except (ServiceUnavailableError, StorageError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ServiceUnavailableError, StorageError, MetadataTopicError) as exc:
+        _error(exc)
         return 3
     except ProcessorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(exc)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from processor.errors import ConfigError, InvalidNameError
 from processor.segment.object_keys import validate_prefix, validate_topic
+from processor.units import parse_duration_ms, parse_size
 
 ENV_PREFIX = "PROCESSOR_"
 MiB = 1024 * 1024
@@ -47,6 +48,11 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
     worker_id: str = Field(default_factory=socket.gethostname, pattern=r"^[A-Za-z0-9._:-]{1,128}$")
     web_port: int = Field(default=6066, ge=1, le=65535)
+    # Address the web server binds (health, metrics, /fetch, /segments); 0.0.0.0 = every interface.
+    web_host: str = Field(default="0.0.0.0", min_length=1)
+    # When set, /fetch and /segments require "Authorization: Bearer <token>" (health and metrics
+    # stay open). A secret: never logged, masked by `processor config`.
+    web_token: SecretStr | None = None
     web_enabled: bool = True
     follower_enabled: bool = True
     follow_topics: Annotated[tuple[str, ...], NoDecode] = ()
@@ -65,6 +71,34 @@ class Settings(BaseSettings):
     upload_bytes_per_second: int = Field(default=-1, ge=-1)  # per worker; -1 = unlimited
     # workers `processor offload` asks (comma-separated base URLs); default http://127.0.0.1:WEB_PORT
     worker_urls: Annotated[tuple[str, ...], NoDecode] = ()
+    # "text" (human-readable lines) or "json" (one JSON object per line, for log pipelines).
+    log_format: str = Field(default="text", pattern=r"^(?i:text|json)$")
+    # Time between the cheap S3 reachability probes (HeadBucket) that drive readiness.
+    storage_probe_interval_ms: int = Field(default=10_000, ge=100)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _units_and_adaptive_defaults(cls, data: Any) -> Any:
+        """Every ``*_bytes`` field accepts sizes with units (64MiB) and every ``*_ms`` field
+        durations with units (60s, 7d), by name, so fields added later get it too. Then defaults
+        that would conflict with a value given adapt to it instead of failing."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for name, value in data.items():
+            if isinstance(value, str) and name.endswith("_bytes"):
+                data[name] = _with_units(parse_size, name, value)
+            elif isinstance(value, str) and name.endswith("_ms"):
+                data[name] = _with_units(parse_duration_ms, name, value)
+        segment = data.get("segment_bytes")
+        if isinstance(segment, int) and segment > 0:
+            default_block = cls.model_fields["block_bytes"].default
+            if "block_bytes" not in data and default_block > segment:
+                data["block_bytes"] = max(1024, segment // 4) if segment >= 4096 else segment
+            default_buffer = cls.model_fields["buffer_bytes"].default
+            if "buffer_bytes" not in data and default_buffer < segment:
+                data["buffer_bytes"] = 2 * segment
+        return data
 
     @field_validator("topics", "follow_topics", "follow_metadata_partitions", "worker_urls", mode="before")
     @classmethod
@@ -115,6 +149,15 @@ class Settings(BaseSettings):
                 raise ValueError(f"{url!r} is not an http:// or https:// URL")
         return tuple(url.rstrip("/") for url in value)
 
+    @field_validator("upload_bytes_per_second", mode="before")
+    @classmethod
+    def _upload_rate_units(cls, value: Any) -> Any:
+        """A size per second: 10MiB, 500k, or -1 (unlimited)."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        return -parse_size(text[1:]) if text.startswith("-") else parse_size(text)
+
     @field_validator("upload_bytes_per_second")
     @classmethod
     def _valid_upload_rate(cls, value: int) -> int:
@@ -141,10 +184,23 @@ class Settings(BaseSettings):
         return self
 
 
+def _with_units(parse: Callable[[str], int], name: str, value: str) -> int:
+    """The parsed number, or a ValueError naming the variable (a model-level error has no field)."""
+    try:
+        stripped = value.strip()
+        if stripped.startswith("-"):  # -1 (any unit) is the "unlimited" of retention and rate limits
+            return -parse(stripped[1:])
+        return parse(value)
+    except ValueError as exc:
+        raise ValueError(f"{ENV_PREFIX}{name.upper()}: {exc}") from None
+
+
 def _describe(error: Mapping[str, Any]) -> str:
     loc = error.get("loc") or ()
-    name = f"{ENV_PREFIX}{str(loc[0]).upper()}" if loc else "configuration"
     msg = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    if not loc and msg.startswith(ENV_PREFIX):
+        return msg  # a model-level error that names its variable itself
+    name = f"{ENV_PREFIX}{str(loc[0]).upper()}" if loc else "configuration"
     value = error.get("input")
     shown = "" if isinstance(value, dict) or value is None else f" (got {value!r})"
     return f"{name}: {msg}{shown}"

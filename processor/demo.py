@@ -46,18 +46,25 @@ def wait_offloaded(
     expected_end: dict[TopicPartition, int],
     timeout_s: float,
     proc: subprocess.Popen[bytes] | None = None,
+    show_progress: bool = False,
 ) -> dict[TopicPartition, int]:
-    """Poll the metadata topic until every partition's finished coverage reaches its expected end."""
+    """Poll the metadata topic until every partition's finished coverage reaches its expected end
+    (with a progress bar of the offsets covered when asked and on a terminal)."""
+    from processor.commands.progress import progress
+
     deadline = time.monotonic() + timeout_s
     reached: dict[TopicPartition, int] = {}
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"the worker exited with code {proc.returncode}")
-        state, _ = load_remote_state(bootstrap, metadata_topic)
-        reached = {tp: state.partition(tp).highest_finished_offset() or -1 for tp in expected_end}
-        if all(reached[tp] >= end for tp, end in expected_end.items()):
-            return reached
-        time.sleep(1.0)
+    total = sum(end + 1 for end in expected_end.values())
+    with progress("offloaded", total, enabled=None if show_progress else False) as bar:
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"the worker exited with code {proc.returncode}")
+            state, _ = load_remote_state(bootstrap, metadata_topic)
+            reached = {tp: state.partition(tp).highest_finished_offset() or -1 for tp in expected_end}
+            bar.set(sum(min(reached[tp], end) + 1 for tp, end in expected_end.items()))
+            if all(reached[tp] >= end for tp, end in expected_end.items()):
+                return reached
+            time.sleep(1.0)
     raise TimeoutError(
         f"records not offloaded within {timeout_s:.0f} s: reached {reached}, expected {expected_end}"
     )
@@ -130,7 +137,7 @@ def run_demo(stack_dir: Path, records: int = 20000) -> int:
                 stderr=subprocess.STDOUT,
             )
         t0 = time.monotonic()
-        wait_offloaded(info.bootstrap_servers, METADATA_TOPIC, expected, 180, worker)
+        wait_offloaded(info.bootstrap_servers, METADATA_TOPIC, expected, 180, worker, show_progress=True)
         elapsed = time.monotonic() - t0
         state, _skipped = load_remote_state(info.bootstrap_servers, METADATA_TOPIC)
         segments = [s for tp in sorted(expected) for s in state.partition(tp).finished()]

@@ -50,3 +50,55 @@ DELETE_FAILURES = Counter(
     "processor_remote_delete_failures_total",
     "Failed attempts to delete a remote segment's objects (each is retried)",
 )
+
+# -- issue 10: the rest of the catalogue (README "Operating it" has the table) ----------------------
+
+OFFLOAD_LAG_SECONDS = Gauge(
+    "processor_offload_lag_seconds",
+    "Age of the oldest record of the partition not yet in a finished remote segment (record "
+    "timestamp to now; 0 when everything consumed is remote): the figure to alert on",
+    ["topic", "partition"],
+)
+SEGMENTS_BY_STATE = Gauge(
+    "processor_segments",
+    "Segments this worker holds, by state: open (filling), pending (sealed, waiting for a copy), copying",
+    ["state"],
+)
+CONSUMPTION_PAUSES = Counter(
+    "processor_consumption_pauses_total", "Times consumption paused because the offload buffer was full"
+)
+S3_REQUESTS = Counter(
+    "processor_s3_requests_total", "S3 API calls sent (each HTTP attempt), by operation", ["operation"]
+)
+S3_ERRORS = Counter(
+    "processor_s3_request_errors_total",
+    "S3 API attempts that failed, by operation and error code (or exception name)",
+    ["operation", "code"],
+)
+S3_RETRIES = Counter(
+    "processor_s3_request_retries_total", "S3 API attempts retried by the SDK, by operation", ["operation"]
+)
+STORAGE_REACHABLE = Gauge(
+    "processor_storage_reachable", "1 while the last S3 probe (HeadBucket) succeeded, 0 otherwise"
+)
+REMOTE_FETCH_SECONDS = Histogram(
+    "processor_remote_fetch_seconds",
+    "Time to serve one remote read (lookup, ranged GETs, decode), by how it was addressed",
+    ["by"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+FOLLOWER_APPLIED = Counter(
+    "processor_follower_records_applied_total", "Metadata records the follower applied to its cache"
+)
+FOLLOWER_SKIPPED = Counter(
+    "processor_follower_records_skipped_total",
+    "Metadata records the follower skipped (undecodable, illegal, or not followed)",
+)
+FOLLOWER_LAG = Gauge(
+    "processor_follower_lag_records",
+    "Metadata records the follower has not applied yet, by metadata partition",
+    ["partition"],
+)
+HEALTH_READY = Gauge(
+    "processor_ready", "1 while /readyz reports ready, 0 otherwise (as of the last /readyz request)"
+)

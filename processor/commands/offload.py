@@ -34,18 +34,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=cmd_offload)
 
 
-def _ask(url: str, topic: str, partition: int | None, timeout_s: float) -> dict[str, Any]:
+def _ask(
+    url: str, topic: str, partition: int | None, timeout_s: float, token: str | None = None
+) -> dict[str, Any]:
     query = {"topic": topic, "timeout_s": str(timeout_s)}
     if partition is not None:
         query["partition"] = str(partition)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}  # PROCESSOR_WEB_TOKEN
     request = urllib.request.Request(
-        f"{url}/offload?{urllib.parse.urlencode(query)}", method="POST", data=b""
+        f"{url}/offload?{urllib.parse.urlencode(query)}", method="POST", data=b"", headers=headers
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s + 30) as resp:
             body: dict[str, Any] = json.loads(resp.read())
     except urllib.error.HTTPError as exc:
-        if exc.code == 400:
+        if exc.code in (400, 401):
             raise ConfigError(json.loads(exc.read()).get("error", str(exc))) from None
         raise ServiceUnavailableError(f"worker at {url} answered {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:
@@ -72,7 +75,8 @@ def cmd_offload(args: argparse.Namespace) -> int:
         wanted = list(range(counts[topic]))
     answers: dict[int, dict[str, Any]] = {}
     for url in urls:
-        for p, result in _ask(url, topic, args.partition, args.timeout_s).items():
+        token = settings.web_token.get_secret_value() if settings.web_token else None
+        for p, result in _ask(url, topic, args.partition, args.timeout_s, token).items():
             answers[int(p)] = result
     ok = True
     for p in wanted:

@@ -12,17 +12,22 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
+from processor import metrics
 from processor.errors import MetadataTopicError
 from processor.follower.metadata_cache import MetadataCache, RawMessage
 from processor.metadata.read_to_end import EndSnapshot
+from processor.probes import FollowerState
 
 log = logging.getLogger(__name__)
+
+LAG_INTERVAL_S = 2.0
 
 
 @dataclass
@@ -53,6 +58,7 @@ class Materializer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
+        self.state = FollowerState()  # lag and progress, read by the readiness probe
 
     def _open(self) -> Consumer:
         consumer = self._consumer_factory()
@@ -81,7 +87,30 @@ class Materializer:
         self.stats.consumed += len(messages)
         self.stats.applied += result.applied
         self.stats.skipped += result.skipped
+        metrics.FOLLOWER_APPLIED.inc(result.applied)
+        metrics.FOLLOWER_SKIPPED.inc(result.skipped)
+        if messages:
+            self.state.progress_at = time.monotonic()
         return len(messages)
+
+    def measure_lag(self, consumer: Consumer) -> int | None:
+        """Records not applied yet, from the high watermarks of the last fetch responses (cached by
+        librdkafka: no request is sent). None while no partition's watermark is known."""
+        stored = self.cache.consumed_offsets()
+        total: int | None = None
+        for p in self.partitions:
+            _low, high = consumer.get_watermark_offsets(KafkaTP(self.topic, p), cached=True)
+            if high is None or high < 0:
+                continue
+            lag = max(0, high - stored.get(p, 0))
+            metrics.FOLLOWER_LAG.labels(str(p)).set(lag)
+            total = lag + (total or 0)
+        if total is not None:
+            self.state.lag_records = total
+            if total == 0:
+                self.state.caught_up_once = True
+                self.state.progress_at = time.monotonic()
+        return total
 
     def catch_up(self, timeout_s: float = 60.0, quiet_s: float = 0.0) -> MaterializerStats:
         """Consume until every followed partition reaches the end it had when this was called (the
@@ -107,14 +136,21 @@ class Materializer:
 
     def _run(self) -> None:
         consumer = self._open()
+        measured_at = 0.0
         try:
             while not self._stop.is_set():
                 self.poll_once(consumer, 0.1)
+                if time.monotonic() - measured_at >= LAG_INTERVAL_S:
+                    measured_at = time.monotonic()
+                    self.measure_lag(consumer)
         except BaseException as exc:
             log.exception("metadata follower crashed")
             self.failure = exc
+            self.state.stopped = f"{type(exc).__name__}: {exc}"
         finally:
             consumer.close()
+            if self.state.stopped is None:
+                self.state.stopped = "stopped"
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()

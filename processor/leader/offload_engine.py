@@ -84,6 +84,19 @@ class _Partition:
     idle: threading.Event = field(default_factory=threading.Event)
 
 
+def _unremote_age_s(st: _Partition) -> float:
+    """Age of the oldest record of the partition not yet remote: from its timestamp when it sits in
+    a sealed segment or a closed block, else since the open segment took its first record; 0 when
+    the worker holds nothing of the partition."""
+    now_ms = time.time() * 1000
+    infos = st.pending[0].block_infos if st.pending else (st.builder.infos if st.builder else [])
+    if infos:
+        return max(0.0, (now_ms - infos[0].min_timestamp) / 1000)
+    if st.builder is not None and not st.builder.empty:
+        return max(0.0, (time.monotonic() * 1000 - st.opened_at_ms) / 1000)
+    return 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionStatus:
     remote_end: int | None
@@ -274,7 +287,7 @@ class OffloadEngine:
                 self.buffer.release(released)
                 gone.append(st)
         for st in gone:  # per-partition series of partitions this worker no longer leads
-            for gauge in (metrics.REMOTE_END_OFFSET, metrics.OFFLOAD_LAG):
+            for gauge in (metrics.REMOTE_END_OFFSET, metrics.OFFLOAD_LAG, metrics.OFFLOAD_LAG_SECONDS):
                 with contextlib.suppress(KeyError):
                     gauge.remove(st.tp.topic, str(st.tp.partition))
         if gone:
@@ -288,6 +301,7 @@ class OffloadEngine:
         if paused:
             consumer.pause(assigned)
             self.pause_count += 1
+            metrics.CONSUMPTION_PAUSES.inc()
             log.info(
                 "offload buffer full (%d of %d bytes): consumption paused",
                 self.buffer.used,
@@ -409,6 +423,7 @@ class OffloadEngine:
             covered = st.remote_end + 1 if st.remote_end is not None else 0
             st.lag = max(0, high - covered)
             metrics.OFFLOAD_LAG.labels(st.tp.topic, str(st.tp.partition)).set(st.lag)
+            metrics.OFFLOAD_LAG_SECONDS.labels(st.tp.topic, str(st.tp.partition)).set(_unremote_age_s(st))
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
@@ -491,6 +506,13 @@ class OffloadEngine:
                     attempt,
                     exc,
                     backoff,
+                    extra={
+                        "topic": st.tp.topic,
+                        "partition": st.tp.partition,
+                        "start_offset": segment.start_offset,
+                        "end_offset": segment.end_offset,
+                        "attempt": attempt,
+                    },
                 )
                 if self._stopping.wait(backoff):
                     return

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from processor.errors import ProcessorError
+from processor.logs import segment_fields
 from processor.metadata.model import (
     MetadataRecord,
     RemoteLogSegmentId,
@@ -112,6 +113,7 @@ class SegmentCopier:
                 raise CopyCancelledError(f"{tp} was revoked during the copy of {started.segment_id}")
             finished = started.with_state(SegmentState.COPY_SEGMENT_FINISHED, self.clock_ms())
             self.sink.publish(finished)
+            log.info("segment copied", extra=segment_fields(finished))
             return finished
         except BaseException:
             self.delete_segment(started)
@@ -129,7 +131,9 @@ class SegmentCopier:
                 self.sink.publish(deleting)
             self.storage.delete(metadata.data_object_key)
             self.storage.delete(metadata.index_object_key)
-            self.sink.publish(deleting.with_state(SegmentState.DELETE_SEGMENT_FINISHED, self.clock_ms()))
+            deleted = deleting.with_state(SegmentState.DELETE_SEGMENT_FINISHED, self.clock_ms())
+            self.sink.publish(deleted)
+            log.info("segment deleted", extra=segment_fields(deleted))
             return True
         except ProcessorError as exc:
             log.warning(

@@ -4,7 +4,8 @@ watermark - 1) when the request arrives; open segments are rolled (again, while 
 already in Kafka keep arriving) until the finished end offset reaches the target or the time is up.
 
 Answer: ``{"partitions": {"P": {"target": N, "remote_end": M, "done": bool}}}``, only partitions this
-worker leads (another worker answers for the others); 400 on bad input.
+worker leads (another worker answers for the others); 400 on bad input; 401 without the bearer
+token when PROCESSOR_WEB_TOKEN is set.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from processor.errors import InvalidNameError
 from processor.kafka_clients import new_consumer
 from processor.metadata.model import TopicPartition
 from processor.segment.object_keys import validate_topic
+from processor.web.handlers import authorized
 
 MAX_TIMEOUT_S = 3600.0
 
@@ -77,8 +79,14 @@ def offload_now(
 
 
 def add_offload_view(app: faust.App, engine: Any, settings: Settings) -> None:
+    token = settings.web_token.get_secret_value() if settings.web_token else None
+
     class OffloadView(View):
         async def post(self, request: Request, **kwargs: Any) -> Response:
+            denied = authorized(token, request.headers)  # PROCESSOR_WEB_TOKEN guards it like the reads
+            if denied is not None:
+                assert isinstance(denied.body, dict)
+                return self.json(denied.body, status=denied.status, headers=denied.headers)
             try:
                 topic = validate_topic(request.query.get("topic", ""))
                 raw_partition = request.query.get("partition")

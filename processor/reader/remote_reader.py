@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from processor import metrics
 from processor.errors import (
     CorruptObjectError,
     FormatError,
@@ -80,10 +81,11 @@ class RemoteReader:
         max_records: int = DEFAULT_MAX_RECORDS,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> list[KafkaRecord]:
-        segment = self.lookup.finished_segment_for_offset(tp, offset)
-        if segment is None:
-            raise OffsetNotInRemoteError(f"offset {offset} of {tp} is not in remote storage")
-        return list(self._read(tp, segment, offset, None, max_records, max_bytes))
+        with metrics.REMOTE_FETCH_SECONDS.labels("offset").time():
+            segment = self.lookup.finished_segment_for_offset(tp, offset)
+            if segment is None:
+                raise OffsetNotInRemoteError(f"offset {offset} of {tp} is not in remote storage")
+            return list(self._read(tp, segment, offset, None, max_records, max_bytes))
 
     def read_from_timestamp(
         self,
@@ -93,15 +95,16 @@ class RemoteReader:
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> list[KafkaRecord]:
         """Records from the first one whose timestamp is >= ``timestamp`` (Kafka's offsetsForTimes), on."""
-        segment = self.lookup.segment_for_timestamp(tp, timestamp)
-        if segment is None:
-            raise OffsetNotInRemoteError(
-                f"no record of {tp} at or after timestamp {timestamp} in remote storage"
-            )
-        # A segment may straddle the remote log start offset (delete-before): never serve below it.
-        log_start = getattr(self.lookup, "log_start_offset", None)
-        start = segment.start_offset if log_start is None else max(segment.start_offset, log_start(tp))
-        return list(self._read(tp, segment, start, timestamp, max_records, max_bytes))
+        with metrics.REMOTE_FETCH_SECONDS.labels("timestamp").time():
+            segment = self.lookup.segment_for_timestamp(tp, timestamp)
+            if segment is None:
+                raise OffsetNotInRemoteError(
+                    f"no record of {tp} at or after timestamp {timestamp} in remote storage"
+                )
+            # A segment may straddle the remote log start offset (delete-before): never below it.
+            log_start = getattr(self.lookup, "log_start_offset", None)
+            start = segment.start_offset if log_start is None else max(segment.start_offset, log_start(tp))
+            return list(self._read(tp, segment, start, timestamp, max_records, max_bytes))
 
     # -- internals --------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 import boto3
 from botocore.config import Config
@@ -32,6 +32,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
+from processor import metrics
 from processor.errors import InvalidRangeError, ObjectExistsError, ObjectNotFoundError, StorageError
 from processor.storage.chunk_storage import Buffer, ChainedReader, ChunkInfo, ChunkStorage, split_parts
 
@@ -62,6 +63,33 @@ class S3Options:
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 60.0
     max_attempts: int = 5
+
+
+def _count_requests(client: Any) -> None:
+    """Prometheus counters of every S3 attempt, error and SDK retry, by operation, from botocore's
+    event hooks (so retries inside the SDK are seen, which wrapping our calls would miss)."""
+
+    def before_send(request: Any, event_name: str = "", **_: Any) -> None:
+        operation = event_name.rsplit(".", 1)[-1]
+        metrics.S3_REQUESTS.labels(operation).inc()
+        attempt = (getattr(request, "context", None) or {}).get("retries", {}).get("attempt", 1)
+        if attempt > 1:
+            metrics.S3_RETRIES.labels(operation).inc()
+
+    def needs_retry(
+        response: Any = None, caught_exception: Any = None, event_name: str = "", **_: Any
+    ) -> None:
+        operation = event_name.rsplit(".", 1)[-1]
+        if caught_exception is not None:
+            metrics.S3_ERRORS.labels(operation, type(caught_exception).__name__).inc()
+        elif response is not None and response[0].status_code >= 400:
+            parsed = response[1] if isinstance(response[1], dict) else {}
+            code = parsed.get("Error", {}).get("Code") or str(response[0].status_code)
+            metrics.S3_ERRORS.labels(operation, str(code)).inc()
+        # None: the decision to retry stays with botocore's own handler
+
+    client.meta.events.register("before-send.s3.*", before_send)
+    client.meta.events.register("needs-retry.s3.*", needs_retry)
 
 
 def _code(exc: ClientError) -> str:
@@ -173,6 +201,7 @@ class S3ChunkStorage(ChunkStorage):
                 response_checksum_validation="when_required",
             ),
         )
+        _count_requests(self._client)
         self._parts_pool = ThreadPoolExecutor(
             max_workers=options.max_concurrency, thread_name_prefix="s3-part"
         )

@@ -1,0 +1,162 @@
+"""``processor verify --topic T [--partition P]``: does the bucket hold what the metadata says?
+
+For every partition of the topic (or the one given) it compares the follower's view of the metadata
+topic with a listing of the partition's prefix in the bucket and reports:
+
+- ``missing``: a COPY_SEGMENT_FINISHED segment whose data or index object is absent (data loss for
+  readers) or has another size than the metadata records;
+- ``corrupt``: a finished segment whose index CRC differs from the metadata's, or whose data blocks
+  fail their CRCs or do not hold the recorded number of records;
+- ``unreferenced``: objects under the partition's prefix that no live segment names (leftovers of
+  failed copies or of deletions that did not finish: storage that costs and serves nobody).
+
+Segments in COPY_SEGMENT_STARTED or DELETE_SEGMENT_STARTED are in flight: their objects count as
+referenced, and their absence is not a finding. Exit code 0 when clean, 1 when anything was found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from processor.errors import FormatError, ObjectNotFoundError
+from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.segment.block_format import iter_blocks
+from processor.segment.index_format import decode_index
+from processor.storage.chunk_storage import ChunkStorage
+
+
+@dataclass
+class VerifyReport:
+    topic: str
+    partitions: list[int] = field(default_factory=list)
+    segments_checked: int = 0
+    bytes_checked: int = 0
+    missing: list[dict[str, Any]] = field(default_factory=list)
+    corrupt: list[dict[str, Any]] = field(default_factory=list)
+    unreferenced: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.missing or self.corrupt or self.unreferenced)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "clean": self.clean}
+
+
+def check_segment(storage: ChunkStorage, segment: RemoteLogSegmentMetadata, report: VerifyReport) -> None:
+    """Check one finished segment's objects: presence, sizes, index CRC, every block's CRCs."""
+    sid = str(segment.segment_id.id)
+    base = {"segment_id": sid, "partition": segment.segment_id.partition}
+    data_info = storage.stat(segment.data_object_key)
+    index_info = storage.stat(segment.index_object_key)
+    for key, info, size in (
+        (segment.data_object_key, data_info, segment.segment_size_in_bytes),
+        (segment.index_object_key, index_info, segment.index_size_in_bytes),
+    ):
+        if info is None:
+            report.missing.append({**base, "key": key, "problem": "object is missing"})
+        elif info.size != size:
+            report.missing.append({**base, "key": key, "problem": f"size {info.size}, metadata says {size}"})
+    if data_info is None or index_info is None or data_info.size != segment.segment_size_in_bytes:
+        return
+    try:
+        raw_index = storage.read(segment.index_object_key, 0, segment.index_size_in_bytes)
+        if int.from_bytes(raw_index[-4:], "big") != segment.index_crc32:
+            raise FormatError("index CRC differs from the one in the segment's metadata")
+        index = decode_index(raw_index, where=segment.index_object_key)
+        data = storage.read(segment.data_object_key, 0, segment.segment_size_in_bytes)
+        records = sum(len(block) for block in iter_blocks(data, where=segment.data_object_key))
+        if records != segment.record_count or len(data) != index.data_object_length:
+            raise FormatError(f"{records} records in the data object, metadata says {segment.record_count}")
+        report.bytes_checked += len(data) + len(raw_index)
+    except ObjectNotFoundError as exc:  # deleted between the listing and the read
+        report.missing.append({**base, "key": str(exc), "problem": "object is missing"})
+    except FormatError as exc:
+        report.corrupt.append({**base, "key": segment.data_object_key, "problem": str(exc)})
+
+
+def verify_partition(
+    storage: ChunkStorage,
+    tp: TopicPartition,
+    segments: list[RemoteLogSegmentMetadata],
+    listing_prefix: str,
+    report: VerifyReport,
+    advance: Any = None,
+) -> None:
+    referenced: set[str] = set()
+    for segment in segments:
+        if segment.state == SegmentState.DELETE_SEGMENT_FINISHED:
+            continue
+        referenced.update((segment.data_object_key, segment.index_object_key))
+        if segment.state == SegmentState.COPY_SEGMENT_FINISHED:
+            check_segment(storage, segment, report)
+            report.segments_checked += 1
+            if advance is not None:
+                advance()
+    for info in storage.list(listing_prefix):
+        if info.key not in referenced:
+            report.unreferenced.append({"partition": tp.partition, "key": info.key, "size": info.size})
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from processor.cli import _read_side
+    from processor.commands.progress import progress
+    from processor.config import load_settings
+    from processor.kafka_clients import check_broker, partition_counts
+    from processor.segment.object_keys import ObjectKeyFactory, validate_topic
+
+    settings = load_settings()
+    topic = validate_topic(args.topic)
+    side = _read_side(settings, topic, args.partition)
+    report = VerifyReport(topic)
+    try:
+        cache = side.follower.cache
+        known = {tp.partition for tp in cache.topic_partitions() if tp.topic == topic}
+        # partitions the source topic has, even if the metadata knows nothing of them (lost metadata)
+        admin = check_broker(settings.bootstrap_servers)
+        known |= set(range(partition_counts(admin, [topic]).get(topic, 0)))
+        partitions = [args.partition] if args.partition is not None else sorted(known)
+        report.partitions = partitions
+        keys = ObjectKeyFactory(settings.s3_prefix)
+        by_partition = {p: list(cache.listed_segments(TopicPartition(topic, p))) for p in partitions}
+        total = sum(
+            1 for segs in by_partition.values() for s in segs if s.state == SegmentState.COPY_SEGMENT_FINISHED
+        )
+        with progress(f"verifying {topic}", total, enabled=None if not args.json else False) as advance:
+            for p, segments in by_partition.items():
+                verify_partition(
+                    side.reader.storage,
+                    TopicPartition(topic, p),
+                    segments,
+                    keys.partition_prefix(topic, p),
+                    report,
+                    advance,
+                )
+    finally:
+        side.close()
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        print(
+            f"{topic}: {report.segments_checked} segments checked in {len(report.partitions)} partitions, "
+            f"{report.bytes_checked} bytes read"
+        )
+        for kind in ("missing", "corrupt", "unreferenced"):
+            for finding in getattr(report, kind):
+                problem = finding.get("problem", "")
+                print(f"  {kind:12} partition {finding['partition']}  {finding['key']}  {problem}")
+        print("clean" if report.clean else "PROBLEMS FOUND")
+    return 0 if report.clean else 1
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "verify", help="compare a topic's metadata with the bucket: missing, corrupt, unreferenced objects"
+    )
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--partition", type=int)
+    parser.add_argument("--json", action="store_true", help="one JSON report on stdout")
+    parser.set_defaults(func=cmd_verify)

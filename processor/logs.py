@@ -1,0 +1,148 @@
+"""Logging of every entry point: human-readable text, or one JSON object per line.
+
+``PROCESSOR_LOG_FORMAT=json`` makes every line the worker writes a JSON object, Faust's and the
+libraries' included: Faust (through mode) replaces the root logger's handlers when its worker starts,
+so :func:`faust_logging_options` hands it the same ``dictConfig`` that :func:`setup_logging` applies
+(our formatter on the root logger, stdout), and Faust's stdout/stderr redirection turns stray prints
+into log records of the ``mode.redirect`` logger. Python warnings and uncaught exceptions are logged
+too. librdkafka's lines already go through the ``librdkafka`` logger (kafka_clients.py).
+
+Structured fields come from ``extra=``: ``topic``, ``partition``, ``start_offset``, ``end_offset``,
+``segment_id``, ``component``, ... (any non-standard record attribute becomes a field).
+
+Nothing secret is written: the values of secret-looking environment variables (``*SECRET*``,
+``*TOKEN*``, ``*PASSWORD*``, ``*SESSION*``, ``*CREDENTIAL*``) seen at start-up are replaced by
+``***`` in every line, whatever logged them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import logging.config
+import os
+import re
+import sys
+import traceback
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, ClassVar
+
+_SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|SESSION|CREDENTIAL|PRIVATE", re.IGNORECASE)
+# Attributes every LogRecord has; anything else on a record came from ``extra=`` and is a field.
+_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName", "color_message"}
+MASK = "***"
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    env = os.environ if environ is None else environ
+    values = {v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= 4}
+    return sorted(values, key=len, reverse=True)  # longest first: a secret may contain another
+
+
+class _Redacting(logging.Formatter):
+    secrets: ClassVar[list[str]] = []  # set by setup_logging, shared by every formatter
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, MASK)
+        return text
+
+
+class TextFormatter(_Redacting):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self.redact(super().format(record))
+
+
+class JsonFormatter(_Redacting):
+    """One JSON object per record: ts, level, logger, message, the ``extra=`` fields, exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage().rstrip("\n"),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and not key.startswith("_"):
+                entry[key] = value if isinstance(value, int | float | bool | None) else str(value)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return self.redact(json.dumps(entry, default=str, ensure_ascii=False))
+
+
+def level_number(level: str) -> int:
+    name = level.upper()
+    name = {"WARN": "WARNING", "CRIT": "CRITICAL"}.get(name, name)
+    return int(logging.getLevelNamesMapping().get(name, logging.INFO))
+
+
+def logging_config(level: str, log_format: str) -> dict[str, Any]:
+    formatter = JsonFormatter if log_format.lower() == "json" else TextFormatter
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"processor": {"()": formatter}},
+        "handlers": {
+            "processor": {
+                "class": "logging.StreamHandler",
+                "formatter": "processor",
+                "stream": "ext://sys.stdout",
+            }
+        },
+        "root": {"level": level_number(level), "handlers": ["processor"]},
+    }
+
+
+def _log_uncaught(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, value, tb)
+        return
+    logging.getLogger("processor").critical(
+        "uncaught exception: %s",
+        "".join(traceback.format_exception_only(kind, value)).strip(),
+        exc_info=(kind, value, tb),
+    )
+
+
+def setup_logging(level: str = "info", log_format: str = "text") -> None:
+    """Configure the root logger for this process (idempotent)."""
+    _Redacting.secrets = secret_values()
+    logging.root.handlers.clear()
+    logging.config.dictConfig(logging_config(level, log_format))
+    logging.captureWarnings(True)
+    sys.excepthook = _log_uncaught
+
+
+def faust_logging_options(settings: Any) -> dict[str, Any]:
+    """Keyword arguments for ``faust.Worker`` so that it installs our handler, not its own."""
+    return {"logging_config": logging_config(settings.log_level, settings.log_format)}
+
+
+def segment_fields(metadata: Any) -> dict[str, Any]:
+    """``extra=`` fields of a log line about one remote segment (a RemoteLogSegmentMetadata)."""
+    sid = metadata.segment_id
+    return {
+        "topic": sid.topic,
+        "partition": sid.partition,
+        "segment_id": str(sid.id),
+        "start_offset": metadata.start_offset,
+        "end_offset": metadata.end_offset,
+        "size_bytes": metadata.segment_size_in_bytes,
+        "records": metadata.record_count,
+        "state": metadata.state.name,
+    }
+
+
+def json_logging_active() -> bool:
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.root.handlers)

@@ -1,0 +1,82 @@
+"""Log formatting: one JSON object per line with structured fields, and secrets never written."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import logging.config
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from processor import logs
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "canary-aws-9d1f")
+    monkeypatch.setenv("PROCESSOR_WEB_TOKEN", "canary-token-42ab")
+    monkeypatch.setenv("HARMLESS", "canary-not-secret")
+    saved = list(logging.root.handlers), logging.root.level
+    out = io.StringIO()
+    logs.setup_logging("info", "json")
+    handler = logging.root.handlers[0]
+    assert isinstance(handler, logging.StreamHandler)
+    handler.setStream(out)
+    yield logging.getLogger("processor.test"), out
+    logging.root.handlers[:] = saved[0]
+    logging.root.setLevel(saved[1])
+    logs._Redacting.secrets = []
+    logging.captureWarnings(False)
+    sys.excepthook = sys.__excepthook__
+
+
+def test_one_json_object_per_line_with_fields(captured) -> None:
+    log, out = captured
+    log.info("segment copied", extra={"topic": "t", "partition": 3, "start_offset": 0, "end_offset": 9})
+    log.warning("multi\nline message")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("failed")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3
+    first, second, third = (json.loads(line) for line in lines)
+    assert first["message"] == "segment copied"
+    assert (first["topic"], first["partition"], first["start_offset"], first["end_offset"]) == ("t", 3, 0, 9)
+    assert first["level"] == "info" and first["logger"] == "processor.test" and first["ts"].endswith("+00:00")
+    assert second["message"] == "multi\nline message"
+    assert "ValueError: boom" in third["exception"]
+
+
+def test_secret_values_are_masked_wherever_they_appear(captured) -> None:
+    log, out = captured
+    log.info("connecting with %s", "canary-aws-9d1f")
+    log.info("token=canary-token-42ab", extra={"header": "Bearer canary-token-42ab"})
+    log.info("not a secret: canary-not-secret")
+    text = out.getvalue()
+    assert "canary-aws-9d1f" not in text and "canary-token-42ab" not in text
+    assert text.count(logs.MASK) == 3
+    assert "canary-not-secret" in text
+
+
+def test_text_format_masks_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_PASSWORD", "canary-pw-1234")
+    logs._Redacting.secrets = logs.secret_values()
+    formatter = logs.TextFormatter()
+    record = logging.makeLogRecord({"msg": "login %s", "args": ("canary-pw-1234",), "levelname": "INFO"})
+    assert "canary-pw-1234" not in formatter.format(record)
+    logs._Redacting.secrets = []
+
+
+def test_faust_gets_the_same_logging_config() -> None:
+    class S:
+        log_level = "warn"
+        log_format = "json"
+
+    options = logs.faust_logging_options(S())
+    config = options["logging_config"]
+    assert config["root"]["level"] == logging.WARNING
+    assert config["formatters"]["processor"]["()"] is logs.JsonFormatter
