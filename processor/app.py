@@ -45,6 +45,7 @@ from processor.probes import (
 from processor.reader.remote_reader import RemoteReader
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
+from processor.storage.rate_limited import rate_limited
 from processor.storage.s3 import S3ChunkStorage, S3Options
 from processor.web.servers import register_faust_views
 
@@ -148,8 +149,9 @@ def build_engine(
 ) -> OffloadEngine:
     publisher = MetadataPublisher(settings.bootstrap_servers, settings.metadata_topic, metadata_partitions)
     materializer = planner.materializer if planner is not None else None
+    uploads = rate_limited(storage, settings.upload_bytes_per_second)  # PROCESSOR_UPLOAD_BYTES_PER_SECOND
     copier = SegmentCopier(
-        storage,
+        uploads,
         publisher,
         ObjectKeyFactory(settings.s3_prefix),
         settings.worker_id,

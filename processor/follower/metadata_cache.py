@@ -7,6 +7,7 @@ partition u32 BE``; offsets and timestamps are u64/i64 BE so byte order is numer
     b"O" tp start(u64) uuid(16)        -> [end i64][max_timestamp i64]   COPY_SEGMENT_FINISHED only
     b"L" tp start(u64) uuid(16)        -> [end i64]                      all but DELETE_SEGMENT_FINISHED
     b"P" tp                            -> partition delete state (codec bytes)
+    b"B" tp                            -> [remote log start offset i64]  (highest seen; only grows)
     b"E" tp                            -> the partition's lineage: newest writer epoch, topic id (JSON)
     b"C" metadata_partition(u32)       -> [next offset to consume i64]
     b"V"                               -> [cache layout version u16]
@@ -46,6 +47,7 @@ from processor.metadata.model import (
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
     TopicPartition,
@@ -165,6 +167,7 @@ class MetadataCache:
         batch = WriteBatch(raw_mode=True)
         overlay = _Overlay()
         partition_overlay: dict[TopicPartition, PartitionDeleteState] = {}
+        start_overlay: dict[TopicPartition, int] = {}
         next_offsets: dict[int, int] = {}
         for msg in messages:
             next_offsets[msg.partition] = msg.offset + 1
@@ -178,6 +181,8 @@ class MetadataCache:
                     continue
                 if isinstance(record, RemotePartitionDeleteMetadata):
                     self._apply_partition(batch, partition_overlay, record)
+                elif isinstance(record, RemoteLogStartOffset):
+                    self._apply_log_start(batch, start_overlay, record)
                 else:
                     self._apply_segment(batch, overlay, record, msg.value)
                     tp = record.topic_partition
@@ -312,6 +317,15 @@ class MetadataCache:
         overlay[tp] = record.state
         batch.put(b"P" + tp_key(tp), encode_value(record))
 
+    def _apply_log_start(
+        self, batch: WriteBatch, overlay: dict[TopicPartition, int], record: RemoteLogStartOffset
+    ) -> None:
+        tp = record.topic_partition
+        current = overlay.get(tp, self.log_start_offset(tp))
+        if record.start_offset > current:  # an older (lower) value arriving late changes nothing
+            overlay[tp] = record.start_offset
+            batch.put(b"B" + tp_key(tp), _I64.pack(record.start_offset))
+
     # -- lookups (the RLMM API builds on these) -----------------------------------------------------
 
     def segment(self, segment_id: uuid.UUID) -> RemoteLogSegmentMetadata | None:
@@ -336,7 +350,13 @@ class MetadataCache:
         caught up resumes from this instead of re-reading the metadata partitions."""
         segments = {s.segment_id.id: s for s in self.listed_segments(tp)}
         served = {s.segment_id.id for s in self.finished_segments(tp)}
-        return PartitionRemoteState(segments=segments, lineage=self.lineage(tp), served=served)
+        return PartitionRemoteState(
+            segments=segments,
+            lineage=self.lineage(tp),
+            served=served,
+            log_start_offset=self.log_start_offset(tp),
+            delete_state=self.partition_delete_state(tp),
+        )
 
     def partition_delete_state(self, tp: TopicPartition) -> PartitionDeleteState | None:
         raw = self._db.get(b"P" + tp_key(tp))
@@ -346,8 +366,14 @@ class MetadataCache:
         assert isinstance(record, RemotePartitionDeleteMetadata)
         return record.state
 
+    def log_start_offset(self, tp: TopicPartition) -> int:
+        """The remote log start offset of ``tp`` (0 when none was published): reads below it are
+        "not in remote storage", whatever segments still exist there."""
+        raw = self._db.get(b"B" + tp_key(tp))
+        return 0 if raw is None else int(_I64.unpack(raw)[0])
+
     def finished_segment_for_offset(self, tp: TopicPartition, offset: int) -> RemoteLogSegmentMetadata | None:
-        if offset < 0:
+        if offset < 0 or offset < self.log_start_offset(tp):
             return None
         head = b"O" + tp_key(tp)
         it = self._db.iter()
@@ -401,19 +427,22 @@ class MetadataCache:
             it.next()
 
     def segment_for_timestamp(self, tp: TopicPartition, timestamp: int) -> RemoteLogSegmentMetadata | None:
-        """The first finished segment (by offset) holding a record with timestamp >= ``timestamp``."""
+        """The first finished segment (by offset) holding a record with timestamp >= ``timestamp``,
+        not counting segments wholly below the remote log start offset."""
         head = b"O" + tp_key(tp)
+        log_start = self.log_start_offset(tp)
         it = self._db.iter()
         it.seek(head)
         while it.valid() and it.key().startswith(head):
-            _end, max_ts = _O_VALUE.unpack(it.value())
-            if max_ts >= timestamp:
+            end, max_ts = _O_VALUE.unpack(it.value())
+            if max_ts >= timestamp and end >= log_start:
                 return self.segment(uuid.UUID(bytes=it.key()[-16:]))
             it.next()
         return None
 
     def offset_range(self, tp: TopicPartition) -> tuple[int, int] | None:
-        """(earliest, highest) offset in finished segments of ``tp``, or None."""
+        """(earliest, highest) offset served from finished segments of ``tp``, or None. The earliest
+        is never below the remote log start offset."""
         head = b"O" + tp_key(tp)
         it = self._db.iter()
         it.seek(head)
@@ -422,6 +451,9 @@ class MetadataCache:
         earliest = _U64.unpack(it.key()[len(head) : len(head) + 8])[0]
         it.seek_for_prev(head + b"\xff" * 24)
         highest = _O_VALUE.unpack(it.value())[0]
+        earliest = max(earliest, self.log_start_offset(tp))
+        if earliest > highest:
+            return None
         return earliest, highest
 
     def topic_partitions(self) -> list[TopicPartition]:

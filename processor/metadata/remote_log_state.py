@@ -27,13 +27,15 @@ from dataclasses import dataclass, field, replace
 from processor.metadata.fencing import Lineage
 from processor.metadata.model import (
     MetadataRecord,
+    PartitionDeleteState,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
     TopicPartition,
 )
-from processor.metadata.state_machine import apply_snapshot, apply_update
+from processor.metadata.state_machine import apply_snapshot, apply_update, check_partition_transition
 
 _CLEANUP_STATES = (SegmentState.COPY_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_STARTED)
 
@@ -45,6 +47,8 @@ def _overlaps(a: RemoteLogSegmentMetadata, b: RemoteLogSegmentMetadata) -> bool:
 @dataclass
 class PartitionRemoteState:
     segments: dict[uuid.UUID, RemoteLogSegmentMetadata] = field(default_factory=dict)
+    log_start_offset: int = 0  # remote log start offset (retention, delete-before); only grows
+    delete_state: PartitionDeleteState | None = None  # of the whole partition (delete-topic)
     lineage: Lineage = field(default_factory=Lineage)
     # Finished segments served, decided as records arrive (as the follower cache does): a finished
     # segment stops being served when a finished one of the same or a newer epoch overlaps it.
@@ -105,6 +109,9 @@ class PartitionRemoteState:
             key=lambda s: s.start_offset,
         )
 
+    def set_log_start_offset(self, offset: int) -> None:
+        self.log_start_offset = max(self.log_start_offset, offset)
+
     def superseded(self) -> list[RemoteLogSegmentMetadata]:
         """Finished segments of the current topic id that an overlapping newer epoch replaced."""
         served = {s.segment_id.id for s in self.finished()}
@@ -117,8 +124,14 @@ class PartitionRemoteState:
         ]
 
     def highest_finished_offset(self) -> int | None:
+        """The highest offset copied, or deliberately deleted below the remote log start offset:
+        after retention deleted every segment, a resuming leader continues at the start offset
+        instead of copying the deleted history again."""
         done = self.finished()
-        return max(s.end_offset for s in done) if done else None
+        highest = max(s.end_offset for s in done) if done else None
+        if self.log_start_offset > 0 and (highest is None or highest < self.log_start_offset - 1):
+            return self.log_start_offset - 1
+        return highest
 
     def dangling(self) -> list[RemoteLogSegmentMetadata]:
         """Segments to clean up: copies that started and never finished, deletes that started and
@@ -152,7 +165,15 @@ class RemoteLogState:
 
     def apply(self, record: MetadataRecord) -> None:
         if isinstance(record, RemotePartitionDeleteMetadata):
-            return  # partition deletion is tracked by the follower cache, not needed to resume
+            part = self.partitions.setdefault(record.topic_partition, PartitionRemoteState())
+            check_partition_transition(part.delete_state, record.state, record.topic_partition)
+            part.delete_state = record.state
+            return
+        if isinstance(record, RemoteLogStartOffset):
+            self.partitions.setdefault(record.topic_partition, PartitionRemoteState()).set_log_start_offset(
+                record.start_offset
+            )
+            return
         tp = record.segment_id.topic_partition
         self.partitions.setdefault(tp, PartitionRemoteState()).apply(record)
 

@@ -103,7 +103,10 @@ class RemoteReader:
                 raise OffsetNotInRemoteError(
                     f"no record of {tp} at or after timestamp {timestamp} in remote storage"
                 )
-            return list(self._read(tp, segment, segment.start_offset, timestamp, max_records, max_bytes))
+            # A segment may straddle the remote log start offset (delete-before): never below it.
+            log_start = getattr(self.lookup, "log_start_offset", None)
+            start = segment.start_offset if log_start is None else max(segment.start_offset, log_start(tp))
+            return list(self._read(tp, segment, start, timestamp, max_records, max_bytes))
 
     # -- internals --------------------------------------------------------------------------------
 

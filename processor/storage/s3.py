@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +43,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MIN_PART_SIZE = 5 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class MultipartUpload:
+    key: str
+    upload_id: str
+    initiated_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +392,34 @@ class S3ChunkStorage(ChunkStorage):
 
         self._multipart("concat", target, copy_parts, sum(i.size for i in infos))
         return ChunkInfo(target, sum(i.size for i in infos))
+
+    # -- abandoned multipart uploads (see processor/lifecycle/multipart_sweep.py) ------------------
+
+    def list_multipart_uploads(self, prefix: str) -> builtins.list[MultipartUpload]:
+        """Multipart uploads under ``prefix`` that were started and neither completed nor aborted."""
+        out: builtins.list[MultipartUpload] = []
+        try:
+            for page in self._client.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            ):
+                for up in page.get("Uploads", []):
+                    out.append(
+                        MultipartUpload(up["Key"], up["UploadId"], int(up["Initiated"].timestamp() * 1000))
+                    )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("list multipart uploads", prefix, exc) from exc
+        return out
+
+    def abort_multipart_upload(self, key: str, upload_id: str) -> None:
+        """Abort one multipart upload; one that is already gone is not an error."""
+        try:
+            self._client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+        except ClientError as exc:
+            if _code(exc) in {"NoSuchUpload", "404"}:
+                return
+            raise self._fail("abort multipart upload", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("abort multipart upload", key, exc) from exc
 
     # -- lifecycle --------------------------------------------------------------------------------
 
