@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from processor.config import Settings
 from processor.errors import ProcessorError
-from processor.lifecycle.deletion_topic import DeletionTopic, DurableProducer, MetadataTombstones
+from processor.lifecycle.deletion_topic import DeletionTopic, MetadataTombstones
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import RemoteLogState
-from processor.metadata.topic_io import MetadataPublisher, load_remote_state
+from processor.metadata.topic_io import DurableProducer, MetadataPublisher, load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.s3 import S3ChunkStorage
 

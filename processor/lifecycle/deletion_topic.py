@@ -13,59 +13,18 @@ and retries what is pending; operators can consume it too (the seed's "user can 
 from __future__ import annotations
 
 import logging
-import threading
-from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 
 from processor.errors import MetadataTopicError
-from processor.kafka_clients import ensure_topic, new_admin, new_producer
+from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.codec import encode_value, metadata_partition_for, segment_key
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
-from processor.metadata.topic_io import read_partitions
+from processor.metadata.topic_io import DurableProducer, read_partitions
 
 log = logging.getLogger(__name__)
 
 DELETION_TOPIC_CONFIG = {"cleanup.policy": "compact"}
-
-
-class DurableProducer:
-    """Produces one message at a time and waits for its acknowledgement (acks=all, idempotent)."""
-
-    def __init__(self, bootstrap_servers: str, client_id: str) -> None:
-        self._producer = new_producer(bootstrap_servers, client_id, **{"enable.idempotence": True})
-        self._lock = threading.Lock()
-
-    def send(
-        self, topic: str, partition: int, key: bytes, value: bytes | None, timeout_s: float = 30.0
-    ) -> int:
-        done = threading.Event()
-        result: dict[str, Any] = {}
-
-        def on_delivery(err: KafkaError | None, msg: Any) -> None:
-            result["err"] = err
-            result["offset"] = None if err else msg.offset()
-            done.set()
-
-        with self._lock:
-            try:
-                self._producer.produce(
-                    topic, value=value, key=key, partition=partition, on_delivery=on_delivery
-                )
-            except (KafkaException, BufferError) as exc:
-                raise MetadataTopicError(f"cannot publish to {topic}: {exc}") from exc
-        for _ in range(int(timeout_s / 0.05)):
-            self._producer.poll(0.05)
-            if done.is_set():
-                break
-        if not done.is_set():
-            raise MetadataTopicError(f"publishing to {topic} timed out after {timeout_s:.0f} s")
-        if result["err"] is not None:
-            raise MetadataTopicError(f"publishing to {topic} failed: {result['err']}")
-        return int(result["offset"])
-
-    def close(self) -> None:
-        self._producer.flush(10)
 
 
 class MetadataTombstones:

@@ -16,14 +16,14 @@ import faust
 from processor.config import Settings
 from processor.errors import ProcessorError
 from processor.health import HEALTH
-from processor.lifecycle.deletion_topic import DeletionTopic, DurableProducer, MetadataTombstones
+from processor.lifecycle.deletion_topic import DeletionTopic, MetadataTombstones
 from processor.lifecycle.multipart_sweep import SWEEP_INTERVAL_S, sweep_multipart_uploads
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits
 from processor.lifecycle.retention_service import HEALTH_COMPONENT, CacheView, RetentionService, StateView
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.model import TopicPartition
-from processor.metadata.topic_io import MetadataPublisher
+from processor.metadata.topic_io import DurableProducer, MetadataPublisher
 from processor.storage.s3 import S3ChunkStorage
 
 log = logging.getLogger(__name__)

@@ -40,20 +40,18 @@ def ensure_metadata_topic(bootstrap_servers: str, topic: str, partitions: int, r
     return counts[topic]
 
 
-class MetadataPublisher:
-    """Publishes metadata records and waits until each is acknowledged (acks=all)."""
+class DurableProducer:
+    """Produces one message at a time and waits for its acknowledgement (acks=all, idempotent).
+    Shared by the metadata publisher and the deletion path (tombstones, the deletion topic)."""
 
-    def __init__(
-        self, bootstrap_servers: str, topic: str, num_partitions: int, client_id: str = "processor-meta"
-    ) -> None:
-        self.topic = topic
-        self.num_partitions = num_partitions
+    def __init__(self, bootstrap_servers: str, client_id: str) -> None:
         self._producer = new_producer(bootstrap_servers, client_id, **{"enable.idempotence": True})
         self._lock = threading.Lock()
 
-    def publish(self, record: MetadataRecord, timeout_s: float = 30.0) -> int:
-        """Publish one record durably; returns its offset. Raises MetadataTopicError."""
-        partition = metadata_partition_for(record.topic_partition, self.num_partitions)
+    def send(
+        self, topic: str, partition: int, key: bytes, value: bytes | None, timeout_s: float = 30.0
+    ) -> int:
+        """Produce one message durably; returns its offset. Raises MetadataTopicError."""
         done = threading.Event()
         result: dict[str, Any] = {}
 
@@ -65,27 +63,41 @@ class MetadataPublisher:
         with self._lock:
             try:
                 self._producer.produce(
-                    self.topic,
-                    value=encode_value(record),
-                    key=record_key(record),
-                    partition=partition,
-                    on_delivery=on_delivery,
+                    topic, value=value, key=key, partition=partition, on_delivery=on_delivery
                 )
             except (KafkaException, BufferError) as exc:
-                raise MetadataTopicError(f"cannot publish to {self.topic}: {exc}") from exc
-        deadline_polls = int(timeout_s / 0.05)
-        for _ in range(deadline_polls):
+                raise MetadataTopicError(f"cannot publish to {topic}: {exc}") from exc
+        for _ in range(int(timeout_s / 0.05)):
             self._producer.poll(0.05)
             if done.is_set():
                 break
         if not done.is_set():
-            raise MetadataTopicError(f"publishing to {self.topic} timed out after {timeout_s:.0f} s")
+            raise MetadataTopicError(f"publishing to {topic} timed out after {timeout_s:.0f} s")
         if result["err"] is not None:
-            raise MetadataTopicError(f"publishing to {self.topic} failed: {result['err']}")
+            raise MetadataTopicError(f"publishing to {topic} failed: {result['err']}")
         return int(result["offset"])
 
     def close(self) -> None:
         self._producer.flush(10)
+
+
+class MetadataPublisher:
+    """Publishes metadata records and waits until each is acknowledged (acks=all)."""
+
+    def __init__(
+        self, bootstrap_servers: str, topic: str, num_partitions: int, client_id: str = "processor-meta"
+    ) -> None:
+        self.topic = topic
+        self.num_partitions = num_partitions
+        self._producer = DurableProducer(bootstrap_servers, client_id)
+
+    def publish(self, record: MetadataRecord, timeout_s: float = 30.0) -> int:
+        """Publish one record durably; returns its offset. Raises MetadataTopicError."""
+        partition = metadata_partition_for(record.topic_partition, self.num_partitions)
+        return self._producer.send(self.topic, partition, record_key(record), encode_value(record), timeout_s)
+
+    def close(self) -> None:
+        self._producer.close()
 
 
 @dataclass(frozen=True, slots=True)
