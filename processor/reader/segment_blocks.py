@@ -67,6 +67,14 @@ def read_segment_index(
     return index
 
 
+def check_block_matches_index(block: memoryview, info: BlockInfo, where: str) -> None:
+    """The block header names the block's first and last offsets: a block that is not the one its
+    index entry describes is corrupt, whatever it holds. Raises FormatError."""
+    header = decode_block_header(block, where=where)
+    if (header.first_entry_id, header.last_entry_id) != (info.first_offset, info.last_offset):
+        raise FormatError(f"{where}: does not hold the offsets its index entry names")
+
+
 def _verified_blocks(
     storage: ChunkStorage,
     data_object_key: str,
@@ -86,11 +94,7 @@ def _verified_blocks(
         where = f"{data_object_key} block {number}"
         block = data[rel : rel + info.length]
         try:
-            # The header names the block's first and last offsets (the same check as RemoteReader's):
-            # a block that is not the one its index entry describes is corrupt, whatever it holds.
-            header = decode_block_header(block, where=where)
-            if (header.first_entry_id, header.last_entry_id) != (info.first_offset, info.last_offset):
-                raise FormatError(f"{where}: does not hold the offsets its index entry names")
+            check_block_matches_index(block, info, where)
             decoded = decode(block, where)
         except FormatError as exc:
             raise CorruptObjectError(str(exc), object_key=data_object_key, segment=segment_name) from exc
