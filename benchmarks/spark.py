@@ -24,23 +24,10 @@ QUERY = ("count(*) AS n", "sum(length(value)) AS bytes")
 
 
 def _session() -> Any:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from processor.spark import local_session
+
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from processor.spark import register_data_sources
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("processor-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register_data_sources(spark)
-    return spark
+    return local_session("processor-bench", spark__driver__memory="2g")
 
 
 def _best_of(runs: int, fn: Any) -> tuple[float, Any]:

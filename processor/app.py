@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
@@ -24,12 +24,14 @@ from processor.errors import ConfigError
 from processor.follower.materializer import Materializer
 from processor.follower.metadata_cache import MetadataCache
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
-from processor.kafka_clients import new_admin, new_consumer, partition_counts
+from processor.kafka_clients import new_admin, new_consumer, partition_counts, topic_ids
 from processor.leader.batch_source import BatchSource, FetchOptions, OnFetched, OnLost, SourceSecurity
+from processor.leader.leadership import Leadership
 from processor.leader.offload_engine import EngineOptions, OffloadEngine, RemoteStateLoader
+from processor.leader.resume import ResumePlanner
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic, load_remote_state
 from processor.probes import (
@@ -43,12 +45,12 @@ from processor.probes import (
 from processor.reader.remote_reader import RemoteReader
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
+from processor.storage.rate_limited import rate_limited
 from processor.storage.s3 import S3ChunkStorage, S3Options
 from processor.web.servers import register_faust_views
 
 log = logging.getLogger(__name__)
 
-SESSION_TIMEOUT_S = 10.0
 REBALANCE_TIMEOUT_S = 5.0
 
 
@@ -101,9 +103,62 @@ def remote_state_loader(settings: Settings, metadata_partitions: int) -> RemoteS
     return load
 
 
-def build_engine(settings: Settings, storage: S3ChunkStorage, metadata_partitions: int) -> OffloadEngine:
+def build_planner(
+    settings: Settings, metadata_partitions: int, follower: Follower | None = None
+) -> ResumePlanner:
+    """Resume points, topic ids and writer epochs of newly assigned partitions (see
+    processor/leader/resume.py); resumes from the follower's cache when it is caught up."""
+    admin = new_admin(settings.bootstrap_servers, "processor-admin")
+    return ResumePlanner(
+        settings.worker_id,
+        metadata_partitions,
+        remote_state_loader(settings, metadata_partitions),
+        lambda topics: topic_ids(admin, topics),
+        follower.materializer if follower is not None else None,
+    )
+
+
+def _accepted_by_follower(
+    materializer: Materializer, metadata_partitions: int
+) -> Callable[[RemoteLogSegmentMetadata, int], bool]:
+    """Read-your-write on the metadata topic: wait (briefly) for the worker's follower to apply the
+    record published at ``offset`` and tell whether it was accepted. Records the follower does not
+    follow, or a follower that lags past the wait, count as accepted (the old behaviour)."""
+
+    def accepted(record: RemoteLogSegmentMetadata, offset: int) -> bool:
+        tp = record.topic_partition
+        if materializer.source_topics is not None and tp.topic not in materializer.source_topics:
+            return True
+        if not materializer.wait_applied(metadata_partition_for(tp, metadata_partitions), offset):
+            log.info("%s: follower did not confirm %s in time; going on", tp, record.segment_id)
+            return True
+        stored = materializer.cache.segment(record.segment_id.id)
+        return stored is not None and (stored.state, stored.writer_epoch) == (
+            record.state,
+            record.writer_epoch,
+        )
+
+    return accepted
+
+
+def build_engine(
+    settings: Settings,
+    storage: S3ChunkStorage,
+    metadata_partitions: int,
+    planner: ResumePlanner | None = None,
+) -> OffloadEngine:
     publisher = MetadataPublisher(settings.bootstrap_servers, settings.metadata_topic, metadata_partitions)
-    copier = SegmentCopier(storage, publisher, ObjectKeyFactory(settings.s3_prefix), settings.worker_id)
+    materializer = planner.materializer if planner is not None else None
+    uploads = rate_limited(storage, settings.upload_bytes_per_second)  # PROCESSOR_UPLOAD_BYTES_PER_SECOND
+    copier = SegmentCopier(
+        uploads,
+        publisher,
+        ObjectKeyFactory(settings.s3_prefix),
+        settings.worker_id,
+        topic_ids=planner.topic_ids if planner is not None else None,
+        newest_epoch=materializer.cache.max_epoch if materializer is not None else None,
+        accepted=_accepted_by_follower(materializer, metadata_partitions) if materializer else None,
+    )
     security = SourceSecurity(
         settings.security_protocol,
         settings.sasl_mechanism,
@@ -146,7 +201,7 @@ def build_engine(settings: Settings, storage: S3ChunkStorage, metadata_partition
         ),
         source_factory,
         copier,
-        remote_state_loader(settings, metadata_partitions),
+        planner if planner is not None else remote_state_loader(settings, metadata_partitions),
     )
 
 
@@ -235,6 +290,7 @@ def build_app(
     engine: OffloadEngine,
     reader: RemoteReader | None = None,
     follower: Follower | None = None,
+    planner: ResumePlanner | None = None,
 ) -> faust.App:
     app = ProcessorApp(
         settings.app_id,
@@ -243,7 +299,7 @@ def build_app(
         web_enabled=settings.web_enabled,
         web_port=settings.web_port,
         web_bind=settings.web_host,
-        broker_session_timeout=SESSION_TIMEOUT_S,
+        broker_session_timeout=settings.session_timeout_ms / 1000,
         broker_rebalance_timeout=REBALANCE_TIMEOUT_S,
         broker_heartbeat_interval=1.0,
         topic_partitions=1,
@@ -262,16 +318,21 @@ def build_app(
     def _source(tps: Iterable[Any]) -> list[TopicPartition]:
         return [TopicPartition(tp.topic, tp.partition) for tp in tps if tp.topic in app.source_topics]
 
+    leadership = Leadership(engine, planner)
+
     async def on_revoked(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
-        tps = _source(args[0] if args else kwargs.get("revoked", ()))
-        if tps:
-            await asyncio.get_running_loop().run_in_executor(None, engine.revoke, tps)
+        # The eager protocol revokes everything before every rebalance: what actually leaves is
+        # known only with the new assignment (on_assigned). Copies go on meanwhile; a partition
+        # that moved is fenced by epoch at its new leader.
+        leadership.revoked(_source(args[0] if args else kwargs.get("revoked", ())))
 
     async def on_assigned(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
         tps = _source(args[0] if args else kwargs.get("assigned", ()))
-        epoch = max(int(getattr(app, "consumer_generation_id", 0) or 0), 0)
-        if tps:
-            await asyncio.get_running_loop().run_in_executor(None, engine.assign, tps, epoch)
+        generation = max(int(getattr(app, "consumer_generation_id", 0) or 0), 0)
+        await asyncio.get_running_loop().run_in_executor(None, leadership.assigned, tps, generation)
+
+    if follower is not None:
+        follower.materializer.listeners.append(leadership.on_metadata)
 
     # Faust's signal typing does not describe coroutine receivers with extra positionals.
     app.on_partitions_revoked.connect(cast(Any, on_revoked))

@@ -47,6 +47,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         build_app,
         build_engine,
         build_follower,
+        build_planner,
         build_reader,
         build_readiness_watch,
         build_storage,
@@ -58,13 +59,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
     _setup_logging(settings.log_level, settings.log_format)
     (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
     storage, metadata_partitions = prepare(settings)
-    engine = build_engine(settings, storage, metadata_partitions)
     follower = None
     reader = None
     if settings.follower_enabled:
         follower = build_follower(settings, metadata_partitions)
         reader = build_reader(settings, storage, follower.rlmm)
-    app = build_app(settings, engine, reader, follower)
+    planner = build_planner(settings, metadata_partitions, follower)
+    engine = build_engine(settings, storage, metadata_partitions, planner)
+    app = build_app(settings, engine, reader, follower, planner)
+    from processor.lifecycle.worker_tasks import attach_lifecycle  # retention, deletion, multipart sweep
+
+    lifecycle = attach_lifecycle(app, settings, engine, storage, metadata_partitions, follower)
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, **faust_logging_options(settings))
     probe_storage = build_storage(settings, probe=True)
     watch = build_readiness_watch(settings, follower, probe_storage)
@@ -80,6 +85,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         watch.stop()
         probe_storage.close()
         engine.stop()
+        lifecycle.close()
         if follower is not None:
             follower.close()
         storage.close()
@@ -249,6 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
     from processor.spark.audit_command import add_audit_parser  # imports pyspark only when it runs
 
     add_audit_parser(sub)
+
+    from processor.commands import abort_multipart, delete_before, delete_topic, offload  # lifecycle
+
+    for command in (delete_before, delete_topic, abort_multipart, offload):
+        command.add_parser(sub)
     return parser
 
 

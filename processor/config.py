@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     follower_enabled: bool = True
     follow_topics: Annotated[tuple[str, ...], NoDecode] = ()
     follow_metadata_partitions: Annotated[tuple[int, ...], NoDecode] = ()
+    # Consumer-group session timeout: a worker silent this long loses its partitions (and its writer
+    # epoch: records it publishes afterwards are fenced out).
+    session_timeout_ms: int = Field(default=10_000, ge=1000, le=3_600_000)
     copy_retry_backoff_ms: int = Field(default=500, ge=1)
     copy_retry_backoff_max_ms: int = Field(default=30_000, ge=1)
     # Issue 9: the batch source (processor/leader/batch_source.py) and format v2 archive compression.
@@ -68,6 +71,17 @@ class Settings(BaseSettings):
     sasl_password: str | None = None
     ssl_cafile: str | None = None  # CA bundle for SSL / SASL_SSL (default: the system's)
     log_level: str = Field(default="info", pattern=r"^(?i:debug|info|warn|warning|error|crit)$")
+    # Remote retention and deletion (processor/lifecycle/): -1 = unlimited, like Kafka's retention.ms.
+    remote_retention_ms: int = Field(default=-1, ge=-1)  # per topic, from the max record timestamp
+    remote_retention_bytes: int = Field(default=-1, ge=-1)  # per partition, finished segments' data
+    # per topic: "orders=ms:604800000,payments=bytes:1073741824" (see lifecycle/retention_config.py)
+    remote_retention_overrides: Annotated[tuple[tuple[str, str, int], ...], NoDecode] = ()
+    retention_check_ms: int = Field(default=30_000, ge=10)  # interval of the retention pass
+    deletion_topic: str = "__remote_segments_to_be_deleted"  # failed deletions, retried from there
+    multipart_abort_after_ms: int = Field(default=3_600_000, ge=60_000)  # abandoned multipart uploads
+    upload_bytes_per_second: int = Field(default=-1, ge=-1)  # per worker; -1 = unlimited
+    # workers `processor offload` asks (comma-separated base URLs); default http://127.0.0.1:WEB_PORT
+    worker_urls: Annotated[tuple[str, ...], NoDecode] = ()
     # "text" (human-readable lines) or "json" (one JSON object per line, for log pipelines).
     log_format: str = Field(default="text", pattern=r"^(?i:text|json)$")
     # Time between the cheap S3 reachability probes (HeadBucket) that drive readiness.
@@ -97,7 +111,7 @@ class Settings(BaseSettings):
                 data["buffer_bytes"] = 2 * segment
         return data
 
-    @field_validator("topics", "follow_topics", "follow_metadata_partitions", mode="before")
+    @field_validator("topics", "follow_topics", "follow_metadata_partitions", "worker_urls", mode="before")
     @classmethod
     def _split_lists(cls, value: Any) -> Any:
         """Comma-separated lists, blanks ignored."""
@@ -126,10 +140,41 @@ class Settings(BaseSettings):
             raise ValueError("topics are listed more than once")
         return value
 
-    @field_validator("metadata_topic")
+    @field_validator("metadata_topic", "deletion_topic")
     @classmethod
     def _valid_metadata_topic(cls, value: str) -> str:
         return validate_topic(value)
+
+    @field_validator("remote_retention_overrides", mode="before")
+    @classmethod
+    def _parse_retention_overrides(cls, value: Any) -> Any:
+        from processor.lifecycle.retention_config import parse_overrides
+
+        return parse_overrides(value) if isinstance(value, str) else value
+
+    @field_validator("worker_urls")
+    @classmethod
+    def _valid_worker_urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        return tuple(url.rstrip("/") for url in value)
+
+    @field_validator("upload_bytes_per_second", mode="before")
+    @classmethod
+    def _upload_rate_units(cls, value: Any) -> Any:
+        """A size per second: 10MiB, 500k, or -1 (unlimited)."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        return -parse_size(text[1:]) if text.startswith("-") else parse_size(text)
+
+    @field_validator("upload_bytes_per_second")
+    @classmethod
+    def _valid_upload_rate(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("0 would stop every upload; use -1 for unlimited or a positive rate")
+        return value
 
     @field_validator("s3_prefix")
     @classmethod
@@ -153,6 +198,9 @@ class Settings(BaseSettings):
 def _with_units(parse: Callable[[str], int], name: str, value: str) -> int:
     """The parsed number, or a ValueError naming the variable (a model-level error has no field)."""
     try:
+        stripped = value.strip()
+        if stripped.startswith("-"):  # -1 (any unit) is the "unlimited" of retention and rate limits
+            return -parse(stripped[1:])
         return parse(value)
     except ValueError as exc:
         raise ValueError(f"{ENV_PREFIX}{name.upper()}: {exc}") from None

@@ -110,3 +110,34 @@ def ensure_topic(
         if getattr(err, "name", lambda: "")() != "TOPIC_ALREADY_EXISTS":
             raise
     return True
+
+
+def topic_ids(admin: AdminClient, topics: list[str], timeout_s: float = 10.0) -> dict[str, str]:
+    """The broker's topic id of each existing topic in ``topics``, as an RFC 4122 string.
+
+    A topic deleted and re-created under the same name gets a new id (KIP-516), which is how a new
+    partition history is told from the old one. Topics that do not exist, or a broker that reports
+    no ids (all-zero), are left out.
+    """
+    import uuid
+
+    from confluent_kafka import TopicCollection
+
+    if not topics:
+        return {}
+    futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=timeout_s)
+    out: dict[str, str] = {}
+    for name, future in futures.items():
+        try:
+            described = future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            log.debug("topic %s not described: %s", name, exc)
+            continue
+        raw = getattr(described, "topic_id", None)
+        if raw is None:
+            continue
+        msb, lsb = raw.get_most_significant_bits(), raw.get_least_significant_bits()
+        value = ((msb & (2**64 - 1)) << 64) | (lsb & (2**64 - 1))
+        if value:
+            out[name] = str(uuid.UUID(int=value))
+    return out

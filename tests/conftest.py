@@ -7,6 +7,7 @@ where a Docker engine runs; without Docker that choice skips the integration tes
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from processor.devstack import stack
+from processor.devstack.fault_proxy import FaultProxy
 
 
 def _testcontainers_stack(tmp: Path) -> Iterator[stack.StackInfo]:
@@ -56,3 +58,16 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack.Stac
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+@pytest.fixture
+def fault_proxy(local_stack: stack.StackInfo) -> Iterator[FaultProxy]:
+    """A fault-injecting S3 proxy in front of the session stack's S3, started per test."""
+    with FaultProxy(local_stack.s3_endpoint_url) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def proxied_stack(local_stack: stack.StackInfo, fault_proxy: FaultProxy) -> stack.StackInfo:
+    """The session stack with its S3 endpoint replaced by this test's fault proxy."""
+    return dataclasses.replace(local_stack, s3_endpoint_url=fault_proxy.endpoint_url)

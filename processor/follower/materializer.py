@@ -21,7 +21,8 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from processor import metrics
 from processor.errors import MetadataTopicError
-from processor.follower.metadata_cache import MetadataCache, RawMessage
+from processor.follower.metadata_cache import ApplyResult, MetadataCache, RawMessage
+from processor.metadata.read_to_end import EndSnapshot
 from processor.probes import FollowerState
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,9 @@ class Materializer:
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
         self.state = FollowerState()  # lag and progress, read by the readiness probe
+        # called on the follower's thread after each applied batch (e.g. the worker revokes a
+        # partition it leads when a newer writer epoch shows up); must not block
+        self.listeners: list[Callable[[ApplyResult], None]] = []
 
     def _open(self) -> Consumer:
         consumer = self._consumer_factory()
@@ -112,6 +116,8 @@ class Materializer:
         metrics.FOLLOWER_SKIPPED.inc(result.skipped)
         if messages:
             self.state.progress_at = time.monotonic()
+        for listener in self.listeners:
+            listener(result)
         return len(messages)
 
     def measure_lag(self, consumer: Consumer) -> int | None:
@@ -133,36 +139,51 @@ class Materializer:
                 self.state.progress_at = time.monotonic()
         return total
 
-    def catch_up(self, timeout_s: float = 60.0, quiet_s: float = 0.3) -> MaterializerStats:
-        """Consume until every followed partition reaches the end it had when this was called, and
-        then until ``quiet_s`` pass without a new message (a broker's high watermark can lag)."""
+    def catch_up(self, timeout_s: float = 60.0, quiet_s: float = 0.0) -> MaterializerStats:
+        """Consume until every followed partition reaches the end it had when this was called (the
+        high watermark, re-queried once: see :mod:`processor.metadata.read_to_end`), within one
+        absolute deadline. Records others publish meanwhile do not keep it reading. ``quiet_s`` is
+        accepted for old callers and ignored: there is no quiet period to wait for any more."""
         consumer = self._open()
         try:
-            ends = {
-                p: consumer.get_watermark_offsets(KafkaTP(self.topic, p), timeout=10)[1]
-                for p in self.partitions
-            }
-            deadline = time.monotonic() + timeout_s
-            quiet_since: float | None = None
-            while True:
-                got = self.poll_once(consumer, 0.1)
-                now = time.monotonic()
-                if got:
-                    quiet_since = None
-                    continue
-                stored = self.cache.consumed_offsets()
-                if all(stored.get(p, 0) >= end for p, end in ends.items()):
-                    quiet_since = quiet_since or now
-                    if now - quiet_since >= quiet_s:
-                        return self.stats
-                elif now > deadline:
-                    raise MetadataTopicError(
-                        f"metadata topic {self.topic} not caught up within {timeout_s:.0f} s"
-                    )
+            snapshot = EndSnapshot(consumer, self.topic, self.partitions, timeout_s)
+            while not snapshot.reached(self.cache.consumed_offsets()):
+                self.poll_once(consumer, 0.1)
+            return self.stats
         except KafkaException as exc:
             raise MetadataTopicError(f"reading {self.topic}: {exc.args[0]}") from None
         finally:
             consumer.close()
+
+    def wait_caught_up(self, partitions: list[int], timeout_s: float = 10.0) -> bool:
+        """While running as a service: wait until the cache holds every record the given metadata
+        partitions had when this was called (their high watermarks, re-queried once). False if not
+        within ``timeout_s`` or if the service is not running or does not follow all of them."""
+        if self._thread is None or not self._thread.is_alive() or not set(partitions) <= set(self.partitions):
+            return False
+        consumer = self._consumer_factory()
+        try:
+            snapshot = EndSnapshot(consumer, self.topic, sorted(set(partitions)), timeout_s)
+            while not snapshot.reached(self.cache.consumed_offsets()):
+                if self.failure is not None or self._stop.wait(0.02):
+                    return False
+            return True
+        except (MetadataTopicError, KafkaException) as exc:
+            log.info("follower not caught up on %s: %s", partitions, exc)
+            return False
+        finally:
+            consumer.close()
+
+    def wait_applied(self, partition: int, offset: int, timeout_s: float = 10.0) -> bool:
+        """While running as a service: wait until the cache has consumed ``offset`` of metadata
+        ``partition``. False if it does not follow that partition, is not running, or time is up."""
+        if partition not in self.partitions or self._thread is None or not self._thread.is_alive():
+            return False
+        deadline = time.monotonic() + timeout_s
+        while self.cache.consumed_offsets().get(partition, 0) <= offset:
+            if self.failure is not None or time.monotonic() > deadline or self._stop.wait(0.005):
+                return False
+        return True
 
     # -- as a background service of the worker ----------------------------------------------------
 

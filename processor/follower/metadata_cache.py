@@ -7,8 +7,15 @@ partition u32 BE``; offsets and timestamps are u64/i64 BE so byte order is numer
     b"O" tp start(u64) uuid(16)        -> [end i64][max_timestamp i64]   COPY_SEGMENT_FINISHED only
     b"L" tp start(u64) uuid(16)        -> [end i64]                      all but DELETE_SEGMENT_FINISHED
     b"P" tp                            -> partition delete state (codec bytes)
+    b"B" tp                            -> [remote log start offset i64]  (highest seen; only grows)
+    b"E" tp                            -> the partition's lineage: newest writer epoch, topic id (JSON)
     b"C" metadata_partition(u32)       -> [next offset to consume i64]
     b"V"                               -> [cache layout version u16]
+
+``O`` holds only the finished segments that are *served*: those of the partition's current topic id,
+and of the newest epoch where segments overlap (see :mod:`processor.metadata.fencing`). Records from
+an older writer epoch than the partition's newest, or copies of a retired topic id, are skipped and
+counted (``processor_metadata_records_skipped_total{reason="stale_epoch"|"old_topic_id"}``).
 
 "The finished segment containing offset O of tp" is one ``seek_for_prev`` on ``O tp O ff..``;
 "segments of tp from offset O" is a forward scan from the same place. Neither scans the cache.
@@ -21,6 +28,7 @@ stopped and re-reads nothing (KIP-405 asks for this; Kafka itself re-reads the w
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import struct
 import uuid
@@ -34,14 +42,17 @@ from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch
 from processor import metrics
 from processor.errors import FormatError, ProcessorError
 from processor.metadata.codec import decode_value, encode_value
+from processor.metadata.fencing import Lineage, StaleRecordError
 from processor.metadata.model import (
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
     TopicPartition,
 )
+from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.state_machine import apply_snapshot, apply_update, check_partition_transition
 
 log = logging.getLogger(__name__)
@@ -78,6 +89,35 @@ class ApplyResult:
     applied: int = 0
     skipped: int = 0
     skipped_positions: list[tuple[int, int, str]] = field(default_factory=list)
+    # newest writer epoch among the segment records applied, per source partition
+    epochs: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+def _encode_lineage(lineage: Lineage) -> bytes:
+    return json.dumps(
+        {
+            "max_epoch": lineage.max_epoch,
+            "topic_id": lineage.topic_id,
+            "retired": sorted(lineage.retired),
+            "legacy_retired": lineage.legacy_retired,
+        }
+    ).encode()
+
+
+def _decode_lineage(raw: bytes) -> Lineage:
+    d = json.loads(raw)
+    return Lineage(d["max_epoch"], d["topic_id"], frozenset(d["retired"]), d["legacy_retired"])
+
+
+@dataclass
+class _Overlay:
+    """What a batch changed and has not written yet (RocksDB iterators do not see a WriteBatch)."""
+
+    segments: dict[uuid.UUID, RemoteLogSegmentMetadata | None] = field(default_factory=dict)
+    lineages: dict[TopicPartition, Lineage] = field(default_factory=dict)
+    served: dict[TopicPartition, dict[uuid.UUID, RemoteLogSegmentMetadata | None]] = field(
+        default_factory=dict
+    )
 
 
 class MetadataCache:
@@ -132,8 +172,9 @@ class MetadataCache:
         """
         result = ApplyResult()
         batch = WriteBatch(raw_mode=True)
-        overlay: dict[uuid.UUID, RemoteLogSegmentMetadata | None] = {}
+        overlay = _Overlay()
         partition_overlay: dict[TopicPartition, PartitionDeleteState] = {}
+        start_overlay: dict[TopicPartition, int] = {}
         next_offsets: dict[int, int] = {}
         for msg in messages:
             next_offsets[msg.partition] = msg.offset + 1
@@ -147,11 +188,20 @@ class MetadataCache:
                     continue
                 if isinstance(record, RemotePartitionDeleteMetadata):
                     self._apply_partition(batch, partition_overlay, record)
+                elif isinstance(record, RemoteLogStartOffset):
+                    self._apply_log_start(batch, start_overlay, record)
                 else:
                     self._apply_segment(batch, overlay, record, msg.value)
+                    tp = record.topic_partition
+                    result.epochs[tp] = max(result.epochs.get(tp, -1), record.writer_epoch)
                 result.applied += 1
             except (FormatError, ProcessorError) as exc:
-                reason = "undecodable" if isinstance(exc, FormatError) else "illegal"
+                if isinstance(exc, FormatError):
+                    reason = "undecodable"
+                elif isinstance(exc, StaleRecordError):
+                    reason = exc.reason
+                else:
+                    reason = "illegal"
                 metrics.METADATA_SKIPPED.labels(reason).inc()
                 result.skipped += 1
                 result.skipped_positions.append((msg.partition, msg.offset, str(exc)))
@@ -161,27 +211,66 @@ class MetadataCache:
         self._db.write(batch)
         return result
 
-    def _current(
-        self, overlay: dict[uuid.UUID, RemoteLogSegmentMetadata | None], sid: uuid.UUID
-    ) -> RemoteLogSegmentMetadata | None:
-        if sid in overlay:
-            return overlay[sid]
+    def _current(self, overlay: _Overlay, sid: uuid.UUID) -> RemoteLogSegmentMetadata | None:
+        if sid in overlay.segments:
+            return overlay.segments[sid]
         return self.segment(sid)
+
+    def _lineage(self, overlay: _Overlay, tp: TopicPartition) -> Lineage:
+        if tp in overlay.lineages:
+            return overlay.lineages[tp]
+        return self.lineage(tp)
+
+    def _served(
+        self, overlay: _Overlay, tp: TopicPartition, start: int = 0, end: int | None = None
+    ) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
+        """The partition's served (``O``) segments reaching into ``start..end`` (default: all), with
+        this batch's changes. Reads only the range: applying a record stays O(log n)."""
+        out: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        for key, _value in self._scan(b"O", tp, start):
+            if end is not None and _U64.unpack(key[-24:-16])[0] > end:
+                break
+            sid = uuid.UUID(bytes=key[-16:])
+            seg = self._current(overlay, sid)
+            if seg is not None:
+                out[sid] = seg
+        for sid, changed in overlay.served.get(tp, {}).items():
+            if changed is None:
+                out.pop(sid, None)
+            else:
+                out[sid] = changed
+        return out
+
+    def _unserve(self, batch: WriteBatch, overlay: _Overlay, seg: RemoteLogSegmentMetadata) -> None:
+        tp = seg.topic_partition
+        batch.delete(_offset_key(b"O", tp, seg.start_offset, seg.segment_id.id))
+        overlay.served.setdefault(tp, {})[seg.segment_id.id] = None
 
     def _apply_segment(
         self,
         batch: WriteBatch,
-        overlay: dict[uuid.UUID, RemoteLogSegmentMetadata | None],
+        overlay: _Overlay,
         record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate,
         raw: bytes,
     ) -> None:
         sid = record.segment_id.id
+        tp = record.topic_partition
         current = self._current(overlay, sid)
+        before = self._lineage(overlay, tp)
+        after = before.admit(record, current)  # raises StaleRecordError when fenced out
         if isinstance(record, RemoteLogSegmentMetadata):
             new = apply_snapshot(current, record)
         else:
             new = apply_update(current, record)
-        overlay[sid] = new
+        overlay.segments[sid] = new
+        if after != before:
+            overlay.lineages[tp] = after
+            batch.put(b"E" + tp_key(tp), _encode_lineage(after))
+        if after.topic_id != before.topic_id and before.topic_id is not None:
+            # The topic was re-created: the old id's history is no longer served for it.
+            for old in self._served(overlay, tp).values():
+                if not after.serves(old.segment_id.topic_id, after.topic_id):
+                    self._unserve(batch, overlay, old)
         suffix = tp_key(new.segment_id.topic_partition) + _U64.pack(new.start_offset) + sid.bytes
         o_key = b"O" + suffix
         l_key = b"L" + suffix
@@ -192,26 +281,36 @@ class MetadataCache:
             # A snapshot that passed the state machine is stored as it arrived (no re-encoding).
             batch.put(b"S" + sid.bytes, raw if new is record else encode_value(new))
             batch.put(l_key, _I64.pack(new.end_offset))
-        if new.state is SegmentState.COPY_SEGMENT_FINISHED:
+        served = new.state is SegmentState.COPY_SEGMENT_FINISHED and after.serves(
+            new.segment_id.topic_id, after.topic_id
+        )
+        if served:
+            # The newest epoch's lineage wins: older overlapping finished segments stop being served
+            # (they are superseded; the partition's next leader deletes them).
+            for other in self._served(overlay, tp, new.start_offset, new.end_offset).values():
+                overlaps = other.start_offset <= new.end_offset and new.start_offset <= other.end_offset
+                if other.segment_id.id != sid and overlaps and other.writer_epoch <= new.writer_epoch:
+                    self._unserve(batch, overlay, other)
             batch.put(o_key, _O_VALUE.pack(new.end_offset, new.max_timestamp_ms))
+            overlay.served.setdefault(tp, {})[sid] = new
         else:
             batch.delete(o_key)
+            overlay.served.setdefault(tp, {})[sid] = None
 
-    def _apply_tombstone(
-        self, batch: WriteBatch, overlay: dict[uuid.UUID, RemoteLogSegmentMetadata | None], key: bytes | None
-    ) -> None:
+    def _apply_tombstone(self, batch: WriteBatch, overlay: _Overlay, key: bytes | None) -> None:
         try:
             sid = uuid.UUID((key or b"").decode().rsplit("/", 1)[-1])
         except ValueError as exc:
             raise FormatError(f"tombstone with a key that names no segment: {key!r}") from exc
         current = self._current(overlay, sid)
-        overlay[sid] = None
+        overlay.segments[sid] = None
         if current is None:
             return
         tp = current.topic_partition
         batch.delete(b"S" + sid.bytes)
         batch.delete(_offset_key(b"O", tp, current.start_offset, sid))
         batch.delete(_offset_key(b"L", tp, current.start_offset, sid))
+        overlay.served.setdefault(tp, {})[sid] = None
 
     def _apply_partition(
         self,
@@ -225,6 +324,15 @@ class MetadataCache:
         overlay[tp] = record.state
         batch.put(b"P" + tp_key(tp), encode_value(record))
 
+    def _apply_log_start(
+        self, batch: WriteBatch, overlay: dict[TopicPartition, int], record: RemoteLogStartOffset
+    ) -> None:
+        tp = record.topic_partition
+        current = overlay.get(tp, self.log_start_offset(tp))
+        if record.start_offset > current:  # an older (lower) value arriving late changes nothing
+            overlay[tp] = record.start_offset
+            batch.put(b"B" + tp_key(tp), _I64.pack(record.start_offset))
+
     # -- lookups (the RLMM API builds on these) -----------------------------------------------------
 
     def segment(self, segment_id: uuid.UUID) -> RemoteLogSegmentMetadata | None:
@@ -235,6 +343,28 @@ class MetadataCache:
         assert isinstance(record, RemoteLogSegmentMetadata)
         return record
 
+    def lineage(self, tp: TopicPartition) -> Lineage:
+        """The partition's newest writer epoch and topic id lineage (empty if nothing was seen)."""
+        raw = self._db.get(b"E" + tp_key(tp))
+        return Lineage() if raw is None else _decode_lineage(raw)
+
+    def max_epoch(self, tp: TopicPartition) -> int:
+        return self.lineage(tp).max_epoch
+
+    def remote_state(self, tp: TopicPartition) -> PartitionRemoteState:
+        """The partition's remote state as the leader's fold would build it from the metadata topic:
+        every segment not yet DELETE_SEGMENT_FINISHED, and the lineage. A worker whose follower is
+        caught up resumes from this instead of re-reading the metadata partitions."""
+        segments = {s.segment_id.id: s for s in self.listed_segments(tp)}
+        served = {s.segment_id.id for s in self.finished_segments(tp)}
+        return PartitionRemoteState(
+            segments=segments,
+            lineage=self.lineage(tp),
+            served=served,
+            log_start_offset=self.log_start_offset(tp),
+            delete_state=self.partition_delete_state(tp),
+        )
+
     def partition_delete_state(self, tp: TopicPartition) -> PartitionDeleteState | None:
         raw = self._db.get(b"P" + tp_key(tp))
         if raw is None:
@@ -243,8 +373,14 @@ class MetadataCache:
         assert isinstance(record, RemotePartitionDeleteMetadata)
         return record.state
 
+    def log_start_offset(self, tp: TopicPartition) -> int:
+        """The remote log start offset of ``tp`` (0 when none was published): reads below it are
+        "not in remote storage", whatever segments still exist there."""
+        raw = self._db.get(b"B" + tp_key(tp))
+        return 0 if raw is None else int(_I64.unpack(raw)[0])
+
     def finished_segment_for_offset(self, tp: TopicPartition, offset: int) -> RemoteLogSegmentMetadata | None:
-        if offset < 0:
+        if offset < 0 or offset < self.log_start_offset(tp):
             return None
         head = b"O" + tp_key(tp)
         it = self._db.iter()
@@ -298,19 +434,22 @@ class MetadataCache:
             it.next()
 
     def segment_for_timestamp(self, tp: TopicPartition, timestamp: int) -> RemoteLogSegmentMetadata | None:
-        """The first finished segment (by offset) holding a record with timestamp >= ``timestamp``."""
+        """The first finished segment (by offset) holding a record with timestamp >= ``timestamp``,
+        not counting segments wholly below the remote log start offset."""
         head = b"O" + tp_key(tp)
+        log_start = self.log_start_offset(tp)
         it = self._db.iter()
         it.seek(head)
         while it.valid() and it.key().startswith(head):
-            _end, max_ts = _O_VALUE.unpack(it.value())
-            if max_ts >= timestamp:
+            end, max_ts = _O_VALUE.unpack(it.value())
+            if max_ts >= timestamp and end >= log_start:
                 return self.segment(uuid.UUID(bytes=it.key()[-16:]))
             it.next()
         return None
 
     def offset_range(self, tp: TopicPartition) -> tuple[int, int] | None:
-        """(earliest, highest) offset in finished segments of ``tp``, or None."""
+        """(earliest, highest) offset served from finished segments of ``tp``, or None. The earliest
+        is never below the remote log start offset."""
         head = b"O" + tp_key(tp)
         it = self._db.iter()
         it.seek(head)
@@ -319,6 +458,9 @@ class MetadataCache:
         earliest = _U64.unpack(it.key()[len(head) : len(head) + 8])[0]
         it.seek_for_prev(head + b"\xff" * 24)
         highest = _O_VALUE.unpack(it.value())[0]
+        earliest = max(earliest, self.log_start_offset(tp))
+        if earliest > highest:
+            return None
         return earliest, highest
 
     def topic_partitions(self) -> list[TopicPartition]:

@@ -40,6 +40,10 @@ class RemoteLogMetadataManager:
         r = self.cache.offset_range(tp)
         return None if r is None else r[0]
 
+    def log_start_offset(self, tp: TopicPartition) -> int:
+        """The remote log start offset: reads below it answer "not in remote storage"."""
+        return self.cache.log_start_offset(tp)
+
     def highest_log_offset(self, tp: TopicPartition) -> int | None:
         r = self.cache.offset_range(tp)
         return None if r is None else r[1]

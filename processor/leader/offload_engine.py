@@ -262,7 +262,7 @@ class OffloadEngine:
                 "leading %s (epoch %d): resuming at %s, %d dangling copies to clean",
                 tp,
                 epoch,
-                "the log start" if end is None else end + 1,
+                "the earliest offset" if end is None else end + 1,
                 len(dangling),
             )
 
@@ -386,7 +386,9 @@ class OffloadEngine:
             metrics.CONSUMPTION_PAUSES.inc()
             metrics.CONSUMPTION_PAUSED.set(1)
             log.info(
-                "offload buffer full (%d of %d bytes): fetching paused", self.buffer.used, self.buffer.bound
+                "offload buffer full (%d of %d bytes): consumption paused",
+                self.buffer.used,
+                self.buffer.bound,
             )
 
     # -- housekeeping on the loop ---------------------------------------------------------------------
@@ -411,7 +413,7 @@ class OffloadEngine:
                 self._source.paused = False
                 self._source.wake()
                 metrics.CONSUMPTION_PAUSED.set(0)
-                log.info("offload buffer at %d bytes: fetching resumed", self.buffer.used)
+                log.info("offload buffer at %d bytes: consumption resumed", self.buffer.used)
             if now >= next_lag:
                 self._update_lag()
                 next_lag = now + LAG_INTERVAL_S

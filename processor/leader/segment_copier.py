@@ -3,6 +3,10 @@
 1. Publish COPY_SEGMENT_STARTED (a new segment UUID for every attempt).
 2. Upload the data object, then the index object (conditional creates: never overwrite).
 3. Publish COPY_SEGMENT_FINISHED.
+Before 1 and 3 the copier checks the epoch fence: if a newer writer epoch than its own has written to
+the partition (seen by the worker's follower), it publishes nothing (FencedWriterError). After
+publishing STARTED and FINISHED it checks, through its own follower, that readers accepted the
+record: a zombie learns it was fenced before uploading, or deletes what it uploaded.
 On failure after step 1: delete what was uploaded and publish DELETE_SEGMENT_STARTED and
 DELETE_SEGMENT_FINISHED for that attempt (best effort: whatever is left is a dangling
 COPY_SEGMENT_STARTED that the next leader of the partition cleans up), then raise.
@@ -13,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from processor.errors import ProcessorError
 from processor.logs import segment_fields
@@ -36,6 +40,14 @@ class CopyCancelledError(ProcessorError):
     """The partition was revoked while its segment was being copied; FINISHED was not published."""
 
 
+class FencedWriterError(ProcessorError):
+    """A newer writer epoch than this copy's has written to the partition: this worker is a zombie
+    and must not publish. The revocation that follows (the worker's follower sees the newer epoch)
+    ends the retries; until then a retry is fenced again before it publishes anything."""
+
+    retriable = True
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -48,18 +60,49 @@ class SegmentCopier:
         keys: ObjectKeyFactory,
         writer_id: str,
         clock_ms: Callable[[], int] = _now_ms,
+        topic_ids: Mapping[str, str] | None = None,
+        newest_epoch: Callable[[TopicPartition], int] | None = None,
+        accepted: Callable[[RemoteLogSegmentMetadata, int], bool] | None = None,
     ) -> None:
         self.storage = storage
         self.sink = sink
         self.keys = keys
         self.writer_id = writer_id
         self.clock_ms = clock_ms
+        # the broker's current topic ids (kept fresh by the worker on every assignment)
+        self.topic_ids: Mapping[str, str] = topic_ids if topic_ids is not None else {}
+        # the newest writer epoch seen on the metadata topic per partition (the follower cache)
+        self.newest_epoch = newest_epoch
+        # read-your-write: did the metadata topic's readers accept the record published at this
+        # offset (the worker's own follower applies the same fencing as every other reader)?
+        self.accepted = accepted
+
+    def _publish_accepted(self, record: RemoteLogSegmentMetadata) -> None:
+        offset = self.sink.publish(record)
+        if self.accepted is not None and not self.accepted(record, offset):
+            raise FencedWriterError(
+                f"{record.state.value} of {record.segment_id} (writer epoch {record.writer_epoch}) was "
+                "fenced out on the metadata topic: a newer epoch leads the partition"
+            )
+
+    def check_fence(self, tp: TopicPartition, writer_epoch: int) -> None:
+        """Raise FencedWriterError if a newer epoch than ``writer_epoch`` wrote to ``tp``."""
+        if self.newest_epoch is None:
+            return
+        newest = self.newest_epoch(tp)
+        if newest > writer_epoch:
+            raise FencedWriterError(
+                f"{tp}: writer epoch {newest} has written; this worker's epoch {writer_epoch} is stale"
+            )
 
     def build_metadata(
         self, tp: TopicPartition, segment: SealedSegment, writer_epoch: int
     ) -> tuple[RemoteLogSegmentMetadata, bytes]:
-        segment_id = RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4())
-        keys = self.keys.segment(tp.topic, tp.partition, segment.start_offset, segment_id.id, writer_epoch)
+        topic_id = self.topic_ids.get(tp.topic)
+        segment_id = RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4(), topic_id)
+        keys = self.keys.segment(
+            tp.topic, tp.partition, segment.start_offset, segment_id.id, writer_epoch, topic_id
+        )
         index = encode_index(
             topic=tp.topic,
             partition=tp.partition,
@@ -99,8 +142,10 @@ class SegmentCopier:
         still_leader: Callable[[], bool] = lambda: True,
     ) -> RemoteLogSegmentMetadata:
         """One copy attempt. Returns the FINISHED metadata or raises (after cleaning up)."""
+        self.check_fence(tp, writer_epoch)
         started, index = self.build_metadata(tp, segment, writer_epoch)
-        self.sink.publish(started)
+        # A STARTED the readers rejected means a newer leader: upload nothing (no orphan objects).
+        self._publish_accepted(started)
         try:
             self.storage.create(started.data_object_key, segment.blocks)
             if not still_leader():  # revoked during the data upload: do not go on
@@ -108,8 +153,10 @@ class SegmentCopier:
             self.storage.create(started.index_object_key, [index])
             if not still_leader():
                 raise CopyCancelledError(f"{tp} was revoked during the copy of {started.segment_id}")
+            self.check_fence(tp, writer_epoch)
             finished = started.with_state(SegmentState.COPY_SEGMENT_FINISHED, self.clock_ms())
-            self.sink.publish(finished)
+            # A rejected FINISHED: the objects are nobody's; the cleanup below deletes them.
+            self._publish_accepted(finished)
             log.info("segment copied", extra=segment_fields(finished))
             return finished
         except BaseException:

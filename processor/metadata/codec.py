@@ -4,10 +4,11 @@ Value framing (see schemas/README.md)::
 
     [framing_version u8 = 1][record_type u8][Avro binary body, schemaless]
     record_type 0: RemoteLogSegmentMetadata, 1: RemoteLogSegmentMetadataUpdate,
-                2: RemotePartitionDeleteMetadata
+                2: RemotePartitionDeleteMetadata, 3: RemoteLogStartOffset
 
 Key (UTF-8): ``{topic}/{partition}/{segment uuid}`` for segment records, ``{topic}/{partition}`` for
-partition records. Topic names cannot contain '/', so keys are unambiguous; one key per segment lets
+partition records, ``{topic}/{partition}/log-start-offset`` for a partition's remote log start
+offset. Topic names cannot contain '/', so keys are unambiguous; one key per segment lets
 compaction keep each segment's latest state.
 """
 
@@ -33,6 +34,7 @@ from processor.metadata.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
     TopicPartition,
@@ -42,10 +44,13 @@ FRAMING_VERSION = 1
 TYPE_SEGMENT = 0
 TYPE_UPDATE = 1
 TYPE_PARTITION_DELETE = 2
+TYPE_LOG_START_OFFSET = 3
+LOG_START_OFFSET_KEY_SUFFIX = "log-start-offset"
 _SCHEMA_FILES = {
     TYPE_SEGMENT: "RemoteLogSegmentMetadata.avsc",
     TYPE_UPDATE: "RemoteLogSegmentMetadataUpdate.avsc",
     TYPE_PARTITION_DELETE: "RemotePartitionDeleteMetadata.avsc",
+    TYPE_LOG_START_OFFSET: "RemoteLogStartOffset.avsc",
 }
 _FRAME = struct.Struct(">BB")
 
@@ -80,6 +85,12 @@ def segment_key(segment_id: RemoteLogSegmentId) -> bytes:
 
 def partition_key(tp: TopicPartition) -> bytes:
     return f"{tp.topic}/{tp.partition}".encode()
+
+
+def log_start_offset_key(tp: TopicPartition) -> bytes:
+    """Its own key, so compaction keeps the latest start offset apart from segment and partition
+    records (no segment UUID can equal the suffix)."""
+    return f"{tp.topic}/{tp.partition}/{LOG_START_OFFSET_KEY_SUFFIX}".encode()
 
 
 def _id_to_avro(sid: RemoteLogSegmentId) -> dict[str, Any]:
@@ -126,6 +137,16 @@ def _to_avro(record: MetadataRecord) -> tuple[int, dict[str, Any]]:
             "state": record.state.value,
             "custom_metadata": record.custom_metadata,
         }
+    if isinstance(record, RemoteLogStartOffset):
+        return TYPE_LOG_START_OFFSET, {
+            "topic": record.topic_partition.topic,
+            "topic_id": record.topic_id,
+            "partition": record.topic_partition.partition,
+            "start_offset": record.start_offset,
+            "event_timestamp_ms": record.event_timestamp_ms,
+            "writer_id": record.writer_id,
+            "writer_epoch": record.writer_epoch,
+        }
     return TYPE_PARTITION_DELETE, {
         "topic": record.topic_partition.topic,
         "topic_id": record.topic_id,
@@ -171,6 +192,15 @@ def _from_avro(record_type: int, d: dict[str, Any]) -> MetadataRecord:
             state=_SEGMENT_STATES[d["state"]],
             custom_metadata=d["custom_metadata"],
         )
+    if record_type == TYPE_LOG_START_OFFSET:
+        return RemoteLogStartOffset(
+            topic_partition=TopicPartition(d["topic"], d["partition"]),
+            start_offset=d["start_offset"],
+            event_timestamp_ms=d["event_timestamp_ms"],
+            writer_id=d["writer_id"],
+            writer_epoch=d["writer_epoch"],
+            topic_id=d["topic_id"],
+        )
     return RemotePartitionDeleteMetadata(
         topic_partition=TopicPartition(d["topic"], d["partition"]),
         state=_PARTITION_STATES[d["state"]],
@@ -183,6 +213,8 @@ def _from_avro(record_type: int, d: dict[str, Any]) -> MetadataRecord:
 def record_key(record: MetadataRecord) -> bytes:
     if isinstance(record, RemotePartitionDeleteMetadata):
         return partition_key(record.topic_partition)
+    if isinstance(record, RemoteLogStartOffset):
+        return log_start_offset_key(record.topic_partition)
     return segment_key(record.segment_id)
 
 

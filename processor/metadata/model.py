@@ -102,4 +102,29 @@ class RemotePartitionDeleteMetadata:
     topic_id: str | None = field(default=None)
 
 
-MetadataRecord = RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
+@dataclass(frozen=True, slots=True)
+class RemoteLogStartOffset:
+    """The earliest offset of a partition that remote storage still serves (KIP-405's
+    ``earliestLogOffset``, Kafka's log start offset). Published before segments below it are
+    deleted; reads below it answer "not in remote storage". Only ever moves forward."""
+
+    topic_partition: TopicPartition
+    start_offset: int
+    event_timestamp_ms: int
+    writer_id: str
+    writer_epoch: int
+    topic_id: str | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.start_offset < 0:
+            raise ValueError(
+                f"invalid remote log start offset {self.start_offset} for {self.topic_partition}"
+            )
+
+
+MetadataRecord = (
+    RemoteLogSegmentMetadata
+    | RemoteLogSegmentMetadataUpdate
+    | RemotePartitionDeleteMetadata
+    | RemoteLogStartOffset
+)

@@ -40,7 +40,8 @@ _PARTITION_ALLOWED: dict[PartitionDeleteState | None, frozenset[PartitionDeleteS
     None: frozenset({_P.DELETE_PARTITION_MARKED}),
     _P.DELETE_PARTITION_MARKED: frozenset({_P.DELETE_PARTITION_MARKED, _P.DELETE_PARTITION_STARTED}),
     _P.DELETE_PARTITION_STARTED: frozenset({_P.DELETE_PARTITION_STARTED, _P.DELETE_PARTITION_FINISHED}),
-    _P.DELETE_PARTITION_FINISHED: frozenset({_P.DELETE_PARTITION_FINISHED}),
+    # A topic deleted, re-created under the same name and deleted again starts a new cycle.
+    _P.DELETE_PARTITION_FINISHED: frozenset({_P.DELETE_PARTITION_FINISHED, _P.DELETE_PARTITION_MARKED}),
 }
 
 # Fields a state change may alter; every other field of a segment is fixed once published.

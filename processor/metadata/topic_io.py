@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +15,9 @@ from processor import metrics
 from processor.errors import FormatError, MetadataTopicError, ProcessorError
 from processor.kafka_clients import ensure_topic, new_admin, new_consumer, new_producer, partition_counts
 from processor.metadata.codec import decode_value, encode_value, metadata_partition_for, record_key
+from processor.metadata.fencing import StaleRecordError
 from processor.metadata.model import MetadataRecord, TopicPartition
+from processor.metadata.read_to_end import EndSnapshot
 from processor.metadata.remote_log_state import RemoteLogState
 
 log = logging.getLogger(__name__)
@@ -39,20 +40,18 @@ def ensure_metadata_topic(bootstrap_servers: str, topic: str, partitions: int, r
     return counts[topic]
 
 
-class MetadataPublisher:
-    """Publishes metadata records and waits until each is acknowledged (acks=all)."""
+class DurableProducer:
+    """Produces one message at a time and waits for its acknowledgement (acks=all, idempotent).
+    Shared by the metadata publisher and the deletion path (tombstones, the deletion topic)."""
 
-    def __init__(
-        self, bootstrap_servers: str, topic: str, num_partitions: int, client_id: str = "processor-meta"
-    ) -> None:
-        self.topic = topic
-        self.num_partitions = num_partitions
+    def __init__(self, bootstrap_servers: str, client_id: str) -> None:
         self._producer = new_producer(bootstrap_servers, client_id, **{"enable.idempotence": True})
         self._lock = threading.Lock()
 
-    def publish(self, record: MetadataRecord, timeout_s: float = 30.0) -> int:
-        """Publish one record durably; returns its offset. Raises MetadataTopicError."""
-        partition = metadata_partition_for(record.topic_partition, self.num_partitions)
+    def send(
+        self, topic: str, partition: int, key: bytes, value: bytes | None, timeout_s: float = 30.0
+    ) -> int:
+        """Produce one message durably; returns its offset. Raises MetadataTopicError."""
         done = threading.Event()
         result: dict[str, Any] = {}
 
@@ -64,27 +63,41 @@ class MetadataPublisher:
         with self._lock:
             try:
                 self._producer.produce(
-                    self.topic,
-                    value=encode_value(record),
-                    key=record_key(record),
-                    partition=partition,
-                    on_delivery=on_delivery,
+                    topic, value=value, key=key, partition=partition, on_delivery=on_delivery
                 )
             except (KafkaException, BufferError) as exc:
-                raise MetadataTopicError(f"cannot publish to {self.topic}: {exc}") from exc
-        deadline_polls = int(timeout_s / 0.05)
-        for _ in range(deadline_polls):
+                raise MetadataTopicError(f"cannot publish to {topic}: {exc}") from exc
+        for _ in range(int(timeout_s / 0.05)):
             self._producer.poll(0.05)
             if done.is_set():
                 break
         if not done.is_set():
-            raise MetadataTopicError(f"publishing to {self.topic} timed out after {timeout_s:.0f} s")
+            raise MetadataTopicError(f"publishing to {topic} timed out after {timeout_s:.0f} s")
         if result["err"] is not None:
-            raise MetadataTopicError(f"publishing to {self.topic} failed: {result['err']}")
+            raise MetadataTopicError(f"publishing to {topic} failed: {result['err']}")
         return int(result["offset"])
 
     def close(self) -> None:
         self._producer.flush(10)
+
+
+class MetadataPublisher:
+    """Publishes metadata records and waits until each is acknowledged (acks=all)."""
+
+    def __init__(
+        self, bootstrap_servers: str, topic: str, num_partitions: int, client_id: str = "processor-meta"
+    ) -> None:
+        self.topic = topic
+        self.num_partitions = num_partitions
+        self._producer = DurableProducer(bootstrap_servers, client_id)
+
+    def publish(self, record: MetadataRecord, timeout_s: float = 30.0) -> int:
+        """Publish one record durably; returns its offset. Raises MetadataTopicError."""
+        partition = metadata_partition_for(record.topic_partition, self.num_partitions)
+        return self._producer.send(self.topic, partition, record_key(record), encode_value(record), timeout_s)
+
+    def close(self) -> None:
+        self._producer.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,40 +110,20 @@ class MetadataMessage:
 
 
 def read_partitions(
-    bootstrap_servers: str, topic: str, partitions: list[int], timeout_s: float = 30.0, quiet_s: float = 0.3
+    bootstrap_servers: str, topic: str, partitions: list[int], timeout_s: float = 30.0
 ) -> Iterator[MetadataMessage]:
-    """Read the given metadata partitions from the beginning up to their end.
-
-    "The end" is the high watermark seen at the start *and* then ``quiet_s`` without a new message:
-    some brokers (Tansu, under concurrent produce requests to one partition) report a high watermark
-    that lags behind records a fetch already returns, and stopping at it would lose the newest state.
-    """
+    """Read the given metadata partitions from the beginning up to their end (see
+    :mod:`processor.metadata.read_to_end`: a snapshot of the high watermarks, re-queried once, and
+    one absolute deadline). Records other writers publish meanwhile do not keep it reading."""
     consumer = new_consumer(bootstrap_servers, "processor-meta-reader")
     try:
         if not partitions:
             return
-        ends = {
-            p: consumer.get_watermark_offsets(KafkaTP(topic, p), timeout=timeout_s)[1] for p in partitions
-        }
+        snapshot = EndSnapshot(consumer, topic, partitions, timeout_s)
         consumer.assign([KafkaTP(topic, p, OFFSET_BEGINNING) for p in partitions])
-        next_offset = dict.fromkeys(partitions, 0)
-        deadline = time.monotonic() + timeout_s
-        quiet_since: float | None = None
-        while True:
+        next_offset: dict[int, int] = {}
+        while not snapshot.reached(next_offset):
             batch = consumer.consume(1000, 0.1)
-            now = time.monotonic()
-            if not batch:
-                if all(next_offset[p] >= end for p, end in ends.items()):
-                    quiet_since = quiet_since or now
-                    if now - quiet_since >= quiet_s:
-                        return
-                elif now > deadline:
-                    raise MetadataTopicError(
-                        f"reading {topic} stalled before its end ({ends}, at {next_offset})"
-                    )
-                continue
-            quiet_since = None
-            deadline = now + timeout_s
             for msg in batch:
                 err = msg.error()
                 if err is not None:
@@ -183,6 +176,7 @@ def load_remote_state(
             state.apply(msg.record)
         except ProcessorError as exc:
             skipped += 1
-            metrics.METADATA_SKIPPED.labels("illegal").inc()
+            reason = exc.reason if isinstance(exc, StaleRecordError) else "illegal"
+            metrics.METADATA_SKIPPED.labels(reason).inc()
             log.warning("metadata record %d@%d skipped: %s", msg.partition, msg.offset, exc)
     return state, skipped

@@ -37,6 +37,7 @@ def segment_to_json(segment: RemoteLogSegmentMetadata) -> dict[str, Any]:
         "max_timestamp_ms": segment.max_timestamp_ms,
         "writer": segment.writer_id,
         "writer_epoch": segment.writer_epoch,
+        "topic_id": segment.segment_id.topic_id,
         "object_key": segment.data_object_key,
         "index_key": segment.index_object_key,
     }

@@ -28,7 +28,8 @@ from processor.errors import (
     SegmentObjectMissingError,
 )
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
-from processor.segment.block_format import decode_block, decode_block_header
+from processor.reader.segment_blocks import check_block_matches_index
+from processor.segment.block_format import decode_block
 from processor.segment.index_format import SegmentIndex, decode_index
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.record_format import KafkaRecord
@@ -103,7 +104,10 @@ class RemoteReader:
                 raise OffsetNotInRemoteError(
                     f"no record of {tp} at or after timestamp {timestamp} in remote storage"
                 )
-            return list(self._read(tp, segment, segment.start_offset, timestamp, max_records, max_bytes))
+            # A segment may straddle the remote log start offset (delete-before): never below it.
+            log_start = getattr(self.lookup, "log_start_offset", None)
+            start = segment.start_offset if log_start is None else max(segment.start_offset, log_start(tp))
+            return list(self._read(tp, segment, start, timestamp, max_records, max_bytes))
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -234,9 +238,7 @@ class RemoteReader:
             where = f"{segment.data_object_key} block {number}"
             block = data[rel : rel + info.length]
             try:
-                header = decode_block_header(block, where=where)
-                if (header.first_entry_id, header.last_entry_id) != (info.first_offset, info.last_offset):
-                    raise FormatError(f"{where}: does not hold the offsets its index entry names")
+                check_block_matches_index(block, info, where)
                 records = decode_block(block, where=where, min_offset=min_offset)
             except FormatError as exc:
                 raise CorruptObjectError(

@@ -10,7 +10,8 @@ raises SegmentObjectMissingError.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from processor.errors import (
     CorruptObjectError,
@@ -20,11 +21,14 @@ from processor.errors import (
     SegmentObjectMissingError,
 )
 from processor.metadata.model import RemoteLogSegmentMetadata
+from processor.segment.block_columns import RecordColumns, decode_block_columns
 from processor.segment.block_format import BlockInfo, decode_block, decode_block_header
 from processor.segment.index_format import SegmentIndex, decode_index
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.record_format import KafkaRecord
 from processor.storage.chunk_storage import ChunkStorage
+
+T = TypeVar("T")
 
 
 def _get(storage: ChunkStorage, segment_name: str, key: str, start: int, length: int) -> bytes:
@@ -63,15 +67,22 @@ def read_segment_index(
     return index
 
 
-def read_block_range(
+def check_block_matches_index(block: memoryview, info: BlockInfo, where: str) -> None:
+    """The block header names the block's first and last offsets: a block that is not the one its
+    index entry describes is corrupt, whatever it holds. Raises FormatError."""
+    header = decode_block_header(block, where=where)
+    if (header.first_entry_id, header.last_entry_id) != (info.first_offset, info.last_offset):
+        raise FormatError(f"{where}: does not hold the offsets its index entry names")
+
+
+def _verified_blocks(
     storage: ChunkStorage,
     data_object_key: str,
     segment_name: str,
     blocks: tuple[BlockInfo, ...] | list[BlockInfo],
     first_number: int,
-) -> Iterator[list[KafkaRecord]]:
-    """Fetch consecutive blocks (``blocks`` are their index entries, the first being block number
-    ``first_number``) with one ranged GET; yield each block's verified records, block by block."""
+    decode: Callable[[memoryview, str], T],
+) -> Iterator[T]:
     if not blocks:
         return
     start = blocks[0].position
@@ -83,12 +94,51 @@ def read_block_range(
         where = f"{data_object_key} block {number}"
         block = data[rel : rel + info.length]
         try:
-            # The header names the block's first and last offsets (the same check as RemoteReader's):
-            # a block that is not the one its index entry describes is corrupt, whatever it holds.
-            header = decode_block_header(block, where=where)
-            if (header.first_entry_id, header.last_entry_id) != (info.first_offset, info.last_offset):
-                raise FormatError(f"{where}: does not hold the offsets its index entry names")
-            records = decode_block(block, where=where)
+            check_block_matches_index(block, info, where)
+            decoded = decode(block, where)
         except FormatError as exc:
             raise CorruptObjectError(str(exc), object_key=data_object_key, segment=segment_name) from exc
-        yield records
+        yield decoded
+
+
+def read_block_range(
+    storage: ChunkStorage,
+    data_object_key: str,
+    segment_name: str,
+    blocks: tuple[BlockInfo, ...] | list[BlockInfo],
+    first_number: int,
+) -> Iterator[list[KafkaRecord]]:
+    """Fetch consecutive blocks (``blocks`` are their index entries, the first being block number
+    ``first_number``) with one ranged GET; yield each block's verified records, block by block."""
+    yield from _verified_blocks(
+        storage,
+        data_object_key,
+        segment_name,
+        blocks,
+        first_number,
+        lambda block, where: decode_block(block, where=where),
+    )
+
+
+def read_block_range_columns(
+    storage: ChunkStorage,
+    data_object_key: str,
+    segment_name: str,
+    blocks: tuple[BlockInfo, ...] | list[BlockInfo],
+    first_number: int,
+    *,
+    min_offset: int | None = None,
+    max_offset: int | None = None,
+) -> Iterator[RecordColumns]:
+    """``read_block_range`` in columns (``decode_block_columns``), only offsets in
+    ``[min_offset, max_offset]``: what bulk readers (Spark) use."""
+    yield from _verified_blocks(
+        storage,
+        data_object_key,
+        segment_name,
+        blocks,
+        first_number,
+        lambda block, where: decode_block_columns(
+            block, where=where, min_offset=min_offset, max_offset=max_offset
+        ),
+    )

@@ -175,6 +175,23 @@ def block_payload(
     return header, payload
 
 
+def block_batches(header: BlockHeader, payload: memoryview, *, where: str) -> list[memoryview]:
+    """The record batches of a verified version 2 payload, after checking their framing, their
+    number and the first/last offsets against the block header."""
+    batches = list(iter_batch_entries(payload, where=where))
+    if len(batches) != header.entry_count:
+        raise FormatError(f"{where}: header says {header.entry_count} entries, payload has {len(batches)}")
+    if batches:
+        first = int.from_bytes(batches[0][:8], "big", signed=True)
+        last_batch = batches[-1]
+        last = int.from_bytes(last_batch[:8], "big", signed=True) + int.from_bytes(
+            last_batch[23:27], "big", signed=True
+        )
+        if first != header.first_entry_id or last != header.last_entry_id:
+            raise FormatError(f"{where}: entry ids do not match the header's first/last")
+    return batches
+
+
 def decode_block(
     data: bytes | bytearray | memoryview, *, where: str = "block", min_offset: int | None = None
 ) -> list[KafkaRecord]:
@@ -197,17 +214,7 @@ def decode_block(
         if min_offset is not None:
             return [r for r in records if r.offset >= min_offset]
         return records
-    batches = list(iter_batch_entries(payload, where=where))
-    if len(batches) != header.entry_count:
-        raise FormatError(f"{where}: header says {header.entry_count} entries, payload has {len(batches)}")
-    if batches:
-        first = int.from_bytes(batches[0][:8], "big", signed=True)
-        last_batch = batches[-1]
-        last = int.from_bytes(last_batch[:8], "big", signed=True) + int.from_bytes(
-            last_batch[23:27], "big", signed=True
-        )
-        if first != header.first_entry_id or last != header.last_entry_id:
-            raise FormatError(f"{where}: entry ids do not match the header's first/last")
+    batches = block_batches(header, payload, where=where)
     out: list[KafkaRecord] = []
     for batch in batches:
         if min_offset is not None:

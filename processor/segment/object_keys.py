@@ -1,9 +1,14 @@
 """The single place that builds object keys, from validated parts only.
 
-Layout::
+Layout (Aiven's ``topic-<uuid>`` style: a topic deleted and re-created under the same name gets a
+new id, so its objects never mix with the old topic's)::
 
-    {prefix}/{topic}/{partition}/{start_offset:020d}-{segment_uuid}-e{writer_epoch}.log
-    {prefix}/{topic}/{partition}/{start_offset:020d}-{segment_uuid}-e{writer_epoch}.log-index
+    {prefix}/{topic}-{topic_id}/{partition}/{start_offset:020d}-{segment_uuid}-e{writer_epoch}.log
+    {prefix}/{topic}-{topic_id}/{partition}/{start_offset:020d}-{segment_uuid}-e{writer_epoch}.log-index
+
+``topic_id`` is the broker's topic id as an RFC 4122 string. Keys written before topic ids were
+recorded (or when the broker reports none) have no ``-{topic_id}``: ``{prefix}/{topic}/{partition}/...``;
+they stay readable.
 
 Topic names must be legal Kafka topic names (``[A-Za-z0-9._-]``, 1..249 characters, not ``.`` or
 ``..``), so a topic can never add a path level or climb out of the prefix. Names carry the segment
@@ -22,6 +27,7 @@ from processor.errors import InvalidNameError
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _PREFIX_PART = re.compile(r"[A-Za-z0-9._=-]{1,255}")
 _DATA_NAME = re.compile(r"(\d{20})-([0-9a-f-]{36})-e(\d+)\.log")
+_TOPIC_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 INDEX_SUFFIX = "-index"
 
 
@@ -48,6 +54,12 @@ def validate_prefix(prefix: str) -> str:
     return stripped
 
 
+def validate_topic_id(topic_id: str) -> str:
+    if not isinstance(topic_id, str) or not _TOPIC_ID.fullmatch(topic_id):
+        raise InvalidNameError(f"invalid topic id {topic_id!r}: expected a lower-case RFC 4122 UUID string")
+    return topic_id
+
+
 def validate_partition(partition: int) -> int:
     if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
         raise InvalidNameError(f"invalid partition {partition!r}")
@@ -67,16 +79,27 @@ class ObjectKeyFactory:
     def _join(self, *parts: str) -> str:
         return "/".join((self.prefix, *parts)) if self.prefix else "/".join(parts)
 
-    def partition_prefix(self, topic: str, partition: int) -> str:
-        return self._join(validate_topic(topic), str(validate_partition(partition))) + "/"
+    def partition_prefix(self, topic: str, partition: int, topic_id: str | None = None) -> str:
+        """The folder of one partition's objects: ``{topic}-{topic_id}/{partition}/``, or the legacy
+        ``{topic}/{partition}/`` without an id."""
+        folder = validate_topic(topic)
+        if topic_id is not None:
+            folder += "-" + validate_topic_id(topic_id)
+        return self._join(folder, str(validate_partition(partition))) + "/"
 
     def segment(
-        self, topic: str, partition: int, start_offset: int, segment_id: uuid.UUID, writer_epoch: int
+        self,
+        topic: str,
+        partition: int,
+        start_offset: int,
+        segment_id: uuid.UUID,
+        writer_epoch: int,
+        topic_id: str | None = None,
     ) -> SegmentObjectKeys:
         if start_offset < 0 or writer_epoch < 0:
             raise InvalidNameError(f"invalid start offset {start_offset} or writer epoch {writer_epoch}")
         name = f"{start_offset:020d}-{segment_id}-e{writer_epoch}.log"
-        data = self.partition_prefix(topic, partition) + name
+        data = self.partition_prefix(topic, partition, topic_id) + name
         return SegmentObjectKeys(data, data + INDEX_SUFFIX)
 
     def check_segment_key(self, key: str, topic: str, partition: int) -> str:
@@ -85,8 +108,15 @@ class ObjectKeyFactory:
         Keys on the metadata topic are input like any other: a record naming ``../other-tenant/x``
         or another partition's object must never make a reader fetch it.
         """
-        head = self.partition_prefix(topic, partition)
-        name = key[len(head) :] if key.startswith(head) else ""
+        legacy = self.partition_prefix(topic, partition)
+        name = key[len(legacy) :] if key.startswith(legacy) else ""
+        with_id = self._join(validate_topic(topic)) + "-"
+        if not name and key.startswith(with_id):
+            rest = key[len(with_id) :]
+            tid, _, tail = rest.partition("/")
+            head = f"{partition}/"
+            if _TOPIC_ID.fullmatch(tid) and tail.startswith(head):
+                name = tail[len(head) :]
         if name.endswith(INDEX_SUFFIX):
             name = name[: -len(INDEX_SUFFIX)]
         if not _DATA_NAME.fullmatch(name):

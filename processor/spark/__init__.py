@@ -25,4 +25,31 @@ def register_data_sources(spark: Any) -> None:
     spark.dataSource.register(RemoteLogMetadataDataSource)
 
 
-__all__ = ["register_data_sources"]
+def local_session(app_name: str, master: str = "local[2]", **conf: str) -> Any:
+    """A SparkSession for the processor's own jobs (audit, tests, benchmarks) with both data sources
+    registered: Python workers run this interpreter, no UI, no console progress, times in UTC.
+    ``conf`` adds Spark settings (dots written as ``__``: ``spark__driver__memory="2g"``)."""
+    import os
+    import sys
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key.replace("__", "."), value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register_data_sources(spark)
+    return spark
+
+
+__all__ = ["local_session", "register_data_sources"]

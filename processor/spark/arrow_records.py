@@ -1,9 +1,14 @@
 """Records as Arrow batches in the schema of Spark's Kafka source.
 
 ``read_slice_as_arrow`` is the one place where archived blocks become Spark rows: it asks the
-project's block reader (``processor.reader.segment_blocks``, CRCs checked there) for the records of
-blocks ``i..j`` of one segment and converts them column by column. A change of the block format
-(e.g. whole Kafka record batches) only has to touch this function.
+project's block reader (``processor.reader.segment_blocks.read_block_range_columns``, every CRC
+checked there) for the rows of blocks ``i..j`` of one segment as columns
+(``processor.segment.block_columns``: no Python object per record) and builds each Arrow column
+from its list in one call, headers as a list array over flat key/value arrays. Rows are gathered
+across blocks into batches of ``BATCH_ROWS`` rows (or ``BATCH_BYTES`` of payload). The offset range
+is applied while decoding (only batches that straddle a bound are filtered row by row); a pushed
+timestamp range is applied to the Arrow batch. ``rows_to_batch``/``records_to_batch`` are the
+per-row path of the live tail and of tests.
 
 Kafka numbers timestamp types -1 none, 0 CreateTime, 1 LogAppendTime (what Spark's Kafka source
 shows); the archive stores the consumer's 0/1/2, hence ``- 1``.
@@ -12,13 +17,15 @@ shows); the archive stores the consumer's 0/1/2, hence ``- 1``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from processor.reader.segment_blocks import read_block_range
+from processor.reader.segment_blocks import read_block_range_columns
+from processor.segment.block_columns import RecordColumns
 from processor.segment.block_format import BlockInfo
 from processor.segment.record_format import Header, KafkaRecord
 from processor.storage.chunk_storage import ChunkStorage
@@ -41,6 +48,7 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 BATCH_ROWS = 8192
+BATCH_BYTES = 32 * 1024 * 1024  # payload bytes per Arrow batch (binary arrays must stay < 2 GiB)
 
 
 class BlockCounter:
@@ -138,15 +146,49 @@ def rows_to_batch(topic: str, partition: int, rows: Sequence[Row]) -> pa.RecordB
     )
 
 
-def _rebatch(topic: str, partition: int, chunks: Iterable[list[KafkaRecord]]) -> Iterator[pa.RecordBatch]:
-    pending: list[KafkaRecord] = []
-    for chunk in chunks:
-        pending.extend(chunk)
-        if len(pending) >= BATCH_ROWS:
-            yield records_to_batch(topic, partition, pending)
-            pending = []
-    if pending:
-        yield records_to_batch(topic, partition, pending)
+def _header_offsets(counts: Sequence[int]) -> pa.Array:
+    offsets = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(np.asarray(counts, dtype=np.int32), out=offsets[1:])
+    return pa.array(offsets, pa.int32())
+
+
+def columns_to_batch(topic: str, partition: int, cols: RecordColumns) -> pa.RecordBatch:
+    """Decoded columns as one Arrow batch: every column built from its list in one call; headers
+    as a list array over flat key/value arrays (no per-row Python objects)."""
+    n = len(cols)
+    items = pa.StructArray.from_arrays(
+        [pa.array(cols.header_keys, pa.string()), pa.array(cols.header_values, pa.binary())],
+        fields=list(HEADER_TYPE),
+    )
+    headers = pa.ListArray.from_arrays(_header_offsets(cols.header_counts), items, type=pa.list_(HEADER_TYPE))
+    timestamps = np.asarray(cols.timestamps, dtype=np.int64) * 1000
+    types = np.asarray(cols.timestamp_types, dtype=np.int32) - 1  # archive 1/2 -> Spark's 0/1
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(cols.keys, pa.binary()),
+            pa.array(cols.values, pa.binary()),
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            pa.array(cols.offsets, pa.int64()),
+            pa.array(timestamps, pa.timestamp("us", tz="UTC")),
+            pa.array(types, pa.int32()),
+            headers,
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def _time_filtered(
+    batch: pa.RecordBatch, min_timestamp: int | None, max_timestamp: int | None
+) -> pa.RecordBatch:
+    ts = batch.column(5).cast(pa.int64())  # microseconds
+    mask = None
+    if min_timestamp is not None:
+        mask = pc.greater_equal(ts, min_timestamp * 1000)
+    if max_timestamp is not None:
+        upper = pc.less_equal(ts, max_timestamp * 1000)
+        mask = upper if mask is None else pc.and_(mask, upper)
+    return batch if mask is None else batch.filter(mask)
 
 
 def read_slice_as_arrow(
@@ -164,25 +206,27 @@ def read_slice_as_arrow(
     max_timestamp: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Blocks ``first_block..`` of one segment as Arrow batches, only offsets in
-    ``[from_offset, until_offset)`` and timestamps in ``[min_timestamp, max_timestamp]``."""
+    ``[from_offset, until_offset)`` and timestamps in ``[min_timestamp, max_timestamp]``.
 
-    def wanted() -> Iterator[list[KafkaRecord]]:
-        for records in read_block_range(storage, data_object_key, segment_name, list(blocks), first_block):
-            BLOCKS_READ.add(1)
-            if records and (
-                records[0].offset >= from_offset
-                and records[-1].offset < until_offset
-                and min_timestamp is None
-                and max_timestamp is None
-            ):
-                yield records
-                continue
-            yield [
-                r
-                for r in records
-                if from_offset <= r.offset < until_offset
-                and (min_timestamp is None or r.timestamp >= min_timestamp)
-                and (max_timestamp is None or r.timestamp <= max_timestamp)
-            ]
-
-    yield from _rebatch(topic, partition, wanted())
+    Blocks are decoded into columns (CRCs checked there), gathered until a batch holds
+    ``BATCH_ROWS`` rows or ``BATCH_BYTES`` of payload, and converted in one go."""
+    timed = min_timestamp is not None or max_timestamp is not None
+    pending = RecordColumns()
+    for cols in read_block_range_columns(
+        storage,
+        data_object_key,
+        segment_name,
+        list(blocks),
+        first_block,
+        min_offset=from_offset,
+        max_offset=until_offset - 1,
+    ):
+        BLOCKS_READ.add(1)
+        pending.extend(cols)
+        if len(pending) >= BATCH_ROWS or pending.payload_bytes >= BATCH_BYTES:
+            batch = columns_to_batch(topic, partition, pending)
+            yield _time_filtered(batch, min_timestamp, max_timestamp) if timed else batch
+            pending = RecordColumns()
+    if len(pending):
+        batch = columns_to_batch(topic, partition, pending)
+        yield _time_filtered(batch, min_timestamp, max_timestamp) if timed else batch

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -58,23 +56,9 @@ def add_audit_parser(sub: Any) -> None:
 
 
 def spark_session(master: str) -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from processor.spark import local_session
 
-    from processor.spark import register_data_sources
-
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("processor-audit")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register_data_sources(spark)
-    return spark
+    return local_session("processor-audit", master, spark__sql__shuffle__partitions="4")
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

@@ -57,6 +57,7 @@ class _Segment:
     start: int
     end: int
     event_ts: int
+    topic_id: str | None = None  # a re-created topic is a new history: checked on its own
 
 
 def _none(value: Any) -> Any:
@@ -147,20 +148,16 @@ class PartitionAudit:
                 )
             ]
         if current is None:
-            self.segments[sid] = _Segment(new_state.value, start, end, event_ts)
+            self.segments[sid] = _Segment(new_state.value, start, end, event_ts, _none(row.get("topic_id")))
         else:
             current.state, current.event_ts = new_state.value, event_ts
         return []
 
     # -- checks over the folded state -----------------------------------------------------------------
 
-    def check(self, now_ms: int, stuck_after_ms: int) -> list[Finding]:
+    def _coverage(self, finished: list[tuple[str, _Segment]], started: list[_Segment]) -> list[Finding]:
+        """Gaps and overlaps between the finished segments of one topic id, in offset order."""
         out: list[Finding] = []
-        started = [s for s in self.segments.values() if s.state == SegmentState.COPY_SEGMENT_STARTED]
-        finished = sorted(
-            ((sid, s) for sid, s in self.segments.items() if s.state == SegmentState.COPY_SEGMENT_FINISHED),
-            key=lambda x: (x[1].start, x[1].end),
-        )
         high_end: int | None = None  # the highest end so far, and the segment that has it
         high_sid = ""
         for sid_b, b in finished:
@@ -192,6 +189,17 @@ class PartitionAudit:
                 )
             if high_end is None or b.end > high_end:
                 high_end, high_sid = b.end, sid_b
+        return out
+
+    def check(self, now_ms: int, stuck_after_ms: int) -> list[Finding]:
+        out: list[Finding] = []
+        started = [s for s in self.segments.values() if s.state == SegmentState.COPY_SEGMENT_STARTED]
+        histories: dict[str | None, list[tuple[str, _Segment]]] = {}
+        for sid, seg in self.segments.items():
+            if seg.state == SegmentState.COPY_SEGMENT_FINISHED:
+                histories.setdefault(seg.topic_id, []).append((sid, seg))
+        for history in histories.values():
+            out.extend(self._coverage(sorted(history, key=lambda x: (x[1].start, x[1].end)), started))
         for sid, s in self.segments.items():
             age = now_ms - s.event_ts
             if age <= stuck_after_ms:

@@ -22,6 +22,7 @@ from processor.metadata.model import (
     MetadataRecord,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     TopicPartition,
 )
@@ -95,6 +96,18 @@ def record_row(
             state=record.state.value,
             event_timestamp_ms=record.event_timestamp_ms,
             writer_id=record.writer_id,
+        )
+        return tuple(row[c] for c in COLUMNS)
+    if isinstance(record, RemoteLogStartOffset):
+        row.update(
+            record_type="log_start_offset",
+            topic=record.topic_partition.topic,
+            partition=record.topic_partition.partition,
+            topic_id=record.topic_id,
+            start_offset=record.start_offset,
+            event_timestamp_ms=record.event_timestamp_ms,
+            writer_id=record.writer_id,
+            writer_epoch=record.writer_epoch,
         )
         return tuple(row[c] for c in COLUMNS)
     sid = record.segment_id

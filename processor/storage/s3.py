@@ -4,13 +4,18 @@
   second writer gets ``ObjectExistsError`` instead of overwriting.
 - Objects above ``multipart_threshold`` go up as multipart uploads whose parts are sent in parallel
   from memory views of the segment's blocks (no joined copy); a failed upload is aborted.
-- Reads are ranged GETs. Errors map to the storage taxonomy: 404 -> ObjectNotFoundError,
-  412 -> ObjectExistsError, 416 -> InvalidRangeError, the rest -> StorageError.
+- Reads are ranged GETs. Errors map to the storage taxonomy (:func:`storage_error`): 404 ->
+  ObjectNotFoundError, 412 -> ObjectExistsError, 416 -> InvalidRangeError, the rest -> StorageError
+  with ``retriable`` set (permissions, credentials, missing bucket: no; 5xx, throttling, timeouts,
+  connection errors: yes).
+- A 412 on a create whose key is this attempt's own (fresh UUID) means the SDK retried a request
+  whose response was lost: the object is checked (size) and the create succeeds.
 - Credentials come from the standard AWS chain (environment, profile, instance role).
 """
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +24,13 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    NoCredentialsError,
+    ParamValidationError,
+    PartialCredentialsError,
+)
 
 from processor import metrics
 from processor.errors import InvalidRangeError, ObjectExistsError, ObjectNotFoundError, StorageError
@@ -32,6 +43,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MIN_PART_SIZE = 5 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class MultipartUpload:
+    key: str
+    upload_id: str
+    initiated_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +97,91 @@ def _code(exc: ClientError) -> str:
     return str(err.get("Code", "")) or str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
 
 
+def _status(exc: ClientError) -> int:
+    try:
+        return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+# Codes that no retry of the same request can fix: credentials, permissions, a missing bucket.
+PERMANENT_CODES = frozenset(
+    {
+        "AccessDenied",
+        "AllAccessDisabled",
+        "AccountProblem",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "NoSuchBucket",
+        "InvalidBucketName",
+        "InvalidObjectState",
+        "InvalidArgument",
+        "InvalidRequest",
+        "MalformedXML",
+        "EntityTooSmall",
+        "EntityTooLarge",
+        "MethodNotAllowed",
+        "NotImplemented",
+    }
+)
+# Codes worth retrying although their status is 4xx (throttling, timeouts, races on the server).
+TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestTimeout",
+        "RequestTimeTooSkewed",
+        "OperationAborted",
+        "InternalError",
+        "ServiceUnavailable",
+        "503",
+        "500",
+    }
+)
+# Client-side failures that no retry fixes: no or bad credentials, a request the SDK rejects.
+_PERMANENT_SDK_ERRORS: tuple[type[BotoCoreError], ...] = (
+    NoCredentialsError,
+    PartialCredentialsError,
+    ParamValidationError,
+)
+
+
+def _retried(exc: Exception) -> bool:
+    """Whether the SDK had sent the request more than once before this error: only then can a 412
+    be the answer to our own earlier attempt (a first attempt's 412 is a real second writer)."""
+    if not isinstance(exc, ClientError):
+        return False
+    return int(exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0) > 0
+
+
+def storage_error(op: str, where: str, exc: Exception, key: str = "") -> StorageError:
+    """Map an SDK error to the storage taxonomy, with the right ``retriable`` flag.
+
+    Not retriable: permissions and credentials (403, AccessDenied, InvalidAccessKeyId, ...), a
+    missing bucket, requests the server rejects as malformed. Retriable: 5xx, throttling (503
+    SlowDown), timeouts, connection errors. 404/412/416 become their own (non-retriable) types.
+    """
+    if isinstance(exc, ClientError):
+        code, status = _code(exc), _status(exc)
+        if code == "NoSuchBucket":
+            return StorageError(f"S3 {op} {where} failed: NoSuchBucket", retriable=False)
+        if code in {"NoSuchKey", "404", "NotFound"}:
+            return ObjectNotFoundError(key or where)
+        if code in {"PreconditionFailed", "412"}:
+            return ObjectExistsError(key or where)
+        if code in {"InvalidRange", "416"}:
+            return InvalidRangeError(key or where, str(exc))
+        if code in PERMANENT_CODES or status == 403:
+            return StorageError(f"S3 {op} {where} failed: {code}", retriable=False)
+        retriable = code in TRANSIENT_CODES or status >= 500 or status in {408, 409, 429} or status == 0
+        return StorageError(f"S3 {op} {where} failed: {code}: {exc}", retriable=retriable)
+    if isinstance(exc, _PERMANENT_SDK_ERRORS):
+        return StorageError(f"S3 {op} {where} failed: {type(exc).__name__}: {exc}", retriable=False)
+    # Timeouts, refused or reset connections, truncated bodies: the request may succeed next time.
+    return StorageError(f"S3 {op} {where} failed: {type(exc).__name__}: {exc}", retriable=True)
+
+
 class S3ChunkStorage(ChunkStorage):
     supports_concat = True
 
@@ -116,18 +219,7 @@ class S3ChunkStorage(ChunkStorage):
         return self._client
 
     def _fail(self, op: str, key: str, exc: Exception) -> StorageError:
-        if isinstance(exc, ClientError):
-            code = _code(exc)
-            if code in {"NoSuchKey", "404", "NotFound"}:
-                return ObjectNotFoundError(key)
-            if code in {"PreconditionFailed", "412", "ConditionalRequestConflict"}:
-                return ObjectExistsError(key)
-            if code in {"InvalidRange", "416"}:
-                return InvalidRangeError(key, str(exc))
-            if code in {"NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"}:
-                return StorageError(f"S3 {op} {self.bucket}/{key} failed: {code}", retriable=False)
-            return StorageError(f"S3 {op} {self.bucket}/{key} failed: {code}: {exc}")
-        return StorageError(f"S3 {op} {self.bucket}/{key} failed: {type(exc).__name__}: {exc}")
+        return storage_error(op, f"{self.bucket}/{key}", exc, key)
 
     # -- ChunkStorage ---------------------------------------------------------------------------
 
@@ -143,12 +235,33 @@ class S3ChunkStorage(ChunkStorage):
                     IfNoneMatch="*",
                 )
             except (ClientError, BotoCoreError) as exc:
-                raise self._fail("put", key, exc) from exc
+                err = self._fail("put", key, exc)
+                if isinstance(err, ObjectExistsError) and _retried(exc) and self._landed_earlier(key, size):
+                    return ChunkInfo(key, size)
+                raise err from exc
             return ChunkInfo(key, size)
         return self._create_multipart(key, parts, size)
 
+    def _landed_earlier(self, key: str, size: int) -> bool:
+        """After the SDK's retry of a conditional create got 412 (or the completion's upload is
+        gone): did the earlier attempt of this very request land, its answer lost on the way back?
+
+        Keys carry a fresh UUID per copy attempt, so no other writer ever creates this key; the
+        SDK's own retry of a request whose response was lost is the only way to find it already
+        there. The stored size confirms it; anything else stays an error.
+        """
+        info = self.stat(key)
+        if info is not None and info.size == size:
+            log.info("S3 create of %s: an earlier attempt stored it (response lost); going on", key)
+            return True
+        return False
+
     def _multipart(
-        self, op: str, key: str, upload_parts: Callable[[str], list[CompletedPartTypeDef]]
+        self,
+        op: str,
+        key: str,
+        upload_parts: Callable[[str], list[CompletedPartTypeDef]],
+        size: int | None = None,
     ) -> None:
         """Create a multipart upload, let ``upload_parts(upload_id)`` fill it, complete it
         conditionally (never over an existing object); abort on any failure."""
@@ -166,8 +279,14 @@ class S3ChunkStorage(ChunkStorage):
                 IfNoneMatch="*",
             )
         except (ClientError, BotoCoreError) as exc:
+            err = self._fail(op, key, exc)
+            lost = isinstance(err, ObjectExistsError) or (
+                isinstance(exc, ClientError) and _code(exc) == "NoSuchUpload"
+            )
+            if lost and _retried(exc) and size is not None and self._landed_earlier(key, size):
+                return
             self._abort(key, upload_id)
-            raise self._fail(op, key, exc) from exc
+            raise err from exc
         except BaseException:
             self._abort(key, upload_id)
             raise
@@ -190,7 +309,7 @@ class S3ChunkStorage(ChunkStorage):
             futures = [self._parts_pool.submit(send, n, g) for n, g in enumerate(groups, start=1)]
             return [f.result() for f in futures]
 
-        self._multipart("multipart upload", key, upload)
+        self._multipart("multipart upload", key, upload, size)
         return ChunkInfo(key, size)
 
     def _abort(self, key: str, upload_id: str) -> None:
@@ -271,8 +390,36 @@ class S3ChunkStorage(ChunkStorage):
                 parts.append({"PartNumber": number, "ETag": resp["CopyPartResult"]["ETag"]})
             return parts
 
-        self._multipart("concat", target, copy_parts)
+        self._multipart("concat", target, copy_parts, sum(i.size for i in infos))
         return ChunkInfo(target, sum(i.size for i in infos))
+
+    # -- abandoned multipart uploads (see processor/lifecycle/multipart_sweep.py) ------------------
+
+    def list_multipart_uploads(self, prefix: str) -> builtins.list[MultipartUpload]:
+        """Multipart uploads under ``prefix`` that were started and neither completed nor aborted."""
+        out: builtins.list[MultipartUpload] = []
+        try:
+            for page in self._client.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            ):
+                for up in page.get("Uploads", []):
+                    out.append(
+                        MultipartUpload(up["Key"], up["UploadId"], int(up["Initiated"].timestamp() * 1000))
+                    )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("list multipart uploads", prefix, exc) from exc
+        return out
+
+    def abort_multipart_upload(self, key: str, upload_id: str) -> None:
+        """Abort one multipart upload; one that is already gone is not an error."""
+        try:
+            self._client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+        except ClientError as exc:
+            if _code(exc) in {"NoSuchUpload", "404"}:
+                return
+            raise self._fail("abort multipart upload", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("abort multipart upload", key, exc) from exc
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -281,8 +428,13 @@ class S3ChunkStorage(ChunkStorage):
         try:
             self._client.head_bucket(Bucket=self.bucket)
         except ClientError as exc:
-            code = _code(exc)
-            raise StorageError(f"S3 bucket {self.bucket!r} is not usable: {code}", retriable=False) from exc
+            code, status = _code(exc), _status(exc)
+            # HEAD has no body: 404 is the missing bucket, 403 no permission; 5xx may pass.
+            retriable = status >= 500 or code in TRANSIENT_CODES
+            raise StorageError(
+                f"S3 bucket {self.bucket!r} is not usable: {'NoSuchBucket' if status == 404 else code}",
+                retriable=retriable,
+            ) from exc
         except BotoCoreError as exc:
             raise StorageError(
                 f"S3 endpoint {self.options.endpoint_url or '(AWS default)'} is unreachable: {exc}"

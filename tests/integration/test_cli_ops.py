@@ -43,7 +43,14 @@ def cli(env: dict[str, str], *args: str, text: bool = True) -> subprocess.Comple
 def offloaded(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("cliops")
     ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), TOPIC, PARTITIONS, 1, {})
-    produced = produce_samples(local_stack.bootstrap_servers, TOPIC, COUNT, PARTITIONS, big_every=0)
+    produced = produce_samples(
+        local_stack.bootstrap_servers,
+        TOPIC,
+        COUNT,
+        PARTITIONS,
+        big_every=0,
+        producer_config={"batch.size": 16 * 1024},  # many batches: segments end at batch boundaries
+    )
     env = worker_env(
         local_stack,
         tmp / "data",

@@ -86,7 +86,8 @@ def test_every_record_lands_in_exactly_one_finished_segment_byte_exact(
         assert finished[-1].end_offset == len(by_partition[p]) - 1
         seen: list[int] = []
         for seg in finished:
-            assert seg.data_object_key.startswith(f"e2e/{TOPIC}/{p}/")
+            assert seg.segment_id.topic_id is not None  # the broker's topic id, also in the key
+            assert seg.data_object_key.startswith(f"e2e/{TOPIC}-{seg.segment_id.topic_id}/{p}/")
             raw_index = storage.read_all(seg.index_object_key)
             assert index_crc(raw_index) == seg.index_crc32 and len(raw_index) == seg.index_size_in_bytes
             index = decode_index(raw_index)

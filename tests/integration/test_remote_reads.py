@@ -158,7 +158,9 @@ def test_cli_segments_and_fetch(offloaded) -> None:
     assert rows[0]["start_offset"] == 0 and [r["start_offset"] for r in rows[1:]] == [
         r["end_offset"] + 1 for r in rows[:-1]
     ]
-    assert all(r["object_key"].startswith(f"reads/{TOPIC}/2/") for r in rows)
+    assert all(r["topic_id"] for r in rows)
+    assert all(r["object_key"].startswith(f"reads/{TOPIC}-{r['topic_id']}/2/") for r in rows)
+    assert all(isinstance(r["writer_epoch"], int) for r in rows)
 
     want = offloaded["by_partition"][2]
     result = cli(

@@ -35,25 +35,13 @@ BASE_TS = 1_700_000_000_000
 @pytest.fixture(scope="session")
 def spark(local_stack: StackInfo) -> Iterator[Any]:
     # local_stack first: it puts the AWS credentials in the environment the JVM and its workers inherit.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from processor.spark import local_session
 
-    from processor.spark import register_data_sources
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("processor-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
+    session = local_session(
+        "processor-tests", spark__sql__shuffle__partitions="2", spark__driver__memory="1g"
     )
-    session.sparkContext.setLogLevel("ERROR")
-    register_data_sources(session)
     yield session
     session.stop()
 
@@ -90,7 +78,13 @@ class Archive:
     produced: int = 0
 
     def produce(self, count: int, value_bytes: int | None = None) -> None:
-        producer = new_producer(self.info.bootstrap_servers, "spark-tests", **{"message.max.bytes": 2 << 20})
+        # Small record batches (format 2 archives whole batches): many blocks per segment, so the
+        # tests that prune blocks by offset or time have blocks to prune.
+        producer = new_producer(
+            self.info.bootstrap_servers,
+            "spark-tests",
+            **{"message.max.bytes": 2 << 20, "batch.num.messages": 8},
+        )
         last = self.produced + count
         for i in range(self.produced, last):
             rec = record_shape(i)

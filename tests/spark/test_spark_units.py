@@ -200,3 +200,19 @@ def test_metadata_rows_decode_records_and_keep_garbage_and_tombstones_as_rows() 
     assert bad["decode_error"] and (bad["topic"], bad["partition"], bad["segment_id"]) == ("t", 4, "abc")
     gone = dict(zip(COLUMNS, record_row(0, 4, 0, b"t/4/abc", None), strict=True))
     assert gone["record_type"] == "tombstone" and gone["decode_error"] is None
+
+
+def test_audit_checks_each_topic_id_as_its_own_history() -> None:
+    """A topic deleted and re-created under the same name starts again at offset 0 with a new topic
+    id: its segments overlap the old id's offsets without being an overlap."""
+    audit = PartitionAudit("t", 0)
+    f = "COPY_SEGMENT_FINISHED"
+    old = [{**row("a", f, 0, 399, 0), "topic_id": "old-id"}]
+    new = [
+        {**row("b", f, 0, 299, 1), "topic_id": "new-id"},
+        {**row("c", f, 250, 699, 2), "topic_id": "new-id"},
+    ]
+    found = audit_partition(audit, old + new, now_ms=10, stuck_after_ms=100)
+    assert [(x.kind, x.start_offset, x.end_offset) for x in found] == [("offset_overlap", 250, 299)]
+    restored = PartitionAudit.from_json("t", 0, audit.to_json())
+    assert {s.topic_id for s in restored.segments.values()} == {"old-id", "new-id"}

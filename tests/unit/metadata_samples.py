@@ -9,6 +9,7 @@ from processor.metadata.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
+    RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
     TopicPartition,
@@ -68,4 +69,13 @@ partition_deletes = st.builds(
     event_timestamp_ms=longs,
     writer_id=st.text(max_size=10),
     topic_id=st.one_of(st.none(), st.just(str(uuid.UUID(int=1)))),
+)
+log_start_offsets = st.builds(
+    RemoteLogStartOffset,
+    topic_partition=st.builds(TopicPartition, topics, st.integers(0, 2**31 - 1)),
+    start_offset=longs,
+    event_timestamp_ms=longs,
+    writer_id=st.text(max_size=10),
+    writer_epoch=st.integers(0, 2**31 - 1),
+    topic_id=st.one_of(st.none(), st.uuids().map(str)),
 )

@@ -123,7 +123,8 @@ def test_state_changes_move_segments_in_and_out_of_the_offset_index(tmp_path: Pa
     cache.close()
 
 
-@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# each example opens a RocksDB: its time depends on the disk, not on the code under test
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.integers(1, 50), min_size=1, max_size=40), st.data())
 def test_offset_lookup_matches_brute_force(tmp_path: Path, sizes: list[int], data: st.DataObject) -> None:
     cache = MetadataCache(tmp_path / f"c{uuid.uuid4()}")

@@ -68,6 +68,7 @@ def test_schemas_are_valid_avro() -> None:
         "RemoteLogSegmentMetadata.avsc",
         "RemoteLogSegmentMetadataUpdate.avsc",
         "RemotePartitionDeleteMetadata.avsc",
+        "RemoteLogStartOffset.avsc",
     }
     for f in files:
         fastavro.parse_schema(json.loads(f.read_text()), named_schemas={})

@@ -61,3 +61,23 @@ def test_metadata_keys_are_checked_before_use() -> None:
     ]:
         with pytest.raises(InvalidNameError):
             keys.check_segment_key(bad, "t", 1)
+
+
+def test_keys_carry_the_topic_id_and_old_keys_stay_readable() -> None:
+    keys = ObjectKeyFactory("p")
+    tid = str(uuid.uuid4())
+    new = keys.segment("t-1", 2, 5, uuid.uuid4(), 1, tid)
+    assert new.data.startswith(f"p/t-1-{tid}/2/")
+    assert keys.check_segment_key(new.data, "t-1", 2) == new.data
+    assert keys.check_segment_key(new.index, "t-1", 2) == new.index
+    old = keys.segment("t-1", 2, 5, uuid.uuid4(), 1)
+    assert old.data.startswith("p/t-1/2/") and keys.check_segment_key(old.data, "t-1", 2) == old.data
+    for bad in (
+        new.data.replace("/2/", "/3/"),  # another partition
+        f"p/t-1-{tid}x/2/" + new.data.rsplit("/", 1)[1],  # not a uuid
+        f"p/t-1-{tid}/../2/" + new.data.rsplit("/", 1)[1],
+    ):
+        with pytest.raises(InvalidNameError):
+            keys.check_segment_key(bad, "t-1", 2)
+    with pytest.raises(InvalidNameError):
+        keys.segment("t", 0, 0, uuid.uuid4(), 0, "../x")

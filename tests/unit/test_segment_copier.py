@@ -9,7 +9,7 @@ import pytest
 
 from processor.errors import StorageError
 from processor.leader.segment_copier import SegmentCopier
-from processor.metadata.model import MetadataRecord, SegmentState, TopicPartition
+from processor.metadata.model import MetadataRecord, RemoteLogSegmentMetadata, SegmentState, TopicPartition
 from processor.segment.block_format import SealedSegment, SegmentBuilder, iter_blocks
 from processor.segment.index_format import decode_index
 from processor.segment.object_keys import ObjectKeyFactory
@@ -19,9 +19,10 @@ from processor.storage.filesystem import FilesystemChunkStorage
 
 class ListSink:
     def __init__(self) -> None:
-        self.records: list[MetadataRecord] = []
+        self.records: list[RemoteLogSegmentMetadata] = []
 
     def publish(self, record: MetadataRecord) -> int:
+        assert isinstance(record, RemoteLogSegmentMetadata)
         self.records.append(record)
         return len(self.records) - 1
 

@@ -1,0 +1,66 @@
+"""``processor delete-before --topic T --partition P --offset O``: Kafka's DeleteRecords for remote
+storage. Moves the partition's remote log start offset to O (reads below it answer "not in remote
+storage" at once), then deletes every segment that ends below O, in Kafka's order."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from processor.errors import ConfigError
+from processor.lifecycle.retention_policy import RetentionLimits, plan_retention
+from processor.metadata.codec import metadata_partition_for
+from processor.metadata.model import TopicPartition
+from processor.segment.object_keys import validate_topic
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "delete-before",
+        help="delete a partition's remote records below an offset (like Kafka's DeleteRecords)",
+    )
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int, required=True)
+    p.add_argument("--offset", type=int, required=True, help="the new earliest remote offset")
+    p.set_defaults(func=cmd_delete_before)
+
+
+def cmd_delete_before(args: argparse.Namespace) -> int:
+    from processor.commands.deletion_context import open_context
+    from processor.config import load_settings
+
+    settings = load_settings()
+    tp = TopicPartition(validate_topic(args.topic), args.partition)
+    if tp.partition < 0 or args.offset < 0:
+        raise ConfigError("--partition and --offset must be >= 0")
+    ctx = open_context(settings)
+    try:
+        part = ctx.load([metadata_partition_for(tp, ctx.metadata_partitions)], {tp}).partition(tp)
+        highest = max((s.end_offset for s in part.finished()), default=None)
+        limit = highest + 1 if highest is not None else part.log_start_offset
+        if args.offset > limit:
+            raise ConfigError(
+                f"--offset {args.offset} is beyond what {tp} has in remote storage "
+                f"(the highest offset there + 1 is {limit})"
+            )
+        plan = plan_retention(
+            part.segments.values(),
+            RetentionLimits(),
+            int(time.time() * 1000),
+            part.log_start_offset,
+            requested_start_offset=args.offset,
+            served=part.served,
+        )
+        # the partition's newest writer epoch: records of an older one would be fenced as stale
+        outcome = ctx.deleter.execute(tp, plan, writer_epoch=max(part.max_epoch, 0))
+    finally:
+        ctx.close()
+    start = max(part.log_start_offset, args.offset)
+    print(f"{tp}: remote log start offset {start}; {len(outcome.deleted)} segments deleted")
+    if outcome.failed:
+        print(
+            f"{len(outcome.failed)} segment deletions failed; queued on {settings.deletion_topic} "
+            "for the partition's leader to retry"
+        )
+        return 1
+    return 0

@@ -1,0 +1,114 @@
+"""Kafka at the edge of the deletion path: tombstones on the metadata topic and the topic of failed
+deletions (KIP-405's ``__remote_segments_to_be_deleted``).
+
+The deletion topic (``PROCESSOR_DELETION_TOPIC``) is compacted and partitioned like the metadata
+topic. A failed deletion is published there with the segment's key (``{topic}/{partition}/{uuid}``)
+and the segment's full metadata as value, framed exactly like the metadata topic
+(``codec.encode_value``, state DELETE_SEGMENT_STARTED), so the object keys to delete travel with it.
+When a retry has deleted the objects, a tombstone for the key resolves the entry; the latest value
+per key is therefore "still to delete" or nothing. Every retention pass reads the topic to its end
+and retries what is pending; operators can consume it too (the seed's "user can consume the events").
+"""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import KafkaException
+
+from processor.errors import MetadataTopicError
+from processor.kafka_clients import ensure_topic, new_admin
+from processor.metadata.codec import encode_value, metadata_partition_for, segment_key
+from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.metadata.topic_io import DurableProducer, read_partitions
+
+log = logging.getLogger(__name__)
+
+DELETION_TOPIC_CONFIG = {"cleanup.policy": "compact"}
+
+
+class MetadataTombstones:
+    """Tombstones on the metadata topic, so compaction forgets a deleted segment's key. Sent only
+    after the segment's DELETE_SEGMENT_FINISHED was acknowledged, so they always come after it."""
+
+    def __init__(self, producer: DurableProducer, topic: str, num_partitions: int) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.num_partitions = num_partitions
+
+    def tombstone(self, segment: RemoteLogSegmentMetadata) -> int:
+        partition = metadata_partition_for(segment.topic_partition, self.num_partitions)
+        return self.producer.send(self.topic, partition, segment_key(segment.segment_id), None)
+
+
+class DeletionTopic:
+    """Failed deletions, published and resolved; read back for retries."""
+
+    def __init__(
+        self, bootstrap_servers: str, topic: str, num_partitions: int, producer: DurableProducer
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.num_partitions = num_partitions
+        self.producer = producer
+
+    @classmethod
+    def ensure(
+        cls,
+        bootstrap_servers: str,
+        topic: str,
+        num_partitions: int,
+        replication: int,
+        producer: DurableProducer,
+    ) -> DeletionTopic:
+        try:
+            ensure_topic(
+                new_admin(bootstrap_servers, "processor-admin"),
+                topic,
+                num_partitions,
+                replication,
+                DELETION_TOPIC_CONFIG,
+            )
+        except KafkaException as exc:
+            raise MetadataTopicError(f"cannot create deletion topic {topic}: {exc.args[0]}") from None
+        return cls(bootstrap_servers, topic, num_partitions, producer)
+
+    def _partition(self, tp: TopicPartition) -> int:
+        return metadata_partition_for(tp, self.num_partitions)
+
+    def record_failed(self, segment: RemoteLogSegmentMetadata) -> None:
+        entry = segment
+        if segment.state is not SegmentState.DELETE_SEGMENT_STARTED:
+            entry = segment.with_state(SegmentState.DELETE_SEGMENT_STARTED, segment.event_timestamp_ms)
+        self.producer.send(
+            self.topic,
+            self._partition(segment.topic_partition),
+            segment_key(segment.segment_id),
+            encode_value(entry),
+        )
+
+    def resolve(self, segment: RemoteLogSegmentMetadata) -> None:
+        self.producer.send(
+            self.topic, self._partition(segment.topic_partition), segment_key(segment.segment_id), None
+        )
+
+    def pending(self, wanted: set[TopicPartition] | None = None) -> list[RemoteLogSegmentMetadata]:
+        """Entries not yet resolved (latest value per key is not a tombstone), oldest first."""
+        latest: dict[bytes, RemoteLogSegmentMetadata | None] = {}
+        for msg in read_partitions(self.bootstrap_servers, self.topic, list(range(self.num_partitions))):
+            key = msg.key or b""
+            if msg.record is None:
+                if msg.error != "tombstone":
+                    log.warning(
+                        "deletion topic entry %d@%d skipped: %s", msg.partition, msg.offset, msg.error
+                    )
+                latest[key] = None
+                continue
+            if not isinstance(msg.record, RemoteLogSegmentMetadata):
+                log.warning("deletion topic entry %d@%d is not a segment; skipped", msg.partition, msg.offset)
+                continue
+            latest.pop(key, None)  # keep first-seen order of live entries stable: re-insert at the end
+            latest[key] = msg.record
+        return [
+            s for s in latest.values() if s is not None and (wanted is None or s.topic_partition in wanted)
+        ]

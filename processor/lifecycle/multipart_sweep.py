@@ -1,0 +1,41 @@
+"""Aborting abandoned multipart uploads under the bucket prefix.
+
+A worker killed mid-upload leaves a multipart upload whose parts are stored (and billed) but belong
+to no object; the copier aborts its own failed uploads, but a crash gives it no chance. The sweep
+aborts uploads under the prefix that were initiated more than ``older_than_ms`` ago: a threshold far
+above any segment's upload time, so uploads in flight (of this or another worker) are never touched.
+It runs when the worker starts and then periodically (every ``SWEEP_INTERVAL_S``); ``delete-topic``
+runs it for the topic's partitions with no age threshold.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Protocol
+
+from processor.storage.s3 import MultipartUpload
+
+log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_S = 600.0
+
+
+class MultipartStore(Protocol):
+    def list_multipart_uploads(self, prefix: str) -> list[MultipartUpload]: ...
+
+    def abort_multipart_upload(self, key: str, upload_id: str) -> None: ...
+
+
+def abandoned(uploads: list[MultipartUpload], now_ms: int, older_than_ms: int) -> list[MultipartUpload]:
+    """The uploads initiated at least ``older_than_ms`` before ``now_ms``. Pure."""
+    return [u for u in uploads if now_ms - u.initiated_ms >= older_than_ms]
+
+
+def sweep_multipart_uploads(store: MultipartStore, prefix: str, older_than_ms: int) -> int:
+    """Abort abandoned multipart uploads under ``prefix``; returns how many were aborted."""
+    found = abandoned(store.list_multipart_uploads(prefix), int(time.time() * 1000), older_than_ms)
+    for upload in found:
+        store.abort_multipart_upload(upload.key, upload.upload_id)
+        log.info("aborted abandoned multipart upload of %s (%s)", upload.key, upload.upload_id)
+    return len(found)

@@ -1,0 +1,105 @@
+"""Helpers of the retention and deletion tests: producing records with chosen timestamps, and
+checking a partition's metadata against the bucket's contents."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from processor.devstack.stack import StackInfo
+from processor.kafka_clients import new_producer
+from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.metadata.topic_io import load_remote_state
+from processor.segment.object_keys import ObjectKeyFactory
+from processor.storage.s3 import S3ChunkStorage, S3Options
+
+
+def produce(
+    bootstrap: str, topic: str, partition: int, count: int, timestamp_ms: int, value_bytes: int = 1024
+) -> None:
+    producer = new_producer(bootstrap, "lifecycle-test-producer", **{"linger.ms": 5})
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    key=f"k{i}".encode(),
+                    value=bytes([i % 251]) * value_bytes,
+                    partition=partition,
+                    timestamp=timestamp_ms,
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(30) == 0
+    time.sleep(0.2)
+
+
+def storage_for(info: StackInfo, endpoint_url: str | None = None) -> S3ChunkStorage:
+    return S3ChunkStorage(
+        S3Options(bucket=info.bucket, endpoint_url=endpoint_url or info.s3_endpoint_url, region="us-east-1")
+    )
+
+
+@dataclass
+class PartitionView:
+    part: PartitionRemoteState
+    objects: set[str]
+
+    @property
+    def finished(self) -> list[RemoteLogSegmentMetadata]:
+        return self.part.finished()
+
+    @property
+    def live(self) -> list[RemoteLogSegmentMetadata]:
+        return [s for s in self.part.segments.values() if s.state is not SegmentState.DELETE_SEGMENT_FINISHED]
+
+    @property
+    def deleted(self) -> list[RemoteLogSegmentMetadata]:
+        return sorted(
+            (s for s in self.part.segments.values() if s.state is SegmentState.DELETE_SEGMENT_FINISHED),
+            key=lambda s: s.start_offset,
+        )
+
+    @property
+    def referenced(self) -> set[str]:
+        return {k for s in self.live for k in (s.data_object_key, s.index_object_key)}
+
+
+def view(info: StackInfo, meta: str, tp: TopicPartition, prefix: str) -> PartitionView:
+    state, _ = load_remote_state(info.bootstrap_servers, meta)
+    storage = storage_for(info)
+    try:
+        objects = {
+            o.key for o in storage.list(ObjectKeyFactory(prefix).partition_prefix(tp.topic, tp.partition))
+        }
+    finally:
+        storage.close()
+    return PartitionView(state.partition(tp), objects)
+
+
+def wait_for(
+    what: str, check: Callable[[], bool], timeout_s: float, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the worker exited with code {proc.returncode} while waiting for {what}")
+        if check():
+            return
+        time.sleep(1.0)
+    raise TimeoutError(f"not reached within {timeout_s:.0f} s: {what}")
+
+
+def run_cli(env: dict[str, str], *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "processor", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )

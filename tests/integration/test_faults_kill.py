@@ -1,0 +1,74 @@
+"""kill -9 of the worker at random points of the copy path, again and again, while records keep
+arriving (upstream: Kafka's tiered-storage "offload and consume after a restart", KAFKA-17062 /
+KAFKA-17428 dangling copies finished or cleaned by the next leader; Redpanda's closing scrub)."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from processor.demo import wait_offloaded
+from processor.devstack.stack import StackInfo
+from processor.kafka_clients import ensure_topic, new_admin
+from tests.integration.invariants import (
+    SteadyProducer,
+    check_invariants,
+    expected_ends,
+    jitter,
+    running_worker,
+    wait_for_log,
+)
+from tests.integration.worker_process import WorkerProcess, worker_env
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "faults-kill"
+META = "__remote_log_metadata_faults_kill"
+PREFIX = "faults-kill"
+KILLS = 10
+
+
+def test_kill_9_at_random_points_leaves_every_record_once_and_nothing_leaked(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), TOPIC, 3, 1, {})
+    env = worker_env(
+        local_stack,
+        tmp_path / "data",
+        TOPIC,
+        PROCESSOR_METADATA_TOPIC=META,
+        PROCESSOR_S3_PREFIX=PREFIX,
+        PROCESSOR_SEGMENT_BYTES=str(64 * 1024),
+        PROCESSOR_BLOCK_BYTES=str(8 * 1024),
+        PROCESSOR_SEGMENT_MS="200",
+        PROCESSOR_BUFFER_BYTES=str(8 * 1024 * 1024),
+        PROCESSOR_SESSION_TIMEOUT_MS="3000",
+        PROCESSOR_WORKER_ID="kill-target",
+        PROCESSOR_FOLLOWER_ENABLED="false",
+    )
+    rng = random.Random(8)
+    producer = SteadyProducer(local_stack.bootstrap_servers, TOPIC, 3, batch=300, pause_s=0.05).start()
+    killed_while_leading = 0
+    try:
+        for i in range(KILLS):
+            worker = WorkerProcess(env, tmp_path / f"worker{i}.log")
+            try:
+                wait_for_log(worker, "leading ", 60)
+                time.sleep(jitter(rng, 0.2, 2.5))
+                killed_while_leading += "resuming at" in worker.log()
+            finally:
+                worker.proc.kill()
+                worker.proc.wait()
+    finally:
+        counts = producer.stop()
+    assert killed_while_leading == KILLS
+
+    ends = expected_ends(counts, TOPIC)
+    with running_worker(env, tmp_path / "final.log") as final:
+        wait_offloaded(local_stack.bootstrap_servers, META, ends, 150, final.proc)
+    found = check_invariants(local_stack, META, PREFIX, ends)
+    assert not found.problems, "\n".join(found.problems[:20])
+    assert found.objects == 2 * sum(found.served.values())

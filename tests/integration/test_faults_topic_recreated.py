@@ -1,0 +1,98 @@
+"""A topic deleted and re-created under the same name is a new partition history (upstream: KIP-405's
+TopicIdPartition, Aiven's ``topic-<uuid>`` keys; Kafka's "delete topic" harness case)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from processor.app import build_follower, build_reader, build_storage
+from processor.config import load_settings
+from processor.demo import wait_offloaded
+from processor.devstack.sample_data import produce_samples
+from processor.devstack.stack import StackInfo
+from processor.kafka_clients import ensure_topic, new_admin, partition_counts, topic_ids
+from processor.metadata.model import TopicPartition
+from processor.metadata.topic_io import load_remote_state
+from tests.integration.invariants import running_worker
+from tests.integration.worker_process import worker_env
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "recreated"
+META = "__remote_log_metadata_recreated"
+TP = TopicPartition(TOPIC, 0)
+
+
+def _recreate(bootstrap: str) -> None:
+    admin = new_admin(bootstrap, "t")
+    admin.delete_topics([TOPIC])[TOPIC].result(15)
+    deadline = time.monotonic() + 30
+    while TOPIC in partition_counts(admin, [TOPIC]):
+        assert time.monotonic() < deadline, "topic deletion did not complete"
+        time.sleep(0.2)
+    ensure_topic(admin, TOPIC, 1, 1, {})
+
+
+def test_recreated_topic_is_offloaded_from_zero_and_never_served_the_old_records(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    admin = new_admin(local_stack.bootstrap_servers, "t")
+    ensure_topic(admin, TOPIC, 1, 1, {})
+    old_id = topic_ids(admin, [TOPIC])[TOPIC]
+    env = worker_env(
+        local_stack,
+        tmp_path / "data",
+        TOPIC,
+        PROCESSOR_METADATA_TOPIC=META,
+        PROCESSOR_S3_PREFIX="recreated",
+        PROCESSOR_SEGMENT_BYTES=str(32 * 1024),
+        PROCESSOR_BLOCK_BYTES=str(4 * 1024),
+        PROCESSOR_SEGMENT_MS="300",
+        PROCESSOR_SESSION_TIMEOUT_MS="3000",
+    )
+    produce_samples(local_stack.bootstrap_servers, TOPIC, 400, 1, big_every=0)
+    with running_worker(env, tmp_path / "first.log") as worker:
+        wait_offloaded(local_stack.bootstrap_servers, META, {TP: 399}, 90, worker.proc)
+
+    _recreate(local_stack.bootstrap_servers)
+    new_id = topic_ids(admin, [TOPIC])[TOPIC]
+    assert new_id != old_id
+    fresh = produce_samples(local_stack.bootstrap_servers, TOPIC, 700, 1, start=100_000, big_every=0)
+    with running_worker(env, tmp_path / "second.log") as worker:
+        wait_offloaded(local_stack.bootstrap_servers, META, {TP: 699}, 90, worker.proc)
+        assert "resuming at the earliest offset" in worker.log()
+        assert "resuming at 400" not in worker.log()
+
+    state, _skipped = load_remote_state(local_stack.bootstrap_servers, META)
+    part = state.partition(TP)
+    part.current_topic_id = new_id
+    served = part.finished()
+    assert served[0].start_offset == 0 and served[-1].end_offset == 699
+    assert all(s.segment_id.topic_id == new_id for s in served)
+    assert all(f"recreated/{TOPIC}-{new_id}/0/" in s.data_object_key for s in served)
+    old = [s for s in part.segments.values() if s.segment_id.topic_id == old_id]
+    assert old and all(f"recreated/{TOPIC}-{old_id}/0/" in s.data_object_key for s in old)
+
+    settings = load_settings(
+        {
+            **{k: v for k, v in env.items() if k.startswith("PROCESSOR_")},
+            "PROCESSOR_FOLLOW_TOPICS": TOPIC,
+            "PROCESSOR_S3_REGION": "us-east-1",
+        }
+    )
+    meta_parts = partition_counts(admin, [META])[META]
+    follower = build_follower(settings, meta_parts, cache_dir=tmp_path / "read-cache")
+    storage = build_storage(settings)
+    try:
+        follower.materializer.catch_up()
+        reader = build_reader(settings, storage, follower.rlmm)
+        got = reader.read_from_offset(TP, 0, max_records=2000, max_bytes=1 << 40)
+        assert [r.offset for r in got] == list(range(700))
+        assert [(r.key, r.value) for r in got] == [(r.key, r.value) for r in fresh]
+        assert follower.rlmm.earliest_log_offset(TP) == 0 and follower.rlmm.highest_log_offset(TP) == 699
+    finally:
+        follower.close()
+        storage.close()

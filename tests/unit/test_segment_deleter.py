@@ -1,0 +1,210 @@
+"""The deleter's order (start offset first, STARTED, objects, FINISHED, tombstone) and its failure path."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from processor import metrics
+from processor.errors import StorageError
+from processor.lifecycle.retention_config import RetentionConfig
+from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, plan_retention
+from processor.lifecycle.retention_service import RetentionService, StateView
+from processor.lifecycle.segment_deleter import SegmentDeleter
+from processor.metadata.model import (
+    MetadataRecord,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogStartOffset,
+    SegmentState,
+    TopicPartition,
+)
+from processor.metadata.remote_log_state import RemoteLogState
+from processor.segment.object_keys import ObjectKeyFactory
+from processor.storage.chunk_storage import Buffer, ChunkInfo
+from processor.storage.filesystem import FilesystemChunkStorage
+
+TP = TopicPartition("orders", 0)
+S = SegmentState
+
+
+class Journal:
+    """Records, in order, what the deleter publishes (metadata, tombstones, failed deletions)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+
+    def publish(self, record: MetadataRecord) -> int:
+        self.events.append(("publish", record))
+        return len(self.events)
+
+    def tombstone(self, segment: RemoteLogSegmentMetadata) -> int:
+        self.events.append(("tombstone", segment.segment_id.id))
+        return len(self.events)
+
+    def record_failed(self, segment: RemoteLogSegmentMetadata) -> None:
+        self.events.append(("failed", segment.segment_id.id))
+
+    def resolve(self, segment: RemoteLogSegmentMetadata) -> None:
+        self.events.append(("resolved", segment.segment_id.id))
+
+
+class FailingDeletes(FilesystemChunkStorage):
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.fail = False
+
+    def delete(self, key: str) -> None:
+        if self.fail:
+            raise StorageError("injected delete failure")
+        super().delete(key)
+
+    def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
+        return super().create(key, parts)
+
+
+def copy_segments(
+    storage: FilesystemChunkStorage, n: int, max_ts: int = 1_000
+) -> list[RemoteLogSegmentMetadata]:
+    """``n`` finished segments of 10 offsets each, with their two objects in ``storage`` (the
+    deleter never reads object contents, so they are placeholders)."""
+    keys = ObjectKeyFactory("p")
+    out = []
+    for i in range(n):
+        sid = RemoteLogSegmentId(TP.topic, TP.partition, uuid.uuid4())
+        k = keys.segment(TP.topic, TP.partition, i * 10, sid.id, 2)
+        storage.create(k.data, [b"data" * 25])
+        storage.create(k.index, [b"index"])
+        out.append(
+            RemoteLogSegmentMetadata(
+                sid,
+                i * 10,
+                i * 10 + 9,
+                max_ts,
+                5_000,
+                "w",
+                2,
+                ((0, i * 10),),
+                100,
+                S.COPY_SEGMENT_FINISHED,
+                k.data,
+                k.index,
+                1,
+                10,
+                0,
+                5,
+            )
+        )
+    return out
+
+
+def test_deletes_in_kafka_order_and_leaves_no_objects(tmp_path: Path) -> None:
+    storage = FailingDeletes(tmp_path)
+    segs = copy_segments(storage, 3)
+    journal = Journal()
+    deleter = SegmentDeleter(storage, journal, journal, journal, "w-ret", clock_ms=lambda: 9_000)
+    plan = plan_retention(segs, RetentionLimits(retention_ms=1_000), now_ms=10_000)
+    before = metrics.SEGMENTS_DELETED.labels("time")._value.get()
+    out = deleter.execute(TP, plan, writer_epoch=1)
+    assert out.deleted == segs and out.failed == [] and out.log_start_offset == 30
+    kinds = [(k, type(v).__name__ if k == "publish" else None) for k, v in journal.events]
+    assert kinds[0] == ("publish", "RemoteLogStartOffset"), "the start offset moves before anything goes"
+    start = journal.events[0][1]
+    assert isinstance(start, RemoteLogStartOffset) and start.start_offset == 30 and start.writer_epoch == 2
+    per_segment = journal.events[1:]
+    for i, seg in enumerate(segs):
+        started, finished, tomb = per_segment[3 * i : 3 * i + 3]
+        assert (
+            isinstance(started[1], RemoteLogSegmentMetadata) and started[1].state is S.DELETE_SEGMENT_STARTED
+        )
+        assert isinstance(finished[1], RemoteLogSegmentMetadata)
+        assert finished[1].state is S.DELETE_SEGMENT_FINISHED and finished[1].writer_id == "w-ret"
+        assert tomb == ("tombstone", seg.segment_id.id)
+    assert list(storage.list("")) == []
+    assert metrics.SEGMENTS_DELETED.labels("time")._value.get() - before == 3
+    # the records fold: every segment ends DELETE_SEGMENT_FINISHED, the start offset is 30
+    state = RemoteLogState()
+    for s in segs:
+        state.apply(s)
+    for _k, v in journal.events:
+        if isinstance(v, (RemoteLogSegmentMetadata, RemoteLogStartOffset)):
+            state.apply(v)
+    part = state.partition(TP)
+    assert part.log_start_offset == 30 and part.finished() == []
+
+
+def test_failed_deletes_are_queued_counted_and_retried(tmp_path: Path) -> None:
+    storage = FailingDeletes(tmp_path)
+    segs = copy_segments(storage, 2)
+    journal = Journal()
+    deleter = SegmentDeleter(storage, journal, journal, journal, "w-ret")
+    storage.fail = True
+    failures = metrics.DELETE_FAILURES._value.get()
+    out = deleter.execute(TP, plan_retention(segs, RetentionLimits(retention_bytes=0), 10_000), 2)
+    assert out.deleted == [] and [s for s, _ in out.failed] == segs
+    assert metrics.DELETE_FAILURES._value.get() - failures == 2
+    assert [k for k, _ in journal.events].count("failed") == 2
+    assert [k for k, _ in journal.events].count("tombstone") == 0
+    assert len(list(storage.list(""))) == 4, "objects stay until a retry deletes them"
+    # segments are now DELETE_SEGMENT_STARTED: the next plan requeues them, and they go
+    stuck = [s.with_state(S.DELETE_SEGMENT_STARTED, 1) for s in segs]
+    plan = plan_retention(stuck, RetentionLimits(), 10_000)
+    assert plan.requeue == tuple(stuck)
+    storage.fail = False
+    journal.events.clear()
+    out = deleter.execute(TP, plan, 2)
+    assert out.deleted == stuck and list(storage.list("")) == []
+    assert [k for k, _ in journal.events] == ["publish", "tombstone", "resolved"] * 2
+
+
+def test_retry_from_the_deletion_topic_finishes_the_segment(tmp_path: Path) -> None:
+    storage = FailingDeletes(tmp_path)
+    (seg,) = copy_segments(storage, 1)
+    journal = Journal()
+    deleter = SegmentDeleter(storage, journal, journal, journal, "w-ret")
+    storage.fail = True
+    assert deleter.retry_failed([seg], 3).failed
+    storage.fail = False
+    out = deleter.retry_failed([seg], 3)
+    assert out.deleted == [seg] and list(storage.list("")) == []
+    assert [k for k, _ in journal.events] == ["publish", "tombstone", "resolved"]
+    finished = journal.events[0][1]
+    assert isinstance(finished, RemoteLogSegmentMetadata) and finished.state is S.DELETE_SEGMENT_FINISHED
+    assert finished.writer_epoch == 3
+
+
+def test_service_deletes_only_led_partitions_and_reports_persistent_failures(tmp_path: Path) -> None:
+    from processor.health import HEALTH
+
+    HEALTH.reset()
+    storage = FailingDeletes(tmp_path)
+    segs = copy_segments(storage, 2)
+    state = RemoteLogState()
+    for s in segs:
+        state.apply(s)
+    journal = Journal()
+    deleter = SegmentDeleter(storage, journal, journal, journal, "w-ret")
+    service = RetentionService(
+        RetentionConfig(RetentionLimits(), (("orders", "bytes", 0),)),
+        StateView(state.partitions),
+        deleter,
+        None,
+        clock_ms=lambda: 10_000,
+    )
+    assert service.run_pass({}).outcome.deleted == []  # leads nothing: deletes nothing
+    assert journal.events == []
+    storage.fail = True
+    for _ in range(3):
+        service.run_pass({TP: 1})
+    assert [p.component for p in HEALTH.problems()] == ["retention"]
+    storage.fail = False
+    stuck = RemoteLogState()
+    for s in segs:
+        stuck.apply(s)
+        stuck.apply(s.with_state(S.DELETE_SEGMENT_STARTED, 2))
+    service.view = StateView(stuck.partitions)
+    result = service.run_pass({TP: 1})
+    assert len(result.outcome.deleted) == 2 and result.ok
+    assert HEALTH.problems() == []
+    assert {r for r in DeleteReason} >= {DeleteReason.RETRY}
