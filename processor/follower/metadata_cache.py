@@ -217,9 +217,10 @@ class MetadataCache:
         return self.segment(sid)
 
     def _lineage(self, overlay: _Overlay, tp: TopicPartition) -> Lineage:
-        if tp in overlay.lineages:
-            return overlay.lineages[tp]
-        return self.lineage(tp)
+        lineage = overlay.lineages.get(tp)
+        if lineage is None:  # read (and JSON-decoded) once a batch, not once a record
+            lineage = overlay.lineages[tp] = self.lineage(tp)
+        return lineage
 
     def _served(
         self, overlay: _Overlay, tp: TopicPartition, start: int = 0, end: int | None = None
@@ -237,8 +238,10 @@ class MetadataCache:
         for sid, changed in overlay.served.get(tp, {}).items():
             if changed is None:
                 out.pop(sid, None)
-            else:
+            elif end is None or (changed.start_offset <= end and changed.end_offset >= start):
                 out[sid] = changed
+            else:  # changed in this batch, but outside the range asked for
+                out.pop(sid, None)
         return out
 
     def _unserve(self, batch: WriteBatch, overlay: _Overlay, seg: RemoteLogSegmentMetadata) -> None:
