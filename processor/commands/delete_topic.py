@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import time
 from typing import TYPE_CHECKING
 
@@ -56,12 +55,11 @@ def cmd_delete_topic(args: argparse.Namespace) -> int:
                 "segments after this deletion"
             )
         state = ctx.load()
-        topic_prefix = (f"{ctx.keys.prefix}/" if ctx.keys.prefix else "") + topic + "/"
-        in_bucket = {
-            int(m.group(1))
-            for info in ctx.storage.list(topic_prefix)
-            if (m := re.match(r"(\d+)/", info.key[len(topic_prefix) :]))
-        }
+        found = (
+            ctx.keys.partition_of(topic, info.key)
+            for info in ctx.storage.list(ctx.keys.topic_listing_prefix(topic))
+        )
+        in_bucket = {p for p in found if p is not None}
         partitions = sorted({tp.partition for tp in state.partitions if tp.topic == topic} | in_bucket)
         unfinished = []
         for p in partitions:
@@ -110,11 +108,16 @@ def delete_partition(ctx: DeletionContext, tp: TopicPartition, part: PartitionRe
             ok = False
     if ctx.deleter.retry_failed(ctx.deletion_topic.pending({tp}), epoch).failed:
         ok = False
-    prefix = ctx.keys.partition_prefix(tp.topic, tp.partition)
+    prefix = ctx.keys.topic_listing_prefix(tp.topic)
     try:
         for info in list(ctx.storage.list(prefix)):  # objects no metadata names (crashed writers)
-            ctx.storage.delete(info.key)
-        sweep_multipart_uploads(ctx.storage, prefix, older_than_ms=0)
+            if ctx.keys.partition_of(tp.topic, info.key) == tp.partition:  # any topic id
+                ctx.storage.delete(info.key)
+        for folder in {ctx.keys.partition_prefix(tp.topic, tp.partition)} | {
+            ctx.keys.partition_prefix(tp.topic, tp.partition, s.segment_id.topic_id)
+            for s in part.segments.values()
+        }:
+            sweep_multipart_uploads(ctx.storage, folder, older_than_ms=0)
     except StorageError as exc:
         log.warning("could not empty %s: %s", prefix, exc)
         ok = False

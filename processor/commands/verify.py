@@ -25,6 +25,7 @@ from processor.errors import FormatError, ObjectNotFoundError
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
 from processor.segment.block_format import iter_blocks
 from processor.segment.index_format import decode_index
+from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 
 
@@ -82,7 +83,7 @@ def verify_partition(
     storage: ChunkStorage,
     tp: TopicPartition,
     segments: list[RemoteLogSegmentMetadata],
-    listing_prefix: str,
+    keys: ObjectKeyFactory,
     report: VerifyReport,
     advance: Any = None,
 ) -> None:
@@ -96,8 +97,8 @@ def verify_partition(
             report.segments_checked += 1
             if advance is not None:
                 advance()
-    for info in storage.list(listing_prefix):
-        if info.key not in referenced:
+    for info in storage.list(keys.topic_listing_prefix(tp.topic)):
+        if keys.partition_of(tp.topic, info.key) == tp.partition and info.key not in referenced:
             report.unreferenced.append({"partition": tp.partition, "key": info.key, "size": info.size})
 
 
@@ -131,7 +132,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     side.reader.storage,
                     TopicPartition(topic, p),
                     segments,
-                    keys.partition_prefix(topic, p),
+                    keys,
                     report,
                     advance,
                 )

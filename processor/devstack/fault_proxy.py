@@ -227,7 +227,9 @@ class FaultProxy:
     async def _setup(self) -> None:
         app = web.Application(client_max_size=1024**3)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # A test proxy: on stop, requests still in flight (a client that gave up on a delayed
+        # answer) are cut after 2 s instead of aiohttp's graceful 60 s.
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
         await self._runner.setup()
         self._session = aiohttp.ClientSession(
             auto_decompress=False,

@@ -87,6 +87,18 @@ class ObjectKeyFactory:
             folder += "-" + validate_topic_id(topic_id)
         return self._join(folder, str(validate_partition(partition))) + "/"
 
+    def topic_listing_prefix(self, topic: str) -> str:
+        """A listing prefix covering every folder of ``topic``: ``{topic}/`` (legacy, no id) and
+        ``{topic}-{topic_id}/`` (one per topic id). It also covers topics whose names merely start
+        with ``topic``: keep only the keys :meth:`partition_of` recognises."""
+        return self._join(validate_topic(topic))
+
+    def partition_of(self, topic: str, key: str) -> int | None:
+        """The partition of ``key`` if it lies in one of ``topic``'s partition folders (any topic
+        id, or none), else None."""
+        m = re.match(re.escape(self._join(topic)) + r"(?:-" + _TOPIC_ID.pattern + r")?/(\d+)/", key)
+        return int(m.group(1)) if m else None
+
     def segment(
         self,
         topic: str,

@@ -21,7 +21,10 @@ from processor.storage.s3 import S3ChunkStorage, S3Options
 def produce(
     bootstrap: str, topic: str, partition: int, count: int, timestamp_ms: int, value_bytes: int = 1024
 ) -> None:
-    producer = new_producer(bootstrap, "lifecycle-test-producer", **{"linger.ms": 5})
+    # Small producer batches: segments end at batch boundaries, so small segments need small batches.
+    producer = new_producer(
+        bootstrap, "lifecycle-test-producer", **{"linger.ms": 5, "batch.num.messages": 10}
+    )
     for i in range(count):
         while True:
             try:
@@ -74,8 +77,11 @@ def view(info: StackInfo, meta: str, tp: TopicPartition, prefix: str) -> Partiti
     state, _ = load_remote_state(info.bootstrap_servers, meta)
     storage = storage_for(info)
     try:
+        keys = ObjectKeyFactory(prefix)
         objects = {
-            o.key for o in storage.list(ObjectKeyFactory(prefix).partition_prefix(tp.topic, tp.partition))
+            o.key
+            for o in storage.list(keys.topic_listing_prefix(tp.topic))
+            if keys.partition_of(tp.topic, o.key) == tp.partition
         }
     finally:
         storage.close()

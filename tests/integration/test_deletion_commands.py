@@ -19,6 +19,7 @@ from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.model import PartitionDeleteState, TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import load_remote_state
+from processor.segment.object_keys import ObjectKeyFactory
 from tests.integration.lifecycle_support import produce, run_cli, storage_for, view, wait_for
 from tests.integration.worker_process import WorkerProcess, worker_env
 
@@ -111,7 +112,7 @@ def test_delete_topic_resumes_after_a_crash_half_way_and_ends_empty(
         local_stack, env, {TopicPartition(topic, 0): 119, TopicPartition(topic, 1): 119}, tmp_path / "w.log"
     )
     storage = storage_for(local_stack)
-    topic_prefix = f"{PREFIX}/{topic}/"
+    topic_prefix = ObjectKeyFactory(PREFIX).topic_listing_prefix(topic)  # every topic id's folder
     initial = len(list(storage.list(topic_prefix)))
     assert initial >= 40
 

@@ -81,3 +81,17 @@ def test_keys_carry_the_topic_id_and_old_keys_stay_readable() -> None:
             keys.check_segment_key(bad, "t-1", 2)
     with pytest.raises(InvalidNameError):
         keys.segment("t", 0, 0, uuid.uuid4(), 0, "../x")
+
+
+def test_partition_of_recognises_every_folder_of_a_topic_and_nothing_else():
+    from processor.segment.object_keys import ObjectKeyFactory
+
+    keys = ObjectKeyFactory("pre")
+    tid = "01a20270-d3cf-7e83-82b4-da1b9798c132"
+    assert keys.topic_listing_prefix("orders") == "pre/orders"
+    assert keys.partition_of("orders", "pre/orders/3/0001.log") == 3
+    assert keys.partition_of("orders", f"pre/orders-{tid}/7/0001.log") == 7
+    assert keys.partition_of("orders", "pre/orders2/3/0001.log") is None
+    assert keys.partition_of("orders", "pre/orders-x/3/0001.log") is None
+    seg = keys.segment("orders", 5, 0, __import__("uuid").uuid4(), 1, tid)
+    assert keys.partition_of("orders", seg.data) == 5
