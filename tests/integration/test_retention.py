@@ -55,7 +55,9 @@ def test_retention_by_size_and_time_with_failed_deletes_draining(
     )
     # Every DELETE of the size-limited topic's objects fails (non-retriable) until the rule goes.
     failing = fault_proxy.add_rule(
-        error_rule({"delete"}, status=403, code="AccessDenied", path_contains=f"/{PREFIX}/{SIZED.topic}/")
+        error_rule(
+            {"delete"}, status=403, code="AccessDenied", path_contains=f"/{PREFIX}/{SIZED.topic}-"
+        )  # its topic-id folder
     )
     now = int(time.time() * 1000)
     produce(local_stack.bootstrap_servers, TIMED.topic, 0, 60, now - 3 * DAY)  # old records
