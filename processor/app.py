@@ -384,12 +384,11 @@ def add_read_views(app: faust.App, reader: RemoteReader, token: str | None = Non
     register_faust_views(app, {}, reader=reader, token=token)
 
 
-def prepare(settings: Settings) -> tuple[S3ChunkStorage, int]:
-    """Start-up checks with clear errors: broker reachable, bucket usable, metadata topic present."""
+def prepare_read_side(settings: Settings) -> tuple[S3ChunkStorage, int, Any]:
+    """Start-up checks every role shares, with clear errors: broker reachable, bucket usable,
+    metadata topic present. Returns the storage, the metadata partition count and the admin client."""
     from processor.kafka_clients import check_broker
 
-    if not settings.topics:
-        raise ConfigError("PROCESSOR_TOPICS: no source topics configured (comma-separated list)")
     admin = check_broker(settings.bootstrap_servers)
     storage = build_storage(settings)
     storage.check_bucket()
@@ -399,6 +398,14 @@ def prepare(settings: Settings) -> tuple[S3ChunkStorage, int]:
         settings.metadata_partitions,
         settings.metadata_replication_factor,
     )
+    return storage, metadata_partitions, admin
+
+
+def prepare(settings: Settings) -> tuple[S3ChunkStorage, int]:
+    """The worker's start-up checks: the shared ones, plus source topics configured."""
+    if not settings.topics:
+        raise ConfigError("PROCESSOR_TOPICS: no source topics configured (comma-separated list)")
+    storage, metadata_partitions, admin = prepare_read_side(settings)
     missing = set(settings.topics) - set(partition_counts(admin, list(settings.topics)))
     if missing:
         log.warning(

@@ -17,24 +17,20 @@ log = logging.getLogger("processor.follower")
 
 
 def cmd_follower(args: argparse.Namespace) -> int:
-    from processor.app import build_follower, build_reader, build_readiness_watch, build_storage
+    from processor.app import (
+        build_follower,
+        build_reader,
+        build_readiness_watch,
+        build_storage,
+        prepare_read_side,
+    )
     from processor.config import load_settings
-    from processor.kafka_clients import check_broker
     from processor.logs import setup_logging
-    from processor.metadata.topic_io import ensure_metadata_topic
     from processor.web.servers import follower_web_app
 
     settings = load_settings()
     setup_logging(settings.log_level, settings.log_format)
-    check_broker(settings.bootstrap_servers)
-    storage = build_storage(settings)
-    storage.check_bucket()
-    metadata_partitions = ensure_metadata_topic(
-        settings.bootstrap_servers,
-        settings.metadata_topic,
-        settings.metadata_partitions,
-        settings.metadata_replication_factor,
-    )
+    storage, metadata_partitions, _admin = prepare_read_side(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     follower = build_follower(settings, metadata_partitions)
     reader = build_reader(settings, storage, follower.rlmm)
