@@ -25,7 +25,7 @@ from processor.errors import ConfigError, OffsetNotInRemoteError
 from processor.metadata.model import TopicPartition
 from processor.reader.record_json import record_to_json
 from processor.reader.remote_reader import RemoteReader
-from processor.segment.record_format import KafkaRecord
+from processor.segment.records import KafkaRecord
 
 CHUNK_RECORDS = 5000
 PROGRESS_FROM = 10_000  # records asked for before a progress bar is worth showing

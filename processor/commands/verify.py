@@ -23,7 +23,7 @@ from typing import Any
 
 from processor.errors import FormatError, ObjectNotFoundError
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
-from processor.segment.block_format import iter_blocks
+from processor.segment.blocks import iter_blocks
 from processor.segment.index_format import decode_index
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage

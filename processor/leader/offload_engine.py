@@ -47,7 +47,8 @@ from processor.leader.roll_policy import RollPolicy, RollReason
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
-from processor.segment.block_format import BLOCK_HEADER_LEN, SealedSegment
+from processor.segment.block_header import BLOCK_HEADER_LEN
+from processor.segment.sealed_segment import SealedSegment
 from processor.segment.segment_assembler import SegmentAssembler
 
 log = logging.getLogger(__name__)

@@ -28,9 +28,9 @@ from processor.metadata.model import (
     TopicPartition,
 )
 from processor.metadata.sink import MetadataSink
-from processor.segment.block_format import SealedSegment
 from processor.segment.index_format import encode_index, index_crc
 from processor.segment.object_keys import ObjectKeyFactory
+from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import ChunkStorage
 
 log = logging.getLogger(__name__)

@@ -31,8 +31,8 @@ from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import load_remote_state
 from processor.reader.remote_reader import RemoteReader
-from processor.segment.block_format import decode_block_header
-from processor.segment.record_format import KafkaRecord, TimestampType
+from processor.segment.blocks import decode_block_header
+from processor.segment.records import KafkaRecord, TimestampType
 from tests.integration.worker_process import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.integration
