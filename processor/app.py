@@ -245,7 +245,6 @@ def build_follower(
     settings: Settings,
     metadata_partitions: int,
     cache_dir: Path | None = None,
-    publisher: MetadataPublisher | None = None,
 ) -> Follower:
     cache = MetadataCache(cache_dir or settings.data_dir / "metadata-cache")
     materializer = Materializer(
@@ -255,7 +254,7 @@ def build_follower(
         followed_partitions(settings, metadata_partitions),
         frozenset(settings.follow_topics) or None,
     )
-    return Follower(cache, materializer, RemoteLogMetadataManager(cache, publisher))
+    return Follower(cache, materializer, RemoteLogMetadataManager(cache))
 
 
 def build_reader(settings: Settings, storage: ChunkStorage, rlmm: RemoteLogMetadataManager) -> RemoteReader:
@@ -376,12 +375,6 @@ def publish_engine_gauges(engine: OffloadEngine) -> None:
     metrics.SEGMENTS_BY_STATE.labels("open").set(sum(1 for st in status.values() if st.open_bytes > 0))
     metrics.SEGMENTS_BY_STATE.labels("pending").set(sum(st.pending_segments for st in status.values()))
     metrics.SEGMENTS_BY_STATE.labels("copying").set(sum(1 for st in status.values() if st.copying))
-
-
-def add_read_views(app: faust.App, reader: RemoteReader, token: str | None = None) -> None:
-    """The read API (``/segments``, ``/fetch``) with the health views, on a Faust app (kept for
-    callers that build their own app; :func:`build_app` registers them itself)."""
-    register_faust_views(app, {}, reader=reader, token=token)
 
 
 def prepare_read_side(settings: Settings) -> tuple[S3ChunkStorage, int, Any]:

@@ -13,13 +13,13 @@ from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import RemoteLogState
 from processor.metadata.topic_io import DurableProducer, MetadataPublisher, load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.storage.s3 import S3ChunkStorage
+from processor.storage.chunk_storage import ChunkStorage
 
 
 @dataclass
 class DeletionContext:
     settings: Settings
-    storage: S3ChunkStorage
+    storage: ChunkStorage
     metadata_partitions: int
     publisher: MetadataPublisher
     producer: DurableProducer
