@@ -146,9 +146,10 @@ def build_engine(
     storage: S3ChunkStorage,
     metadata_partitions: int,
     planner: ResumePlanner | None = None,
+    follower: Follower | None = None,
 ) -> OffloadEngine:
     publisher = MetadataPublisher(settings.bootstrap_servers, settings.metadata_topic, metadata_partitions)
-    materializer = planner.materializer if planner is not None else None
+    materializer = follower.materializer if follower is not None else None
     uploads = rate_limited(storage, settings.upload_bytes_per_second)  # PROCESSOR_UPLOAD_BYTES_PER_SECOND
     copier = SegmentCopier(
         uploads,

@@ -65,7 +65,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         follower = build_follower(settings, metadata_partitions)
         reader = build_reader(settings, storage, follower.rlmm)
     planner = build_planner(settings, metadata_partitions, follower)
-    engine = build_engine(settings, storage, metadata_partitions, planner)
+    engine = build_engine(settings, storage, metadata_partitions, planner, follower)
     app = build_app(settings, engine, reader, follower, planner)
     from processor.lifecycle.worker_tasks import attach_lifecycle  # retention, deletion, multipart sweep
 

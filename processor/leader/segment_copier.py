@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Mapping
 
 from processor.errors import ProcessorError
+from processor.leader.ports import AcceptedByFollower, NewestEpoch
 from processor.logs import segment_fields
 from processor.metadata.model import (
     RemoteLogSegmentId,
@@ -61,8 +62,8 @@ class SegmentCopier:
         writer_id: str,
         clock_ms: Callable[[], int] = _now_ms,
         topic_ids: Mapping[str, str] | None = None,
-        newest_epoch: Callable[[TopicPartition], int] | None = None,
-        accepted: Callable[[RemoteLogSegmentMetadata, int], bool] | None = None,
+        newest_epoch: NewestEpoch | None = None,
+        accepted: AcceptedByFollower | None = None,
     ) -> None:
         self.storage = storage
         self.sink = sink
