@@ -14,7 +14,6 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from benchmarks.offload import PARTITIONS, LoadedTopic, run_worker_offload
 from benchmarks.report import Figure, Report, percentile
-from processor.app import build_follower, build_reader, build_storage
 from processor.config import load_settings
 from processor.devstack import stack
 from processor.follower.metadata_cache import MetadataCache, RawMessage
@@ -26,6 +25,8 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
+from processor.wiring.follower import build_follower, build_reader
+from processor.wiring.storage import build_storage
 
 MiB = 1024 * 1024
 

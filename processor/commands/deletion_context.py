@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from processor.config import Settings
 from processor.errors import ProcessorError
+from processor.kafka_clients import check_broker, partition_counts
 from processor.lifecycle.deletion_topic import DeletionTopic, MetadataTombstones
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.model import TopicPartition
@@ -14,6 +15,7 @@ from processor.metadata.remote_log_state import RemoteLogState
 from processor.metadata.topic_io import DurableProducer, MetadataPublisher, load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
+from processor.wiring.storage import build_storage
 
 
 @dataclass
@@ -44,8 +46,6 @@ class DeletionContext:
 
 def open_context(settings: Settings) -> DeletionContext:
     """Raises ServiceUnavailableError (Kafka), StorageError (S3), ProcessorError (nothing offloaded)."""
-    from processor.app import build_storage
-    from processor.kafka_clients import check_broker, partition_counts
 
     admin = check_broker(settings.bootstrap_servers)
     counts = partition_counts(admin, [settings.metadata_topic])

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from processor import metrics
-from processor.app import remote_state_loader
 from processor.config import load_settings
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
@@ -24,6 +23,7 @@ from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import Buffer, ChunkInfo
 from processor.storage.filesystem import FilesystemChunkStorage
+from processor.wiring.resume import remote_state_loader
 from tests.integration.worker_process import wait_engine_offloaded
 from tests.support.segment_v1_writer import SegmentBuilder
 

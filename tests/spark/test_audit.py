@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from processor.app import build_storage
 from processor.config import load_settings
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin, new_producer
@@ -22,6 +21,7 @@ from processor.segment.block_header import BLOCK_HEADER_LEN
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.audit import AuditOptions, run_audit
 from processor.spark.options import Connection
+from processor.wiring.storage import build_storage
 from tests.spark.conftest import META
 from tests.support.segment_v1_writer import SegmentBuilder
 
