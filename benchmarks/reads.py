@@ -16,7 +16,8 @@ from benchmarks.offload import PARTITIONS, LoadedTopic, run_worker_offload
 from benchmarks.report import Figure, Report, percentile
 from processor.config import load_settings
 from processor.devstack import stack
-from processor.follower.metadata_cache import MetadataCache, RawMessage
+from processor.follower.cache_writes import RawMessage
+from processor.follower.metadata_cache import MetadataCache
 from processor.kafka_clients import ensure_topic, new_admin, new_consumer
 from processor.metadata.codec import encode_value, metadata_partition_for, record_key
 from processor.metadata.model import (

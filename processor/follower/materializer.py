@@ -21,7 +21,8 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from processor import metrics
 from processor.errors import MetadataTopicError
-from processor.follower.metadata_cache import ApplyResult, MetadataCache, RawMessage
+from processor.follower.cache_writes import ApplyResult, RawMessage
+from processor.follower.metadata_cache import MetadataCache
 from processor.metadata.model import TopicPartition
 from processor.metadata.read_to_end import EndSnapshot
 from processor.metadata.remote_log_state import PartitionRemoteState

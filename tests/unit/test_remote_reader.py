@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from processor.errors import CorruptObjectError, OffsetNotInRemoteError, SegmentObjectMissingError
-from processor.follower.metadata_cache import MetadataCache, RawMessage
+from processor.follower.cache_writes import RawMessage
+from processor.follower.metadata_cache import MetadataCache
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.codec import encode_value, record_key
