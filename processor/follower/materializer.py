@@ -67,7 +67,6 @@ class Materializer:
         self.batch_size = batch_size
         self.stats = MaterializerStats()
         self._consumer_factory = consumer_factory
-        self._consumer: Consumer | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None

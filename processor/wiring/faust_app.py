@@ -71,5 +71,4 @@ def build_app(
         reader=reader,
         token=token,
     )
-    app.offload_engine = engine
     return app

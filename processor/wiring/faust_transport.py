@@ -14,8 +14,6 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as faust_kafka
 
-from processor.leader.offload_engine import OffloadEngine
-
 
 def leadership_transport(source_topics: frozenset[str]) -> type[faust_kafka.Transport]:
     class _LeadershipConsumer(faust_kafka.Consumer):
@@ -33,7 +31,6 @@ def leadership_transport(source_topics: frozenset[str]) -> type[faust_kafka.Tran
 
 class ProcessorApp(faust.App):
     source_topics: frozenset[str] = frozenset()
-    offload_engine: OffloadEngine | None = None
 
     def _new_transport(self) -> Any:
         transport_cls = leadership_transport(self.source_topics)

@@ -9,6 +9,7 @@ serves the same handlers as the worker.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -24,22 +25,16 @@ from processor.wiring.storage import build_storage
 log = logging.getLogger("processor.follower")
 
 
+@dataclass
 class FollowerServer:
-    def __init__(
-        self,
-        settings: Settings,
-        storage: ChunkStorage,
-        follower: Follower,
-        web_app: web.Application,
-        probe_storage: ChunkStorage,
-        watch: ReadinessWatch,
-    ) -> None:
-        self.settings = settings
-        self.storage = storage
-        self.follower = follower
-        self.web_app = web_app
-        self.probe_storage = probe_storage
-        self.watch = watch
+    """One ``processor follower`` process, built from its settings (``build``), then ``run``."""
+
+    settings: Settings
+    storage: ChunkStorage
+    follower: Follower
+    web_app: web.Application
+    probe_storage: ChunkStorage
+    watch: ReadinessWatch
 
     @classmethod
     def build(cls, settings: Settings) -> FollowerServer:

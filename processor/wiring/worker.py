@@ -9,6 +9,8 @@ client, engine, lifecycle, follower, storage.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import faust
 
 from processor.config import Settings
@@ -31,28 +33,18 @@ from processor.wiring.storage import build_storage
 from processor.wiring.timers import add_lifecycle_timers
 
 
+@dataclass
 class Worker:
     """One ``processor worker`` process, built from its settings (``build``), then ``run``."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        storage: ChunkStorage,
-        follower: Follower | None,
-        engine: OffloadEngine,
-        app: faust.App,
-        lifecycle: LifecycleTasks,
-        probe_storage: ChunkStorage,
-        watch: ReadinessWatch,
-    ) -> None:
-        self.settings = settings
-        self.storage = storage
-        self.follower = follower
-        self.engine = engine
-        self.app = app
-        self.lifecycle = lifecycle
-        self.probe_storage = probe_storage
-        self.watch = watch
+    settings: Settings
+    storage: ChunkStorage
+    follower: Follower | None
+    engine: OffloadEngine
+    app: faust.App
+    lifecycle: LifecycleTasks
+    probe_storage: ChunkStorage
+    watch: ReadinessWatch
 
     @classmethod
     def build(cls, settings: Settings) -> Worker:
