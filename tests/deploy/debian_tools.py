@@ -94,6 +94,7 @@ class Release:
             raise ToolUnavailable(f"apt-get download {package} failed: {proc.stderr.strip()[-500:]}")
         partial = target.with_suffix(".partial")
         shutil.rmtree(partial, ignore_errors=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["dpkg-deb", "-x", str(debs[-1]), str(partial)], check=True, timeout=300)
         partial.rename(target)
         return target

@@ -191,27 +191,7 @@ def test_monitoring_objects(all_docs):
         assert selector.items() <= svc["metadata"]["labels"].items()
         assert svc["spec"]["ports"][0]["name"] == "http"
     rule = by_kind(all_docs, "PrometheusRule")[0]
-    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
-    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert set(rules) >= {
-        "TieredStorageOffloadLagGrowing",
-        "TieredStorageCopiesFailing",
-        "TieredStorageBufferFull",
-        "TieredStorageFollowerBehind",
-        "TieredStorageDataLoss",
-    }
-    from prometheus_client import REGISTRY
-
-    import processor.metrics  # noqa: F401 - registers the catalogue
-
-    known = {family.name for family in REGISTRY.collect()}
-    for name, r in rules.items():
-        assert set(r) <= {"alert", "expr", "for", "labels", "annotations"}
-        assert r["labels"]["severity"] in {"warning", "critical"}
-        used = set(re.findall(r"\b(processor_[a-z_]+)", r["expr"]))
-        assert used, name
-        for metric in used:
-            assert metric.removesuffix("_total") in known, f"{name} uses unknown metric {metric}"
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"  # its alerts: tests/deploy/test_alerts.py
 
 
 def test_every_value_has_a_comment():
