@@ -193,16 +193,16 @@ CASES = [
     _case(
         "TieredStorageCopyLagGrowing",
         {
-            f'processor_offload_lag_seconds{{{WORKER}, topic="orders", partition="0"}}': "0+60x40",
+            f'processor_remote_copy_lag_seconds{{{WORKER}, topic="orders", partition="0"}}': "0+60x40",
             # old, not growing: quiet
-            f'processor_offload_lag_seconds{{{WORKER}, topic="orders", partition="1"}}': "1000x40",
+            f'processor_remote_copy_lag_seconds{{{WORKER}, topic="orders", partition="1"}}': "1000x40",
         },
         "30m",
         [_labels(**PART)],
     ),
     _case(
         "TieredStorageCopiesFailing",
-        {f"processor_copy_failures_total{{{WORKER}}}": "0+1x30"},
+        {f"processor_remote_copy_errors_total{{{WORKER}}}": "0+1x30"},
         "20m",
         [_labels(**POD)],
     ),

@@ -38,8 +38,8 @@ def exported_series() -> dict[str, set[str]]:
         elif kind == "histogram":
             for suffix in ("_bucket", "_sum", "_count"):
                 series[name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
-        elif kind == "info":
-            series[f"{name}_info"] = labels
+        elif kind == "info":  # its labels are the info's keys, set once at import
+            series[f"{name}_info"] = labels | set(next(iter(value.collect())).samples[0].labels)
         else:
             series[name] = labels
     assert len(series) > 20, "the catalogue was read"

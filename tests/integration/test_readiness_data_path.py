@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from processor.devstack.fault_proxy import FaultProxy, error_rule
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo, free_port
 from processor.kafka_clients import ensure_topic, new_admin
 from tests.integration.test_operability import http_get, wait_status
 from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.fault_proxy import FaultProxy, error_rule
 
 pytestmark = pytest.mark.integration
 
