@@ -35,6 +35,8 @@ SECURITY_SETTINGS = {
     "PROCESSOR_SSL_KEY_PASSWORD",
     "PROCESSOR_SSL_CHECK_HOSTNAME",
     "PROCESSOR_SASL_OAUTH_TOKEN_PROVIDER",
+    "PROCESSOR_SASL_OAUTH_AWS_REGION",
+    "PROCESSOR_SASL_OAUTH_AWS_ROLE_ARN",
     "PROCESSOR_WEB_AUTH",
 }
 # Environment variables holding secrets: never in the ConfigMap, always a secretKeyRef.

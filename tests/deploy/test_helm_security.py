@@ -119,20 +119,38 @@ def test_sasl_user_name_as_a_value(helm):
     assert "PROCESSOR_SASL_USERNAME" not in _secret_refs(worker)
 
 
-def test_oauthbearer_token_provider(helm):
+def test_oauthbearer_with_amazon_msk_iam(helm):
     docs = render(
         helm,
         *BASE,
         "--set", "kafka.securityProtocol=SASL_SSL",
         "--set", "kafka.sasl.mechanism=OAUTHBEARER",
-        "--set", "kafka.sasl.oauthTokenProvider=processor.kafka.msk_iam:token",
+        "--set", "kafka.sasl.oauthTokenProvider=aws-msk-iam",
+        "--set", "kafka.sasl.oauthAwsRegion=eu-west-1",
+        "--set", "kafka.sasl.oauthAwsRoleArn=arn:aws:iam::123456789012:role/msk-archive",
+        "--set", "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/r",
     )  # fmt: skip
     config = config_map(docs)
-    assert config["PROCESSOR_SASL_OAUTH_TOKEN_PROVIDER"] == "processor.kafka.msk_iam:token"
-    assert "PROCESSOR_SSL_CAFILE" not in config  # the image's system CAs (a managed Kafka's public CA)
+    assert config["PROCESSOR_SASL_MECHANISM"] == "OAUTHBEARER"
+    assert config["PROCESSOR_SASL_OAUTH_TOKEN_PROVIDER"] == "aws-msk-iam"
+    assert config["PROCESSOR_SASL_OAUTH_AWS_REGION"] == "eu-west-1"
+    assert config["PROCESSOR_SASL_OAUTH_AWS_ROLE_ARN"] == "arn:aws:iam::123456789012:role/msk-archive"
+    assert "PROCESSOR_SSL_CAFILE" not in config  # the image's system CAs (MSK's public CA)
     worker = by_kind(docs, "StatefulSet")[0]["spec"]["template"]["spec"]["containers"][0]
     assert "PROCESSOR_SASL_PASSWORD" not in _secret_refs(worker)
     validate_all(docs)
+
+
+def test_oauthbearer_with_a_provider_hook(helm):
+    docs = render(
+        helm,
+        *BASE,
+        "--set", "kafka.securityProtocol=SASL_SSL",
+        "--set", "kafka.sasl.mechanism=OAUTHBEARER",
+        "--set", "kafka.sasl.oauthTokenProvider=tokens.provider:fetch_token",
+    )  # fmt: skip
+    assert config_map(docs)["PROCESSOR_SASL_OAUTH_TOKEN_PROVIDER"] == "tokens.provider:fetch_token"
+    assert "PROCESSOR_SASL_OAUTH_AWS_REGION" not in config_map(docs)
 
 
 def test_mutual_tls_mounts_certificate_and_key_from_secrets(mtls_docs):
@@ -193,6 +211,17 @@ def test_security_settings_are_settings_fields(fixture, request):
         (["--set", "kafka.securityProtocol=TLS"], "securityProtocol"),
         (["--set", "kafka.sasl.mechanism=GSSAPI"], "mechanism"),
         (["--set", "kafka.sasl.oauthTokenProvider=not a function"], "oauthTokenProvider"),
+        (
+            [
+                "--set",
+                "kafka.securityProtocol=SASL_SSL",
+                "--set",
+                "kafka.sasl.mechanism=OAUTHBEARER",
+                "--set",
+                "kafka.sasl.oauthTokenProvider=aws-msk-iam",
+            ],
+            "kafka.sasl.oauthAwsRegion",
+        ),
         (["--set", "webApi.auth=basic"], "auth"),
     ],
 )

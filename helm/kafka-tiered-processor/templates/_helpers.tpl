@@ -118,7 +118,10 @@ each value alone).
 {{- fail (printf "kafka.securityProtocol is %s with mechanism %s: set kafka.sasl.existingSecret to the Secret holding the password" $k.securityProtocol $k.sasl.mechanism) }}
 {{- end }}
 {{- if and (include "ktp.kafkaSasl" .) (eq $k.sasl.mechanism "OAUTHBEARER") (not $k.sasl.oauthTokenProvider) }}
-{{- fail "kafka.sasl.mechanism is OAUTHBEARER: set kafka.sasl.oauthTokenProvider (module:function)" }}
+{{- fail "kafka.sasl.mechanism is OAUTHBEARER: set kafka.sasl.oauthTokenProvider (aws-msk-iam, or module:function)" }}
+{{- end }}
+{{- if and (eq $k.sasl.oauthTokenProvider "aws-msk-iam") (not $k.sasl.oauthAwsRegion) }}
+{{- fail "kafka.sasl.oauthTokenProvider is aws-msk-iam: set kafka.sasl.oauthAwsRegion to the cluster's region" }}
 {{- end }}
 {{- if and (or $k.tls.caSecret $k.tls.clientCertSecret) (not (include "ktp.kafkaTls" .)) }}
 {{- fail (printf "kafka.tls.caSecret/clientCertSecret are set but kafka.securityProtocol is %s: use SSL or SASL_SSL" $k.securityProtocol) }}
@@ -139,6 +142,12 @@ PROCESSOR_SASL_USERNAME: {{ . | quote }}
 {{- end }}
 {{- with $k.sasl.oauthTokenProvider }}
 PROCESSOR_SASL_OAUTH_TOKEN_PROVIDER: {{ . | quote }}
+{{- end }}
+{{- with $k.sasl.oauthAwsRegion }}
+PROCESSOR_SASL_OAUTH_AWS_REGION: {{ . | quote }}
+{{- end }}
+{{- with $k.sasl.oauthAwsRoleArn }}
+PROCESSOR_SASL_OAUTH_AWS_ROLE_ARN: {{ . | quote }}
 {{- end }}
 {{- end }}
 {{- if include "ktp.kafkaTls" . }}
