@@ -4,7 +4,7 @@ The copy lag (records the source holds beyond the highest offset in a finished r
 not depend on fetching working: a fetch response carries the high watermark, but when fetching
 stalls no response comes, and a lag read from the last response stays where it was (or at 0) while
 the partition grows. So a daemon thread asks the partition leaders for the latest offsets
-(ListOffsets, through a confluent-kafka admin client built by processor.kafka_clients) every
+(ListOffsets: ``processor.kafka_clients.latest_offsets``, bound by the wiring) every
 ``interval_s`` for the partitions this worker leads, whatever the fetcher does.
 
 Each observation keeps when it was answered. :meth:`HighWatermarks.existed_since` tells the time of
@@ -27,7 +27,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from processor import metrics
 from processor.metadata.model import TopicPartition
@@ -143,30 +142,3 @@ class HighWatermarks:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(ASK_TIMEOUT_S + 1)
-
-
-def admin_list_latest(admin: Any) -> ListLatest:
-    """ListOffsets(latest) through a confluent-kafka AdminClient (one request per partition leader)."""
-    from confluent_kafka import TopicPartition as KafkaTP
-    from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # exported, no __all__
-
-    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-
-    def list_latest(tps: list[TopicPartition], timeout_s: float) -> dict[TopicPartition, int]:
-        request = {KafkaTP(tp.topic, tp.partition): latest for tp in tps}
-        futures = admin.list_offsets(request, request_timeout=timeout_s)
-        answers: dict[TopicPartition, int] = {}
-        errors: list[str] = []
-        for ktp, future in futures.items():
-            tp = TopicPartition(ktp.topic, ktp.partition)
-            try:
-                answers[tp] = int(future.result(timeout=timeout_s).offset)
-            except Exception as exc:  # one partition's error (leader moving, topic deleted)
-                errors.append(f"{tp}: {exc}")
-        if errors and not answers:
-            raise RuntimeError("; ".join(errors[:5]))
-        if errors:
-            log.debug("high watermarks missing for %d partitions: %s", len(errors), "; ".join(errors[:5]))
-        return answers
-
-    return list_latest

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 from processor import metrics
 from processor.config import Settings
 from processor.follower.materializer import Materializer
-from processor.kafka_clients import new_admin
+from processor.kafka_clients import latest_offsets, new_admin
 from processor.leader.batch_source import BatchSource, OnFetched, OnLost, SourceSecurity
-from processor.leader.high_watermarks import HighWatermarks, admin_list_latest
+from processor.leader.high_watermarks import HighWatermarks
 from processor.leader.offload_engine import EngineOptions, OffloadEngine
 from processor.leader.resume import ResumePlanner
 from processor.leader.segment_copier import SegmentCopier
@@ -83,8 +85,9 @@ def build_engine(
         copier,
         planner if planner is not None else remote_state_loader(settings, metadata_partitions),
         high_watermarks=HighWatermarks(
-            admin_list_latest(
-                new_admin(settings.bootstrap_servers, f"{settings.app_id}-{settings.worker_id}-watermarks")
+            functools.partial(
+                latest_offsets,
+                new_admin(settings.bootstrap_servers, f"{settings.app_id}-{settings.worker_id}-watermarks"),
             ),
             HIGH_WATERMARK_INTERVAL_S,
         ),
