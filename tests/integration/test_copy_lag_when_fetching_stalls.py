@@ -30,7 +30,7 @@ from processor.devstack.stack import StackInfo, free_port
 from processor.kafka_clients import ensure_topic, new_admin
 from tests.integration.kafka_gate import FETCH, LIST_OFFSETS, KafkaGate
 from tests.integration.test_operability import http_get, wait_status
-from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.integration.worker_process import start_web_worker
 
 pytestmark = pytest.mark.integration
 
@@ -105,21 +105,14 @@ def test_copy_lag_rises_while_fetches_are_stalled(local_stack: StackInfo, gated_
     gate = gated_broker
     ensure_topic(new_admin(gate.address, "t"), TOPIC, 1, 1, {})
     produce_samples(gate.address, TOPIC, FIRST, 1, big_every=100_000, producer_config=ONE_PER_BATCH)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = worker_env(
+    worker, base = start_web_worker(
         local_stack,
-        tmp_path / "data",
+        tmp_path,
         TOPIC,
         PROCESSOR_BOOTSTRAP_SERVERS=gate.address,
         PROCESSOR_METADATA_TOPIC=META,
         PROCESSOR_S3_PREFIX="lag-stall",
-        PROCESSOR_SEGMENT_BYTES="65536",
-        PROCESSOR_SEGMENT_MS="500ms",
-        PROCESSOR_WEB_HOST="127.0.0.1",
-        PROCESSOR_WEB_PORT=str(port),
     )
-    worker = WorkerProcess(env, tmp_path / "worker.log")
     try:
         wait_status(f"{base}/readyz", 200, 120)
         _wait_gauge(base, "processor_remote_copy_lag_records", lambda v: v == 0, 120, "0 (all copied)")

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from processor.devstack.sample_data import produce_samples
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from tests.integration.test_operability import http_get, wait_status
-from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.integration.worker_process import start_web_worker
 from tests.support.fault_proxy import FaultProxy, error_rule
 
 pytestmark = pytest.mark.integration
@@ -45,23 +45,16 @@ def test_a_denied_put_keeps_the_pod_unready_while_head_bucket_succeeds(
     local_stack: StackInfo, fault_proxy: FaultProxy, tmp_path
 ):
     ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), TOPIC, 1, 1, {})
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = worker_env(
+    worker, base = start_web_worker(
         local_stack,
-        tmp_path / "data",
+        tmp_path,
         TOPIC,
         PROCESSOR_METADATA_TOPIC=META,
         PROCESSOR_S3_ENDPOINT_URL=fault_proxy.endpoint_url,
         PROCESSOR_S3_PREFIX="ready-dp",
-        PROCESSOR_SEGMENT_BYTES="65536",
-        PROCESSOR_SEGMENT_MS="500ms",
         PROCESSOR_STORAGE_PROBE_INTERVAL_MS="500",
         PROCESSOR_COPY_RETRY_BACKOFF_MAX_MS="1s",
-        PROCESSOR_WEB_HOST="127.0.0.1",
-        PROCESSOR_WEB_PORT=str(port),
     )
-    worker = WorkerProcess(env, tmp_path / "worker.log")
     try:
         wait_status(f"{base}/readyz", 200, 120)
         denied = fault_proxy.add_rule(error_rule({"put"}, status=403, code="AccessDenied"))
