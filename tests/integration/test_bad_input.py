@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from processor.devstack import stack
 from processor.devstack.stack import StackInfo
+from tests.support.cli import CliResult, run_cli
 
 
-def run_worker(env_overrides: dict[str, str], timeout_s: float = 90) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
-    env.update({"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1"})
-    env.update(env_overrides)
-    return subprocess.run(
-        [sys.executable, "-m", "processor", "worker"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
+def run_worker(env_overrides: dict[str, str]) -> CliResult:
+    """``processor worker`` in this process (tests/support/cli.py): each case fails in the start-up
+    checks, before the worker starts anything."""
+    env = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1"}
+    return run_cli({**env, **env_overrides}, "worker")
 
 
 @pytest.mark.parametrize(
