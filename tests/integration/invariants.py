@@ -85,6 +85,26 @@ def check_invariants(
     return found
 
 
+def settled_invariants(
+    info: StackInfo,
+    metadata_topic: str,
+    prefix: str,
+    expected_ends: dict[TopicPartition, int],
+    timeout_s: float = 60.0,
+    worker: WorkerProcess | None = None,
+) -> Findings:
+    """:func:`check_invariants` once they hold (a leader that just took over cleans what its
+    predecessors left), or its last findings when ``timeout_s`` has passed or ``worker`` exited."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = check_invariants(info, metadata_topic, prefix, expected_ends)
+        if not found.problems or time.monotonic() > deadline:
+            return found
+        if worker is not None and worker.proc.poll() is not None:
+            return found
+        time.sleep(0.5)
+
+
 def expected_ends(counts: Counter[int], topic: str) -> dict[TopicPartition, int]:
     return {TopicPartition(topic, p): n - 1 for p, n in counts.items()}
 
