@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-unit test-contract test-integration lint bench lock clean
+.PHONY: install demo test test-all test-unit test-contract test-integration test-spark lint bench lock clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -18,8 +18,19 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/processor demo
 
+# Two pytest-xdist workers, each with a stack of its own; one module (or one group sharing an expensive
+# fixture) is one unit of work, handed out slowest folder first (tests/conftest.py). Most of an
+# integration test's time is spent waiting (worker starts, group joins, fault windows), so two overlap
+# well even on two cores.
+PARALLEL := -n 2 --dist loadgroup --no-loadscope-reorder
+
+# The suite without the slow soaks (what CI runs; pyproject's addopts: -m 'not slow', --durations=20).
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PARALLEL)
+
+# Everything, the slow soaks at full count included.
+test-all: $(STAMP)
+	$(BIN)/pytest -q $(PARALLEL) -m ''
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
@@ -27,8 +38,13 @@ test-unit: $(STAMP)
 test-contract: $(STAMP)
 	$(BIN)/pytest -q tests/contract
 
+# By mark, not by folder (tests/conftest.py marks tests/integration and tests/spark): Spark's
+# integration tests are in.
 test-integration: $(STAMP)
-	$(BIN)/pytest -q tests/integration
+	$(BIN)/pytest -q $(PARALLEL) -m 'integration and not slow'
+
+test-spark: $(STAMP)
+	$(BIN)/pytest -q -m 'spark and not slow'
 
 lint: $(STAMP)
 	$(BIN)/ruff check processor tests $(wildcard benchmarks)

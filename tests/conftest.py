@@ -15,7 +15,57 @@ from pathlib import Path
 import pytest
 
 from processor.devstack import stack
+from tests.support.archive import OffloadedArchive, offload_archive
 from tests.support.fault_proxy import FaultProxy
+
+# The marks each folder's tests carry, so `-m integration` and `-m spark` select by what a test needs
+# (the Makefile's targets select by mark, not by folder).
+FOLDER_MARKS = {"integration": ("integration",), "spark": ("spark", "integration")}
+# `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`), each with a stack
+# of its own. A test module is one unit of work (its module fixtures start once), except where modules
+# share a session fixture that costs a worker or a JVM: those go to one worker together.
+SHARED_GROUPS = {
+    "tests/spark/": "spark",  # one SparkSession
+    "tests/integration/test_cli_ops.py": "archive",  # the offloaded archive (tests/support/archive.py)
+    "tests/integration/test_remote_reads.py": "archive",
+}
+# Units are handed out in this order of folders (the slowest first, the many quick unit tests fill in
+# at the end), so no long unit starts last.
+FOLDER_ORDER = ("spark", "integration", "contract", "deploy", "unit")
+# The session stack's processes need no graceful stop: Tansu keeps its log in memory and the
+# bucket is thrown away, while SeaweedFS's filer waits 15 s for its gRPC streams on SIGTERM.
+STACK_STOP_GRACE_S = 2.0
+
+
+def _group(relative: str) -> str:
+    for prefix, group in SHARED_GROUPS.items():
+        if relative.startswith(prefix):
+            return group
+    return relative
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by mark and before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_root = Path(__file__).parent
+    for item in items:
+        try:
+            relative = item.path.relative_to(tests_root)
+        except ValueError:
+            continue
+        for mark in FOLDER_MARKS.get(relative.parts[0], ()):
+            if mark not in item.keywords:
+                item.add_marker(mark)
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_group(f"tests/{relative.as_posix()}")))
+
+    def folder_rank(item: pytest.Item) -> int:
+        try:
+            folder = item.path.relative_to(tests_root).parts[0]
+        except ValueError:
+            return len(FOLDER_ORDER)
+        return FOLDER_ORDER.index(folder) if folder in FOLDER_ORDER else len(FOLDER_ORDER)
+
+    items.sort(key=folder_rank)  # stable: the order within a folder stays
 
 
 def _testcontainers_stack(tmp: Path) -> Iterator[stack.StackInfo]:
@@ -51,7 +101,7 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack.Stac
     try:
         yield info
     finally:
-        stack.stop(root)
+        stack.stop(root, grace_s=STACK_STOP_GRACE_S)
         for k, v in saved.items():
             if k.startswith("AWS_"):
                 if v is None:
@@ -71,3 +121,15 @@ def fault_proxy(local_stack: stack.StackInfo) -> Iterator[FaultProxy]:
 def proxied_stack(local_stack: stack.StackInfo, fault_proxy: FaultProxy) -> stack.StackInfo:
     """The session stack with its S3 endpoint replaced by this test's fault proxy."""
     return dataclasses.replace(local_stack, s3_endpoint_url=fault_proxy.endpoint_url)
+
+
+@pytest.fixture(scope="session")
+def offloaded_archive(
+    local_stack: stack.StackInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OffloadedArchive]:
+    """The session's one offloaded archive (tests/support/archive.py), its worker still running."""
+    archive = offload_archive(local_stack, tmp_path_factory.mktemp("archive"))
+    try:
+        yield archive
+    finally:
+        archive.worker.stop()
