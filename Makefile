@@ -22,7 +22,7 @@ demo: $(STAMP)
 # fixture) is one unit of work, handed out slowest folder first (tests/conftest.py). Most of an
 # integration test's time is spent waiting (worker starts, group joins, fault windows), so two overlap
 # well even on two cores.
-PARALLEL := -n 2 --dist loadgroup --no-loadscope-reorder
+PARALLEL := -n 2 --dist loadscope --no-loadscope-reorder
 
 # The suite without the slow soaks (what CI runs; pyproject's addopts: -m 'not slow', --durations=20).
 test: $(STAMP)

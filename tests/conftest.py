@@ -11,6 +11,7 @@ import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,10 +22,10 @@ from tests.support.fault_proxy import FaultProxy
 # The marks each folder's tests carry, so `-m integration` and `-m spark` select by what a test needs
 # (the Makefile's targets select by mark, not by folder).
 FOLDER_MARKS = {"integration": ("integration",), "spark": ("spark", "integration")}
-# `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`), each with a stack
-# of its own. A test module is one unit of work (its module fixtures start once), except where modules
-# share a session fixture that costs a worker or a JVM: those go to one worker together.
-SHARED_GROUPS = {
+# `make test` runs the suite on two pytest-xdist workers, each with a stack of its own. A test module
+# is one unit of work (its module fixtures start once), except where modules share a session fixture
+# that costs a worker process or a JVM: those are one unit, so the fixture starts once.
+SHARED_UNITS = {
     "tests/spark/": "spark",  # one SparkSession
     "tests/integration/test_cli_ops.py": "archive",  # the offloaded archive (tests/support/archive.py)
     "tests/integration/test_remote_reads.py": "archive",
@@ -37,33 +38,46 @@ FOLDER_ORDER = ("spark", "integration", "contract", "deploy", "unit")
 STACK_STOP_GRACE_S = 2.0
 
 
-def _group(relative: str) -> str:
-    for prefix, group in SHARED_GROUPS.items():
-        if relative.startswith(prefix):
-            return group
-    return relative
+def unit_of_work(nodeid: str) -> str:
+    """The unit a test is scheduled in: its module, or the shared unit its module belongs to."""
+    module = nodeid.split("::", 1)[0]
+    for prefix, unit in SHARED_UNITS.items():
+        if module.startswith(prefix):
+            return unit
+    return module
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects by mark and before xdist reads the groups
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's load-by-scope scheduling with :func:`unit_of_work` as the scope. (Its own
+    ``--dist loadgroup`` renames node ids, which pytest 9.2 no longer allows; this needs no marks.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+
+    return UnitScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by mark
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tests_root = Path(__file__).parent
-    for item in items:
+
+    def folder(item: pytest.Item) -> str:
         try:
-            relative = item.path.relative_to(tests_root)
+            return item.path.relative_to(tests_root).parts[0]
         except ValueError:
-            continue
-        for mark in FOLDER_MARKS.get(relative.parts[0], ()):
+            return ""
+
+    for item in items:
+        for mark in FOLDER_MARKS.get(folder(item), ()):
             if mark not in item.keywords:
                 item.add_marker(mark)
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(_group(f"tests/{relative.as_posix()}")))
 
     def folder_rank(item: pytest.Item) -> int:
-        try:
-            folder = item.path.relative_to(tests_root).parts[0]
-        except ValueError:
-            return len(FOLDER_ORDER)
-        return FOLDER_ORDER.index(folder) if folder in FOLDER_ORDER else len(FOLDER_ORDER)
+        name = folder(item)
+        return FOLDER_ORDER.index(name) if name in FOLDER_ORDER else len(FOLDER_ORDER)
 
     items.sort(key=folder_rank)  # stable: the order within a folder stays
 
