@@ -53,7 +53,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     ``--dist loadgroup`` renames node ids, which pytest 9.2 no longer allows; this needs no marks.)"""
     from xdist.scheduler import LoadScopeScheduling
 
-    class UnitScheduling(LoadScopeScheduling):
+    class UnitScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
         def _split_scope(self, nodeid: str) -> str:
             return unit_of_work(nodeid)
 
