@@ -29,6 +29,9 @@ SHARED_UNITS = {
     "tests/spark/": "spark",  # one SparkSession
     "tests/integration/test_cli_ops.py": "archive",  # the offloaded archive (tests/support/archive.py)
     "tests/integration/test_remote_reads.py": "archive",
+    # helm, promtool and Debian's package lists are fetched into .cache/ on first use: two workers
+    # fetching at once failed (and the tests skipped) on a fresh clone
+    "tests/deploy/": "deploy",
 }
 # Units are handed out in this order of folders (the slowest first, the many quick unit tests fill in
 # at the end), so no long unit starts last.
