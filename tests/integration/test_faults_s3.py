@@ -118,7 +118,7 @@ def test_s3_down_fills_the_buffer_pauses_within_memory_and_resumes(
         produced = produce_samples(local_stack.bootstrap_servers, topic, 30_000, 2, big_every=0)
         wait_for_log(worker, "consumption paused", 60)
         first = _rss_bytes(worker.proc.pid)
-        time.sleep(5)
+        time.sleep(5)  # the fault goes on: S3 stays down for 5 s while the worker's memory is watched
         later = _rss_bytes(worker.proc.pid)
         # ~20 MB were produced; the worker holds at most the bound plus librdkafka's prefetch
         # queue (16 MiB at this bound) and does not grow while S3 stays down.

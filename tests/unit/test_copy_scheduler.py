@@ -105,7 +105,7 @@ def test_an_unexpected_error_stops_the_data_path(tmp_path: Path) -> None:
     assert sched.failures == [sched.failure]  # type: ignore[attr-defined]
     problem = HEALTH.fatal()
     assert problem is not None and problem.component == "data_path"
-    time.sleep(0.1)
+    time.sleep(0.1)  # a window for a retry that must not come (the backoff is 0.01-0.05 s)
     assert storage.attempts == 1  # not retried
     sched.stop()
 
@@ -138,7 +138,7 @@ def test_a_non_retriable_error_blocks_visibly_without_a_retry_loop(tmp_path: Pat
     segment = sealed()
     submit(sched, buffer, segment)
     assert wait_for(lambda: storage.attempts >= 1)
-    time.sleep(0.2)
+    time.sleep(0.2)  # a window shorter than the maximum backoff (0.4 s): no retry may come in it
     assert storage.attempts == 1, "retried before the maximum backoff"
     assert [p.component for p in HEALTH.problems()] == ["storage"] and HEALTH.fatal() is None
     assert metrics.COPY_BLOCKED.labels(TP.topic)._value.get() - blocked_before >= 1
@@ -156,7 +156,7 @@ def test_a_revoke_wakes_a_sleeping_retry(tmp_path: Path) -> None:
     sched.open(TP, 1, None, [])
     submit(sched, buffer, sealed())
     assert wait_for(lambda: storage.attempts == 1)
-    time.sleep(0.05)
+    time.sleep(0.05)  # the failed attempt goes to sleep for its 20 s backoff (no event tells when)
     lane = sched.revoke(TP)
     assert lane is not None
     t0 = time.monotonic()
