@@ -39,6 +39,7 @@ FOLDER_ORDER = ("spark", "integration", "contract", "deploy", "unit")
 # The session stack's processes need no graceful stop: Tansu keeps its log in memory and the
 # bucket is thrown away, while SeaweedFS's filer waits 15 s for its gRPC streams on SIGTERM.
 STACK_STOP_GRACE_S = 2.0
+_ARCHIVES: list[OffloadedArchive] = []  # the session's archive, once made (its worker stops early)
 
 
 def unit_of_work(nodeid: str) -> str:
@@ -82,7 +83,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name = folder(item)
         return FOLDER_ORDER.index(name) if name in FOLDER_ORDER else len(FOLDER_ORDER)
 
-    items.sort(key=folder_rank)  # stable: the order within a folder stays
+    # slowest folder first; a unit's modules next to each other (also without xdist); the order
+    # within a module stays (the sort is stable)
+    first_seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first_seen.setdefault(unit_of_work(item.nodeid), index)
+    items.sort(key=lambda item: (folder_rank(item), first_seen[unit_of_work(item.nodeid)]))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last test of the archive's unit, the archive's worker stops (it would idle on for
+    the rest of the session); the archive itself stays readable."""
+    unit = unit_of_work(item.nodeid)
+    if unit == SHARED_UNITS["tests/integration/test_cli_ops.py"] and (
+        nextitem is None or unit_of_work(nextitem.nodeid) != unit
+    ):
+        for archive in _ARCHIVES:
+            archive.worker.stop()
 
 
 def _testcontainers_stack(tmp: Path) -> Iterator[stack.StackInfo]:
@@ -146,6 +164,7 @@ def offloaded_archive(
 ) -> Iterator[OffloadedArchive]:
     """The session's one offloaded archive (tests/support/archive.py), its worker still running."""
     archive = offload_archive(local_stack, tmp_path_factory.mktemp("archive"))
+    _ARCHIVES.append(archive)
     try:
         yield archive
     finally:
