@@ -32,8 +32,8 @@ from processor.spark.audit_rules import (
     audit_partition,
 )
 from processor.spark.audit_storage import check_lag, check_storage, list_objects
-from processor.spark.live_tail import live_ends
-from processor.spark.options import Connection
+from processor.spark.live_tail import broker_partitions, watermarks
+from processor.spark.options import Connection, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,11 @@ class _DriverChecks:
         if self.options.max_lag_records is not None:
             state, _ = load_remote_state(conn.bootstrap_servers, conn.metadata_topic)
             topics = sorted({tp.topic for tp in state.partitions})
-            highs = live_ends(conn.bootstrap_servers, topics) if topics else {}
+            highs = (
+                watermarks(conn, broker_partitions(conn, Subscription(topics=tuple(topics))))
+                if topics
+                else {}
+            )
             found.extend(check_lag(state, highs, self.options.max_lag_records))
         fresh = [f for f in found if f.key not in self.reported]
         self.reported.update(f.key for f in fresh)

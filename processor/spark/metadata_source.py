@@ -16,7 +16,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from processor.errors import FormatError, ServiceUnavailableError
+from processor.errors import ConfigError, FormatError, ServiceUnavailableError
 from processor.metadata.codec import decode_value
 from processor.metadata.model import (
     MetadataRecord,
@@ -26,17 +26,19 @@ from processor.metadata.model import (
     RemotePartitionDeleteMetadata,
     TopicPartition,
 )
-from processor.spark.live_tail import consume_range, live_ends
+from processor.spark.live_tail import consume_range, watermarks
 from processor.spark.options import (
     EARLIEST,
+    EARLIEST_BOUND,
     LATEST,
+    LATEST_BOUND,
+    Bound,
     Connection,
-    OffsetSpec,
-    _get,
+    _lowered,
     connection_from,
-    parse_offset_spec,
+    offsets_bound,
 )
-from processor.spark.tiered_records import decode_offsets, encode_offsets
+from processor.spark.stream_offsets import StreamOffsets
 
 SCHEMA_DDL = (
     "meta_partition int, meta_offset long, meta_timestamp timestamp, key string, record_type string, "
@@ -143,11 +145,14 @@ def record_row(
     return tuple(row[c] for c in COLUMNS)
 
 
+SUPPORTED_OPTIONS = ("kafka.bootstrap.servers", "metadata.topic", "startingOffsets", "endingOffsets")
+
+
 @dataclass(frozen=True, slots=True)
 class MetadataOptions:
     connection: Connection
-    starting: OffsetSpec | None
-    ending: OffsetSpec
+    starting: Bound | None
+    ending: Bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,23 +163,38 @@ class MetaSlice:
 
 
 def metadata_options(options: Mapping[str, str]) -> MetadataOptions:
+    known = {o.lower() for o in SUPPORTED_OPTIONS}
+    unknown = sorted(k for k in _lowered(options) if k not in known and not k.startswith("kafka."))
+    if unknown:
+        raise ConfigError(
+            f"remote_log_metadata does not know the option(s) {', '.join(unknown)}; supported: "
+            f"{', '.join(SUPPORTED_OPTIONS)}, and kafka.* client settings"
+        )
+
+    lowered = _lowered(options)
+    starting = lowered.get("startingoffsets")
+    ending = lowered.get("endingoffsets")
     return MetadataOptions(
         connection=connection_from(options),
-        starting=parse_offset_spec("startingOffsets", _get(options, "startingOffsets")),
-        ending=parse_offset_spec("endingOffsets", _get(options, "endingOffsets")) or "latest",
+        starting=offsets_bound("startingOffsets", starting) if starting is not None else None,
+        ending=offsets_bound("endingOffsets", ending) if ending is not None else LATEST_BOUND,
     )
 
 
 def _bounds(conn: Connection) -> dict[TopicPartition, tuple[int, int]]:
-    return live_ends(conn.bootstrap_servers, [conn.metadata_topic])
+    from processor.spark.live_tail import broker_partitions
+    from processor.spark.options import Subscription
+
+    return watermarks(conn, broker_partitions(conn, Subscription(topics=(conn.metadata_topic,))))
 
 
-def _resolve(spec: OffsetSpec, bounds: Mapping[TopicPartition, tuple[int, int]]) -> dict[TopicPartition, int]:
+def _resolve(spec: Bound, bounds: Mapping[TopicPartition, tuple[int, int]]) -> dict[TopicPartition, int]:
+    given = spec.offset_map
     out: dict[TopicPartition, int] = {}
     for tp, (low, high) in bounds.items():
-        wanted = EARLIEST if spec == "earliest" else LATEST
-        if isinstance(spec, dict):
-            wanted = spec.get(tp.topic, {}).get(tp.partition, LATEST)
+        wanted = EARLIEST if spec.kind == "earliest" else LATEST
+        if spec.kind == "offsets":
+            wanted = given.get(tp, LATEST)
         out[tp] = low if wanted == EARLIEST else high if wanted == LATEST else wanted
     return out
 
@@ -182,7 +202,7 @@ def _resolve(spec: OffsetSpec, bounds: Mapping[TopicPartition, tuple[int, int]])
 def read_slice(conn: Connection, part: MetaSlice) -> Iterator[tuple[Any, ...]]:
     try:
         for msg in consume_range(
-            conn.bootstrap_servers, conn.metadata_topic, part.partition, part.from_offset, part.until_offset
+            conn, conn.metadata_topic, part.partition, part.from_offset, part.until_offset
         ):
             _type, ts = msg.timestamp()
             yield record_row(part.partition, int(msg.offset()), int(ts), msg.key(), msg.value())
@@ -202,7 +222,7 @@ class MetadataReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         bounds = _bounds(self.options.connection)
-        start = _resolve(self.options.starting or "earliest", bounds)
+        start = _resolve(self.options.starting or EARLIEST_BOUND, bounds)
         end = _resolve(self.options.ending, bounds)
         return [InputPartition(s) for s in _slices(start, end)] or [InputPartition(None)]
 
@@ -214,19 +234,24 @@ class MetadataReader(DataSourceReader):
 class MetadataStreamReader(DataSourceStreamReader):
     def __init__(self, options: MetadataOptions) -> None:
         self.options = options
+        self._initial: dict[str, Any] | None = None
 
     def initialOffset(self) -> dict[str, Any]:
-        return encode_offsets(_resolve(self.options.starting or "latest", _bounds(self.options.connection)))
+        if self._initial is None:
+            offsets = _resolve(self.options.starting or LATEST_BOUND, _bounds(self.options.connection))
+            self._initial = StreamOffsets(offsets).to_json()
+        return self._initial
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
-        begin = decode_offsets(start)
+    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+        begin = StreamOffsets.from_json(start).offsets
         latest = {
             tp: max(high, begin.get(tp, 0)) for tp, (_low, high) in _bounds(self.options.connection).items()
         }
-        return encode_offsets(latest)
+        return start if latest == begin else StreamOffsets(latest).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return [InputPartition(s) for s in _slices(decode_offsets(start), decode_offsets(end))]
+        begin, until = StreamOffsets.from_json(start).offsets, StreamOffsets.from_json(end).offsets
+        return [InputPartition(s) for s in _slices(begin, until)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         yield from read_slice(self.options.connection, partition.value)

@@ -1,128 +1,16 @@
-"""The pure parts of the Spark side, without a Spark session: options, offsets, planning, the audit
-rules, and the Arrow conversion."""
+"""The pure parts of the Spark side, without a Spark session: the audit rules, the Arrow conversion,
+the metadata rows."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
-from processor.errors import ConfigError
-from processor.metadata.model import (
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    SegmentState,
-    TopicPartition,
-)
-from processor.segment.block_header import BlockInfo
-from processor.segment.index_format import SegmentIndex
 from processor.segment.records import KafkaRecord, TimestampType
-from processor.spark.arrow_records import ARROW_SCHEMA, records_to_batch
+from processor.spark.arrow_records import ARROW_SCHEMA, ARROW_SCHEMA_NO_HEADERS, records_to_batch
 from processor.spark.audit_rules import PartitionAudit, audit_partition
-from processor.spark.options import record_options
-from processor.spark.planning import DataLossError, plan_partition, resolve_offsets
-from processor.spark.tiered_records import cap_offsets, decode_offsets, encode_offsets
+from tests.spark.test_planning import seg
 
 pytestmark = pytest.mark.spark
-
-ENV = {
-    "PROCESSOR_BOOTSTRAP_SERVERS": "kafka:9092",
-    "PROCESSOR_S3_BUCKET": "bucket-a",
-    "PROCESSOR_METADATA_TOPIC": "meta",
-}
-
-
-def test_options_fall_back_to_the_worker_environment_and_reject_bad_input() -> None:
-    opts = record_options({"subscribe": "a,b", "s3.prefix": "x/y"}, ENV)
-    assert opts.topics == ("a", "b") and opts.connection.bootstrap_servers == "kafka:9092"
-    assert (opts.connection.s3_bucket, opts.connection.s3_prefix, opts.connection.metadata_topic) == (
-        "bucket-a",
-        "x/y",
-        "meta",
-    )
-    opts = record_options(
-        {"ASSIGN": '{"t":[1,0]}', "startingOffsets": '{"t":{"0":5,"1":-2}}', "maxOffsetsPerTrigger": "7"}, ENV
-    )
-    assert opts.assign == {"t": (0, 1)} and opts.starting == {"t": {0: 5, 1: -2}}
-    assert opts.max_offsets_per_trigger == 7 and opts.wants("t", 1) and not opts.wants("t", 2)
-    for bad in (
-        {},
-        {"subscribe": "a", "assign": '{"a":[0]}'},
-        {"subscribe": "bad/topic"},
-        {"subscribe": "a", "startingOffsets": "{nope"},
-        {"subscribe": "a", "endingOffsets": "earliest"},
-        {"subscribe": "a", "maxOffsetsPerTrigger": "0"},
-        {"subscribe": "a", "tail": "dead"},
-        {"subscribe": "a", "failOnDataLoss": "maybe"},
-    ):
-        with pytest.raises((ConfigError, ValueError)):
-            record_options(bad, ENV)
-
-
-def test_offsets_are_json_with_sorted_keys_and_caps_spread_over_partitions() -> None:
-    tp = TopicPartition
-    offsets = {tp("b", 10): 3, tp("a", 2): 1, tp("b", 2): 9}
-    doc = encode_offsets(offsets)
-    assert list(doc) == ["a", "b"] and list(doc["b"]) == ["10", "2"]
-    assert decode_offsets(doc) == offsets
-    start = {tp("t", 0): 0, tp("t", 1): 100}
-    latest = {tp("t", 0): 1000, tp("t", 1): 110}
-    capped = cap_offsets(start, latest, 101)
-    assert sum(capped[k] - start[k] for k in start) <= 101 and capped[tp("t", 1)] > 100
-    assert cap_offsets(start, latest, 10_000) == latest
-
-
-def seg(start: int, end: int, blocks: int) -> tuple[RemoteLogSegmentMetadata, SegmentIndex]:
-    sid = uuid.uuid4()
-    meta = RemoteLogSegmentMetadata(
-        RemoteLogSegmentId("t", 0, sid),
-        start,
-        end,
-        10 * end,
-        0,
-        "w",
-        0,
-        ((0, start),),
-        100 * blocks,
-        SegmentState.COPY_SEGMENT_FINISHED,
-        "k",
-        "k-index",
-        1,
-        end - start + 1,
-        0,
-        10,
-    )
-    per = (end - start + 1) // blocks
-    infos = tuple(
-        BlockInfo(
-            i * 100,
-            100,
-            start + i * per,
-            start + (i + 1) * per - 1,
-            10 * (start + i * per),
-            10 * (start + (i + 1) * per - 1),
-        )
-        for i in range(blocks)
-    )
-    return meta, SegmentIndex("t", 0, sid, start, end, end - start + 1, 0, 100 * blocks, infos)
-
-
-def test_planning_reads_only_the_blocks_of_the_range_and_splits_big_segments() -> None:
-    a, ia = seg(0, 99, 10)
-    b, ib = seg(100, 199, 10)
-    indexes = {str(a.segment_id.id): ia, str(b.segment_id.id): ib}
-    tp = TopicPartition("t", 0)
-    slices = plan_partition(tp, [a, b], indexes, 95, 125, partition_bytes=1 << 20)
-    assert [(s.first_block, len(s.blocks)) for s in slices] == [(9, 1), (0, 3)]
-    assert {(s.from_offset, s.until_offset) for s in slices} == {(95, 100), (100, 125)}
-    split = plan_partition(tp, [a], indexes, 0, 100, partition_bytes=300)
-    assert [len(s.blocks) for s in split] == [3, 3, 3, 1]
-    timed = plan_partition(tp, [a, b], indexes, 0, 200, min_ts=1500, partition_bytes=1 << 20)
-    assert sum(len(s.blocks) for s in timed) == 5  # the blocks holding timestamps >= 1500 only
-    with pytest.raises(DataLossError):
-        plan_partition(tp, [a, seg(150, 199, 5)[0]], indexes, 0, 200, partition_bytes=1 << 20)
-    assert resolve_offsets("earliest", {tp: [a, b]}, "latest") == {tp: 0}
-    assert resolve_offsets({"t": {0: -1}}, {tp: [a, b]}, "earliest") == {tp: 200}
 
 
 def row(
@@ -179,7 +67,10 @@ def test_arrow_batches_keep_null_distinct_from_empty() -> None:
     assert batch.schema == ARROW_SCHEMA
     d = batch.to_pydict()
     assert d["key"] == [None, b""] and d["value"] == [b"", None]
-    assert d["headers"] == [[{"key": "h", "value": None}, {"key": "h", "value": b""}], []]
+    # a record without headers has null headers, as in Spark's Kafka source
+    assert d["headers"] == [[{"key": "h", "value": None}, {"key": "h", "value": b""}], None]
+    plain = records_to_batch("t", 3, records, include_headers=False)
+    assert plain.schema == ARROW_SCHEMA_NO_HEADERS and plain.num_columns == 7
     assert d["timestampType"] == [0, 1] and d["partition"] == [3, 3] and d["offset"] == [5, 6]
 
 

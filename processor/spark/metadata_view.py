@@ -1,0 +1,219 @@
+"""What the archive serves, per source partition, as the Spark side sees it.
+
+Two parts:
+
+- ``partition_archive`` is the ONE adapter between the Spark side (planning, the audit) and the
+  project's metadata fold: which finished segments are served (writer epochs, topic ids, newer
+  epochs superseding older overlapping segments), the remote log start offset, the partition's
+  topic id. Nothing on the Spark side decides those things itself. Today the fold is
+  ``processor.metadata.remote_log_state.PartitionRemoteState`` (the follower cache builds the same
+  state); when the lead's ``processor.metadata.fold`` lands, only this function changes.
+- ``MaterializedMetadata`` keeps the metadata topic materialized in the follower's cache format
+  (``processor.follower.metadata_cache``, RocksDB) in a local directory, so planning applies only
+  the metadata records that arrived since the last query instead of re-reading the whole topic.
+  Planners of concurrent queries take turns on it (a file lock held for the refresh and the read);
+  a cache from another metadata topic incarnation (its stored offsets beyond the topic's end) or
+  an unreadable one is rebuilt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka import TopicPartition as KafkaTP
+
+from processor.errors import MetadataTopicError, ProcessorError, ServiceUnavailableError
+from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.spark.options import Connection
+
+log = logging.getLogger(__name__)
+
+LOCK_TIMEOUT_S = 120.0
+CATCH_UP_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionArchive:
+    """One source partition's archive: the served finished segments (by start offset), the remote
+    log start offset (offsets below it are not served, whatever segments remain), the topic id of
+    the partition's current history, and finished segments a newer epoch superseded."""
+
+    tp: TopicPartition
+    served: tuple[RemoteLogSegmentMetadata, ...]
+    log_start_offset: int = 0
+    topic_id: str | None = None
+    superseded: tuple[RemoteLogSegmentMetadata, ...] = ()
+
+    @property
+    def earliest(self) -> int | None:
+        """The first offset served, or None when nothing is."""
+        if not self.served:
+            return None
+        first = max(self.served[0].start_offset, self.log_start_offset)
+        return first if first <= self.end_offset else None
+
+    @property
+    def end_offset(self) -> int:
+        """The highest offset served (-1 when nothing is)."""
+        return max((s.end_offset for s in self.served), default=-1)
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the archive's end (what ``latest`` means without ``tail=live``)."""
+        return self.end_offset + 1 if self.earliest is not None else self.log_start_offset
+
+    def intervals(self) -> list[tuple[int, int, RemoteLogSegmentMetadata]]:
+        """Served ``[first, next)`` offset intervals in offset order, cut at the log start offset."""
+        out: list[tuple[int, int, RemoteLogSegmentMetadata]] = []
+        for seg in self.served:
+            first = max(seg.start_offset, self.log_start_offset)
+            if first <= seg.end_offset:
+                out.append((first, seg.end_offset + 1, seg))
+        return out
+
+
+def partition_archive(tp: TopicPartition, state: PartitionRemoteState) -> PartitionArchive:
+    """The adapter over the project's fold (see the module docstring)."""
+    return PartitionArchive(
+        tp=tp,
+        served=tuple(state.finished()),
+        log_start_offset=state.log_start_offset,
+        topic_id=state.lineage.topic_id,
+        superseded=tuple(state.superseded()),
+    )
+
+
+def default_cache_dir(conn: Connection, environ: dict[str, str] | None = None) -> Path:
+    """``$PROCESSOR_DATA_DIR/spark-metadata/<key>`` (or under the temp dir), one per cluster and
+    metadata topic."""
+    env = os.environ if environ is None else environ
+    base = (
+        Path(env["PROCESSOR_DATA_DIR"]) / "spark-metadata"
+        if env.get("PROCESSOR_DATA_DIR")
+        else Path(tempfile.gettempdir()) / f"kafka-tiered-processor-{os.getuid()}" / "spark-metadata"
+    )
+    key = hashlib.sha256(f"{conn.bootstrap_servers}\0{conn.metadata_topic}".encode()).hexdigest()[:16]
+    return base / f"{conn.metadata_topic}-{key}"
+
+
+@contextlib.contextmanager
+def _locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """An exclusive lock on ``path`` (a file beside the cache), waited for with a deadline."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ServiceUnavailableError(
+                        f"the Spark metadata cache lock {path} was held for over {timeout_s:.0f} s "
+                        "by another process"
+                    ) from None
+                time.sleep(0.02)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+class MaterializedMetadata:
+    """The metadata topic materialized in a local directory (the follower cache format)."""
+
+    def __init__(self, conn: Connection, cache_dir: str | Path | None = None) -> None:
+        self.conn = conn
+        self.path = Path(cache_dir) if cache_dir is not None else default_cache_dir(conn)
+
+    def read(self, wanted: Callable[[TopicPartition], bool]) -> dict[TopicPartition, PartitionArchive]:
+        """Apply the metadata records that arrived since the last call (by any process), then return
+        the archive of every partition ``wanted`` accepts."""
+        from processor.follower.materializer import Materializer
+        from processor.follower.metadata_cache import MetadataCache
+
+        with _locked(self.path.with_name(self.path.name + ".lock")):
+            partitions = self._metadata_partitions()
+            try:
+                cache = MetadataCache(self.path)
+            except ProcessorError as exc:
+                log.warning("rebuilding the Spark metadata cache %s: %s", self.path, exc)
+                shutil.rmtree(self.path, ignore_errors=True)
+                cache = MetadataCache(self.path)
+            try:
+                if self._stale(cache, partitions):
+                    cache.close()
+                    log.warning(
+                        "the metadata topic %s was re-created: rebuilding %s",
+                        self.conn.metadata_topic,
+                        self.path,
+                    )
+                    shutil.rmtree(self.path, ignore_errors=True)
+                    cache = MetadataCache(self.path)
+                if partitions:
+                    Materializer(
+                        cache,
+                        lambda: self.conn.consumer("processor-spark-metadata"),
+                        self.conn.metadata_topic,
+                        partitions,
+                    ).catch_up(CATCH_UP_TIMEOUT_S)
+                return {
+                    tp: partition_archive(tp, cache.remote_state(tp))
+                    for tp in cache.topic_partitions()
+                    if wanted(tp)
+                }
+            finally:
+                cache.close()
+
+    def _metadata_partitions(self) -> list[int]:
+        consumer = self.conn.consumer("processor-spark-metadata")
+        try:
+            md = consumer.list_topics(self.conn.metadata_topic, timeout=10)
+            topic = md.topics.get(self.conn.metadata_topic)
+            if topic is None or topic.error is not None:
+                raise MetadataTopicError(
+                    f"metadata topic {self.conn.metadata_topic} does not exist on "
+                    f"{self.conn.bootstrap_servers} (option metadata.topic)"
+                )
+            return sorted(topic.partitions)
+        except KafkaException as exc:
+            raise ServiceUnavailableError(
+                f"cannot reach Kafka at {self.conn.bootstrap_servers}: {exc.args[0]}"
+            ) from None
+        finally:
+            consumer.close()
+
+    def _stale(self, cache: object, partitions: list[int]) -> bool:
+        """True when the cache consumed past a partition's end: it was built from another
+        incarnation of the metadata topic."""
+        stored = cache.consumed_offsets()  # type: ignore[attr-defined]
+        if not stored:
+            return False
+        consumer = self.conn.consumer("processor-spark-metadata")
+        try:
+            for p in partitions:
+                if p in stored:
+                    _low, high = consumer.get_watermark_offsets(
+                        KafkaTP(self.conn.metadata_topic, p), timeout=10
+                    )
+                    if high is not None and high >= 0 and stored[p] > high:
+                        return True
+            return any(p not in partitions for p in stored)
+        except KafkaException as exc:
+            raise ServiceUnavailableError(
+                f"cannot read watermarks of {self.conn.metadata_topic}: {exc}"
+            ) from None
+        finally:
+            consumer.close()
