@@ -12,8 +12,8 @@ Two parts:
   (``processor.follower.metadata_cache``, RocksDB) in a local directory, so planning applies only
   the metadata records that arrived since the last query instead of re-reading the whole topic.
   Planners of concurrent queries take turns on it (a file lock held for the refresh and the read);
-  a cache from another metadata topic incarnation (its stored offsets beyond the topic's end) or
-  an unreadable one is rebuilt.
+  a cache built from another incarnation of the metadata topic (another topic id, or stored
+  offsets beyond the topic's end) or an unreadable one is rebuilt.
 """
 
 from __future__ import annotations
@@ -146,12 +146,20 @@ class MaterializedMetadata:
 
         with _locked(self.path.with_name(self.path.name + ".lock")):
             partitions = self._metadata_partitions()
+            incarnation = self._incarnation()
+            marker = self.path.with_name(self.path.name + ".topic-id")
+            if marker.exists() and marker.read_text() != incarnation:
+                log.warning(
+                    "the metadata topic %s was re-created: rebuilding %s", self.conn.metadata_topic, self.path
+                )
+                shutil.rmtree(self.path, ignore_errors=True)
             try:
                 cache = MetadataCache(self.path)
             except ProcessorError as exc:
                 log.warning("rebuilding the Spark metadata cache %s: %s", self.path, exc)
                 shutil.rmtree(self.path, ignore_errors=True)
                 cache = MetadataCache(self.path)
+            marker.write_text(incarnation)
             try:
                 if self._stale(cache, partitions):
                     cache.close()
@@ -194,6 +202,12 @@ class MaterializedMetadata:
             ) from None
         finally:
             consumer.close()
+
+    def _incarnation(self) -> str:
+        """The metadata topic's topic id ("" where the broker reports none)."""
+        from processor.spark.live_tail import broker_topic_ids
+
+        return broker_topic_ids(self.conn, [self.conn.metadata_topic]).get(self.conn.metadata_topic, "")
 
     def _stale(self, cache: object, partitions: list[int]) -> bool:
         """True when the cache consumed past a partition's end: it was built from another

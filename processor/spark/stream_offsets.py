@@ -13,10 +13,10 @@ sorted (string) key order, so equal offsets are equal JSON (Spark compares them 
 
 ``@initial`` persists a new query's initial offsets in its checkpoint, as Spark's Kafka source does
 with its initial offset writer: Python data sources get no checkpoint path, so the initial offsets
-ride in the offsets of the query's first batch (Spark writes those to the offset log before the
-batch runs). A query restarted before that batch committed gets them back through
-``setLatestSeenOffset`` (pyspark hands it to the reader as ``partitions(end, end)``) and starts at
-them instead of resolving ``latest`` again, which would skip what arrived in between.
+ride in the end offsets of the query's first batch (Spark writes those to the offset log before the
+batch runs), and the reader plans that batch from them. A query restarted before its first batch
+committed re-runs that batch with a ``start`` Spark takes from ``initialOffset()`` again (a new
+``latest``); the batch still reads from ``@initial``, so what arrived in between is not skipped.
 
 ``rate_limit`` and ``delay_batch`` are Spark's ``KafkaMicroBatchStream.rateLimit`` and
 ``delayBatch`` (maxOffsetsPerTrigger; minOffsetsPerTrigger with maxTriggerDelay).

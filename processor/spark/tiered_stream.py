@@ -4,8 +4,9 @@ stream with Spark's Kafka source semantics.
 - Offsets: ``processor.spark.stream_offsets`` (``{topic: {partition: next offset}}`` plus the topic
   ids they belong to and, in a new query's first batch, the initial offsets).
 - Initial offsets are resolved once per query and kept: in this process, and in the checkpoint
-  through the first batch's offsets, so a query that crashes before its first batch commits
-  starts where it first started, not at a new ``latest``.
+  inside the first batch's end offsets; the first batch always reads from those, so a query that
+  crashes before its first batch commits re-runs it from where it first started, not from a new
+  ``latest`` (what Spark's Kafka source achieves with its initial offset writer).
 - Admission control (pyspark >= 4.2): ``maxOffsetsPerTrigger`` caps a batch (spread over partitions
   as Spark does), ``minOffsetsPerTrigger`` holds one back until that many offsets wait or
   ``maxTriggerDelay`` passed; ``ReadAllAvailable`` from the engine overrides both, as in Spark.
@@ -165,7 +166,11 @@ class TieredRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._remember(begin)
         self._remember(until)
         if start == end:
-            return []  # also how pyspark hands a restarted query its last offsets (setLatestSeenOffset)
+            return []
+        if until.initial is not None:
+            # The query's first batch: it starts at the initial offsets persisted in its end offsets
+            # (in the checkpoint), whatever ``start`` a restarted query resolved anew.
+            begin = StreamOffsets(until.initial, until.topic_ids, until.initial)
         availability = self._availability
         if availability is None or any(
             hi > availability.latest(tp) for tp, hi in until.offsets.items() if availability.known(tp)
