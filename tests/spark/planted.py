@@ -48,8 +48,11 @@ class PlantedArchive:
 
     def produce(self, partition: int, count: int, start_ts: int = BASE_TS) -> None:
         producer = new_producer(self.stack.bootstrap_servers, "planted")
+        before = self.high(partition)
         for i in range(count):
-            headers = [("n", str(i).encode())] if i % 3 == 0 else None
+            headers: list[tuple[str, str | bytes | None]] | None = (
+                [("n", str(i).encode())] if i % 3 == 0 else None
+            )
             if i == count - 1:
                 # Tansu reports a wrong high watermark after a multi-record batch until the next
                 # produce request: the last record goes in a request of its own.
@@ -65,15 +68,27 @@ class PlantedArchive:
             if i == count - 1:
                 assert producer.flush(30) == 0
         assert producer.flush(30) == 0
-        time.sleep(0.3)  # Tansu's high watermark can lag a moment behind a flush
+        deadline = time.monotonic() + 10  # Tansu's high watermark can lag a moment behind a flush
+        while self.high(partition) < before + count:
+            assert time.monotonic() < deadline, "the high watermark did not reach the records produced"
+            time.sleep(0.05)
+
+    def high(self, partition: int) -> int:
+        consumer = new_consumer(self.stack.bootstrap_servers, "planted")
+        try:
+            return int(consumer.get_watermark_offsets(KafkaTP(self.topic, partition), timeout=10)[1])
+        finally:
+            consumer.close()
 
     def messages(self, partition: int, lo: int, hi: int) -> list[Any]:
         consumer = new_consumer(self.stack.bootstrap_servers, "planted")
         consumer.assign([KafkaTP(self.topic, partition, lo)])
         out: list[Any] = []
         deadline = time.monotonic() + 30
-        while (not out or out[-1].offset() < hi - 1) and time.monotonic() < deadline:
-            out.extend(m for m in consumer.consume(500, 0.2) if m.error() is None and m.offset() < hi)
+        while (not out or int(out[-1].offset()) < hi - 1) and time.monotonic() < deadline:
+            out.extend(
+                m for m in consumer.consume(500, 0.2) if m.error() is None and int(m.offset() or 0) < hi
+            )
         consumer.close()
         assert out and out[-1].offset() == hi - 1, (partition, lo, hi, len(out))
         return out
