@@ -210,3 +210,17 @@ COPY_BLOCKED = Counter(
 FETCH_ERRORS = Counter(
     "processor_source_fetch_errors_total", "Failed fetches of source record batches, by error", ["error"]
 )
+
+# -- the Spark sources (counted in the process that skipped: the driver while planning, a Python
+# worker while reading) -----------------------------------------------------------------------------
+
+SPARK_DATA_LOSS = Counter(
+    "processor_spark_data_loss_total",
+    "Data losses a tiered_records read skipped with failOnDataLoss=false, by reason",
+    ["reason"],
+)
+SPARK_DATA_LOSS_OFFSETS = Counter(
+    "processor_spark_data_loss_offsets_total",
+    "Offsets a tiered_records read skipped as lost with failOnDataLoss=false, by reason (where known)",
+    ["reason"],
+)

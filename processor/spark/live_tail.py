@@ -202,6 +202,18 @@ def consume_range(
             consumer.close()
 
 
+def live_low(conn: Connection, group_id: str, tp: TopicPartition) -> int:
+    """The log start offset of one partition, asked with a pooled consumer."""
+    consumer = CONSUMERS.acquire(conn, group_id)
+    try:
+        low, _high = consumer.get_watermark_offsets(KafkaTP(tp.topic, tp.partition), timeout=10)
+    except KafkaException as exc:
+        consumer.close()
+        raise ServiceUnavailableError(f"cannot read the offsets of {tp}: {exc.args[0]}") from None
+    CONSUMERS.release(conn, group_id, consumer)
+    return max(int(low), 0)
+
+
 def live_offset_for_timestamp(
     conn: Connection, tp: TopicPartition, lo: int, hi: int, timestamp: int, group_id: str
 ) -> int | None:

@@ -30,10 +30,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import KafkaException
-from confluent_kafka import TopicPartition as KafkaTP
-
 from processor.errors import MetadataTopicError, ProcessorError, ServiceUnavailableError
+from processor.follower.materializer import Materializer
+from processor.follower.metadata_cache import MetadataCache
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.spark.options import Connection
@@ -141,9 +140,6 @@ class MaterializedMetadata:
     def read(self, wanted: Callable[[TopicPartition], bool]) -> dict[TopicPartition, PartitionArchive]:
         """Apply the metadata records that arrived since the last call (by any process), then return
         the archive of every partition ``wanted`` accepts."""
-        from processor.follower.materializer import Materializer
-        from processor.follower.metadata_cache import MetadataCache
-
         with _locked(self.path.with_name(self.path.name + ".lock")):
             partitions = self._metadata_partitions()
             incarnation = self._incarnation()
@@ -186,22 +182,16 @@ class MaterializedMetadata:
                 cache.close()
 
     def _metadata_partitions(self) -> list[int]:
-        consumer = self.conn.consumer("processor-spark-metadata")
-        try:
-            md = consumer.list_topics(self.conn.metadata_topic, timeout=10)
-            topic = md.topics.get(self.conn.metadata_topic)
-            if topic is None or topic.error is not None:
-                raise MetadataTopicError(
-                    f"metadata topic {self.conn.metadata_topic} does not exist on "
-                    f"{self.conn.bootstrap_servers} (option metadata.topic)"
-                )
-            return sorted(topic.partitions)
-        except KafkaException as exc:
-            raise ServiceUnavailableError(
-                f"cannot reach Kafka at {self.conn.bootstrap_servers}: {exc.args[0]}"
-            ) from None
-        finally:
-            consumer.close()
+        from processor.spark.live_tail import broker_partitions
+        from processor.spark.options import Subscription
+
+        found = broker_partitions(self.conn, Subscription(topics=(self.conn.metadata_topic,)))
+        if not found:
+            raise MetadataTopicError(
+                f"metadata topic {self.conn.metadata_topic} does not exist on "
+                f"{self.conn.bootstrap_servers} (option metadata.topic)"
+            )
+        return [tp.partition for tp in found]
 
     def _incarnation(self) -> str:
         """The metadata topic's topic id ("" where the broker reports none)."""
@@ -209,25 +199,15 @@ class MaterializedMetadata:
 
         return broker_topic_ids(self.conn, [self.conn.metadata_topic]).get(self.conn.metadata_topic, "")
 
-    def _stale(self, cache: object, partitions: list[int]) -> bool:
+    def _stale(self, cache: MetadataCache, partitions: list[int]) -> bool:
         """True when the cache consumed past a partition's end: it was built from another
         incarnation of the metadata topic."""
-        stored = cache.consumed_offsets()  # type: ignore[attr-defined]
+        from processor.spark.live_tail import watermarks
+
+        stored = cache.consumed_offsets()
         if not stored:
             return False
-        consumer = self.conn.consumer("processor-spark-metadata")
-        try:
-            for p in partitions:
-                if p in stored:
-                    _low, high = consumer.get_watermark_offsets(
-                        KafkaTP(self.conn.metadata_topic, p), timeout=10
-                    )
-                    if high is not None and high >= 0 and stored[p] > high:
-                        return True
-            return any(p not in partitions for p in stored)
-        except KafkaException as exc:
-            raise ServiceUnavailableError(
-                f"cannot read watermarks of {self.conn.metadata_topic}: {exc}"
-            ) from None
-        finally:
-            consumer.close()
+        if any(p not in partitions for p in stored):
+            return True
+        marks = watermarks(self.conn, [TopicPartition(self.conn.metadata_topic, p) for p in stored])
+        return any(stored[tp.partition] > high for tp, (_low, high) in marks.items())

@@ -22,7 +22,7 @@ from processor import metrics
 from processor.errors import SegmentObjectMissingError
 from processor.metadata.model import TopicPartition
 from processor.spark.arrow_records import read_slice_as_arrow
-from processor.spark.live_tail import CONSUMERS, OffsetsGoneError, read_live_slice
+from processor.spark.live_tail import OffsetsGoneError, live_low, read_live_slice
 from processor.spark.options import RecordOptions
 from processor.spark.planning import (
     FAIL_ON_DATA_LOSS_HINT,
@@ -59,9 +59,8 @@ def report_data_loss(options: RecordOptions, message: str, reason: str, offsets:
         raise DataLossError(f"{message}. {FAIL_ON_DATA_LOSS_HINT}")
     log.warning("%s (failOnDataLoss=false: skipped)", message)
     DATA_LOSS.add(reason, offsets)
-    counter = getattr(metrics, "SPARK_DATA_LOSS", None)  # defined in processor.metrics once it lands
-    if counter is not None:
-        counter.labels(reason).inc()
+    metrics.SPARK_DATA_LOSS.labels(reason).inc()
+    metrics.SPARK_DATA_LOSS_OFFSETS.labels(reason).inc(offsets)
 
 
 def report_lost_offsets(
@@ -72,14 +71,7 @@ def report_lost_offsets(
 
 
 def _live_low(options: RecordOptions, tp: TopicPartition) -> int:
-    consumer = CONSUMERS.acquire(options.connection, options.group_id)
-    try:
-        from confluent_kafka import TopicPartition as KafkaTP
-
-        low, _high = consumer.get_watermark_offsets(KafkaTP(tp.topic, tp.partition), timeout=10)
-        return max(int(low), 0)
-    finally:
-        CONSUMERS.release(options.connection, options.group_id, consumer)
+    return live_low(options.connection, options.group_id, tp)
 
 
 def read_live(options: RecordOptions, tp: TopicPartition, lo: int, hi: int) -> Iterator[pa.RecordBatch]:

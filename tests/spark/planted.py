@@ -10,16 +10,16 @@ from typing import Any
 
 from confluent_kafka import TopicPartition as KafkaTP
 
-from processor.app import build_storage
 from processor.config import load_settings
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin, new_consumer, new_producer, topic_ids
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic
-from processor.segment.block_format import SegmentBuilder
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
+from processor.wiring.storage import build_storage
+from tests.support.segment_v1_writer import SegmentBuilder
 
 BASE_TS = 1_700_000_000_000
 
