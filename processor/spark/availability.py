@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from processor.errors import ConfigError
 from processor.metadata.model import TopicPartition
 from processor.segment.object_keys import ObjectKeyFactory
+from processor.spark.fold_adapter import PartitionArchive
 from processor.spark.live_tail import (
     broker_partitions,
     broker_topic_ids,
     live_offset_for_timestamp,
     watermarks,
 )
-from processor.spark.metadata_view import MaterializedMetadata, PartitionArchive
+from processor.spark.metadata_view import MaterializedMetadata
 from processor.spark.options import EARLIEST, LATEST, Bound, RecordOptions
 from processor.spark.planning import archive_offset_for_timestamp
 

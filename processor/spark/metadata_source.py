@@ -2,7 +2,8 @@
 
 Every message becomes a row, decoded with the project's codec; a value that does not decode is a row
 with ``decode_error`` set (never a crash), a tombstone a row with ``record_type = 'tombstone'``.
-``meta_partition`` / ``meta_offset`` are the message's place on the metadata topic, and the stream's
+``value`` is the message's bytes as they are on the topic (the audit folds them with the project's
+fold). ``meta_partition`` / ``meta_offset`` are the message's place on the metadata topic, and the stream's
 offsets are those: ``{metadata_topic: {partition: next_offset}}``. Batch reads default to earliest ..
 latest, streams start at latest unless ``startingOffsets`` says otherwise (as Spark's Kafka source).
 """
@@ -47,7 +48,7 @@ SCHEMA_DDL = (
     "segment_size_in_bytes long, record_count long, segment_format_version int, data_object_key string, "
     "index_object_key string, index_crc32 long, index_size_in_bytes long, "
     "leader_epochs array<struct<epoch:int,start_offset:long>>, custom_metadata binary, "
-    "txn_index_empty boolean, decode_error string"
+    "txn_index_empty boolean, decode_error string, value binary"
 )
 COLUMNS = [
     c.strip().split(" ")[0]
@@ -78,6 +79,7 @@ def record_row(
         dt.datetime.fromtimestamp(meta_ts_ms / 1000, tz=dt.UTC) if meta_ts_ms and meta_ts_ms > 0 else None
     )
     row["key"] = key.decode("utf-8", "replace") if key is not None else None
+    row["value"] = value
     record: MetadataRecord | None = None
     if value is None:
         row["record_type"] = "tombstone"

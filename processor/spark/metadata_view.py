@@ -1,19 +1,12 @@
-"""What the archive serves, per source partition, as the Spark side sees it.
+"""The metadata topic materialized for Spark planning and the audit.
 
-Two parts:
-
-- ``partition_archive`` is the ONE adapter between the Spark side (planning, the audit) and the
-  project's metadata fold: which finished segments are served (writer epochs, topic ids, newer
-  epochs superseding older overlapping segments), the remote log start offset, the partition's
-  topic id. Nothing on the Spark side decides those things itself. Today the fold is
-  ``processor.metadata.remote_log_state.PartitionRemoteState`` (the follower cache builds the same
-  state); when the lead's ``processor.metadata.fold`` lands, only this function changes.
-- ``MaterializedMetadata`` keeps the metadata topic materialized in the follower's cache format
-  (``processor.follower.metadata_cache``, RocksDB) in a local directory, so planning applies only
-  the metadata records that arrived since the last query instead of re-reading the whole topic.
-  Planners of concurrent queries take turns on it (a file lock held for the refresh and the read);
-  a cache built from another incarnation of the metadata topic (another topic id, or stored
-  offsets beyond the topic's end) or an unreadable one is rebuilt.
+``MaterializedMetadata`` keeps the metadata topic materialized in the follower's cache format
+(``processor.follower.metadata_cache``, RocksDB) in a local directory, so planning applies only the
+metadata records that arrived since the last query instead of re-reading the whole topic. Planners
+of concurrent queries take turns on it (a file lock held for the refresh and the read); a cache
+built from another incarnation of the metadata topic (another topic id, or stored offsets beyond
+the topic's end) or an unreadable one is rebuilt. What each partition's archive serves is read
+from it through ``processor.spark.fold_adapter`` (the one place that knows the fold).
 """
 
 from __future__ import annotations
@@ -27,71 +20,19 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from processor.errors import MetadataTopicError, ProcessorError, ServiceUnavailableError
 from processor.follower.materializer import Materializer
 from processor.follower.metadata_cache import MetadataCache
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
-from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.metadata.model import TopicPartition
+from processor.spark.fold_adapter import PartitionArchive, partition_archive
 from processor.spark.options import Connection
 
 log = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_S = 120.0
 CATCH_UP_TIMEOUT_S = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionArchive:
-    """One source partition's archive: the served finished segments (by start offset), the remote
-    log start offset (offsets below it are not served, whatever segments remain), the topic id of
-    the partition's current history, and finished segments a newer epoch superseded."""
-
-    tp: TopicPartition
-    served: tuple[RemoteLogSegmentMetadata, ...]
-    log_start_offset: int = 0
-    topic_id: str | None = None
-    superseded: tuple[RemoteLogSegmentMetadata, ...] = ()
-
-    @property
-    def earliest(self) -> int | None:
-        """The first offset served, or None when nothing is."""
-        if not self.served:
-            return None
-        first = max(self.served[0].start_offset, self.log_start_offset)
-        return first if first <= self.end_offset else None
-
-    @property
-    def end_offset(self) -> int:
-        """The highest offset served (-1 when nothing is)."""
-        return max((s.end_offset for s in self.served), default=-1)
-
-    @property
-    def next_offset(self) -> int:
-        """The offset after the archive's end (what ``latest`` means without ``tail=live``)."""
-        return self.end_offset + 1 if self.earliest is not None else self.log_start_offset
-
-    def intervals(self) -> list[tuple[int, int, RemoteLogSegmentMetadata]]:
-        """Served ``[first, next)`` offset intervals in offset order, cut at the log start offset."""
-        out: list[tuple[int, int, RemoteLogSegmentMetadata]] = []
-        for seg in self.served:
-            first = max(seg.start_offset, self.log_start_offset)
-            if first <= seg.end_offset:
-                out.append((first, seg.end_offset + 1, seg))
-        return out
-
-
-def partition_archive(tp: TopicPartition, state: PartitionRemoteState) -> PartitionArchive:
-    """The adapter over the project's fold (see the module docstring)."""
-    return PartitionArchive(
-        tp=tp,
-        served=tuple(state.finished()),
-        log_start_offset=state.log_start_offset,
-        topic_id=state.lineage.topic_id,
-        superseded=tuple(state.superseded()),
-    )
 
 
 def default_cache_dir(conn: Connection, environ: dict[str, str] | None = None) -> Path:

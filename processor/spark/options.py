@@ -30,6 +30,7 @@ from processor.errors import ConfigError
 from processor.metadata.model import TopicPartition
 from processor.segment.object_keys import validate_prefix, validate_topic
 from processor.storage.s3 import S3ChunkStorage, S3Options
+from processor.units import parse_duration_ms
 
 log = logging.getLogger(__name__)
 
@@ -285,27 +286,13 @@ def _bool(name: str, raw: str | None, default: bool) -> bool:
     raise ConfigError(f"option {name}: expected true or false, got {raw!r}")
 
 
-_TIME_UNITS_MS = {
-    "us": 0.001,
-    "ms": 1,
-    "s": 1000,
-    "m": 60_000,
-    "min": 60_000,
-    "h": 3_600_000,
-    "d": 86_400_000,
-}
-
-
 def time_string_ms(name: str, raw: str) -> int:
-    """Spark's time strings (``Utils.timeStringAsMs``): ``15m``, ``10s``, ``250ms``, ``2h``, ``1d``;
-    a bare number is milliseconds."""
-    match = re.fullmatch(r"\s*(-?\d+)\s*([a-z]*)\s*", raw.lower())
-    if match is None or match.group(2) not in {"", *_TIME_UNITS_MS}:
-        raise ConfigError(f"option {name}: expected a time such as 15m, 10s or 500ms, got {raw!r}")
-    value = int(match.group(1))
-    if value < 0:
-        raise ConfigError(f"option {name}: must not be negative, got {raw!r}")
-    return int(value * _TIME_UNITS_MS.get(match.group(2) or "ms", 1))
+    """A time such as ``15m``, ``10s``, ``250ms``, ``2h`` or ``1d`` (a bare number is ms), as Spark's
+    time strings; ConfigError naming the option otherwise."""
+    try:
+        return parse_duration_ms(raw)
+    except ValueError as exc:
+        raise ConfigError(f"option {name}: {exc}") from None
 
 
 def parse_bound(

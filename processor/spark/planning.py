@@ -23,7 +23,7 @@ from processor.reader.segment_blocks import read_block_range_columns, read_segme
 from processor.segment.block_header import BlockInfo
 from processor.segment.index_format import SegmentIndex
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.spark.metadata_view import PartitionArchive
+from processor.spark.fold_adapter import PartitionArchive
 from processor.storage.chunk_storage import ChunkStorage
 
 FAIL_ON_DATA_LOSS_HINT = (

@@ -19,7 +19,7 @@ from processor.metadata.model import (
 from processor.segment.block_header import BlockInfo
 from processor.segment.index_format import SegmentIndex
 from processor.spark.availability import Availability
-from processor.spark.metadata_view import PartitionArchive
+from processor.spark.fold_adapter import PartitionArchive
 from processor.spark.options import EARLIEST_BOUND, LATEST_BOUND, Bound
 from processor.spark.planning import LiveSlice, SegmentSlice, cover, divvy, plan_archived, split_slice
 
