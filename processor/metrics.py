@@ -232,7 +232,9 @@ AUDIT_SEGMENTS_CHECKED = Counter(
 )
 AUDIT_BYTES_READ = Counter("processor_audit_bytes_read_total", "Object bytes the audit's storage checks read")
 AUDIT_REQUESTS = Counter("processor_audit_requests_total", "Storage requests the audit's checks sent")
-AUDIT_OPEN_PROBLEMS = Gauge("processor_audit_open_problems", "Problems the audit has open, by severity", ["severity"])
+AUDIT_OPEN_PROBLEMS = Gauge(
+    "processor_audit_open_problems", "Problems the audit has open, by severity", ["severity"]
+)
 AUDIT_SCRUB_PROGRESS = Gauge(
     "processor_audit_scrub_progress", "Share of the current storage scrub cycle's segments checked (0..1)"
 )

@@ -4,9 +4,10 @@
 project's block reader (``processor.reader.segment_blocks.read_block_range_columns``, every CRC
 checked there) for the rows of blocks ``i..j`` of one segment as columns
 (``processor.segment.block_columns``: no Python object per record) and builds each Arrow column
-from its list in one call. Rows are gathered across blocks into batches of ``BATCH_ROWS`` rows (or
-``BATCH_BYTES`` of payload). The offset range is applied while decoding (only batches that
-straddle a bound are filtered row by row); a pushed timestamp range is applied to the Arrow batch.
+from its list in one call. A block of ``BLOCK_BATCH_BYTES`` or more is one Arrow batch; smaller
+ones are gathered into batches of ``BATCH_ROWS`` rows (or ``BATCH_BYTES`` of payload). The offset
+range is applied while decoding (only batches that straddle a bound are filtered row by row); a
+pushed timestamp range is applied to the Arrow batch.
 ``rows_to_batch``/``records_to_batch`` are the per-row path of the live tail and of tests.
 
 The schema is Spark's: 7 columns, and ``headers`` as an 8th only with ``includeHeaders=true``
@@ -63,6 +64,12 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 
 BATCH_ROWS = 8192
 BATCH_BYTES = 32 * 1024 * 1024  # payload bytes per Arrow batch (binary arrays must stay < 2 GiB)
+# A block this big becomes an Arrow batch of its own (no copying into a gathered batch first).
+# A slice is fetched in ranged GETs of about this size, the next already on its way while one
+# decodes (one GET of a whole 64 MiB slice left the task idle until all of it had arrived).
+CHUNK_BYTES = 8 * 1024 * 1024
+BLOCK_BATCH_ROWS = 2048
+BLOCK_BATCH_BYTES = 512 * 1024
 
 
 class BlockCounter:
@@ -227,10 +234,11 @@ def read_slice_as_arrow(
     """Blocks ``first_block..`` of one segment as Arrow batches, only offsets in
     ``[from_offset, until_offset)`` and timestamps in ``[min_timestamp, max_timestamp]``.
 
-    Blocks are decoded into columns (CRCs checked there), gathered until a batch holds
-    ``BATCH_ROWS`` rows or ``BATCH_BYTES`` of payload, and converted in one go."""
+    Blocks are decoded into columns (CRCs checked there; headers only if asked for). A block large
+    enough is one Arrow batch of its own; smaller ones are gathered until a batch holds
+    ``BATCH_ROWS`` rows or ``BATCH_BYTES`` of payload."""
     timed = min_timestamp is not None or max_timestamp is not None
-    pending = RecordColumns()
+    pending = RecordColumns(with_headers=include_headers)
     for cols in read_block_range_columns(
         storage,
         data_object_key,
@@ -239,13 +247,20 @@ def read_slice_as_arrow(
         first_block,
         min_offset=from_offset,
         max_offset=until_offset - 1,
+        with_headers=include_headers,
+        chunk_bytes=CHUNK_BYTES,
     ):
         BLOCKS_READ.add(1)
+        big = len(cols) >= BLOCK_BATCH_ROWS or cols.payload_bytes >= BLOCK_BATCH_BYTES
+        if big and not len(pending):
+            batch = columns_to_batch(topic, partition, cols, include_headers)
+            yield _time_filtered(batch, min_timestamp, max_timestamp) if timed else batch
+            continue
         pending.extend(cols)
         if len(pending) >= BATCH_ROWS or pending.payload_bytes >= BATCH_BYTES:
             batch = columns_to_batch(topic, partition, pending, include_headers)
             yield _time_filtered(batch, min_timestamp, max_timestamp) if timed else batch
-            pending = RecordColumns()
+            pending = RecordColumns(with_headers=include_headers)
     if len(pending):
         batch = columns_to_batch(topic, partition, pending, include_headers)
         yield _time_filtered(batch, min_timestamp, max_timestamp) if timed else batch

@@ -140,7 +140,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     options = AuditOptions(
         connection=conn,
         checkpoint=Path(args.checkpoint) if args.checkpoint else settings.data_dir / "audit" / "checkpoint",
-        output=Path(args.output) if args.output else settings.data_dir / "audit" / "findings",
+        output=Path(args.output) if args.output else settings.data_dir / "audit",
         format=args.format,
         once=args.once,
         verify_objects=args.verify_objects,
