@@ -31,7 +31,7 @@ from typing import Any
 
 from processor.errors import FormatError
 from processor.metadata.codec import decode_value
-from processor.metadata.model import SegmentState, TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
 from processor.metadata.remote_log_state import RemoteLogState
 from processor.spark.fold_adapter import (
     PartitionArchive,
@@ -224,20 +224,27 @@ def fold_group(
 # -- checks over each partition's archive ---------------------------------------------------------------
 
 
-def _seg_finding(kind: str, a: PartitionArchive, seg: Any, detail: str) -> Finding:
+def segment_finding(
+    kind: str, seg: RemoteLogSegmentMetadata, detail: str, scope: str, object_key: str | None = None
+) -> Finding:
+    """A finding about one segment, keyed by its kind and segment id."""
     sid = str(seg.segment_id.id)
     return Finding(
         key=f"{kind}:{sid}",
         kind=kind,
-        scope=STATE_SCOPE,
+        scope=scope,
         detail=detail,
-        topic=a.tp.topic,
-        partition=a.tp.partition,
+        topic=seg.segment_id.topic,
+        partition=seg.segment_id.partition,
         start_offset=seg.start_offset,
         end_offset=seg.end_offset,
         segment_id=sid,
-        object_key=seg.data_object_key,
+        object_key=object_key or seg.data_object_key,
     )
+
+
+def _seg_finding(kind: str, a: PartitionArchive, seg: RemoteLogSegmentMetadata, detail: str) -> Finding:
+    return segment_finding(kind, seg, detail, STATE_SCOPE)
 
 
 def state_findings(archives: Iterable[PartitionArchive], now_ms: int, stuck_after_ms: int) -> list[Finding]:

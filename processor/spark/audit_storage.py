@@ -31,7 +31,7 @@ from processor.errors import CorruptObjectError, InvalidRangeError, SegmentObjec
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.reader.segment_blocks import read_block_range_columns, read_segment_index
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.spark.audit_rules import Finding, segment_scope
+from processor.spark.audit_rules import Finding, segment_finding, segment_scope
 from processor.spark.fold_adapter import PartitionArchive
 from processor.storage.chunk_storage import ChunkStorage
 
@@ -63,19 +63,7 @@ def sample(count: int, sample_blocks: int) -> list[int]:
 
 
 def _finding(kind: str, seg: RemoteLogSegmentMetadata, detail: str, object_key: str | None = None) -> Finding:
-    sid = str(seg.segment_id.id)
-    return Finding(
-        key=f"{kind}:{sid}",
-        kind=kind,
-        scope=segment_scope(sid),
-        detail=detail,
-        topic=seg.segment_id.topic,
-        partition=seg.segment_id.partition,
-        start_offset=seg.start_offset,
-        end_offset=seg.end_offset,
-        segment_id=sid,
-        object_key=object_key or seg.data_object_key,
-    )
+    return segment_finding(kind, seg, detail, segment_scope(str(seg.segment_id.id)), object_key)
 
 
 def check_segment(
@@ -223,30 +211,26 @@ def lag_findings(
         low, high = watermarks[a.tp]
         nxt = a.next_offset
         if low > nxt:
-            out.append(
-                Finding(
-                    key=f"expired_before_offload:{a.tp}",
-                    kind="expired_before_offload",
-                    scope="lag",
-                    detail=f"offsets {nxt}..{low - 1} expired from Kafka (log start {low}) before they were "
-                    f"offloaded (the archive ends at {nxt - 1})",
-                    topic=a.tp.topic,
-                    partition=a.tp.partition,
-                    start_offset=nxt,
-                    end_offset=low - 1,
-                )
+            kind, last = "expired_before_offload", low - 1
+            detail = (
+                f"offsets {nxt}..{low - 1} expired from Kafka (log start {low}) before they were "
+                f"offloaded (the archive ends at {nxt - 1})"
             )
         elif max_lag_records is not None and high - nxt > max_lag_records:
-            out.append(
-                Finding(
-                    key=f"offload_lag:{a.tp}",
-                    kind="offload_lag",
-                    scope="lag",
-                    detail=f"{high - nxt} records not offloaded (more than {max_lag_records})",
-                    topic=a.tp.topic,
-                    partition=a.tp.partition,
-                    start_offset=nxt,
-                    end_offset=high - 1,
-                )
+            kind, last = "offload_lag", high - 1
+            detail = f"{high - nxt} records not offloaded (more than {max_lag_records})"
+        else:
+            continue
+        out.append(
+            Finding(
+                key=f"{kind}:{a.tp}",
+                kind=kind,
+                scope="lag",
+                detail=detail,
+                topic=a.tp.topic,
+                partition=a.tp.partition,
+                start_offset=nxt,
+                end_offset=last,
             )
+        )
     return out

@@ -425,20 +425,15 @@ def _subscription(lowered: Mapping[str, str]) -> Subscription:
 
 
 def _check_batch_bounds(starting: Bound, ending: Bound) -> None:
-    if starting.kind == "latest":
-        raise ConfigError("option startingOffsets: starting offset can't be latest for batch queries")
-    for tp, offset in starting.offsets:
-        if offset == LATEST:
-            raise ConfigError(
-                f"option startingOffsets: startingOffsets for {tp} can't be latest for batch queries"
-            )
-    if ending.kind == "earliest":
-        raise ConfigError("option endingOffsets: ending offset can't be earliest for batch queries")
-    for tp, offset in ending.offsets:
-        if offset == EARLIEST:
-            raise ConfigError(
-                f"option endingOffsets: ending offset for {tp} can't be earliest for batch queries"
-            )
+    for option, bound, refused, word in (
+        ("startingOffsets", starting, LATEST, "latest"),
+        ("endingOffsets", ending, EARLIEST, "earliest"),
+    ):
+        if bound.kind == word:
+            raise ConfigError(f"option {option}: {option} can't be {word} for batch queries")
+        for tp, offset in bound.offsets:
+            if offset == refused:
+                raise ConfigError(f"option {option}: {option} for {tp} can't be {word} for batch queries")
     for kind, start_map, end_map in (
         ("offsets", starting.offset_map, ending.offset_map),
         ("timestamps", starting.timestamp_map, ending.timestamp_map),

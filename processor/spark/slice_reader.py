@@ -1,8 +1,9 @@
 """Executor side of ``tiered_records``: one planned slice as Arrow batches, with Spark's
 ``failOnDataLoss`` meaning for what disappeared since planning.
 
-- A segment deleted between planning and reading (retention, delete-before): with ``tail=live`` the
-  slice is read from the topic if it still holds it; otherwise the offsets are lost.
+- A segment deleted between planning and reading (retention, delete-before), before a slice's first
+  ranged GET or between two of them: with ``tail=live`` the rest of the slice (from the first
+  offset not returned yet) is read from the topic if it still holds it; otherwise it is lost.
 - A live slice whose start retention removed from the topic meanwhile: the part still there is read.
 - Lost offsets fail the task with ``DataLossError`` when ``failOnDataLoss`` is true (the default);
   when false they are skipped with a warning and counted (``DATA_LOSS``).
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from processor import metrics
 from processor.errors import SegmentObjectMissingError
@@ -105,8 +107,9 @@ def read_partition(options: RecordOptions, value: Any) -> Iterator[pa.RecordBatc
         return
     if not isinstance(value, SegmentSlice):
         return  # the empty placeholder partition
+    resume = value.from_offset  # past the last row returned: nothing below it is read again
     try:
-        yield from read_slice_as_arrow(
+        for batch in read_slice_as_arrow(
             options.connection.shared_storage(),
             topic=value.topic,
             partition=value.partition,
@@ -119,27 +122,23 @@ def read_partition(options: RecordOptions, value: Any) -> Iterator[pa.RecordBatc
             min_timestamp=value.min_timestamp,
             max_timestamp=value.max_timestamp,
             include_headers=options.include_headers,
-        )
+        ):
+            if batch.num_rows:
+                resume = max(resume, int(pc.max(batch.column("offset")).as_py()) + 1)
+            yield batch
     except SegmentObjectMissingError:
-        # Deleted since planning (retention); the object is read with one GET before any row
-        # leaves, so nothing of this slice was returned yet.
+        # Deleted since planning (retention), before the slice's first ranged GET or between two.
         if options.tail_live:
             low = _live_low(options, value.tp)
             if low < value.until_offset:
-                report_lost_offsets(
-                    options,
-                    value.tp,
-                    value.from_offset,
-                    low,
-                    "deleted from the archive and the topic",
-                    "deleted",
-                )
-                yield from read_live(options, value.tp, max(low, value.from_offset), value.until_offset)
+                why = "deleted from the archive and the topic"
+                report_lost_offsets(options, value.tp, resume, low, why, "deleted")
+                yield from read_live(options, value.tp, max(low, resume), value.until_offset)
                 return
         report_lost_offsets(
             options,
             value.tp,
-            value.from_offset,
+            resume,
             value.until_offset,
             f"in segment {value.segment_name}, deleted from the archive after the query was planned",
             "deleted",

@@ -106,6 +106,36 @@ def test_a_segment_deleted_between_planning_and_reading(local_stack) -> None:
         arch.close()
 
 
+def test_a_segment_deleted_while_its_slice_is_read(local_stack, monkeypatch) -> None:
+    from processor.spark import arrow_records
+
+    monkeypatch.setattr(arrow_records, "CHUNK_BYTES", 4096)  # several ranged GETs per slice
+    monkeypatch.setattr(arrow_records, "BATCH_ROWS", 5)  # and rows out after each block or so
+    arch = plant(local_stack, "spark-deleted-midway")
+    try:
+        arch.produce(0, 120)
+        seg = arch.copy(0, 0, 120)
+        for extra, expected in (({"tail": "live"}, list(range(120))), ({"failOnDataLoss": "false"}, None)):
+            reader = TieredRecordsReader(record_options({**arch.options, **extra}))
+            (part,) = reader.partitions()
+            batches = reader.read(part)
+            first = next(batches).column("offset").to_pylist()
+            kept = arch.storage.read_all(seg.data_object_key)
+            arch.storage.delete(seg.data_object_key)
+            try:
+                rest = [o for b in batches for o in b.column("offset").to_pylist()]
+            finally:
+                arch.storage.create(seg.data_object_key, [kept])
+            got = first + rest
+            assert len(got) == len(set(got)), "a row returned twice"
+            if expected is not None:
+                assert got == expected  # the rest came from the topic, from where the archive stopped
+            else:
+                assert got == list(range(len(got))) and 0 < len(got) < 120  # the rest skipped, counted
+    finally:
+        arch.close()
+
+
 def _read_stream(reader: TieredRecordsStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[int]:
     return sorted(
         o
