@@ -14,6 +14,14 @@ class SegmentState(StrEnum):
     DELETE_SEGMENT_FINISHED = "DELETE_SEGMENT_FINISHED"
 
 
+class ClaimKind(StrEnum):
+    """What a claim record says (record type 4, see :class:`PartitionClaim`)."""
+
+    LEAD = "LEAD"  # a worker leads the partition (Faust assigned it)
+    ADMIN = "ADMIN"  # an operator command (delete-topic, delete-before) takes it for a while
+    RELEASE = "RELEASE"  # the holder of ``released_epoch`` gives the partition up
+
+
 class PartitionDeleteState(StrEnum):
     DELETE_PARTITION_MARKED = "DELETE_PARTITION_MARKED"
     DELETE_PARTITION_STARTED = "DELETE_PARTITION_STARTED"
@@ -100,6 +108,7 @@ class RemotePartitionDeleteMetadata:
     event_timestamp_ms: int
     writer_id: str
     topic_id: str | None = field(default=None)
+    writer_epoch: int = -1  # the writer's claim epoch (-1: written before claims existed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +131,31 @@ class RemoteLogStartOffset:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionClaim:
+    """Ownership of a source partition, taken by appending this record to the partition's metadata
+    partition (record type 4).
+
+    The claim's **epoch is the offset this record got** in its metadata partition: unique by
+    construction, and every reader of the topic sees the same claims in the same order. A ``LEAD``
+    or ``ADMIN`` claim makes its writer the partition's only writer from that point of the log on;
+    a ``RELEASE`` ends the claim whose epoch it names (an operator command hands the partition back).
+    See :mod:`processor.metadata.fold` for the rules every reader applies.
+    """
+
+    topic_partition: TopicPartition
+    claim_id: uuid.UUID  # new for every claim: the record's key, so compaction keeps every claim
+    kind: ClaimKind
+    writer_id: str
+    event_timestamp_ms: int
+    topic_id: str | None = None  # the broker's topic id when the claim was made
+    released_epoch: int = -1  # RELEASE only: the epoch of the claim it ends
+
+
 MetadataRecord = (
     RemoteLogSegmentMetadata
     | RemoteLogSegmentMetadataUpdate
     | RemotePartitionDeleteMetadata
     | RemoteLogStartOffset
+    | PartitionClaim
 )

@@ -114,6 +114,48 @@ class ObjectKeyFactory:
         data = self.partition_prefix(topic, partition, topic_id) + name
         return SegmentObjectKeys(data, data + INDEX_SUFFIX)
 
+    def owned_objects(
+        self,
+        topic: str,
+        partition: int,
+        segment_id: uuid.UUID,
+        topic_id: str | None,
+        data_key: str,
+        index_key: str,
+    ) -> SegmentObjectKeys:
+        """The objects a segment record names, accepted only if they are that segment's own: under
+        the prefix, in the folder of the segment's topic id and partition, with the segment's UUID in
+        the name, the index being ``{data}-index``. Every delete goes through this: a record from the
+        metadata or deletion topic is input like any other, and a key it carries must never make a
+        writer delete another segment's, partition's or application's object."""
+        folder = self.partition_prefix(topic, partition, topic_id)
+        name = data_key[len(folder) :] if data_key.startswith(folder) else ""
+        m = _DATA_NAME.fullmatch(name)
+        if m is None or m.group(2) != str(segment_id) or index_key != data_key + INDEX_SUFFIX:
+            raise InvalidNameError(
+                f"object keys {data_key!r} / {index_key!r} are not the objects of segment {segment_id} "
+                f"in {folder!r}"
+            )
+        return SegmentObjectKeys(data_key, index_key)
+
+    def is_project_key(self, key: str) -> bool:
+        """Whether ``key`` is an object (or a multipart upload's key) of this project's layout under
+        the prefix: ``{prefix}/{topic}[-{topic_id}]/{partition}/{start}-{uuid}-e{epoch}.log[-index]``."""
+        head = self._join("")
+        if not key.startswith(head):
+            return False
+        parts = key[len(head) :].split("/")
+        if len(parts) != 3 or not parts[1].isdigit():
+            return False
+        folder, _, name = parts
+        topic = folder
+        if len(folder) > 37 and folder[-37] == "-" and _TOPIC_ID.fullmatch(folder[-36:]):
+            topic = folder[:-37]
+        if not _TOPIC.fullmatch(topic) or topic in {".", ".."}:
+            return False
+        name = name[: -len(INDEX_SUFFIX)] if name.endswith(INDEX_SUFFIX) else name
+        return _DATA_NAME.fullmatch(name) is not None
+
     def check_segment_key(self, key: str, topic: str, partition: int) -> str:
         """Accept a key read from the metadata topic only if it is one this factory would build.
 
