@@ -8,24 +8,10 @@ from collections.abc import Iterator
 
 from rocksdict import Rdict
 
-from processor.follower.cache_keys import (
-    I64,
-    MAX_UUID,
-    O_VALUE,
-    U32,
-    U64,
-    decode_lineage,
-    tp_key,
-    tp_of_key,
-)
+from processor.follower.cache_keys import I64, MAX_UUID, O_VALUE, U32, U64, tp_key, tp_of_key
 from processor.metadata.codec import decode_value
-from processor.metadata.fencing import Lineage
-from processor.metadata.model import (
-    PartitionDeleteState,
-    RemoteLogSegmentMetadata,
-    RemotePartitionDeleteMetadata,
-    TopicPartition,
-)
+from processor.metadata.fold import PartitionHeader, decode_header
+from processor.metadata.model import PartitionDeleteState, RemoteLogSegmentMetadata, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 
 
@@ -33,6 +19,25 @@ class CacheQueries:
     """Reads of an open cache database (``_db``); :class:`MetadataCache` opens it."""
 
     _db: Rdict
+    _headers: dict[TopicPartition, PartitionHeader]  # decoded once; the writer keeps them current
+
+    def header(self, tp: TopicPartition) -> PartitionHeader:
+        """The fold's per-partition state (claim, topic ids, log start offset, delete state)."""
+        header = self._headers.get(tp)
+        if header is None:
+            raw = self._db.get(b"E" + tp_key(tp))
+            header = PartitionHeader() if raw is None else decode_header(raw)
+            if len(self._headers) > 65_536:
+                self._headers.clear()
+            self._headers[tp] = header
+        return header
+
+    def remember_headers(self, headers: dict[TopicPartition, PartitionHeader]) -> None:
+        self._headers.update(headers)
+
+    def current_epoch(self, tp: TopicPartition) -> int | None:
+        """The epoch of the partition's current claim (None: nobody holds one)."""
+        return self.header(tp).current_epoch
 
     # -- consumed offsets -------------------------------------------------------------------------
 
@@ -55,41 +60,36 @@ class CacheQueries:
         assert isinstance(record, RemoteLogSegmentMetadata)
         return record
 
-    def lineage(self, tp: TopicPartition) -> Lineage:
-        """The partition's newest writer epoch and topic id lineage (empty if nothing was seen)."""
-        raw = self._db.get(b"E" + tp_key(tp))
-        return Lineage() if raw is None else decode_lineage(raw)
-
-    def max_epoch(self, tp: TopicPartition) -> int:
-        return self.lineage(tp).max_epoch
-
     def remote_state(self, tp: TopicPartition) -> PartitionRemoteState:
-        """The partition's remote state as the leader's fold would build it from the metadata topic:
-        every segment not yet DELETE_SEGMENT_FINISHED, and the lineage. A worker whose follower is
-        caught up resumes from this instead of re-reading the metadata partitions."""
+        """The partition's remote state exactly as the in-memory fold builds it from the metadata
+        topic (the same fold decided it): every segment not yet DELETE_SEGMENT_FINISHED, the served
+        ones, the header, shadowed keys and orphans. A worker whose follower is caught up resumes
+        and cleans up from this instead of re-reading the metadata partitions."""
         segments = {s.segment_id.id: s for s in self.listed_segments(tp)}
         served = {s.segment_id.id for s in self.finished_segments(tp)}
-        return PartitionRemoteState(
-            segments=segments,
-            lineage=self.lineage(tp),
-            served=served,
-            log_start_offset=self.log_start_offset(tp),
-            delete_state=self.partition_delete_state(tp),
-        )
+        head = tp_key(tp)
+        shadowed = {key[len(head) + 1 :] for key, _ in self._prefixed(b"H" + head)}
+        orphans: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        for key, value in self._prefixed(b"X" + head):
+            record = decode_value(value)
+            if isinstance(record, RemoteLogSegmentMetadata):
+                orphans[uuid.UUID(bytes=key[-16:])] = record
+        return PartitionRemoteState(segments, served, self.header(tp), shadowed, orphans)
+
+    def _prefixed(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        it = self._db.iter()
+        it.seek(prefix)
+        while it.valid() and it.key().startswith(prefix):
+            yield it.key(), it.value()
+            it.next()
 
     def partition_delete_state(self, tp: TopicPartition) -> PartitionDeleteState | None:
-        raw = self._db.get(b"P" + tp_key(tp))
-        if raw is None:
-            return None
-        record = decode_value(raw)
-        assert isinstance(record, RemotePartitionDeleteMetadata)
-        return record.state
+        return self.header(tp).delete_state
 
     def log_start_offset(self, tp: TopicPartition) -> int:
         """The remote log start offset of ``tp`` (0 when none was published): reads below it are
         "not in remote storage", whatever segments still exist there."""
-        raw = self._db.get(b"B" + tp_key(tp))
-        return 0 if raw is None else int(I64.unpack(raw)[0])
+        return self.header(tp).log_start_offset
 
     def finished_segment_for_offset(self, tp: TopicPartition, offset: int) -> RemoteLogSegmentMetadata | None:
         if offset < 0 or offset < self.log_start_offset(tp):

@@ -178,8 +178,6 @@ class RetentionService:
                 result.outcome.merge(outcome)
                 self.gauges.partition(tp, part, None if plan.empty else plan, outcome)
             self.gauges.publish()
-                self.gauges.partition(tp, part, plan, outcome)
-            self.gauges.publish()
         except ProcessorError as exc:
             self._failed(f"retention pass failed: {exc}")
             raise

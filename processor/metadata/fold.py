@@ -80,6 +80,8 @@ from processor.metadata.model import (
     TopicPartition,
 )
 from processor.metadata.state_machine import apply_snapshot, apply_update, check_partition_transition
+from processor.metadata.validation import MAX_PARTITION
+from processor.metadata.validation import TOPIC_NAME as _TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +136,11 @@ class Verdict:
     detail: str = ""
     topic_partition: TopicPartition | None = None
     record: MetadataRecord | None = None
+    ignored: bool = False  # of a topic this reader does not keep
 
 
 ACCEPTED_TOMBSTONE = Verdict(True)
+IGNORED = Verdict(True, ignored=True)
 
 
 @dataclass(slots=True)
@@ -340,7 +344,9 @@ def parse_key(key: bytes | None) -> tuple[TopicPartition, str] | None:
         return None
     topic, _, rest = text.partition("/")
     part, _, rest = rest.partition("/")
-    if not topic or not part.isdigit() or len(part) > 10:
+    if not _TOPIC.fullmatch(topic) or topic in {".", ".."} or not part.isdigit() or len(part) > 10:
+        return None
+    if int(part) > MAX_PARTITION:
         return None
     return TopicPartition(topic, int(part)), rest
 
@@ -376,24 +382,32 @@ class Fold:
     """Applies messages of the metadata topic, in topic order, to a store; every record is judged
     by the rules in the module docstring and either applied whole or rejected whole."""
 
-    def __init__(self, store: FoldStore) -> None:
+    def __init__(self, store: FoldStore, topics: frozenset[str] | None = None) -> None:
         self.store = store
+        self.topics = topics  # the source topics this reader keeps (None: all)
 
     def apply_raw(self, offset: int, key: bytes | None, value: bytes | None) -> Verdict:
         """Decode, check and apply one message (``value`` None: a tombstone)."""
         if value is None:
+            if self.topics is not None:
+                parsed = parse_key(key)
+                if parsed is not None and parsed[0].topic not in self.topics:
+                    return IGNORED
             return self._apply_tombstone(key)
         try:
             record = decode_message(key, value)
         except FormatError as exc:
             reason = INVALID if str(exc).startswith("invalid metadata record") else UNDECODABLE
             return Verdict(False, reason, str(exc))
+        if self.topics is not None and record.topic_partition.topic not in self.topics:
+            return IGNORED
         return self.apply_record(offset, record, value)
 
     def apply_record(self, offset: int, record: MetadataRecord, raw: bytes | None = None) -> Verdict:
         tp = record.topic_partition
         try:
             change = decide(self.store, offset, record, raw)
+            self.store.commit(tp, change)
         except StaleRecordError as exc:
             return self._reject(tp, record, raw, exc.reason, str(exc))
         except IllegalTransitionError as exc:
@@ -401,7 +415,6 @@ class Fold:
         except Exception as exc:  # a bug or a record no check foresaw: contained to this record
             log.exception("metadata record at offset %d could not be applied", offset)
             return Verdict(False, INTERNAL, f"{type(exc).__name__}: {exc}", tp, record)
-        self.store.commit(tp, change)
         return Verdict(True, None, "", tp, record)
 
     def _reject(
@@ -426,7 +439,11 @@ class Fold:
         if decided is None:
             return ACCEPTED_TOMBSTONE
         tp, change = decided
-        self.store.commit(tp, change)
+        try:
+            self.store.commit(tp, change)
+        except Exception as exc:
+            log.exception("metadata tombstone %r could not be applied", key)
+            return Verdict(False, INTERNAL, f"{type(exc).__name__}: {exc}")
         return Verdict(True, None, "", tp)
 
 
@@ -525,9 +542,9 @@ class MetadataFold(Fold):
     """The fold in memory: for a bounded set of partitions (the CLI, a leader without a follower,
     retention views, the audit, tests)."""
 
-    def __init__(self) -> None:
+    def __init__(self, topics: frozenset[str] | None = None) -> None:
         self.memory = MemoryStore()
-        super().__init__(self.memory)
+        super().__init__(self.memory, topics)
         self.rejected: dict[str, int] = {}
         self._next_offset: int = 0
 

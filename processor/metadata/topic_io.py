@@ -12,10 +12,10 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor import metrics
-from processor.errors import FormatError, MetadataTopicError, ProcessorError
+from processor.errors import FormatError, MetadataTopicError
 from processor.kafka_clients import ensure_topic, new_admin, new_consumer, new_producer, partition_counts
 from processor.metadata.codec import decode_value, encode_value, metadata_partition_for, record_key
-from processor.metadata.fencing import StaleRecordError
+from processor.metadata.fold import MetadataFold
 from processor.metadata.model import MetadataRecord, TopicPartition
 from processor.metadata.read_to_end import EndSnapshot
 from processor.metadata.remote_log_state import RemoteLogState
@@ -107,6 +107,7 @@ class MetadataMessage:
     key: bytes | None
     record: MetadataRecord | None  # None when the value did not decode (see error)
     error: str | None = None
+    value: bytes | None = None  # as read (None: a tombstone)
 
 
 def read_partitions(
@@ -137,9 +138,9 @@ def read_partitions(
                     yield MetadataMessage(p, off, msg.key(), None, "tombstone")
                     continue
                 try:
-                    yield MetadataMessage(p, off, msg.key(), decode_value(value))
+                    yield MetadataMessage(p, off, msg.key(), decode_value(value), None, value)
                 except FormatError as exc:
-                    yield MetadataMessage(p, off, msg.key(), None, str(exc))
+                    yield MetadataMessage(p, off, msg.key(), None, str(exc), value)
     except KafkaException as exc:
         raise MetadataTopicError(f"reading {topic}: {exc.args[0]}") from None
     finally:
@@ -152,31 +153,19 @@ def load_remote_state(
     partitions: list[int] | None = None,
     wanted: set[TopicPartition] | None = None,
 ) -> tuple[RemoteLogState, int]:
-    """Fold metadata partitions (default: all) into remote state; returns it and the skipped count.
-
-    Records that do not decode or break the state machine are skipped, logged and counted, never
-    applied: garbage on the topic cannot stop a leader from resuming.
-    """
+    """Fold metadata partitions (default: all) through the one fold into remote state; returns it
+    and the number of rejected records (each logged and counted by reason, never applied: garbage on
+    the topic cannot stop a leader from resuming). ``wanted``: keep only these partitions' topics."""
     if partitions is None:
         admin = new_admin(bootstrap_servers, "processor-admin")
         count = partition_counts(admin, [topic]).get(topic, 0)
         partitions = list(range(count))
-    state = RemoteLogState()
-    skipped = 0
+    state = RemoteLogState(MetadataFold(frozenset(tp.topic for tp in wanted) if wanted is not None else None))
+    rejected = 0
     for msg in read_partitions(bootstrap_servers, topic, partitions):
-        if msg.record is None:
-            if msg.error != "tombstone":
-                skipped += 1
-                metrics.METADATA_SKIPPED.labels("undecodable").inc()
-                log.warning("metadata record %d@%d skipped: %s", msg.partition, msg.offset, msg.error)
-            continue
-        if wanted is not None and msg.record.topic_partition not in wanted:
-            continue
-        try:
-            state.apply(msg.record)
-        except ProcessorError as exc:
-            skipped += 1
-            reason = exc.reason if isinstance(exc, StaleRecordError) else "illegal"
-            metrics.METADATA_SKIPPED.labels(reason).inc()
-            log.warning("metadata record %d@%d skipped: %s", msg.partition, msg.offset, exc)
-    return state, skipped
+        reason = state.apply_message(msg.offset, msg.key, msg.value)
+        if reason is not None:
+            rejected += 1
+            metrics.METADATA_REJECTED.labels(reason).inc()
+            log.warning("metadata record %d@%d rejected (%s)", msg.partition, msg.offset, reason)
+    return state, rejected

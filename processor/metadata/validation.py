@@ -51,7 +51,7 @@ MAX_CUSTOM_METADATA = 1024
 MAX_LEADER_EPOCHS = 65_536
 SEGMENT_FORMAT_VERSIONS = frozenset({1, 2})
 
-_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+TOPIC_NAME = _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _TOPIC_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _PREFIX_PART = re.compile(r"[A-Za-z0-9._=-]{1,255}")
 _NAME = re.compile(r"(\d{20})-([0-9a-f-]{36})-e\d{1,20}\.log")

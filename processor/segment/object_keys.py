@@ -93,6 +93,12 @@ class ObjectKeyFactory:
         with ``topic``: keep only the keys :meth:`partition_of` recognises."""
         return self._join(validate_topic(topic))
 
+    def folder_of(self, topic: str, key: str) -> tuple[str | None, int] | None:
+        """(topic id or None for the legacy folder, partition) of ``key`` if it lies in one of
+        ``topic``'s partition folders, else None."""
+        m = re.match(re.escape(self._join(topic)) + r"(?:-(" + _TOPIC_ID.pattern + r"))?/(\d+)/", key)
+        return (m.group(1), int(m.group(2))) if m else None
+
     def partition_of(self, topic: str, key: str) -> int | None:
         """The partition of ``key`` if it lies in one of ``topic``'s partition folders (any topic
         id, or none), else None."""

@@ -20,6 +20,7 @@ from processor.errors import FormatError, ServiceUnavailableError
 from processor.metadata.codec import decode_value
 from processor.metadata.model import (
     MetadataRecord,
+    PartitionClaim,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogStartOffset,
@@ -108,6 +109,18 @@ def record_row(
             event_timestamp_ms=record.event_timestamp_ms,
             writer_id=record.writer_id,
             writer_epoch=record.writer_epoch,
+        )
+        return tuple(row[c] for c in COLUMNS)
+    if isinstance(record, PartitionClaim):
+        row.update(
+            record_type="claim",
+            topic=record.topic_partition.topic,
+            partition=record.topic_partition.partition,
+            topic_id=record.topic_id,
+            event_timestamp_ms=record.event_timestamp_ms,
+            writer_id=record.writer_id,
+            state=record.kind.value,
+            segment_id=str(record.claim_id),
         )
         return tuple(row[c] for c in COLUMNS)
     sid = record.segment_id

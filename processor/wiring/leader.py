@@ -18,7 +18,7 @@ from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.rate_limited import rate_limited
 from processor.wiring.fetch_sizes import fetch_options
-from processor.wiring.read_your_write import accepted_by_follower
+from processor.wiring.read_your_write import confirm_by_follower
 from processor.wiring.resume import remote_state_loader
 
 # Faust's broker_rebalance_timeout; a revocation waits at most 80 % of it for running copies.
@@ -52,8 +52,8 @@ def build_engine(
         ObjectKeyFactory(settings.s3_prefix),
         settings.worker_id,
         topic_ids=planner.topic_ids if planner is not None else None,
-        newest_epoch=materializer.cache.max_epoch if materializer is not None else None,
-        accepted=accepted_by_follower(materializer, metadata_partitions) if materializer else None,
+        current_claim=materializer.current_epoch if materializer is not None else None,
+        confirm=confirm_by_follower(materializer, metadata_partitions) if materializer else None,
     )
     security = source_security(settings)
     fetch = fetch_options(settings)
