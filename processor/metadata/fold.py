@@ -546,7 +546,7 @@ class MetadataFold(Fold):
         self.memory = MemoryStore()
         super().__init__(self.memory, topics)
         self.rejected: dict[str, int] = {}
-        self._next_offset: int = 0
+        self._next_offset: int = 0  # of :meth:`append`
 
     def apply_raw(self, offset: int, key: bytes | None, value: bytes | None) -> Verdict:
         verdict = super().apply_raw(offset, key, value)

@@ -140,14 +140,16 @@ class RemoteLogState:
 
     fold: MetadataFold = field(default_factory=MetadataFold)
 
-    def apply(self, record: MetadataRecord) -> None:
-        """Apply ``record`` as the next message; raises StaleRecordError or IllegalTransitionError
-        (with the fold's reason) when the fold rejects it."""
+    def apply(self, record: MetadataRecord) -> int:
+        """Apply ``record`` as the next message; returns the offset it got (a claim's epoch). Raises
+        StaleRecordError or IllegalTransitionError (with the fold's reason) when the fold rejects it."""
+        offset = self.fold._next_offset
         verdict = self.fold.append(record)
         if not verdict.accepted:
             if verdict.reason == "illegal":
                 raise IllegalTransitionError(verdict.detail)
             raise StaleRecordError(verdict.detail, verdict.reason or "rejected")
+        return offset
 
     def apply_message(self, offset: int, key: bytes | None, value: bytes | None) -> str | None:
         """Apply one message of the topic at ``offset``; returns the rejection reason or None."""
@@ -155,8 +157,9 @@ class RemoteLogState:
         return None if verdict.accepted else verdict.reason
 
     @property
-    def partitions(self) -> dict[TopicPartition, PartitionView]:
-        return self.fold.partitions
+    def partitions(self) -> dict[TopicPartition, PartitionRemoteState]:
+        """Every partition's state (snapshots)."""
+        return {tp: PartitionRemoteState.of(view) for tp, view in self.fold.partitions.items()}
 
     def partition(self, tp: TopicPartition) -> PartitionRemoteState:
         return PartitionRemoteState.of(self.fold.partition(tp))

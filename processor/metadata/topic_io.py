@@ -22,7 +22,11 @@ from processor.metadata.remote_log_state import RemoteLogState
 
 log = logging.getLogger(__name__)
 
-METADATA_TOPIC_CONFIG = {"cleanup.policy": "compact"}
+# min.compaction.lag.ms: the log cleaner never compacts a record younger than a day. A rejected record
+# that shadows an accepted state, or a rejected record of an unknown segment, must be neutralised by
+# the partition's owner (re-published, or tombstoned) before compaction reaches it (see
+# processor/metadata/fold.py, "Compaction"); owners do that on every retention pass (30 s).
+METADATA_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "86400000"}
 
 
 def ensure_metadata_topic(bootstrap_servers: str, topic: str, partitions: int, replication: int) -> int:

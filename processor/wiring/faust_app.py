@@ -52,7 +52,7 @@ def build_app(
     connect_rebalance(app, leadership, app.source_topics)
     if materializer is not None:
         materializer.listeners.append(leadership.on_metadata)
-    add_data_path_timers(app, engine, materializer)
+    add_data_path_timers(app, engine, materializer, leadership)
 
     def data_path() -> str | None:
         return None if engine.failure is None else f"data path failed: {engine.failure}"

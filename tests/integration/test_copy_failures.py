@@ -89,7 +89,7 @@ def test_failed_copies_are_retried_in_order_and_dangling_copies_cleaned(
     failures_before = metrics.COPY_ERRORS.labels(TOPIC)._value.get()
     engine.start()
     try:
-        engine.assign([TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)], epoch=3)
+        engine.assign({TopicPartition(TOPIC, 0): 3, TopicPartition(TOPIC, 1): 3})
         ends = {p: sum(1 for r in produced if r.partition == p) - 1 for p in (0, 1)}
         wait_engine_offloaded(engine, {TopicPartition(TOPIC, p): e for p, e in ends.items()}, 120)
     finally:

@@ -20,6 +20,7 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
+from processor.segment.object_keys import ObjectKeyFactory
 
 TP = TopicPartition("orders", 3)
 S = SegmentState
@@ -32,8 +33,10 @@ def seg(
     tp: TopicPartition = TP,
     max_ts: int = 0,
 ):
+    sid = RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4())
+    keys = ObjectKeyFactory("p").segment(tp.topic, tp.partition, start, sid.id, 0)
     return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4()),
+        sid,
         start,
         end,
         max_ts,
@@ -43,8 +46,8 @@ def seg(
         ((0, start),),
         100,
         state,
-        "d",
-        "d-index",
+        keys.data,
+        keys.index,
         1,
         end - start + 1,
         0,

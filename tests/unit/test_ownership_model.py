@@ -25,12 +25,14 @@ Invariants, after every step:
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -54,14 +56,15 @@ from processor.metadata.model import (
 )
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.storage.chunk_storage import Buffer, ChunkInfo
+from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage
 
 TP = TopicPartition("orders", 0)
 TOPIC_ID = "6f1c1d5e-0000-4000-8000-000000000001"
 KEYS = ObjectKeyFactory("archive")
 S = SegmentState
 OWNERS = ("A", "B", "C")
-CHECK_CACHE = False
+CHECK_CACHE = True
+HOSTILE = ["overlap", "huge", "garbage", "negative", "nul", "key", "outside"]
 
 
 class Bucket:
@@ -111,7 +114,9 @@ class Topic:
         if verdict.accepted and writer != claim.writer_id and writer in OWNERS:
             self.foreign_accepted.append(f"{writer}'s record at {offset} under {claim.writer_id}'s claim")
         if not verdict.accepted and writer in OWNERS and getattr(record, "writer_epoch", None) == claim.epoch:
-            self.self_fenced.append(f"{writer}'s own record at {offset} rejected: {verdict.reason} {verdict.detail}")
+            self.self_fenced.append(
+                f"{writer}'s own record at {offset} rejected: {verdict.reason} {verdict.detail}"
+            )
         return offset
 
     def publish(self, record: MetadataRecord) -> int:
@@ -206,7 +211,7 @@ class OwnershipModel(RuleBasedStateMachine):
 
     def _deleter(self, owner: Owner) -> SegmentDeleter:
         return SegmentDeleter(
-            self.bucket, self.topic, self.topic, NoFailedDeletions(), owner.name, KEYS, self.topic.confirm
+            cast(ChunkStorage, self.bucket),  # the deleter only deletes: the model's set of keys self.topic, self.topic, NoFailedDeletions(), owner.name, KEYS, self.topic.confirm
         )
 
     def _state(self, fold: MetadataFold | None = None) -> PartitionRemoteState:
@@ -380,7 +385,10 @@ class OwnershipModel(RuleBasedStateMachine):
     # -- hostile records: contained, whatever they say -----------------------------------------
 
     @precondition(lambda self: self.topic.live.partition(TP).header.claimed)
-    @rule(kind=st.sampled_from(["overlap", "huge", "garbage", "negative", "nul", "key", "outside"]), data=st.data())
+    @rule(
+        kind=st.sampled_from(["overlap", "huge", "garbage", "negative", "nul", "key", "outside"]),
+        data=st.data(),
+    )
     def hostile(self, kind: str, data: st.DataObject) -> None:
         part = self._state()
         served = part.finished()
@@ -398,7 +406,8 @@ class OwnershipModel(RuleBasedStateMachine):
         keys = KEYS.segment(TP.topic, TP.partition, start, sid.id, max(epoch, 0), TOPIC_ID)
         data_key = "other-app/secret.log" if kind == "outside" else keys.data
         seg = RemoteLogSegmentMetadata(
-            sid, start, max(start, min(end, 2**62 - 1)), 0, 0, "mallory", 2**31 - 1 if kind == "huge" else epoch,
+            sid, start, max(start, min(end, 2**62 - 1)), 0, 0, "mallory",
+            2**31 - 1 if kind == "huge" else epoch,
             ((0, start),), 1, S.COPY_SEGMENT_FINISHED, data_key, data_key + "-index", 2, 1, 0, 1,
         )  # fmt: skip
         value = encode_value(seg)
@@ -435,7 +444,11 @@ class OwnershipModel(RuleBasedStateMachine):
 
     def _served(self, fold: MetadataFold) -> dict[uuid.UUID, tuple[int, int, str]]:
         part = fold.partition(TP)
-        return {sid: (s.start_offset, s.end_offset, s.state.value) for sid, s in part.segments.items() if sid in part.served}
+        return {
+            sid: (s.start_offset, s.end_offset, s.state.value)
+            for sid, s in part.segments.items()
+            if sid in part.served
+        }
 
     @invariant()
     def acknowledged_stays_served(self) -> None:
@@ -444,15 +457,19 @@ class OwnershipModel(RuleBasedStateMachine):
         for sid, seg in self.acked.items():
             if sid in served:
                 continue
-            assert sid in self.retention_deleted, f"acknowledged {seg.start_offset}..{seg.end_offset} unserved"
+            assert sid in self.retention_deleted, (
+                f"acknowledged {seg.start_offset}..{seg.end_offset} unserved"
+            )
             assert seg.max_timestamp_ms <= self.retention_deleted[sid]
 
     @invariant()
     def served_is_contiguous_and_disjoint(self) -> None:
         part = self._state()
         live = [s for s in part.finished() if s.end_offset >= part.log_start_offset]
-        for a, b in zip(live, live[1:], strict=False):
-            assert a.end_offset < b.start_offset, f"overlap {a.start_offset}..{a.end_offset} / {b.start_offset}"
+        for a, b in itertools.pairwise(live):
+            assert a.end_offset < b.start_offset, (
+                f"overlap {a.start_offset}..{a.end_offset} / {b.start_offset}"
+            )
             assert b.start_offset == a.end_offset + 1, f"gap {a.end_offset + 1}..{b.start_offset - 1}"
         if live and part.log_start_offset > 0:
             assert live[0].start_offset <= part.log_start_offset
@@ -479,9 +496,11 @@ class OwnershipModel(RuleBasedStateMachine):
         if not CHECK_CACHE:
             return
         # the follower cache applies the messages it has not seen yet, in one batch
-        from processor.follower.metadata_cache import RawMessage
+        from processor.follower.cache_writes import RawMessage
 
-        new = [RawMessage(0, m.offset, m.key, m.value) for m in self.topic.log if m.offset >= self.cache_applied]
+        new = [
+            RawMessage(0, m.offset, m.key, m.value) for m in self.topic.log if m.offset >= self.cache_applied
+        ]
         self.cache.apply_batch(new)
         self.cache_applied = self.topic.next_offset
         cached = self.cache.remote_state(TP)
@@ -530,7 +549,7 @@ def _register_owner_rules() -> None:
                 getattr(self, _step)(_n, **kw)
 
             method.__name__ = f"{step}_{n}"
-            decorated = rule(**args)(method)
+            decorated = rule(**args)(method)  # type: ignore[call-overload]
             if pre is not None:
                 decorated = precondition(pre)(decorated)  # type: ignore[arg-type]
             setattr(OwnershipModel, method.__name__, decorated)
@@ -551,7 +570,7 @@ test_ownership_model = OwnershipModel.TestCase
 def test_ownership_model_long() -> None:
     """The same model, many more examples and longer runs (``make test-all``)."""
     run = OwnershipModel.TestCase("runTest")
-    run.settings = settings(
+    run.settings = settings(  # type: ignore[misc]
         max_examples=5_000, stateful_step_count=80, deadline=None, suppress_health_check=list(HealthCheck)
     )
     run.runTest()
