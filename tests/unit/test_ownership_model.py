@@ -211,7 +211,13 @@ class OwnershipModel(RuleBasedStateMachine):
 
     def _deleter(self, owner: Owner) -> SegmentDeleter:
         return SegmentDeleter(
-            cast(ChunkStorage, self.bucket),  # the deleter only deletes: the model's set of keys self.topic, self.topic, NoFailedDeletions(), owner.name, KEYS, self.topic.confirm
+            cast(ChunkStorage, self.bucket),  # the deleter only deletes: the model's set of keys
+            self.topic,
+            self.topic,
+            NoFailedDeletions(),
+            owner.name,
+            KEYS,
+            self.topic.confirm,
         )
 
     def _state(self, fold: MetadataFold | None = None) -> PartitionRemoteState:
