@@ -82,12 +82,12 @@ class Leadership:
                     self.fenced.pop(tp, None)
         held = self._claim(coming)
         log.info(
-            "assignment (generation %d): %d kept, %d claimed, %d held by other claims, %d revoked",
+            "assignment (generation %d): %d kept, %d new, %d revoked; %d of the new held by other claims",
             generation,
             len(wanted) - len(coming),
-            len(held),
-            len(coming) - len(held),
+            len(coming),
             len(leaving),
+            len(coming) - len(held),
         )
 
     def _claim(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:

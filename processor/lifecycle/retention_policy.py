@@ -129,23 +129,30 @@ def plan_retention(
 
     expired: list[tuple[RemoteLogSegmentMetadata, DeleteReason]] = []
     dangling: list[RemoteLogSegmentMetadata] = list(unreferenced)
+    walking = True  # until the first finished segment that breaches nothing
     for s in ordered:
         if s.state is SegmentState.COPY_SEGMENT_STARTED:
             if current_epoch is not None:
-                in_progress = s.writer_epoch == current_epoch and s.segment_id.id in in_flight
-            else:
-                in_progress = s.start_offset > highest_finished
-            if not in_progress:
+                # under claims a copy can finish only if it is the claim holder's and in flight;
+                # every other one is dangling wherever it lies, and none stops the walk
+                if s.writer_epoch != current_epoch or s.segment_id.id not in in_flight:
+                    dangling.append(s)
+                continue
+            if s.start_offset <= highest_finished:
                 dangling.append(s)
                 continue
             break  # a copy in progress: nothing after it is looked at
         if s.state is not SegmentState.COPY_SEGMENT_FINISHED:
             continue
-        reason = breach(s, limits, now_ms, target_start, cutoff, remaining_bytes)
-        if reason is None:
-            break
-        expired.append((s, reason))
-        remaining_bytes -= s.segment_size_in_bytes
+        if walking:
+            reason = breach(s, limits, now_ms, target_start, cutoff, remaining_bytes)
+            if reason is None:
+                walking = False
+                if current_epoch is None:
+                    break
+                continue
+            expired.append((s, reason))
+            remaining_bytes -= s.segment_size_in_bytes
 
     new_start = max([target_start] + [s.end_offset + 1 for s, _ in expired])
     return RetentionPlan(
