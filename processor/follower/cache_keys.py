@@ -3,7 +3,8 @@
 Key layout (binary; ``tp`` is ``topic utf-8, 0x00, partition u32 BE``; offsets and timestamps are
 u64/i64 BE so byte order is numeric order)::
 
-    b"S" uuid(16)                      -> the segment's latest metadata (codec.encode_value bytes)
+    b"S" uuid(16)                      -> the segment's latest metadata (codec.encode_value bytes), kept
+                                          after DELETE_SEGMENT_FINISHED until the key's tombstone
     b"O" tp start(u64) uuid(16)        -> [end i64][max_timestamp i64]   COPY_SEGMENT_FINISHED only
     b"L" tp start(u64) uuid(16)        -> [end i64]                      all but DELETE_SEGMENT_FINISHED
     b"E" tp                            -> the fold's partition header: current claim, topic ids, remote

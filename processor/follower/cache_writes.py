@@ -28,7 +28,7 @@ from processor.follower.cache_keys import I64, O_VALUE, U32, U64, offset_key, tp
 from processor.follower.cache_queries import CacheQueries
 from processor.metadata.codec import encode_value
 from processor.metadata.fold import Change, Fold, PartitionHeader, encode_header
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,10 @@ class RocksFoldStore:
             suffix = tp_key(new.topic_partition) + U64.pack(new.start_offset) + sid.bytes
             # a snapshot as it arrived is stored as it arrived (no re-encoding)
             batch.put(b"S" + sid.bytes, change.put_raw if change.put_raw is not None else encode_value(new))
-            batch.put(b"L" + suffix, I64.pack(new.end_offset))
+            if new.state is SegmentState.DELETE_SEGMENT_FINISHED:  # kept for the state machine, not listed
+                batch.delete(b"L" + suffix)
+            else:
+                batch.put(b"L" + suffix, I64.pack(new.end_offset))
             if change.served:
                 batch.put(b"O" + suffix, O_VALUE.pack(new.end_offset, new.max_timestamp_ms))
                 served[sid] = new

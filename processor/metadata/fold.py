@@ -151,7 +151,7 @@ class Change:
     put: RemoteLogSegmentMetadata | None = None  # the segment's new state
     put_raw: bytes | None = None  # its encoded bytes when ``put`` is the record as received
     served: bool = False  # whether ``put`` is served
-    dropped: RemoteLogSegmentMetadata | None = None  # a segment forgotten (finished delete, tombstone)
+    dropped: RemoteLogSegmentMetadata | None = None  # a segment forgotten (its tombstone)
     unserve: list[RemoteLogSegmentMetadata] = field(default_factory=list)  # served ones that stop
     shadow: tuple[bytes, bool] | None = None  # key shadowed by a rejected record (True) or no more
     orphan: tuple[uuid.UUID, RemoteLogSegmentMetadata | None] | None = None  # rejected, of an unknown segment
@@ -260,10 +260,7 @@ def decide_segment(
     if after != header.lineage:
         change.header = replace(header, lineage=after)
         change.unserve = _switch_unserves(store, tp, header.lineage, after)
-    if new.state is SegmentState.DELETE_SEGMENT_FINISHED:
-        change.dropped = new
-    else:
-        change.put = new
+    change.put = new  # a finished delete is kept (the state machine needs it) until its tombstone
     serves = new.state is _FINISHED and after.serves(new.segment_id.topic_id, after.topic_id)
     if serves:
         others = [
