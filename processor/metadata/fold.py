@@ -395,6 +395,7 @@ class Fold:
             record = decode_message(key, value)
         except FormatError as exc:
             reason = INVALID if str(exc).startswith("invalid metadata record") else UNDECODABLE
+            self._shadow_by_key(key)
             return Verdict(False, reason, str(exc))
         if self.topics is not None and record.topic_partition.topic not in self.topics:
             return IGNORED
@@ -413,6 +414,32 @@ class Fold:
             log.exception("metadata record at offset %d could not be applied", offset)
             return Verdict(False, INTERNAL, f"{type(exc).__name__}: {exc}", tp, record)
         return Verdict(True, None, "", tp, record)
+
+    def _shadow_by_key(self, key: bytes | None) -> None:
+        """A value that does not decode, filed under the key of an accepted state, shadows that state
+        as any rejected record does (compaction would leave it as the key's only record)."""
+        try:
+            parsed = parse_key(key)
+            if parsed is None or key is None:
+                return
+            tp, rest = parsed
+            if rest == LOG_START_OFFSET_KEY_SUFFIX:
+                if self.store.header(tp).log_start_offset > 0:
+                    self.store.commit(tp, Change(shadow=(key, True)))
+                return
+            try:
+                sid = uuid.UUID(rest)
+            except ValueError:
+                return
+            current = self.store.segment(sid)
+            if (
+                current is not None
+                and current.topic_partition == tp
+                and segment_key(current.segment_id) == key
+            ):
+                self.store.commit(tp, Change(shadow=(key, True)))
+        except Exception:  # bookkeeping of a rejected record must not turn into a crash
+            log.exception("bookkeeping of an undecodable metadata record failed")
 
     def _reject(
         self, tp: TopicPartition, record: MetadataRecord, raw: bytes | None, reason: str, detail: str

@@ -273,7 +273,7 @@ def test_a_poison_record_is_contained_and_the_batch_commits(tmp_path: Path) -> N
 
 def test_a_bug_in_the_store_is_contained_to_its_record() -> None:
     class Broken(MemoryStore):
-        def served_overlapping(self, tp, start, end):  # type: ignore[no-untyped-def]
+        def served_overlapping(self, tp, start, end):
             raise RuntimeError("a bug")
 
     fold = Fold(Broken())

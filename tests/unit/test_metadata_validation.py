@@ -28,6 +28,7 @@ from processor.metadata.model import (
     PartitionClaim,
     PartitionDeleteState,
     RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
     RemotePartitionDeleteMetadata,
     TopicPartition,
 )
@@ -90,9 +91,9 @@ def test_partition_delete_records_of_the_first_schema_still_decode() -> None:
 
 
 @given(segment_metadata())
-def test_writer_epochs_written_as_int_read_the_same_as_long(record: MetadataRecord) -> None:
+def test_writer_epochs_written_as_int_read_the_same_as_long(record: RemoteLogSegmentMetadata) -> None:
     """writer_epoch was an Avro int before claims: int and long share the zig-zag varint encoding."""
-    small = dataclasses.replace(record, writer_epoch=12345)  # type: ignore[type-var]
+    small = dataclasses.replace(record, writer_epoch=12345)
     assert decode_value(encode_value(small)) == small
 
 
@@ -124,7 +125,7 @@ BOUNDS = [
 
 
 @pytest.mark.parametrize(("named", "break_it"), BOUNDS, ids=[b[0] for b in BOUNDS])
-def test_records_outside_the_bounds_are_rejected_naming_what_is_wrong(named: str, break_it) -> None:  # type: ignore[no-untyped-def]
+def test_records_outside_the_bounds_are_rejected_naming_what_is_wrong(named: str, break_it) -> None:
     sid = RemoteLogSegmentId("orders", 3, uuid.UUID(int=9))
     from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
     from processor.segment.object_keys import ObjectKeyFactory
