@@ -366,7 +366,7 @@ def decide_tombstone(store: FoldStore, key: bytes | None) -> tuple[TopicPartitio
     current = store.segment(sid)
     change = Change(shadow=(key or b"", False), orphan=(sid, None))
     if current is not None:
-        if current.state is not SegmentState.DELETE_SEGMENT_STARTED:
+        if current.state not in (SegmentState.DELETE_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_FINISHED):
             log.warning("tombstone of segment %s in state %s (not deleted first)", sid, current.state.value)
         change.dropped = current
     return current.topic_partition if current is not None else tp, change
