@@ -98,6 +98,8 @@ class SegmentObjectMissingError(CorruptObjectError):
 class FencedWriterError(ProcessorError):
     """A record this writer published was not accepted by the metadata topic's readers (another
     claim holds the partition), or its acceptance could not be confirmed: the writer must stop
-    writing the partition. Retriable: a new claim (the next assignment) may succeed."""
+    writing the partition. Retriable: a new claim (the next assignment) may succeed. ``rejected``:
+    the readers definitely rejected it (not merely unconfirmed)."""
 
     retriable = True
+    rejected = False

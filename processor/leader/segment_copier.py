@@ -89,12 +89,15 @@ class SegmentCopier:
 
     def _publish_accepted(self, record: RemoteLogSegmentMetadata) -> None:
         offset = self.sink.publish(record)
-        if self.confirm is not None and not self.confirm(record, offset):
-            raise FencedWriterError(
-                f"{record.state.value} of {record.segment_id} (claim epoch {record.writer_epoch}) was not "
-                "accepted by the metadata topic's readers (or that could not be confirmed): another "
-                "claim holds the partition"
+        outcome = True if self.confirm is None else self.confirm(record, offset)
+        if outcome is not True:
+            error = FencedWriterError(
+                f"{record.state.value} of {record.segment_id} (claim epoch {record.writer_epoch}) was "
+                f"{'not accepted' if outcome is False else 'not confirmed in time'} by the metadata "
+                "topic's readers: another claim holds the partition"
             )
+            error.rejected = outcome is False
+            raise error
 
     def check_fence(self, tp: TopicPartition, writer_epoch: int) -> None:
         """Raise FencedWriterError if the partition's current claim is not ``writer_epoch``."""
@@ -163,8 +166,14 @@ class SegmentCopier:
             # A STARTED the readers did not accept: upload nothing (no orphan objects).
             self._publish_accepted(started)
             finished = self._upload(tp, started, segment, index, writer_epoch, still_leader)
-            # From here on the objects may be served: never deleted by this attempt.
-            self._publish_accepted(finished)
+            # From here on the objects may be served: deleted by this attempt only if the readers
+            # definitely rejected its FINISHED (then nobody serves them; unknown: the owner cleans up)
+            try:
+                self._publish_accepted(finished)
+            except FencedWriterError as exc:
+                if exc.rejected:
+                    self._delete_objects(finished)
+                raise
             log.info("segment copied", extra=segment_fields(finished))
             return finished
         finally:
@@ -193,6 +202,18 @@ class SegmentCopier:
             self.delete_segment(started)
             raise
         return started.with_state(SegmentState.COPY_SEGMENT_FINISHED, self.clock_ms())
+
+    def _delete_objects(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Delete the objects of an attempt whose FINISHED the readers rejected (best effort: what is
+        left is found by the owner's sweep of unreferenced objects)."""
+        try:
+            sid = metadata.segment_id
+            data, index = metadata.data_object_key, metadata.index_object_key
+            keys = self.keys.owned_objects(sid.topic, sid.partition, sid.id, sid.topic_id, data, index)
+            self.storage.delete(keys.data)
+            self.storage.delete(keys.index)
+        except ProcessorError as exc:
+            log.warning("could not delete the objects of rejected copy %s: %s", metadata.segment_id, exc)
 
     def delete_segment(self, metadata: RemoteLogSegmentMetadata, writer_epoch: int | None = None) -> bool:
         """Delete a segment's objects and record it (DELETE_SEGMENT_STARTED, then _FINISHED), the

@@ -22,8 +22,10 @@ from processor.lifecycle.remote_log_gauges import RemoteLogGauges
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits, RetentionPlan, plan_retention
 from processor.lifecycle.segment_deleter import DeletionOutcome, SegmentDeleter
-from processor.metadata.model import TopicPartition
+from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
+
+_FINISHED_DELETE = SegmentState.DELETE_SEGMENT_FINISHED
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +113,47 @@ def clean_partition(
     return plan, out
 
 
+UNREFERENCED_MIN_AGE_MS = 10 * 60 * 1000  # objects younger than this are never swept (uploads in flight)
+
+
+def sweep_unreferenced(
+    tp: TopicPartition,
+    part: PartitionRemoteState,
+    deleter: SegmentDeleter,
+    now_ms: int,
+    in_flight: frozenset[uuid.UUID] = frozenset(),
+    min_age_ms: int = UNREFERENCED_MIN_AGE_MS,
+) -> list[str]:
+    """Delete the objects in ``tp``'s folders (any topic id) that no segment the fold still lists
+    references: what a writer uploaded and could not record (a zombie whose attempt was cleaned up
+    while it uploaded, a crash between an upload and its FINISHED). Objects of copies in flight and
+    objects younger than ``min_age_ms`` stay. Returns the keys deleted."""
+    keys = deleter.keys
+    referenced = {
+        k
+        for s in part.segments.values()
+        if s.state is not _FINISHED_DELETE
+        for k in (s.data_object_key, s.index_object_key)
+    }
+    deleted: list[str] = []
+    for info in list(deleter.storage.list(keys.topic_listing_prefix(tp.topic))):
+        folder = keys.folder_of(tp.topic, info.key)
+        if folder is None or folder[1] != tp.partition or info.key in referenced:
+            continue
+        if not keys.is_project_key(info.key):
+            continue
+        name = info.key.rsplit("/", 1)[-1]
+        if any(str(sid) in name for sid in in_flight):
+            continue
+        if info.modified_ms is None or now_ms - info.modified_ms < min_age_ms:
+            continue
+        deleter.storage.delete(info.key)
+        deleted.append(info.key)
+    if deleted:
+        log.info("%s: deleted %d objects no segment references", tp, len(deleted))
+    return deleted
+
+
 @dataclass
 class PassResult:
     outcome: DeletionOutcome = field(default_factory=DeletionOutcome)
@@ -133,6 +176,7 @@ class RetentionService:
         in_flight: Callable[[TopicPartition], frozenset[uuid.UUID]] = lambda tp: frozenset(),
     ) -> None:
         self.in_flight = in_flight  # the ids of the copies the leader has in progress
+        self._swept: dict[TopicPartition, int] = {}  # partition -> the claim its objects were swept under
         self.config = config
         self.view = view
         self.deleter = deleter
@@ -173,6 +217,10 @@ class RetentionService:
                     log.warning("retention pass: %s", exc)
                     result.fenced.append(tp)
                     continue
+                if self._swept.get(tp) != epoch and not outcome.failed:
+                    # once per claim: objects nobody recorded (the fold cannot know them)
+                    sweep_unreferenced(tp, part, self.deleter, now, self.in_flight(tp))
+                    self._swept[tp] = epoch
                 for s in outcome.deleted:
                     self._recently_deleted[s.segment_id.id] = time.monotonic()
                 result.outcome.merge(outcome)

@@ -104,7 +104,7 @@ class SegmentDeleter:
 
     def _publish_confirmed(self, record: MetadataRecord, what: str) -> None:
         offset = self.metadata.publish(record)
-        if not self.confirm(record, offset):
+        if self.confirm(record, offset) is not True:
             raise FencedWriterError(
                 f"{what} (writer epoch {getattr(record, 'writer_epoch', '?')}) was not accepted by the "
                 f"metadata topic's readers: another claim holds {record.topic_partition}; stopping"

@@ -17,7 +17,8 @@ class Confirm(Protocol):
     """Read-your-write on the metadata topic: whether the topic's readers accepted ``record``,
     published at ``offset`` (the writer's own follower applies the same fold as every reader).
 
-    True only when the fold accepted it. False when it was rejected, or when that could not be
-    confirmed in time: a writer never goes on as if accepted (it stops, or gives the partition up)."""
+    True only when the fold accepted it; False when it rejected it; None when that could not be
+    confirmed in time. A writer goes on only on True (it never fails open); only on False does it
+    know that nobody serves what the record named."""
 
-    def __call__(self, record: MetadataRecord, offset: int) -> bool: ...
+    def __call__(self, record: MetadataRecord, offset: int) -> bool | None: ...

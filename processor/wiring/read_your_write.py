@@ -21,15 +21,15 @@ CONFIRM_TIMEOUT_S = 60.0
 def confirm_by_follower(
     materializer: Materializer, metadata_partitions: int, timeout_s: float = CONFIRM_TIMEOUT_S
 ) -> Confirm:
-    """True only when the follower applied the record published at ``offset`` and the fold accepted
-    it. Rejected, not applied in time, or a follower that does not follow the partition: False, and
-    the writer stops (it never fails open)."""
+    """True when the follower applied the record published at ``offset`` and the fold accepted it,
+    False when the fold rejected it, None when that is not known in time (the follower lags, stopped,
+    or does not follow the partition): the writer then stops (it never fails open)."""
 
-    def confirm(record: MetadataRecord, offset: int) -> bool:
+    def confirm(record: MetadataRecord, offset: int) -> bool | None:
         tp = record.topic_partition
         outcome = materializer.outcome(metadata_partition_for(tp, metadata_partitions), offset, timeout_s)
         if outcome is None:
             log.warning("%s: the follower did not confirm the record at %d in %.0f s", tp, offset, timeout_s)
-        return outcome is True
+        return outcome
 
     return confirm

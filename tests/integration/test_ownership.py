@@ -15,12 +15,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.commands.demo import wait_offloaded
 from processor.config import load_settings
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin, new_consumer, new_producer
+from processor.kafka_clients import ensure_topic, new_admin, new_producer
 from processor.lifecycle.deletion_topic import DELETION_TOPIC_CONFIG
 from processor.metadata.codec import encode_value, metadata_partition_for, record_key
 from processor.metadata.model import (
@@ -62,16 +61,21 @@ def _env(info: StackInfo, data_dir: Path, topic: str, meta: str, worker: str, **
     )
 
 
-def _ends(info: StackInfo, topic: str) -> dict[TopicPartition, int]:
-    """The last offset of each partition, as the broker reports it now."""
-    consumer = new_consumer(info.bootstrap_servers, "ownership-ends")
-    try:
-        return {
-            TopicPartition(topic, p): consumer.get_watermark_offsets(KafkaTP(topic, p), timeout=10)[1] - 1
-            for p in range(PARTITIONS)
-        }
-    finally:
-        consumer.close()
+class Produced:
+    """Records produced to each partition of a topic (the broker's high watermark is no good for this:
+    Tansu reports the last batch's base offset + 1)."""
+
+    def __init__(self, info: StackInfo, topic: str) -> None:
+        self.info, self.topic = info, topic
+        self.counts = dict.fromkeys(range(PARTITIONS), 0)
+
+    def each(self, n: int, timestamp_ms: int) -> None:
+        for p in range(PARTITIONS):
+            produce(self.info.bootstrap_servers, self.topic, p, n, timestamp_ms)
+            self.counts[p] += n
+
+    def ends(self) -> dict[TopicPartition, int]:
+        return {TopicPartition(self.topic, p): n - 1 for p, n in self.counts.items()}
 
 
 def assert_reads_byte_exact(
@@ -123,44 +127,43 @@ def assert_reads_byte_exact(
 def test_retention_never_fences_its_workers_when_a_third_joins(
     local_stack: StackInfo, tmp_path: Path
 ) -> None:
-    """Two workers with one day of time retention; a third joins while three-day-old records keep
-    arriving and being deleted on the partitions they keep; then recent records: every partition
-    keeps offloading (nothing fenced), and what is archived reads back byte-exact."""
+    """Two workers with one day of time retention; a third joins (a rebalance: the generation moves on,
+    the partitions the two keep keep their claims) while three-day-old records keep arriving and being
+    deleted; then recent records: every partition keeps offloading (no worker fenced itself), and
+    what is archived reads back byte-exact."""
     topic, meta = "own-retention", "__remote_log_metadata_own_retention"
     ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), topic, PARTITIONS, 1, {})
     envs = {
         w: _env(local_stack, tmp_path / w, topic, meta, w, PROCESSOR_REMOTE_RETENTION_MS="1d") for w in "abc"
     }
     old = int(time.time() * 1000) - 3 * DAY
+    produced = Produced(local_stack, topic)
     with (
         running_worker(envs["a"], tmp_path / "a.log") as a,
         running_worker(envs["b"], tmp_path / "b.log") as b,
     ):
         wait_for_log(a, "resuming at", 60)
         wait_for_log(b, "resuming at", 60)
-        for p in range(PARTITIONS):
-            produce(local_stack.bootstrap_servers, topic, p, 30, old)
+        produced.each(30, old)
         wait_for_log(a, "segments deleted", 60)
+        mark = len(a.log())
         with running_worker(envs["c"], tmp_path / "c.log") as c:
-            wait_for_log(c, "resuming at", 60)
-            for _ in range(3):  # old records keep arriving and going, on kept partitions too
-                for p in range(PARTITIONS):
-                    produce(local_stack.bootstrap_servers, topic, p, 20, old)
-            first = {tp: end + 1 for tp, end in _ends(local_stack, topic).items()}
-            for p in range(PARTITIONS):
-                produce(local_stack.bootstrap_servers, topic, p, 100, int(time.time() * 1000))
-            ends = _ends(local_stack, topic)
+            wait_for_log(a, "assignment (generation", 60, after=mark)  # the third worker's rebalance
+            for _ in range(3):  # old records keep arriving and going, on the kept partitions
+                produced.each(20, old)
+            first = produced.ends()
+            produced.each(100, int(time.time() * 1000))
+            ends = produced.ends()
             wait_offloaded(local_stack.bootstrap_servers, meta, ends, 150, c.proc)
             logs = {w.log_path.name: w.log() for w in (a, b, c)}
     for name, text in logs.items():
-        assert "the metadata shows claim" not in text, f"{name} fenced itself: {text[-3000:]}"
-        assert "not this worker's" not in text, name
+        assert "not this worker's" not in text, f"{name} stopped writing a partition it leads: {text[-3000:]}"
     state, _ = load_remote_state(local_stack.bootstrap_servers, meta)
     for tp in ends:
         part = state.partition(tp)
         assert part.log_start_offset > 0, f"{tp}: time retention deleted nothing"
-        assert all(s.max_timestamp_ms > old for s in part.finished() if s.end_offset >= first[tp])
-    assert_reads_byte_exact(local_stack, envs["a"], topic, first, ends)
+        assert all(s.max_timestamp_ms > old for s in part.finished() if s.start_offset > first[tp])
+    assert_reads_byte_exact(local_stack, envs["a"], topic, {tp: e + 1 for tp, e in first.items()}, ends)
 
 
 def test_hostile_records_are_contained(local_stack: StackInfo, tmp_path: Path) -> None:
@@ -174,11 +177,11 @@ def test_hostile_records_are_contained(local_stack: StackInfo, tmp_path: Path) -
     storage = storage_for(local_stack)
     outside = "other-app/keep-me.bin"
     storage.create(outside, [b"not ours"])
+    produced = Produced(local_stack, topic)
     with running_worker(env, tmp_path / "w.log") as w:
         wait_for_log(w, "resuming at", 60)
-        for p in range(PARTITIONS):
-            produce(local_stack.bootstrap_servers, topic, p, 40, int(time.time() * 1000))
-        ends = _ends(local_stack, topic)
+        produced.each(40, int(time.time() * 1000))
+        ends = produced.ends()
         wait_offloaded(local_stack.bootstrap_servers, meta, ends, 90, w.proc)
         state, _ = load_remote_state(local_stack.bootstrap_servers, meta)
         tp0 = TopicPartition(topic, 0)
@@ -222,9 +225,8 @@ def test_hostile_records_are_contained(local_stack: StackInfo, tmp_path: Path) -
             where=f"{meta}-deletions",
         )
         assert producer.flush(30) == 0
-        for p in range(PARTITIONS):
-            produce(local_stack.bootstrap_servers, topic, p, 40, int(time.time() * 1000))
-        ends = _ends(local_stack, topic)
+        produced.each(40, int(time.time() * 1000))
+        ends = produced.ends()
         wait_offloaded(local_stack.bootstrap_servers, meta, ends, 90, w.proc)
         wait_for_log(w, "deletion topic entry", 30)  # the retention pass saw the entry and left it
         assert w.proc.poll() is None
@@ -249,21 +251,19 @@ def test_colliding_generations_and_a_paused_owner_lose_nothing(
     env_a = _env(local_stack, tmp_path / "a", topic, meta, "collide-a")
     env_b = _env(local_stack, tmp_path / "b", topic, meta, "collide-b")
     now = int(time.time() * 1000)
+    produced = Produced(local_stack, topic)
     with running_worker(env_a, tmp_path / "a.log") as a:
         wait_for_log(a, "resuming at", 60)
-        for p in range(PARTITIONS):
-            produce(local_stack.bootstrap_servers, topic, p, 60, now)
-        wait_offloaded(local_stack.bootstrap_servers, meta, _ends(local_stack, topic), 90, a.proc)
-        for p in range(PARTITIONS):
-            produce(local_stack.bootstrap_servers, topic, p, 60, now)
+        produced.each(60, now)
+        wait_offloaded(local_stack.bootstrap_servers, meta, produced.ends(), 90, a.proc)
+        produced.each(60, now)
         a.proc.send_signal(signal.SIGSTOP)  # mid-copy, with records still to copy; the group empties
         time.sleep(8)  # past the 3 s session timeout: the group is empty; the new one starts over
         with running_worker(env_b, tmp_path / "b.log") as b:
             wait_for_log(b, "resuming at", 60)
             a.proc.send_signal(signal.SIGCONT)  # the old owner goes on with what it believed
-            for p in range(PARTITIONS):
-                produce(local_stack.bootstrap_servers, topic, p, 60, now)
-            ends = _ends(local_stack, topic)
+            produced.each(60, now)
+            ends = produced.ends()
             wait_offloaded(local_stack.bootstrap_servers, meta, ends, 120, b.proc)
     with running_worker(_env(local_stack, tmp_path / "c", topic, meta, "collide-c"), tmp_path / "c.log") as c:
         wait_for_log(c, "resuming at", 60)  # the next owner cleans what the paused one left

@@ -4,6 +4,7 @@ test, test_ownership_model.py, checks the invariants over every interleaving). P
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from pathlib import Path
 
@@ -156,7 +157,7 @@ def test_read_your_write_never_fails_open(tmp_path: Path) -> None:
     cache = MetadataCache(tmp_path / "cache")
     materializer = Materializer(cache, lambda: None, "meta", [0])  # type: ignore[arg-type, return-value]
     confirm = confirm_by_follower(materializer, 1, timeout_s=0.1)
-    assert confirm(segment(0, 9, 5), 3) is False  # the follower is not running: unknown, not accepted
+    assert confirm(segment(0, 9, 5), 3) is None  # the follower is not running: unknown, never accepted
     cache.close()
 
 
@@ -352,3 +353,31 @@ def test_orphans_are_removed_and_shadowed_states_re_published(tmp_path: Path) ->
     assert [s.segment_id for s in after.finished()] == [kept.segment_id]
     assert list(storage.list("")) == []
     assert DeleteReason.DANGLING
+
+
+def test_the_once_per_claim_sweep_deletes_only_old_objects_nobody_references(tmp_path: Path) -> None:
+    from processor.lifecycle.retention_service import sweep_unreferenced
+
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    epoch = log.claim("w")
+    _ok, served = copy(log, 0, 9, epoch)
+    lost = segment(10, 19, epoch)  # uploaded, never recorded (a writer crashed in between)
+    flying = segment(20, 29, epoch)  # a copy of this owner in progress
+    for key in (
+        served.data_object_key, served.index_object_key, lost.data_object_key, lost.index_object_key,
+        flying.data_object_key, "archive/orders/0/notes.txt", "other-app/x.bin",
+    ):  # fmt: skip
+        storage.create(key, [b"x"])
+    d = deleter(log, storage)
+    now = int(time.time() * 1000)
+    assert sweep_unreferenced(TP, log.state(), d, now) == []  # everything is younger than ten minutes
+    gone = sweep_unreferenced(TP, log.state(), d, now + 11 * 60_000, frozenset({flying.segment_id.id}))
+    assert sorted(gone) == sorted([lost.data_object_key, lost.index_object_key])
+    left = {i.key for i in storage.list("")}
+    assert {
+        served.data_object_key,
+        flying.data_object_key,
+        "archive/orders/0/notes.txt",
+        "other-app/x.bin",
+    } <= left

@@ -31,30 +31,34 @@ def test_a_copier_whose_claim_is_not_current_publishes_and_uploads_nothing(tmp_p
     assert copier.copy(TP, segment(), writer_epoch=5).state is S.COPY_SEGMENT_FINISHED
 
 
-def test_a_rejected_started_uploads_nothing_and_a_rejected_finished_leaves_its_objects(
+def test_a_rejected_started_uploads_nothing_and_only_a_rejected_finished_deletes_its_objects(
     tmp_path: Path,
 ) -> None:
-    """After FINISHED is published the copier never deletes: had the record been accepted (or its
-    rejection been wrong), those objects would be served. The owner's cleanup removes a dangling
-    attempt of a claim that is not current."""
+    """After FINISHED is published the copier deletes its objects only if the readers definitely
+    rejected it; not confirmed in time, they stay (had it been accepted they are served; if not,
+    the owner's cleanup removes them)."""
     storage, sink = FilesystemChunkStorage(tmp_path), ListSink()
-    reject: set[SegmentState] = {S.COPY_SEGMENT_STARTED}
+    answers: dict[SegmentState, bool | None] = {S.COPY_SEGMENT_STARTED: False}
 
-    def confirm(record: MetadataRecord, offset: int) -> bool:
+    def confirm(record: MetadataRecord, offset: int) -> bool | None:
         assert isinstance(record, RemoteLogSegmentMetadata)
-        return record.state not in reject
+        return answers.get(record.state, True)
 
     copier = SegmentCopier(storage, sink, ObjectKeyFactory(""), "w1", confirm=confirm)
     with pytest.raises(FencedWriterError):
         copier.copy(TP, segment(), 1)
     assert [r.state for r in sink.records] == [S.COPY_SEGMENT_STARTED]
     assert list(storage.list("")) == []
-    reject = {S.COPY_SEGMENT_FINISHED}
+    answers = {S.COPY_SEGMENT_FINISHED: None}
     sink.records.clear()
     with pytest.raises(FencedWriterError):
         copier.copy(TP, segment(), 1)
     assert [r.state for r in sink.records] == [S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED]
     assert len(list(storage.list(""))) == 2
+    answers = {S.COPY_SEGMENT_FINISHED: False}
+    with pytest.raises(FencedWriterError):
+        copier.copy(TP, segment(), 1)
+    assert len(list(storage.list(""))) == 2, "the rejected attempt's objects went, the unknown one's stay"
     assert copier.in_flight(TP) == frozenset()
 
 
