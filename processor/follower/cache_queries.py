@@ -35,6 +35,45 @@ class CacheQueries:
     def remember_headers(self, headers: dict[TopicPartition, PartitionHeader]) -> None:
         self._headers.update(headers)
 
+    _bookkeeping: dict[TopicPartition, tuple[frozenset[bytes], frozenset[uuid.UUID]]]
+    _served_end_bounds: dict[TopicPartition, int]
+
+    def served_end_bound(self, tp: TopicPartition) -> int:
+        """An upper bound of the highest end offset served for ``tp`` (-1: nothing served): what the
+        write path asks before it looks for overlaps. Read once from the ``O`` keys, then raised as
+        segments are served (never lowered when one stops being served: still an upper bound)."""
+        bound = self._served_end_bounds.get(tp)
+        if bound is None:
+            bound = -1
+            head = b"O" + tp_key(tp)
+            it = self._db.iter()
+            it.seek_for_prev(head + b"\xff" * 24)
+            if it.valid() and it.key().startswith(head):  # served segments never overlap: the last ends last
+                bound = O_VALUE.unpack(it.value())[0]
+            if len(self._served_end_bounds) > 65_536:
+                self._served_end_bounds.clear()
+            self._served_end_bounds[tp] = bound
+        return bound
+
+    def raise_served_end_bound(self, tp: TopicPartition, end: int) -> None:
+        self._served_end_bounds[tp] = max(self.served_end_bound(tp), end)
+
+    def bookkeeping(self, tp: TopicPartition) -> tuple[frozenset[bytes], frozenset[uuid.UUID]]:
+        """The partition's shadowed keys and orphan segment ids (loaded once, kept current)."""
+        kept = self._bookkeeping.get(tp)
+        if kept is None:
+            head = tp_key(tp)
+            shadowed = frozenset(key[len(head) + 1 :] for key, _ in self._prefixed(b"H" + head))
+            orphans = frozenset(uuid.UUID(bytes=key[-16:]) for key, _ in self._prefixed(b"X" + head))
+            if len(self._bookkeeping) > 65_536:
+                self._bookkeeping.clear()
+            kept = self._bookkeeping[tp] = (shadowed, orphans)
+        return kept
+
+    def remember_bookkeeping(self, changed: dict[TopicPartition, tuple[set[bytes], set[uuid.UUID]]]) -> None:
+        for tp, (shadowed, orphans) in changed.items():
+            self._bookkeeping[tp] = (frozenset(shadowed), frozenset(orphans))
+
     def current_epoch(self, tp: TopicPartition) -> int | None:
         """The epoch of the partition's current claim (None: nobody holds one)."""
         return self.header(tp).current_epoch

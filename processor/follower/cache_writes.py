@@ -15,22 +15,25 @@ position, and its offset still advances: it is never read again.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from rocksdict import Rdict, WriteBatch
 
 from processor import metrics
-from processor.follower.cache_keys import I64, O_VALUE, U32, U64, offset_key, tp_key
+from processor.follower.cache_keys import I64, MAX_UUID, O_VALUE, U32, U64, offset_key, tp_key
 from processor.follower.cache_queries import CacheQueries
 from processor.metadata.codec import encode_value
 from processor.metadata.fold import Change, Fold, PartitionHeader, encode_header
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
 
 log = logging.getLogger(__name__)
+
+_DELETE_FINISHED = SegmentState.DELETE_SEGMENT_FINISHED
 
 
 class RawMessage(NamedTuple):
@@ -49,10 +52,34 @@ class ApplyResult:
     skipped_positions: list[tuple[int, int, str]] = field(default_factory=list)
     # the current claim epoch (None: released) of each source partition whose claim this batch changed
     claims: dict[TopicPartition, int | None] = field(default_factory=dict)
-    # (metadata partition, offset) -> accepted, for every record of the batch (read-your-write)
-    verdicts: dict[tuple[int, int], bool] = field(default_factory=dict)
+    # read-your-write: (metadata partition, offset) of the batch's records NOT accepted -> False
+    # (rejected) or None (of a topic this follower does not keep: unknown here); every other
+    # record of the batch was accepted
+    not_accepted: dict[tuple[int, int], bool | None] = field(default_factory=dict)
     # source partitions with at least one accepted record in the batch
     active: set[TopicPartition] = field(default_factory=set)
+
+
+class _ServedAdds:
+    """The served segments a batch added to one partition, by start offset (served segments never
+    overlap, so those overlapping a range are a run ending at the last start inside it)."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.segments: list[RemoteLogSegmentMetadata] = []
+        self.max_end = -1
+
+    def add(self, seg: RemoteLogSegmentMetadata) -> None:
+        self.max_end = max(self.max_end, seg.end_offset)
+        i = bisect.bisect_right(self.starts, seg.start_offset)
+        self.starts.insert(i, seg.start_offset)
+        self.segments.insert(i, seg)
+
+    def overlapping(self, start: int, end: int) -> Iterator[RemoteLogSegmentMetadata]:
+        i = bisect.bisect_right(self.starts, end) - 1
+        while i >= 0 and self.segments[i].end_offset >= start:
+            yield self.segments[i]
+            i -= 1
 
 
 class RocksFoldStore:
@@ -68,10 +95,15 @@ class RocksFoldStore:
         self.segments: dict[uuid.UUID, RemoteLogSegmentMetadata | None] = {}
         self.headers: dict[TopicPartition, PartitionHeader] = {}
         self.served_changes: dict[TopicPartition, dict[uuid.UUID, RemoteLogSegmentMetadata | None]] = {}
+        self.served_adds: dict[TopicPartition, _ServedAdds] = {}
+        self.bookkeeping: dict[TopicPartition, tuple[set[bytes], set[uuid.UUID]]] = {}
 
     def written(self) -> None:
         """The batch was written: what it changed is what the database says now."""
         self.queries.remember_headers(self.headers)
+        self.queries.remember_bookkeeping(self.bookkeeping)
+        for tp, adds in self.served_adds.items():
+            self.queries.raise_served_end_bound(tp, adds.max_end)
         self.begin()
 
     # -- reads -----------------------------------------------------------------------------------
@@ -85,38 +117,62 @@ class RocksFoldStore:
             return self.segments[sid]
         return self.queries.segment(sid)
 
+    def _bookkept(self, tp: TopicPartition) -> tuple[set[bytes], set[uuid.UUID]]:
+        kept = self.bookkeeping.get(tp)
+        if kept is None:
+            shadowed, orphans = self.queries.bookkeeping(tp)
+            kept = self.bookkeeping[tp] = (set(shadowed), set(orphans))
+        return kept
+
+    def is_shadowed(self, tp: TopicPartition, key: bytes) -> bool:
+        return key in self._bookkept(tp)[0]
+
+    def is_orphan(self, tp: TopicPartition, sid: uuid.UUID) -> bool:
+        return sid in self._bookkept(tp)[1]
+
     def served_overlapping(self, tp: TopicPartition, start: int, end: int) -> list[RemoteLogSegmentMetadata]:
-        return list(self._served(tp, start, end).values())
+        """Served segments of ``tp`` reaching into ``start..end``, this batch's changes included: one
+        seek and a short walk back (served segments never overlap), not a scan of the partition."""
+        changes = self.served_changes.get(tp, {})
+        adds = self.served_adds.get(tp)
+        if start > self.queries.served_end_bound(tp) and (adds is None or start > adds.max_end):
+            return []  # the common case: a segment after everything served (no iterator needed)
+        out: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        head = b"O" + tp_key(tp)
+        it = self._db.iter()
+        it.seek_for_prev(head + U64.pack(end) + MAX_UUID)
+        while it.valid() and it.key().startswith(head):
+            if O_VALUE.unpack(it.value())[0] < start:
+                break
+            sid = uuid.UUID(bytes=it.key()[-16:])
+            if sid not in changes:
+                seg = self.queries.segment(sid)
+                if seg is not None:
+                    out[sid] = seg
+            it.prev()
+        if adds is not None:
+            for seg in adds.overlapping(start, end):
+                sid = seg.segment_id.id
+                if changes.get(sid) is seg:
+                    out[sid] = seg
+        return list(out.values())
 
     def served(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
-        return list(self._served(tp).values())
-
-    def _served(
-        self, tp: TopicPartition, start: int = 0, end: int | None = None
-    ) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
-        """The served (``O``) segments of ``tp`` reaching into ``start..end`` (default: all), with
-        this batch's changes. Reads only the range: applying a record stays O(log n)."""
+        """Every served segment of ``tp`` (a topic re-created: rare), this batch's changes included."""
+        changes = self.served_changes.get(tp, {})
         out: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
-        for key, _value in self.queries.scan_keys(b"O", tp, start):
-            if end is not None and U64.unpack(key[-24:-16])[0] > end:
-                break
+        for key, _value in self.queries.scan_keys(b"O", tp, 0):
             sid = uuid.UUID(bytes=key[-16:])
             seg = self.segment(sid)
-            if seg is not None:
+            if seg is not None and sid not in changes:
                 out[sid] = seg
-        for sid, changed in self.served_changes.get(tp, {}).items():
-            if changed is None:
-                out.pop(sid, None)
-            elif end is None or (changed.start_offset <= end and changed.end_offset >= start):
-                out[sid] = changed
-            else:  # changed in this batch, but outside the range asked for
-                out.pop(sid, None)
-        return out
+        out.update({sid: seg for sid, seg in changes.items() if seg is not None})
+        return list(out.values())
 
     # -- writes ----------------------------------------------------------------------------------
 
     def commit(self, tp: TopicPartition, change: Change) -> None:
-        # every key first: a key that cannot be built fails here, before anything is changed
+        # the partition's key first: a key that cannot be built fails here, before anything changes
         ptp = tp_key(tp)
         batch = self.batch
         served = self.served_changes.setdefault(tp, {})
@@ -134,16 +190,17 @@ class RocksFoldStore:
         if change.put is not None:
             new = change.put
             sid = new.segment_id.id
-            suffix = tp_key(new.topic_partition) + U64.pack(new.start_offset) + sid.bytes
+            suffix = ptp + U64.pack(new.start_offset) + sid.bytes
             # a snapshot as it arrived is stored as it arrived (no re-encoding)
             batch.put(b"S" + sid.bytes, change.put_raw if change.put_raw is not None else encode_value(new))
-            if new.state is SegmentState.DELETE_SEGMENT_FINISHED:  # kept for the state machine, not listed
+            if new.state is _DELETE_FINISHED:  # kept for the state machine, not listed
                 batch.delete(b"L" + suffix)
             else:
                 batch.put(b"L" + suffix, I64.pack(new.end_offset))
             if change.served:
                 batch.put(b"O" + suffix, O_VALUE.pack(new.end_offset, new.max_timestamp_ms))
                 served[sid] = new
+                self.served_adds.setdefault(tp, _ServedAdds()).add(new)
             else:
                 batch.delete(b"O" + suffix)
                 served[sid] = None
@@ -153,16 +210,22 @@ class RocksFoldStore:
             self.headers[tp] = change.header
         if change.shadow is not None:
             key, on = change.shadow
+            shadowed = self._bookkept(tp)[0]
             if on:
                 batch.put(b"H" + ptp + key, b"")
+                shadowed.add(key)
             else:
                 batch.delete(b"H" + ptp + key)
+                shadowed.discard(key)
         if change.orphan is not None:
             sid, orphan = change.orphan
+            orphans = self._bookkept(tp)[1]
             if orphan is None:
                 batch.delete(b"X" + ptp + sid.bytes)
+                orphans.discard(sid)
             else:
                 batch.put(b"X" + ptp + sid.bytes, encode_value(orphan))
+                orphans.add(sid)
 
 
 class CacheWriter:
@@ -181,22 +244,17 @@ class CacheWriter:
         store = self.store
         fold = Fold(store, topics)
         next_offsets: dict[int, int] = {}
-        claims_before: dict[TopicPartition, int | None] = {}
         try:
             for msg in messages:
                 next_offsets[msg.partition] = msg.offset + 1
                 verdict = fold.apply_raw(msg.offset, msg.key, msg.value)
-                result.verdicts[(msg.partition, msg.offset)] = verdict.accepted
                 if verdict.ignored:
+                    result.not_accepted[(msg.partition, msg.offset)] = None
                     continue
                 if verdict.accepted:
                     result.applied += 1
-                    tp = verdict.topic_partition
-                    if tp is not None:
-                        result.active.add(tp)
-                    if tp is not None and tp in store.headers and tp not in claims_before:
-                        claims_before[tp] = None  # header changed in this batch: report its claim
                     continue
+                result.not_accepted[(msg.partition, msg.offset)] = False
                 reason = verdict.reason or "rejected"
                 metrics.METADATA_REJECTED.labels(reason).inc()
                 result.skipped += 1
@@ -208,8 +266,11 @@ class CacheWriter:
                     reason,
                     verdict.detail,
                 )
-            for tp in claims_before:
-                result.claims[tp] = store.headers[tp].current_epoch
+            # the partitions whose header (claim) changed, and those with an accepted record
+            result.claims = {tp: header.current_epoch for tp, header in store.headers.items()}
+            result.active = set(store.headers) | {
+                seg.topic_partition for seg in store.segments.values() if seg is not None
+            }
             for partition, offset in next_offsets.items():
                 store.batch.put(b"C" + U32.pack(partition), I64.pack(offset))
             self._db.write(store.batch)

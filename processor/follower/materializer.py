@@ -31,7 +31,7 @@ from processor.metadata.remote_log_state import PartitionRemoteState
 log = logging.getLogger(__name__)
 
 LAG_INTERVAL_S = 2.0
-VERDICTS_KEPT = 65_536  # verdicts of the most recent records, for read-your-write
+VERDICTS_KEPT = 65_536  # records not accepted, most recent first, for read-your-write
 
 
 class FollowerState:
@@ -76,9 +76,11 @@ class Materializer:
         # called on the follower's thread after each applied batch (e.g. the worker revokes a
         # partition it leads when a newer writer epoch shows up); must not block
         self.listeners: list[Callable[[ApplyResult], None]] = []
-        # read-your-write: the verdicts of the most recent records, and how far each partition is
-        # applied (a writer waits on the condition for its own record)
-        self._verdicts: OrderedDict[tuple[int, int], bool] = OrderedDict()
+        # read-your-write: the most recent records not accepted, and how far each partition is
+        # applied (a writer waits on the condition for its own record); applied and not listed here
+        # means accepted, as long as the list reaches back that far (``_known_from``)
+        self._not_accepted: OrderedDict[tuple[int, int], bool | None] = OrderedDict()
+        self._known_from: dict[int, int] = {}
         self._applied: dict[int, int] = {}
         self._applied_cv = threading.Condition()
         self._last_active: dict[TopicPartition, float] = {}
@@ -200,10 +202,13 @@ class Materializer:
         for tp in result.active:
             self._last_active[tp] = now
         with self._applied_cv:
-            self._verdicts.update(result.verdicts)
-            while len(self._verdicts) > VERDICTS_KEPT:
-                self._verdicts.popitem(last=False)
+            self._not_accepted.update(result.not_accepted)
+            while len(self._not_accepted) > VERDICTS_KEPT:
+                (partition, offset), _ = self._not_accepted.popitem(last=False)
+                self._known_from[partition] = max(self._known_from.get(partition, 0), offset + 1)
             for msg in messages:
+                if msg.partition not in self._known_from:
+                    self._known_from[msg.partition] = msg.offset  # verdicts known from here on
                 self._applied[msg.partition] = max(self._applied.get(msg.partition, 0), msg.offset + 1)
             self._applied_cv.notify_all()
 
@@ -230,7 +235,9 @@ class Materializer:
         if not self.wait_applied(partition, offset, timeout_s):
             return None
         with self._applied_cv:
-            return self._verdicts.get((partition, offset))
+            if offset < self._known_from.get(partition, offset + 1):
+                return None  # applied before this process kept verdicts, or forgotten since
+            return self._not_accepted.get((partition, offset), True)
 
     def current_epoch(self, tp: TopicPartition) -> int | None:
         """The partition's current claim, as this follower has applied it."""

@@ -40,6 +40,8 @@ class MetadataCache(CacheQueries):
         table.set_bloom_filter(10, False)
         options.set_block_based_table_factory(table)
         self._headers = {}
+        self._bookkeeping = {}
+        self._served_end_bounds = {}
         self._db = self._open(options)
         version = self._db.get(VERSION_KEY)
         if version is not None and struct.unpack(">H", version)[0] != CACHE_VERSION:

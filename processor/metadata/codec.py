@@ -25,7 +25,7 @@ import json
 import struct
 import uuid
 import zlib
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -102,7 +102,14 @@ def metadata_partition_for(tp: TopicPartition, num_partitions: int) -> int:
 
 
 def segment_key(segment_id: RemoteLogSegmentId) -> bytes:
-    return f"{segment_id.topic}/{segment_id.partition}/{segment_id.id}".encode()
+    return _segment_key(segment_id.topic, segment_id.partition, segment_id.id.int)
+
+
+@lru_cache(maxsize=65_536)
+def _segment_key(topic: str, partition: int, id_int: int) -> bytes:
+    """Cached (by plain values, hashed in C): a segment's records, their checks and the fold's
+    bookkeeping all ask for it, and the UUID's text form costs more than the lookup."""
+    return f"{topic}/{partition}/{uuid.UUID(int=id_int)}".encode()
 
 
 def partition_key(tp: TopicPartition) -> bytes:
@@ -283,8 +290,12 @@ def encode_value(record: MetadataRecord) -> bytes:
 def decode_message(key: bytes | None, value: bytes | None) -> MetadataRecord:
     """Decode one message of the metadata topic and check it lies within the sanity bounds, its key
     included (:mod:`processor.metadata.validation`); anything else raises FormatError."""
-    record = decode_value(value)
-    check_key(key, record, record_key(record))
+    record = check_record(_decode_unchecked(value))
+    expected = (
+        segment_key(record.segment_id) if type(record) is RemoteLogSegmentMetadata else record_key(record)
+    )
+    if key != expected:
+        check_key(key, record, expected)  # raises, naming both keys
     return record
 
 

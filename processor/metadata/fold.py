@@ -55,7 +55,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from processor.errors import FormatError, IllegalTransitionError
 from processor.metadata.codec import (
@@ -63,7 +63,6 @@ from processor.metadata.codec import (
     LOG_START_OFFSET_KEY_SUFFIX,
     decode_message,
     log_start_offset_key,
-    partition_key,
     segment_key,
 )
 from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH, Lineage, StaleRecordError
@@ -129,8 +128,9 @@ class PartitionHeader:
         return self.claim.epoch if self.claim is not None else None
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
+    """The fold's answer to one message (a named tuple: one is made per record, on the hot path)."""
+
     accepted: bool
     reason: str | None = None  # one of REASONS when rejected
     detail: str = ""
@@ -152,7 +152,7 @@ class Change:
     put_raw: bytes | None = None  # its encoded bytes when ``put`` is the record as received
     served: bool = False  # whether ``put`` is served
     dropped: RemoteLogSegmentMetadata | None = None  # a segment forgotten (its tombstone)
-    unserve: list[RemoteLogSegmentMetadata] = field(default_factory=list)  # served ones that stop
+    unserve: tuple[RemoteLogSegmentMetadata, ...] = ()  # served ones that stop being served
     shadow: tuple[bytes, bool] | None = None  # key shadowed by a rejected record (True) or no more
     orphan: tuple[uuid.UUID, RemoteLogSegmentMetadata | None] | None = None  # rejected, of an unknown segment
 
@@ -171,6 +171,10 @@ class FoldStore(Protocol):
         ...
 
     def served(self, tp: TopicPartition) -> Iterable[RemoteLogSegmentMetadata]: ...
+
+    def is_shadowed(self, tp: TopicPartition, key: bytes) -> bool: ...
+
+    def is_orphan(self, tp: TopicPartition, sid: uuid.UUID) -> bool: ...
 
     def commit(self, tp: TopicPartition, change: Change) -> None: ...
 
@@ -200,15 +204,27 @@ def _switch_unserves(
     return [s for s in store.served(tp) if not after.serves(s.segment_id.topic_id, after.topic_id)]
 
 
-def _check_epoch(header: PartitionHeader, epoch: int, what: str) -> None:
+def _check_epoch(header: PartitionHeader, epoch: int, record: MetadataRecord) -> None:
     claim = header.claim
+    if claim is not None and epoch == claim.epoch:
+        return
+    what = _describe(record)
     if claim is None:
         raise RejectedRecord(f"{what} (writer epoch {epoch}) while nobody holds a claim", NO_CLAIM)
-    if epoch != claim.epoch:
-        raise RejectedRecord(
-            f"{what} from writer epoch {epoch}, but the current claim is {claim.epoch} ({claim.writer_id})",
-            STALE_EPOCH,
-        )
+    raise RejectedRecord(
+        f"{what} from writer epoch {epoch}, but the current claim is {claim.epoch} ({claim.writer_id})",
+        STALE_EPOCH,
+    )
+
+
+def _describe(record: MetadataRecord) -> str:
+    if isinstance(record, RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate):
+        return f"{record.state.value} of {record.segment_id}"
+    if isinstance(record, RemoteLogStartOffset):
+        return f"remote log start offset {record.start_offset} of {record.topic_partition}"
+    if isinstance(record, RemotePartitionDeleteMetadata):
+        return f"{record.state.value} of partition {record.topic_partition}"
+    return f"{record.kind.value} claim of {record.topic_partition}"
 
 
 def decide_claim(store: FoldStore, offset: int, claim: PartitionClaim) -> Change:
@@ -227,7 +243,7 @@ def decide_claim(store: FoldStore, offset: int, claim: PartitionClaim) -> Change
     )
     return Change(
         header=replace(header, claimed=True, claim=current, lineage=lineage),
-        unserve=_switch_unserves(store, tp, header.lineage, lineage),
+        unserve=tuple(_switch_unserves(store, tp, header.lineage, lineage)),
     )
 
 
@@ -239,7 +255,7 @@ def decide_segment(
     sid = record.segment_id.id
     current = store.segment(sid)
     if header.claimed:
-        _check_epoch(header, record.writer_epoch, f"{record.state.value} of {record.segment_id}")
+        _check_epoch(header, record.writer_epoch, record)
         lineage = header.lineage
         tid = record.segment_id.topic_id
         if record.state in _COPYING and tid is not None and lineage.topic_id not in (None, tid):
@@ -257,9 +273,9 @@ def decide_segment(
         else apply_update(current, record)
     )
     change = Change(put_raw=raw if new is record else None)
-    if after != header.lineage:
+    if after is not header.lineage and after != header.lineage:
         change.header = replace(header, lineage=after)
-        change.unserve = _switch_unserves(store, tp, header.lineage, after)
+        change.unserve = tuple(_switch_unserves(store, tp, header.lineage, after))
     change.put = new  # a finished delete is kept (the state machine needs it) until its tombstone
     serves = new.state is _FINISHED and after.serves(new.segment_id.topic_id, after.topic_id)
     if serves:
@@ -269,7 +285,8 @@ def decide_segment(
             if s.segment_id.id != sid
         ]
         if header.claimed:
-            others = [s for s in others if s not in change.unserve]
+            if change.unserve:
+                others = [s for s in others if s not in change.unserve]
             if others:
                 first = others[0]
                 raise RejectedRecord(
@@ -278,20 +295,26 @@ def decide_segment(
                     OVERLAP,
                 )
         else:  # the old rule: the newest epoch's lineage wins where finished segments overlap
-            change.unserve.extend(
-                s for s in others if s.writer_epoch <= new.writer_epoch and s not in change.unserve
-            )
+            gone = [s for s in others if s.writer_epoch <= new.writer_epoch and s not in change.unserve]
+            if gone:
+                change.unserve = (*change.unserve, *gone)
     change.served = serves and change.put is not None
-    change.shadow = (segment_key(record.segment_id), False)
-    change.orphan = (sid, None)
+    key = segment_key(record.segment_id)
+    if store.is_shadowed(tp, key):
+        change.shadow = (key, False)
+    if store.is_orphan(tp, sid):
+        change.orphan = (sid, None)
     return change
 
 
 def decide_log_start(store: FoldStore, record: RemoteLogStartOffset) -> Change:
     header = store.header(record.topic_partition)
     if header.claimed:
-        _check_epoch(header, record.writer_epoch, f"remote log start offset {record.start_offset}")
-    change = Change(shadow=(log_start_offset_key(record.topic_partition), False))
+        _check_epoch(header, record.writer_epoch, record)
+    change = Change()
+    key = log_start_offset_key(record.topic_partition)
+    if store.is_shadowed(record.topic_partition, key):
+        change.shadow = (key, False)
     if record.start_offset > header.log_start_offset:
         change.header = replace(header, log_start_offset=record.start_offset)
     return change
@@ -301,9 +324,9 @@ def decide_partition_delete(store: FoldStore, record: RemotePartitionDeleteMetad
     tp = record.topic_partition
     header = store.header(tp)
     if header.claimed:
-        _check_epoch(header, record.writer_epoch, f"{record.state.value} of partition {tp}")
+        _check_epoch(header, record.writer_epoch, record)
     check_partition_transition(header.delete_state, record.state, tp)
-    return Change(header=replace(header, delete_state=record.state), shadow=(partition_key(tp), False))
+    return Change(header=replace(header, delete_state=record.state))
 
 
 def decide(store: FoldStore, offset: int, record: MetadataRecord, raw: bytes | None) -> Change:
@@ -529,6 +552,14 @@ class MemoryStore:
     def served(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
         part = self.partitions.get(tp)
         return [] if part is None else [part.segments[x] for x in part.served]
+
+    def is_shadowed(self, tp: TopicPartition, key: bytes) -> bool:
+        part = self.partitions.get(tp)
+        return part is not None and key in part.shadowed
+
+    def is_orphan(self, tp: TopicPartition, sid: uuid.UUID) -> bool:
+        part = self.partitions.get(tp)
+        return part is not None and sid in part.orphans
 
     def commit(self, tp: TopicPartition, change: Change) -> None:
         part = self.view(tp)

@@ -30,6 +30,8 @@ Bounds (all inclusive):
 from __future__ import annotations
 
 import re
+import uuid
+from functools import lru_cache
 
 from processor.errors import FormatError
 from processor.metadata.model import (
@@ -61,13 +63,22 @@ def _fail(record: object, what: str) -> FormatError:
     return FormatError(f"invalid metadata record ({type(record).__name__}): {what}")
 
 
-def _check_tp(record: MetadataRecord, topic: str, partition: int, topic_id: str | None) -> None:
+@lru_cache(maxsize=65_536)
+def _tp_problem(topic: str, partition: int, topic_id: str | None) -> str | None:
+    """What is wrong with a record's partition, or None (cached: every record of a partition asks)."""
     if not _TOPIC.fullmatch(topic) or topic in {".", ".."}:
-        raise _fail(record, f"topic {topic!r} is not a legal Kafka topic name")
+        return f"topic {topic!r} is not a legal Kafka topic name"
     if not 0 <= partition <= MAX_PARTITION:
-        raise _fail(record, f"partition {partition} outside 0..{MAX_PARTITION}")
+        return f"partition {partition} outside 0..{MAX_PARTITION}"
     if topic_id is not None and not _TOPIC_ID.fullmatch(topic_id):
-        raise _fail(record, f"topic id {topic_id!r} is not a lower-case UUID")
+        return f"topic id {topic_id!r} is not a lower-case UUID"
+    return None
+
+
+def _check_tp(record: MetadataRecord, topic: str, partition: int, topic_id: str | None) -> None:
+    problem = _tp_problem(topic, partition, topic_id)
+    if problem is not None:
+        raise _fail(record, problem)
 
 
 def _check_writer(record: MetadataRecord, writer_id: str, epoch: int) -> None:
@@ -79,22 +90,35 @@ def _check_writer(record: MetadataRecord, writer_id: str, epoch: int) -> None:
 
 def _check_segment(record: RemoteLogSegmentMetadata) -> None:
     sid = record.segment_id
-    _check_tp(record, sid.topic, sid.partition, sid.topic_id)
-    _check_writer(record, record.writer_id, record.writer_epoch)
-    if not 0 <= record.start_offset <= record.end_offset <= MAX_OFFSET:
-        raise _fail(
-            record, f"offsets {record.start_offset}..{record.end_offset} outside 0 <= start <= end < 2^62"
-        )
-    if not 0 <= record.record_count <= record.end_offset - record.start_offset + 1:
+    problem = _tp_problem(sid.topic, sid.partition, sid.topic_id)
+    if problem is not None:
+        raise _fail(record, problem)
+    if len(record.writer_id) > MAX_WRITER_ID or not -1 <= record.writer_epoch <= MAX_EPOCH:
+        _check_writer(record, record.writer_id, record.writer_epoch)  # raises, naming which
+    start, end = record.start_offset, record.end_offset
+    if not 0 <= start <= end <= MAX_OFFSET:
+        raise _fail(record, f"offsets {start}..{end} outside 0 <= start <= end < 2^62")
+    if not 0 <= record.record_count <= end - start + 1:
         raise _fail(record, f"record count {record.record_count} does not fit the offsets")
-    for name in ("segment_size_in_bytes", "index_size_in_bytes"):
-        if not 0 <= getattr(record, name) <= MAX_SIZE:
-            raise _fail(record, f"{name} {getattr(record, name)} outside 0..2^62")
+    if not (0 <= record.segment_size_in_bytes <= MAX_SIZE and 0 <= record.index_size_in_bytes <= MAX_SIZE):
+        raise _fail(
+            record, f"sizes {record.segment_size_in_bytes} / {record.index_size_in_bytes} outside 0..2^62"
+        )
     if not 0 <= record.index_crc32 < 2**32:
         raise _fail(record, f"index CRC {record.index_crc32} is not a CRC-32")
     if record.segment_format_version not in SEGMENT_FORMAT_VERSIONS:
         raise _fail(record, f"unknown segment format version {record.segment_format_version}")
-    _check_object_keys(record)
+    problem = _key_problem(
+        record.data_object_key,
+        record.index_object_key,
+        sid.topic,
+        sid.partition,
+        sid.topic_id,
+        sid.id.int,
+        start,
+    )
+    if problem is not None:
+        raise _fail(record, problem)
     if not 0 < len(record.segment_leader_epochs) <= MAX_LEADER_EPOCHS:
         raise _fail(
             record, f"{len(record.segment_leader_epochs)} segment leader epochs (1..{MAX_LEADER_EPOCHS})"
@@ -105,24 +129,28 @@ def _check_segment(record: RemoteLogSegmentMetadata) -> None:
         )
 
 
-def _check_object_keys(record: RemoteLogSegmentMetadata) -> None:
-    data, index = record.data_object_key, record.index_object_key
+@lru_cache(maxsize=65_536)
+def _key_problem(
+    data: str, index: str, topic: str, partition: int, topic_id: str | None, id_int: int, start: int
+) -> str | None:
+    """What is wrong with a segment's object keys, or None (cached: a segment's records repeat them)."""
     if not 0 < len(data) <= MAX_OBJECT_KEY - 6 or index != data + "-index":
-        raise _fail(record, f"object keys {data!r} / {index!r}: the index must be the data key + '-index'")
-    sid = record.segment_id
+        return f"object keys {data!r} / {index!r}: the index must be the data key + '-index'"
     parts = data.split("/")
-    folder = sid.topic if sid.topic_id is None else f"{sid.topic}-{sid.topic_id}"
+    folder = topic if topic_id is None else f"{topic}-{topic_id}"
     m = _NAME.fullmatch(parts[-1])
     if (
         len(parts) < 3
         or parts[-3] != folder
-        or parts[-2] != str(sid.partition)
+        or parts[-2] != str(partition)
         or m is None
-        or int(m.group(1)) != record.start_offset
-        or m.group(2) != str(sid.id)
+        or int(m.group(1)) != start
+        or m.group(2) != str(uuid.UUID(int=id_int))
         or any(p in {".", ".."} or not _PREFIX_PART.fullmatch(p) for p in parts[:-3])
     ):
-        raise _fail(record, f"object key {data!r} is not the data object of segment {sid}")
+        segment = f"{topic}-{partition}/{uuid.UUID(int=id_int)}"
+        return f"object key {data!r} is not the data object of segment {segment}"
+    return None
 
 
 def check_record(record: MetadataRecord) -> MetadataRecord:
