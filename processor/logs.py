@@ -40,6 +40,14 @@ MASK = "***"
 _URL_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:([^/@\s]+)@")
 
 
+def mask_url_password(value: str) -> str:
+    """``scheme://user:***@host...`` for a URL that carries a password; anything else unchanged."""
+    match = _URL_PASSWORD.match(value)
+    if match is None:
+        return value
+    return value[: match.start(1)] + MASK + value[match.end(1) :]
+
+
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     env = os.environ if environ is None else environ
     values = {v for k, v in env.items() if _SECRET_NAME.search(k)}
