@@ -21,6 +21,7 @@ offset or a timestamp a non-negative int64) is a 400 naming the parameter, never
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import re
 import time
 import uuid
@@ -32,6 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processor import metrics
 from processor.errors import (
+    ConfigError,
     CorruptObjectError,
     InvalidNameError,
     OffsetNotInRemoteError,
@@ -100,6 +102,38 @@ def readyz(checks: Mapping[str, FailureCheck], extra: Mapping[str, Any] | None =
 
 def metrics_reply() -> Reply:
     return Reply(200, generate_latest(), CONTENT_TYPE_LATEST.split(";")[0])
+
+
+WEB_AUTH_TOKEN = "token"  # PROCESSOR_WEB_AUTH: the default, reads need the bearer token
+WEB_AUTH_NONE = "none"  # PROCESSOR_WEB_AUTH=none: reads open, chosen on purpose
+
+
+def is_loopback(host: str) -> bool:
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def read_api_token(host: str, token: str | None, auth: str) -> str | None:
+    """The bearer token the read API and ``POST /offload`` require (None: open), or ConfigError.
+
+    Closed by default: without a token the API is open only when the server binds a loopback
+    address (nothing off the host reaches it) or ``PROCESSOR_WEB_AUTH=none`` says so on purpose.
+    """
+    if auth == WEB_AUTH_NONE:
+        return None
+    if token:
+        return token
+    if is_loopback(host):
+        return None
+    raise ConfigError(
+        f"the read API (/fetch, /segments, POST /offload) would be open to anyone who reaches "
+        f"{host}: set PROCESSOR_WEB_TOKEN (clients send 'Authorization: Bearer <token>'), or bind "
+        "PROCESSOR_WEB_HOST=127.0.0.1, or set PROCESSOR_WEB_AUTH=none to leave it open on purpose"
+    )
 
 
 def authorized(token: str | None, headers: Mapping[str, str]) -> Reply | None:

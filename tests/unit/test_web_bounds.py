@@ -7,9 +7,11 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from processor.errors import ConfigError
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
 from processor.metadata.model import (
     RemoteLogSegmentId,
@@ -139,3 +141,21 @@ def test_segments_never_answers_500(query: dict[str, str]) -> None:
     reader = FakeReader(FakeCache([]))
     reply = handlers.segments(reader, query)  # type: ignore[arg-type]
     assert reply.status in (200, 400), (query, reply)
+
+
+# --- closed by default --------------------------------------------------------------------------
+
+
+def test_read_api_is_closed_by_default_off_loopback() -> None:
+    with pytest.raises(
+        ConfigError, match=r"PROCESSOR_WEB_TOKEN.*PROCESSOR_WEB_HOST=127\.0\.0\.1.*PROCESSOR_WEB_AUTH=none"
+    ):
+        handlers.read_api_token("0.0.0.0", None, "token")
+    with pytest.raises(ConfigError):
+        handlers.read_api_token("10.1.2.3", None, "token")
+    assert handlers.read_api_token("0.0.0.0", "t0k", "token") == "t0k"
+    assert handlers.read_api_token("0.0.0.0", None, "none") is None
+    assert handlers.read_api_token("0.0.0.0", "t0k", "none") is None  # none means open, on purpose
+    for host in ("127.0.0.1", "::1", "[::1]", "localhost", "127.0.0.2"):
+        assert handlers.read_api_token(host, None, "token") is None, host
+    assert handlers.read_api_token("127.0.0.1", "t0k", "token") == "t0k"
