@@ -349,6 +349,18 @@ class KafkaSecurity:
         )
 
 
+@dataclass(frozen=True)
+class KafkaConnection:
+    """Where the Kafka cluster is and how to authenticate to it: what every client is built from."""
+
+    bootstrap_servers: str
+    security: KafkaSecurity = KafkaSecurity()
+
+    def describe(self) -> str:
+        """ "127.0.0.1:9093 (SASL_SSL, SCRAM-SHA-512 as user 'alice')": never a secret."""
+        return f"{self.bootstrap_servers} ({self.security.describe()})"
+
+
 @functools.cache
 def _token_provider(path: str, region: str | None, role_arn: str | None) -> CachedToken:
     if path == MSK_IAM:
