@@ -107,8 +107,11 @@ class KafkaSecurity:
     # --- building ------------------------------------------------------------------------------
 
     @classmethod
-    def from_values(cls, values: Mapping[str, Any], names: Mapping[str, str] = ENV_NAMES) -> KafkaSecurity:
-        """A validated instance from field values (strings accepted); ConfigError naming ``names``."""
+    def from_values(
+        cls, values: Mapping[str, Any], names: Mapping[str, str] = ENV_NAMES, check: bool = True
+    ) -> KafkaSecurity:
+        """A validated instance from field values (strings accepted); ConfigError naming ``names``.
+        ``check=False`` leaves the consistency checks (:meth:`problems`) to the caller."""
         kwargs: dict[str, Any] = {}
         errors: list[str] = []
         for f in fields(cls):
@@ -122,7 +125,8 @@ class KafkaSecurity:
         if errors:
             raise ConfigError("invalid Kafka security settings:\n  " + "\n  ".join(errors))
         security = cls(**kwargs)
-        security.validate(names)
+        if check:
+            security.validate(names)
         return security
 
     @classmethod
