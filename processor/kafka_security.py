@@ -130,6 +130,11 @@ class KafkaSecurity:
         return security
 
     @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> KafkaSecurity:
+        """From ``PROCESSOR_*`` variables (the names in ``ENV_NAMES``), validated."""
+        return cls.from_values({f: environ[n] for f, n in ENV_NAMES.items() if n in environ})
+
+    @classmethod
     def from_spark_options(
         cls, options: Mapping[str, str], default: KafkaSecurity | None = None
     ) -> KafkaSecurity:

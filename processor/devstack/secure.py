@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.devstack.certs import DevPki, make_dev_pki
+from processor.kafka_security import KafkaConnection, KafkaSecurity
 
 DEV_USER = "processor"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
@@ -70,6 +71,12 @@ class SecureKafka:
             "PROCESSOR_SSL_KEYFILE": self.pki.client_key,
             "PROCESSOR_SSL_KEY_PASSWORD": self.pki.client_key_password,
         }
+
+    def sasl_ssl_kafka(self) -> KafkaConnection:
+        return KafkaConnection(self.sasl_ssl.bootstrap_servers, KafkaSecurity.from_env(self.sasl_ssl_env()))
+
+    def mtls_kafka(self) -> KafkaConnection:
+        return KafkaConnection(self.mtls.bootstrap_servers, KafkaSecurity.from_env(self.mtls_env()))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
