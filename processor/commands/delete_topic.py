@@ -44,7 +44,7 @@ def cmd_delete_topic(args: argparse.Namespace) -> int:
     topic = validate_topic(args.topic)
     ctx: DeletionContext = open_context(settings)
     try:
-        if topic in partition_counts(new_admin(settings.bootstrap_servers, "processor-admin"), [topic]):
+        if topic in partition_counts(new_admin(settings.kafka, "processor-admin"), [topic]):
             print(
                 f"warning: topic {topic} still exists in Kafka; workers offloading it will copy new "
                 "segments after this deletion"

@@ -34,7 +34,7 @@ class DeletionContext:
         self, partitions: list[int] | None = None, wanted: set[TopicPartition] | None = None
     ) -> RemoteLogState:
         state, _skipped = load_remote_state(
-            self.settings.bootstrap_servers, self.settings.metadata_topic, partitions, wanted
+            self.settings.kafka, self.settings.metadata_topic, partitions, wanted
         )
         return state
 
@@ -47,7 +47,7 @@ class DeletionContext:
 def open_context(settings: Settings) -> DeletionContext:
     """Raises ServiceUnavailableError (Kafka), StorageError (S3), ProcessorError (nothing offloaded)."""
 
-    admin = check_broker(settings.bootstrap_servers)
+    admin = check_broker(settings.kafka)
     counts = partition_counts(admin, [settings.metadata_topic])
     if settings.metadata_topic not in counts:
         raise ProcessorError(
@@ -57,10 +57,10 @@ def open_context(settings: Settings) -> DeletionContext:
     storage.check_bucket()
     parts = counts[settings.metadata_topic]
     writer_id = f"cli-{settings.worker_id}"
-    publisher = MetadataPublisher(settings.bootstrap_servers, settings.metadata_topic, parts, "processor-cli")
-    producer = DurableProducer(settings.bootstrap_servers, "processor-cli-lifecycle")
+    publisher = MetadataPublisher(settings.kafka, settings.metadata_topic, parts, "processor-cli")
+    producer = DurableProducer(settings.kafka, "processor-cli-lifecycle")
     deletion_topic = DeletionTopic.ensure(
-        settings.bootstrap_servers,
+        settings.kafka,
         settings.deletion_topic,
         parts,
         settings.metadata_replication_factor,

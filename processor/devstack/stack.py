@@ -88,8 +88,8 @@ class StackInfo:
 
     def worker_env(self, data_dir: str | os.PathLike[str], topics: str, **overrides: str) -> dict[str, str]:
         """The full environment of a ``processor worker`` child on this stack: this process's
-        environment without its PROCESSOR_* variables, the stack's addresses, the topics, a data dir
-        and a free web port, then ``overrides`` (PROCESSOR_* names)."""
+        environment without its PROCESSOR_* variables, the stack's addresses (and security), the
+        topics, a data dir and a free loopback web port, then ``overrides`` (PROCESSOR_* names)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
         env.update(self.env())
         env.update(
@@ -97,6 +97,8 @@ class StackInfo:
                 "PROCESSOR_TOPICS": topics,
                 "PROCESSOR_DATA_DIR": str(data_dir),
                 "PROCESSOR_WEB_PORT": str(free_port()),
+                # the stack is loopback-only: so is the worker's read API (open there without a token)
+                "PROCESSOR_WEB_HOST": "127.0.0.1",
             }
         )
         env.update(overrides)

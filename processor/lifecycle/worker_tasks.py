@@ -61,12 +61,12 @@ class Lifecycle:
 def build_retention(
     settings: Settings, storage: ChunkStorage, metadata_partitions: int, cache: RemoteStateSource | None
 ) -> Lifecycle:
-    producer = DurableProducer(settings.bootstrap_servers, f"{settings.worker_id}-lifecycle")
+    producer = DurableProducer(settings.kafka, f"{settings.worker_id}-lifecycle")
     publisher = MetadataPublisher(
-        settings.bootstrap_servers, settings.metadata_topic, metadata_partitions, "processor-lifecycle"
+        settings.kafka, settings.metadata_topic, metadata_partitions, "processor-lifecycle"
     )
     deletion_topic = DeletionTopic.ensure(
-        settings.bootstrap_servers,
+        settings.kafka,
         settings.deletion_topic,
         metadata_partitions,
         settings.metadata_replication_factor,

@@ -8,8 +8,9 @@ application (see :mod:`processor.web.servers`), so the logic lives here once, fr
 - ``/readyz`` (and its alias ``/healthz``): 200 while :data:`processor.health.HEALTH` holds no
   problem and no data path has failed; 503 otherwise, with the reasons in the body.
 - ``/metrics``: Prometheus text format.
-- ``/segments`` and ``/fetch``: the read API; when a token is configured they require
-  ``Authorization: Bearer <token>`` (401 otherwise), compared in constant time.
+- ``/segments`` and ``/fetch``: the read API; they require ``Authorization: Bearer <token>`` (401
+  otherwise, compared in constant time) unless :func:`read_api_token` found that they may be open
+  (a loopback bind, or ``PROCESSOR_WEB_AUTH=none`` on purpose).
 
 Answers are bounded: ``/segments`` returns pages (``limit``, at most ``MAX_SEGMENTS_PAGE``; the
 answer's ``next`` is the ``after`` cursor of the following page, null on the last), ``/fetch`` stops

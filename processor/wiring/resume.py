@@ -18,9 +18,7 @@ def remote_state_loader(settings: Settings, metadata_partitions: int) -> RemoteS
 
     def load(tps: list[TopicPartition]) -> dict[TopicPartition, PartitionRemoteState]:
         partitions = sorted({metadata_partition_for(tp, metadata_partitions) for tp in tps})
-        state, _skipped = load_remote_state(
-            settings.bootstrap_servers, settings.metadata_topic, partitions, set(tps)
-        )
+        state, _skipped = load_remote_state(settings.kafka, settings.metadata_topic, partitions, set(tps))
         return {tp: state.partition(tp) for tp in tps}
 
     return load
@@ -31,7 +29,7 @@ def build_planner(
 ) -> ResumePlanner:
     """Resume points, topic ids and writer epochs of newly assigned partitions (see
     processor/leader/resume.py); resumes from the follower's cache when it is caught up."""
-    admin = new_admin(settings.bootstrap_servers, "processor-admin")
+    admin = new_admin(settings.kafka, "processor-admin")
     return ResumePlanner(
         settings.worker_id,
         metadata_partitions,

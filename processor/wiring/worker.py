@@ -28,7 +28,7 @@ from processor.wiring.leader import build_engine
 from processor.wiring.readiness import build_readiness_watch
 from processor.wiring.rebalance import generation
 from processor.wiring.resume import build_planner, remote_state_loader
-from processor.wiring.startup import check_worker
+from processor.wiring.startup import check_worker, read_api_token
 from processor.wiring.storage import build_storage
 from processor.wiring.timers import add_lifecycle_timers
 
@@ -48,6 +48,7 @@ class Worker:
 
     @classmethod
     def build(cls, settings: Settings) -> Worker:
+        token = read_api_token(settings)  # before anything connects: a config error exits 2
         (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
         started = check_worker(settings)
         storage, metadata_partitions = started.storage, started.metadata_partitions
@@ -59,8 +60,8 @@ class Worker:
         materializer = follower.materializer if follower is not None else None
         planner = build_planner(settings, metadata_partitions, materializer)
         engine = build_engine(settings, storage, metadata_partitions, planner, materializer)
-        app = build_app(settings, engine, Leadership(engine, planner), reader, materializer)
-        add_offload_view(app, engine, settings)  # POST /offload (processor offload)
+        app = build_app(settings, engine, Leadership(engine, planner), token, reader, materializer)
+        add_offload_view(app, engine, settings, token)  # POST /offload (processor offload)
 
         def led_partitions() -> dict[TopicPartition, int]:
             epoch = generation(app)
