@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -98,7 +99,37 @@ def faust_broker_settings(target: KafkaTarget) -> dict[str, Any]:
 
 
 # librdkafka error codes that say why a broker refused us, most telling first.
-_REFUSALS = ("_AUTHENTICATION", "_SSL", "SASL_AUTHENTICATION_FAILED", "_TRANSPORT", "_ALL_BROKERS_DOWN")
+_REFUSALS = (
+    "_AUTHENTICATION",
+    "_SSL",
+    "SASL_AUTHENTICATION_FAILED",
+    "FAIL",
+    "_TRANSPORT",
+    "_ALL_BROKERS_DOWN",
+)
+_FINAL_REFUSALS = ("_AUTHENTICATION", "_SSL", "SASL_AUTHENTICATION_FAILED")
+
+
+class _ReasonHandler(logging.Handler):
+    def __init__(self, seen: collections.deque[tuple[str, str]]) -> None:
+        super().__init__(logging.INFO)
+        self.seen = seen
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if args and args[0] == "FAIL":  # confluent-kafka logs (facility, client name, message)
+            self.seen.append(("FAIL", str(args[-1])))
+        if record.levelno >= logging.WARNING:
+            _RDKAFKA_LOG.handle(record)
+
+
+def _reasons_logger(seen: collections.deque[tuple[str, str]]) -> logging.Logger:
+    """A logger of its own (not in the logging tree) that keeps librdkafka's FAIL lines in ``seen``
+    and passes warnings on to the ``librdkafka`` logger."""
+    logger = logging.Logger("librdkafka.check", logging.INFO)
+    logger.propagate = False
+    logger.addHandler(_ReasonHandler(seen))
+    return logger
 
 
 def check_broker(target: KafkaTarget, timeout_s: float = 10.0) -> AdminClient:
@@ -110,18 +141,35 @@ def check_broker(target: KafkaTarget, timeout_s: float = 10.0) -> AdminClient:
     """
     conn = connection(target)
     seen: collections.deque[tuple[str, str]] = collections.deque(maxlen=20)
-    admin = new_admin(conn, "processor-check", error_cb=lambda err: seen.append((err.name(), err.str())))
-    try:
-        admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        admin.poll(0)  # serves error_cb: the reason (authentication, TLS) arrives there
-        reasons = sorted(seen, key=lambda e: _REFUSALS.index(e[0]) if e[0] in _REFUSALS else len(_REFUSALS))
-        reason = reasons[0][1] if reasons else str(exc.args[0])
-        raise ServiceUnavailableError(
-            f"Kafka broker at {conn.bootstrap_servers} is unreachable or refused the connection "
-            f"({conn.security.describe()}; PROCESSOR_BOOTSTRAP_SERVERS and the security settings): "
-            f"{conn.security.redact(reason)}"
-        ) from None
+    admin = new_admin(
+        conn,
+        "processor-check",
+        error_cb=lambda err: seen.append((err.name(), err.str())),
+        # librdkafka's FAIL lines (info level) say why a connection dropped, e.g. a broker that
+        # wants a client certificate closing the TLS session: kept as reasons, not printed.
+        logger=_reasons_logger(seen),
+        log_level=6,
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            break
+        except KafkaException as exc:
+            admin.poll(0)  # serves error_cb: the reason (authentication, TLS) arrives there
+            # A refused credential or certificate is final: no point waiting out the timeout.
+            final = any(name in _FINAL_REFUSALS for name, _ in seen)
+            if not final and time.monotonic() < deadline:
+                continue
+            reasons = sorted(
+                seen, key=lambda e: _REFUSALS.index(e[0]) if e[0] in _REFUSALS else len(_REFUSALS)
+            )
+            reason = reasons[0][1] if reasons else str(exc.args[0])
+            raise ServiceUnavailableError(
+                f"Kafka broker at {conn.bootstrap_servers} is unreachable or refused the connection "
+                f"({conn.security.describe()}; PROCESSOR_BOOTSTRAP_SERVERS and the security settings): "
+                f"{conn.security.redact(reason)}"
+            ) from None
     return admin
 
 

@@ -116,8 +116,10 @@ class KafkaSecurity:
         errors: list[str] = []
         for f in fields(cls):
             raw = values.get(f.name)
+            if isinstance(raw, SecretStr):
+                raw = raw.get_secret_value()
             if raw is None or raw == "":
-                continue
+                continue  # empty is unset
             try:
                 kwargs[f.name] = _coerce(f.name, raw)
             except ValueError as exc:

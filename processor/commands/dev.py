@@ -20,7 +20,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
         if args.json:
             report = {**stack.status(stack_dir), "env": info.env()}
             if secured is not None:
-                report["mtls_env"] = {**info.env(), **secured.mtls_env()}
+                base = {k: v for k, v in info.env().items() if k not in secure_kafka.SASL_VARIABLES}
+                report["mtls_env"] = {**base, **secured.mtls_env()}
             print(json.dumps(report, indent=2))
             return 0
         print(f"local stack running from {info.dir}")
@@ -36,7 +37,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
             print(f"    {line}")
         if secured is not None:
             print("  or the mutual-TLS listener (a separate cluster) with:")
-            for line in secure_kafka.exports(secured.mtls_env()):
+            for line in secure_kafka.exports(secured.mtls_env(), unset=secure_kafka.SASL_VARIABLES):
                 print(f"    {line}")
         return 0
     if args.action == "down":

@@ -140,6 +140,10 @@ def write_gateway_config(root: Path, secure: SecureKafka) -> Path:
     return path
 
 
-def exports(env: dict[str, str]) -> list[str]:
-    """``export NAME=value`` lines, quoted for a POSIX shell."""
-    return [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+SASL_VARIABLES = ("PROCESSOR_SASL_MECHANISM", "PROCESSOR_SASL_USERNAME", "PROCESSOR_SASL_PASSWORD")
+
+
+def exports(env: dict[str, str], unset: tuple[str, ...] = ()) -> list[str]:
+    """``export NAME=value`` lines, quoted for a POSIX shell (after an ``unset`` of ``unset``)."""
+    lines = [f"unset {' '.join(unset)}"] if unset else []
+    return lines + [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
