@@ -278,6 +278,26 @@ class KafkaSecurity:
 
     # --- translations --------------------------------------------------------------------------
 
+    def spark_options(self) -> dict[str, str]:
+        """The ``kafka.*`` options that :meth:`from_spark_options` reads back as these settings (for a
+        Spark source started from another, e.g. the audit's metadata stream). Secrets go under keys
+        holding "password", which Spark's default ``spark.redaction.regex`` hides in plans and UI."""
+        out = {SPARK_NAMES["protocol"]: str(self.protocol)}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "protocol" or value is None:
+                continue
+            if f.name == "ssl_check_hostname":
+                if self.uses_tls:
+                    out[SPARK_NAMES[f.name]] = "https" if value else ""
+                continue
+            if f.name == "sasl_mechanism" and not self.uses_sasl:
+                continue
+            out[SPARK_NAMES[f.name]] = (
+                value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+            )
+        return out
+
     def librdkafka_config(self) -> dict[str, Any]:
         """confluent-kafka / librdkafka properties."""
         cfg: dict[str, Any] = {"security.protocol": str(self.protocol)}

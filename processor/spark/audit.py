@@ -153,6 +153,7 @@ def run_audit(spark: Any, options: AuditOptions) -> AuditRun:
     metadata = (
         spark.readStream.format("remote_log_metadata")
         .option("kafka.bootstrap.servers", conn.bootstrap_servers)
+        .options(**conn.kafka.security.spark_options())  # SASL/TLS of the audited cluster
         .option("metadata.topic", conn.metadata_topic)
         .option("startingOffsets", "earliest")
         .load()

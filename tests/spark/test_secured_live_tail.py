@@ -4,8 +4,8 @@ A worker archives part of a topic on the secured stack (segments rolled by size 
 partition keeps a tail on the live topic), then a ``tail=live`` stream reads archive and tail with
 ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config`` and
 ``kafka.ssl.ca.location``: the metadata topic (driver), the watermarks (driver) and the live range
-(executors) all go through TLS and SCRAM. The process environment holds no Kafka security setting,
-so nothing but the options can have authenticated.
+(executors) all go through TLS and SCRAM; then the audit of that archive. The process environment
+holds no Kafka security setting, so nothing but the options can have authenticated.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin, new_consumer
 from processor.metadata.model import TopicPartition
 from processor.metadata.topic_io import load_remote_state
+from processor.spark.audit import AuditOptions, run_audit
+from processor.spark.options import connection_from
 from tests.integration.worker_process import WorkerProcess
 
 pytestmark = pytest.mark.spark
@@ -117,3 +119,15 @@ def test_tail_live_reads_archive_and_topic_through_sasl_ssl(
     assert query.exception() is None
     got = sorted((r["partition"], r["offset"]) for r in spark.read.parquet(str(out)).collect())
     assert got == [(p, o) for p in range(PARTITIONS) for o in range(highs[p])]
+
+    # The audit of the same archive: its metadata stream and its Kafka checks go through SASL_SSL too.
+    audited = AuditOptions(
+        connection=connection_from(options, environ={}),
+        checkpoint=tmp_path / "audit-checkpoint",
+        output=tmp_path / "findings",
+        once=True,
+        verify_objects=True,
+        stuck_after_ms=60_000,
+    )
+    assert audited.connection.kafka.security.protocol == "SASL_SSL"
+    assert run_audit(spark, audited).findings == []

@@ -348,3 +348,27 @@ def test_pem_files_exist(pki: DevPki) -> None:
     for path in (pki.ca_file, pki.broker_cert, pki.broker_key, pki.client_cert, pki.client_key):
         assert Path(path).is_file()
     assert b"ENCRYPTED" in Path(pki.client_key).read_bytes()
+
+
+@given(
+    protocol=st.sampled_from(list(SecurityProtocol)),
+    mechanism=st.sampled_from([m for m in SaslMechanism if m is not SaslMechanism.OAUTHBEARER]),
+    user=st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=20),
+    password=st.text(st.characters(codec="utf-8"), min_size=1, max_size=20),
+    check_hostname=st.booleans(),
+    mutual=st.booleans(),
+)
+def test_spark_options_round_trip(
+    pki: DevPki, protocol, mechanism, user: str, password: str, check_hostname: bool, mutual: bool
+) -> None:
+    values: dict[str, object] = {"protocol": protocol}
+    if protocol in (SecurityProtocol.SASL_SSL, SecurityProtocol.SASL_PLAINTEXT):
+        values.update(sasl_mechanism=mechanism, sasl_username=user, sasl_password=password)
+    if protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL):
+        values.update(ssl_cafile=pki.ca_file, ssl_check_hostname=check_hostname)
+        if mutual:
+            values.update(ssl_certfile=pki.client_cert, ssl_keyfile=pki.client_key, ssl_key_password="key-pw")
+    sec = KafkaSecurity.from_values(values)
+    assert KafkaSecurity.from_spark_options(sec.spark_options()) == sec
+    secret_keys = {"kafka.sasl.password", "kafka.ssl.key.password"} & set(sec.spark_options())
+    assert sorted(sec.spark_options()[k] for k in secret_keys) == sorted(sec.secrets())
