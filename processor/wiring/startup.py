@@ -40,10 +40,14 @@ def check_shared(settings: Settings) -> Started:
     return Started(storage, metadata_partitions, admin)
 
 
-def check_worker(settings: Settings) -> Started:
-    """The worker's start-up checks: the shared ones, plus source topics configured."""
+def require_topics(settings: Settings) -> None:
     if not settings.topics:
         raise ConfigError("PROCESSOR_TOPICS: no source topics configured (comma-separated list)")
+
+
+def check_worker(settings: Settings) -> Started:
+    """The worker's start-up checks: the shared ones, plus source topics configured."""
+    require_topics(settings)
     started = check_shared(settings)
     missing = set(settings.topics) - set(partition_counts(started.admin, list(settings.topics)))
     if missing:

@@ -28,7 +28,7 @@ from processor.wiring.leader import build_engine
 from processor.wiring.readiness import build_readiness_watch
 from processor.wiring.rebalance import generation
 from processor.wiring.resume import build_planner, remote_state_loader
-from processor.wiring.startup import check_worker, read_api_token
+from processor.wiring.startup import check_worker, read_api_token, require_topics
 from processor.wiring.storage import build_storage
 from processor.wiring.timers import add_lifecycle_timers
 
@@ -48,7 +48,8 @@ class Worker:
 
     @classmethod
     def build(cls, settings: Settings) -> Worker:
-        token = read_api_token(settings)  # before anything connects: a config error exits 2
+        require_topics(settings)  # the configuration first: a config error exits 2 before any connection
+        token = read_api_token(settings)
         (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
         started = check_worker(settings)
         storage, metadata_partitions = started.storage, started.metadata_partitions
