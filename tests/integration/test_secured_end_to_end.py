@@ -196,6 +196,11 @@ def test_a_worker_open_off_loopback_refuses_to_start(secured_stack: StackInfo, t
     assert "PROCESSOR_WEB_TOKEN" in done.stderr and "PROCESSOR_WEB_AUTH=none" in done.stderr
 
 
+def _segments_in_a_child(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "processor", "segments", "--topic", TOPIC]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
@@ -215,13 +220,7 @@ def test_refused_credentials_exit_3_naming_broker_and_mechanism(
     env = {**secured_stack.worker_env("unused", TOPIC), **change}
     if change.get("PROCESSOR_SSL_CAFILE") == "untrusted":
         env["PROCESSOR_SSL_CAFILE"] = secured.pki.untrusted_ca_file
-    done = subprocess.run(
-        [sys.executable, "-m", "processor", "segments", "--topic", TOPIC],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _segments_in_a_child(env)
     assert done.returncode == 3, done.stderr
     assert secured_stack.bootstrap_servers in done.stderr and reason in done.stderr
     assert env["PROCESSOR_SASL_MECHANISM"] in done.stderr and "SASL_SSL" in done.stderr
@@ -239,12 +238,6 @@ def test_mutual_tls_without_a_client_certificate_exits_3(secured_stack: StackInf
         *SASL_VARIABLES,
     ):
         env.pop(name)
-    done = subprocess.run(
-        [sys.executable, "-m", "processor", "segments", "--topic", TOPIC],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _segments_in_a_child(env)
     assert done.returncode == 3, done.stderr
     assert secured.mtls.bootstrap_servers in done.stderr and "SSL" in done.stderr
