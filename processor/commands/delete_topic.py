@@ -106,7 +106,7 @@ def cmd_delete_topic(args: argparse.Namespace) -> int:
     ctx: DeletionContext = open_context(settings, topic)
     unfinished: list[int] = []
     try:
-        live_id = topic_ids(new_admin(settings.bootstrap_servers, "processor-admin"), [topic]).get(topic)
+        live_id = topic_ids(new_admin(settings.kafka, "processor-admin"), [topic]).get(topic)
         found_keys = [
             ctx.keys.folder_of(topic, info.key)
             for info in ctx.storage.list(ctx.keys.topic_listing_prefix(topic))

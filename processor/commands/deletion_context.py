@@ -94,7 +94,7 @@ class DeletionContext:
 
 def open_context(settings: Settings, topic: str) -> DeletionContext:
     """Raises ServiceUnavailableError (Kafka), StorageError (S3), ProcessorError (nothing offloaded)."""
-    admin = check_broker(settings.bootstrap_servers)
+    admin = check_broker(settings.kafka)
     counts = partition_counts(admin, [settings.metadata_topic, topic])
     if settings.metadata_topic not in counts:
         raise ProcessorError(
@@ -123,10 +123,10 @@ def open_context(settings: Settings, topic: str) -> DeletionContext:
         cache_dir.cleanup()
         raise
     writer_id = f"cli-{settings.worker_id}"
-    publisher = MetadataPublisher(settings.bootstrap_servers, settings.metadata_topic, parts, "processor-cli")
-    producer = DurableProducer(settings.bootstrap_servers, "processor-cli-lifecycle")
+    publisher = MetadataPublisher(settings.kafka, settings.metadata_topic, parts, "processor-cli")
+    producer = DurableProducer(settings.kafka, "processor-cli-lifecycle")
     deletion_topic = DeletionTopic.ensure(
-        settings.bootstrap_servers,
+        settings.kafka,
         settings.deletion_topic,
         parts,
         settings.metadata_replication_factor,

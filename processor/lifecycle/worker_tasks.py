@@ -73,12 +73,12 @@ def build_retention(
 ) -> Lifecycle:
     """The retention service and the deleter under it; ``confirm`` is read-your-write through a
     follower (records of an owner that lost its claim must never delete a served segment)."""
-    producer = DurableProducer(settings.bootstrap_servers, f"{settings.worker_id}-lifecycle")
+    producer = DurableProducer(settings.kafka, f"{settings.worker_id}-lifecycle")
     publisher = MetadataPublisher(
-        settings.bootstrap_servers, settings.metadata_topic, metadata_partitions, "processor-lifecycle"
+        settings.kafka, settings.metadata_topic, metadata_partitions, "processor-lifecycle"
     )
     deletion_topic = DeletionTopic.ensure(
-        settings.bootstrap_servers,
+        settings.kafka,
         settings.deletion_topic,
         metadata_partitions,
         settings.metadata_replication_factor,

@@ -179,7 +179,7 @@ def metadata_options(options: Mapping[str, str]) -> MetadataOptions:
 
 
 def _bounds(conn: Connection) -> dict[TopicPartition, tuple[int, int]]:
-    return live_ends(conn.bootstrap_servers, [conn.metadata_topic])
+    return live_ends(conn.kafka, [conn.metadata_topic])
 
 
 def _resolve(spec: OffsetSpec, bounds: Mapping[TopicPartition, tuple[int, int]]) -> dict[TopicPartition, int]:
@@ -195,7 +195,7 @@ def _resolve(spec: OffsetSpec, bounds: Mapping[TopicPartition, tuple[int, int]])
 def read_slice(conn: Connection, part: MetaSlice) -> Iterator[tuple[Any, ...]]:
     try:
         for msg in consume_range(
-            conn.bootstrap_servers, conn.metadata_topic, part.partition, part.from_offset, part.until_offset
+            conn.kafka, conn.metadata_topic, part.partition, part.from_offset, part.until_offset
         ):
             _type, ts = msg.timestamp()
             yield record_row(part.partition, int(msg.offset()), int(ts), msg.key(), msg.value())

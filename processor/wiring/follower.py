@@ -35,9 +35,7 @@ def followed_partitions(settings: Settings, metadata_partitions: int, own_topics
             )
         return sorted(set(settings.follow_metadata_partitions))
     if settings.follow_topics:
-        counts = partition_counts(
-            new_admin(settings.bootstrap_servers, "processor-admin"), list(settings.follow_topics)
-        )
+        counts = partition_counts(new_admin(settings.kafka, "processor-admin"), list(settings.follow_topics))
         return sorted(
             {
                 metadata_partition_for(TopicPartition(topic, p), metadata_partitions)
@@ -69,7 +67,7 @@ def build_follower(
         kept |= frozenset(settings.topics)
     materializer = Materializer(
         cache,
-        lambda: new_consumer(settings.bootstrap_servers, f"{settings.app_id}-{settings.worker_id}-follower"),
+        lambda: new_consumer(settings.kafka, f"{settings.app_id}-{settings.worker_id}-follower"),
         settings.metadata_topic,
         followed_partitions(settings, metadata_partitions, own_topics),
         kept,

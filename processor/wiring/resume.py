@@ -18,9 +18,7 @@ def remote_state_loader(settings: Settings, metadata_partitions: int) -> RemoteS
 
     def load(tps: list[TopicPartition]) -> dict[TopicPartition, PartitionRemoteState]:
         partitions = sorted({metadata_partition_for(tp, metadata_partitions) for tp in tps})
-        state, _skipped = load_remote_state(
-            settings.bootstrap_servers, settings.metadata_topic, partitions, set(tps)
-        )
+        state, _skipped = load_remote_state(settings.kafka, settings.metadata_topic, partitions, set(tps))
         return {tp: state.partition(tp) for tp in tps}
 
     return load
@@ -31,9 +29,9 @@ def build_planner(
 ) -> ResumePlanner:
     """Claims, topic ids and resume points of newly assigned partitions (see
     processor/leader/resume.py); reads back through the follower's cache when it is caught up."""
-    admin = new_admin(settings.bootstrap_servers, "processor-admin")
+    admin = new_admin(settings.kafka, "processor-admin")
     claims = MetadataPublisher(
-        settings.bootstrap_servers, settings.metadata_topic, metadata_partitions, "processor-claims"
+        settings.kafka, settings.metadata_topic, metadata_partitions, "processor-claims"
     )
     return ResumePlanner(
         settings.worker_id,

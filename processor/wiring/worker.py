@@ -27,7 +27,7 @@ from processor.wiring.leader import build_engine
 from processor.wiring.read_your_write import confirm_by_follower
 from processor.wiring.readiness import build_readiness_watch
 from processor.wiring.resume import build_planner
-from processor.wiring.startup import check_worker
+from processor.wiring.startup import check_worker, read_api_token, require_topics
 from processor.wiring.storage import build_storage
 from processor.wiring.timers import add_lifecycle_timers
 
@@ -53,6 +53,8 @@ class Worker:
 
     @classmethod
     def build(cls, settings: Settings) -> Worker:
+        require_topics(settings)  # the configuration first: a config error exits 2 before any connection
+        token = read_api_token(settings)
         (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
         started = check_worker(settings)
         storage, metadata_partitions = started.storage, started.metadata_partitions
@@ -64,8 +66,8 @@ class Worker:
         planner = build_planner(settings, metadata_partitions, materializer)
         engine = build_engine(settings, storage, metadata_partitions, planner, materializer)
         leadership = Leadership(engine, planner, materializer, reclaim_after_s(settings))
-        app = build_app(settings, engine, leadership, reader, materializer)
-        add_offload_view(app, engine, settings)  # POST /offload (processor offload)
+        app = build_app(settings, engine, leadership, token, reader, materializer)
+        add_offload_view(app, engine, settings, token)  # POST /offload (processor offload)
         lifecycle = LifecycleTasks(
             settings,
             storage,
