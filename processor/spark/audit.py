@@ -4,8 +4,9 @@ Each pass (a micro-batch of the query; with ``--once`` the query runs to the end
 topic, and one pass runs even when nothing new arrived):
 
 1. The metadata messages of the micro-batch are folded per source partition by a stateful step
-   (``applyInPandasWithState``; the state is the project's fold, ``audit_rules.RecordVerdicts``):
-   the records the fold rejects are findings.
+   (``applyInPandasWithState``; the state is the project's fold of the partition,
+   ``audit_rules.RecordVerdicts``): each record the fold rejects is a finding named by the fold's
+   reason, and the rejections are counted by reason (``AuditRun.rejected``, the pass's log line).
 2. With ``--verify-objects`` the objects under the prefix are listed (before the metadata is read).
 3. The metadata topic is applied to a materialized view kept in the checkpoint (the follower's
    cache format); every partition's archive is checked (``audit_rules.state_findings``).
@@ -27,6 +28,7 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +95,7 @@ class AuditRun:
     outcome: PassOutcome = field(default_factory=PassOutcome)
     open_problems: list[Problem] = field(default_factory=list)
     stats: ScrubStats = field(default_factory=ScrubStats)
+    rejected: dict[str, int] = field(default_factory=dict)  # records the fold rejected, by reason
 
     @property
     def kinds(self) -> list[str]:
@@ -110,9 +113,10 @@ def group_step(key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any) -
     rows = (
         pd.concat(frames).sort_values(["meta_partition", "meta_offset"]).to_dict("records") if frames else []
     )
-    new_state, found = fold_group(tp, state.get[0] if state.exists else None, rows)
+    new_state, found, rejected = fold_group(tp, state.get[0] if state.exists else None, rows)
     state.update((new_state,))
-    marker = Finding(key=MARKER, kind=MARKER, scope=records_scope(tp), detail="")
+    # the marker also carries how many records the fold rejected in these rows, by reason
+    marker = Finding(key=MARKER, kind=MARKER, scope=records_scope(tp), detail=json.dumps(rejected))
     frame = pd.DataFrame([f.row() for f in [*found, marker]], columns=list(FINDING_COLUMNS))
     for name in ("partition", "start_offset", "end_offset"):
         frame[name] = frame[name].astype("Int64")
@@ -150,7 +154,13 @@ class Auditor:
         self.metadata = MaterializedMetadata(options.connection, options.checkpoint / "metadata-cache")
         self.state_path = options.checkpoint / STATE_FILE
 
-    def audit_pass(self, pass_id: str, verdicts: list[Finding], record_scopes: set[str]) -> None:
+    def audit_pass(
+        self,
+        pass_id: str,
+        verdicts: list[Finding],
+        record_scopes: set[str],
+        rejected: dict[str, int] | None = None,
+    ) -> None:
         options, conn = self.options, self.options.connection
         state = AuditState.load(self.state_path)
         cursor = state.start(pass_id)
@@ -201,6 +211,15 @@ class Auditor:
         run.outcome.resolved.extend(outcome.resolved)
         run.open_problems = state.open_problems()
         run.stats.add(stats)
+        rejected = rejected or {}
+        for reason, count in rejected.items():
+            run.rejected[reason] = run.rejected.get(reason, 0) + count
+        if rejected:
+            log.info(
+                "audit pass %s: the fold rejected %s",
+                pass_id,
+                ", ".join(f"{n} record(s) {reason}" for reason, n in sorted(rejected.items())),
+            )
         log.info(
             "audit pass %s: %d finding(s), %d opened, %d resolved, %d open; %d segment(s) checked, %d "
             "request(s), %d byte(s)",
@@ -314,6 +333,7 @@ def run_audit(spark: Any, options: AuditOptions) -> AuditRun:
     metadata = (
         spark.readStream.format("remote_log_metadata")
         .option("kafka.bootstrap.servers", conn.bootstrap_servers)
+        .options(**conn.kafka.security.spark_options())  # SASL/TLS of the audited cluster
         .option("metadata.topic", conn.metadata_topic)
         .option("startingOffsets", "earliest")
         .load()
@@ -328,14 +348,15 @@ def run_audit(spark: Any, options: AuditOptions) -> AuditRun:
     )
 
     def each_batch(df: Any, batch_id: int) -> None:
-        found, scopes = [], set()
+        found, scopes, rejected = [], set(), Counter[str]()
         for row in df.collect():
             d = row.asDict()
             if d["kind"] == MARKER:
                 scopes.add(d["scope"])
+                rejected.update(json.loads(d["detail"] or "{}"))
             else:
                 found.append(Finding.from_row(d))
-        auditor.audit_pass(f"batch-{batch_id}", found, scopes)
+        auditor.audit_pass(f"batch-{batch_id}", found, scopes, dict(rejected))
 
     writer = verdicts.writeStream.foreachBatch(each_batch).option(
         "checkpointLocation", str(options.checkpoint / "query")

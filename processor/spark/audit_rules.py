@@ -1,20 +1,24 @@
 """The audit's findings and its checks over the metadata. Pure: no pyspark, no I/O.
 
 Every rule here looks at what the project's fold says (``processor.spark.fold_adapter``): which
-records it rejects and why, which segments it serves, which a newer epoch superseded. None decides
-those things itself, so a legitimate takeover by a newer epoch is never reported as an overlap.
+records it rejects and why, which segments it serves, which claim holds a partition, what is left
+to clean up. None decides those things itself, so a legitimate takeover (a newer claim, or before
+claims a newer epoch) is never reported as a problem.
 
 - ``RecordVerdicts`` folds one source partition's metadata messages (a Spark stateful query keeps
-  it between micro-batches) and reports the messages the fold rejects: ``undecodable_record``,
-  ``illegal_transition`` (the state machine forbids it), ``fenced_record`` (an older writer epoch,
-  or a copy for a topic id a re-created topic retired). A later accepted record or a tombstone for
-  the same key fixes it.
+  it between micro-batches) and reports each message the fold rejects as a finding named by the
+  fold's reason (``processor.metadata.fold.REASONS``): ``undecodable``, ``invalid`` (out of bounds,
+  or a key that does not name the record), ``stale_epoch`` (not the partition's current claim),
+  ``no_claim`` (after a release), ``old_topic_id``, ``illegal`` (the state machine forbids it),
+  ``overlap`` (a finished segment over a served one), ``internal_error``; and counts them by
+  reason. A later accepted record or a tombstone for the same key (the owner's repair or cleanup)
+  fixes it.
 - ``state_findings`` checks each partition's archive: ``offset_gap`` between served segments (not
   while a copy in progress covers it), ``offset_overlap`` between served ones (the fold never
-  serves two; reported if it ever did), ``stuck_copy`` / ``stuck_delete`` (STARTED for longer than
-  the threshold), ``superseded_segment`` (replaced by a newer epoch and still there after the
-  threshold: the next leader should have deleted it), ``past_retention`` (wholly below the remote
-  log start offset and still there after the threshold).
+  serves two; reported if it ever did), and what the fold says is left to clean up, still there
+  after the threshold: ``stuck_copy`` / ``stuck_delete`` (STARTED and never finished),
+  ``superseded_segment`` (replaced by a newer epoch before claims existed: the next leader should
+  have deleted it), ``past_retention`` (wholly below the remote log start offset).
 
 Each finding has a stable ``key`` (the same problem on the next pass has the same key) and a
 ``scope``: what a pass must have looked at to say the problem is gone.
@@ -22,31 +26,43 @@ Each finding has a stable ``key`` (the same problem on the next pass has the sam
 
 from __future__ import annotations
 
-import contextlib
 import json
-import uuid
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from processor.errors import FormatError
-from processor.metadata.codec import decode_value
-from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
-from processor.metadata.remote_log_state import RemoteLogState
-from processor.spark.fold_adapter import (
-    PartitionArchive,
-    apply_record,
-    fold_state_from_json,
-    fold_state_to_json,
-    forget_segment,
-    partition_archive,
+from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH
+from processor.metadata.fold import (
+    ILLEGAL,
+    INTERNAL,
+    INVALID,
+    NO_CLAIM,
+    OVERLAP,
+    REASONS,
+    UNDECODABLE,
+    Verdict,
 )
+from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.spark.fold_adapter import PartitionArchive, PartitionFold
 
 FORMATS = ("parquet", "json", "console")  # where findings can go
+# The fold's reasons for rejecting a record, each a finding kind of its own. Warnings: a writer that
+# lost its claim (or a copy of a re-created topic's old incarnation) was fenced out as designed; the
+# owner cleans up after it. Errors: bytes nobody should have written.
+RECORD_KINDS: dict[str, str] = {
+    UNDECODABLE: "error",
+    INVALID: "error",
+    STALE_EPOCH: "warning",
+    NO_CLAIM: "warning",
+    OLD_TOPIC_ID: "warning",
+    ILLEGAL: "error",
+    OVERLAP: "error",
+    INTERNAL: "error",
+}
 KINDS: dict[str, str] = {  # kind -> severity
-    "undecodable_record": "error",
-    "illegal_transition": "error",
-    "fenced_record": "warning",
+    **RECORD_KINDS,
     "offset_gap": "error",
     "offset_overlap": "error",
     "stuck_copy": "warning",
@@ -81,7 +97,7 @@ FINDINGS_DDL = (
     "start_offset long, end_offset long, segment_id string, object_key string, detail string, "
     "detected_at timestamp, pass_id string"
 )
-VERDICTS_VERSION = 1
+VERDICTS_VERSION = 2
 MARKER = "_evaluated"  # a row telling the driver which scope a stateful group evaluated
 
 
@@ -141,59 +157,89 @@ def segment_scope(segment_id: str) -> str:
 
 
 class RecordVerdicts:
-    """One source partition's fold state, and the messages the fold rejected (by message key)."""
+    """One source partition's fold (``fold_adapter.PartitionFold``), the messages it rejected (by
+    message key: the open record problems) and how many it rejected by reason.
+
+    State layout (JSON, version 2)::
+
+        {"v": 2, "fold": <PartitionFold.to_json> | null,
+         "rejected": {"<message key>": {"kind": <reason>, "detail": str, "where": str,
+                                        "segment_id": str|null, "start_offset": int|null,
+                                        "end_offset": int|null}},
+         "counts": {"<reason>": int}}
+
+    Version 1 (before claims; kinds ``undecodable_record``, ``illegal_transition``,
+    ``fenced_record`` with the fold's reason in the detail) is still read.
+    """
 
     def __init__(
-        self, tp: TopicPartition | None, state: RemoteLogState, rejected: dict[str, dict[str, Any]]
+        self,
+        tp: TopicPartition | None,
+        fold: PartitionFold,
+        rejected: dict[str, dict[str, Any]],
+        counts: dict[str, int] | None = None,
     ) -> None:
         self.tp = tp
-        self.state = state
+        self.fold = fold
         self.rejected = rejected
+        self.counts: dict[str, int] = dict(counts or {})  # every rejection of the partition, by reason
+        self.new_counts: dict[str, int] = {}  # those of this micro-batch
 
     @classmethod
     def from_json(cls, tp: TopicPartition | None, text: str | None) -> RecordVerdicts:
         if not text:
-            return cls(tp, RemoteLogState(), {})
-        doc = json.loads(text)
-        if doc.get("v") != VERDICTS_VERSION:
-            raise FormatError(f"audit verdict state version {doc.get('v')} is not {VERDICTS_VERSION}")
-        state = fold_state_from_json(doc["fold"], tp) if tp is not None else RemoteLogState()
-        return cls(tp, state, dict(doc["rejected"]))
+            return cls(tp, PartitionFold(tp), {})
+        try:
+            doc = json.loads(text)
+            version = doc.get("v")
+            if version not in (1, VERDICTS_VERSION):
+                raise FormatError(f"audit verdict state version {version!r} is not {VERDICTS_VERSION} or 1")
+            fold = PartitionFold.from_json(tp, doc["fold"])
+            rejected = {k: dict(v) for k, v in doc["rejected"].items()}
+            if version == 1:
+                rejected = {k: _verdict_v1(v) for k, v in rejected.items()}
+            counts = {str(k): int(n) for k, n in doc.get("counts", {}).items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise FormatError(f"audit verdict state does not decode: {exc!r}") from exc
+        return cls(tp, fold, rejected, counts)
 
     def to_json(self) -> str:
-        fold = fold_state_to_json(self.state, self.tp) if self.tp is not None else None
-        return json.dumps({"v": VERDICTS_VERSION, "fold": fold, "rejected": self.rejected})
+        fold = self.fold.to_json() if self.tp is not None else None
+        return json.dumps(
+            {"v": VERDICTS_VERSION, "fold": fold, "rejected": self.rejected, "counts": self.counts}
+        )
 
-    def apply(self, row: Mapping[str, Any]) -> None:
-        """Fold one metadata message (a row of ``remote_log_metadata``, in topic order)."""
-        where = f"metadata partition {row.get('meta_partition')} offset {row.get('meta_offset')}"
-        key = _none(row.get("key")) or where
+    def apply(self, row: Mapping[str, Any]) -> Verdict:
+        """Fold one metadata message (a row of ``remote_log_metadata``, in topic order): its offset,
+        its key's bytes and its value's bytes, as they are on the topic."""
+        offset = int(row["meta_offset"])
+        where = f"metadata partition {row.get('meta_partition')} offset {offset}"
+        raw_key = _none(row.get("raw_key"))
         value = _none(row.get("value"))
-        if value is None:  # a tombstone: the key's segment is gone, and with it its problems
-            self.rejected.pop(key, None)
-            sid = str(key).rsplit("/", 1)[-1]
-            if self.tp is not None:
-                with contextlib.suppress(ValueError):  # a key that names no segment
-                    forget_segment(self.state, self.tp, uuid.UUID(sid))
-            return
-        try:
-            record = decode_value(bytes(value))
-        except FormatError as exc:
-            self.rejected[key] = {"kind": "undecodable_record", "detail": f"{where}: {exc}", "where": where}
-            return
-        reason = apply_record(self.state, record)
-        if reason is None:
-            self.rejected.pop(key, None)
-            return
-        kind = "illegal_transition" if reason == "illegal" else "fenced_record"
-        detail = f"{where}: the fold rejected {record.__class__.__name__} ({reason})"
-        segment_uuid = getattr(getattr(record, "segment_id", None), "id", None)
-        self.rejected[key] = {
-            "kind": kind,
-            "detail": detail,
+        verdict = self.fold.apply(
+            offset,
+            bytes(raw_key) if raw_key is not None else None,
+            bytes(value) if value is not None else None,
+        )
+        name = _none(row.get("key")) or where
+        if verdict.accepted:  # an accepted record or tombstone under the key fixes the key's problem
+            self.rejected.pop(name, None)
+            return verdict
+        reason = verdict.reason or INTERNAL
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        self.new_counts[reason] = self.new_counts.get(reason, 0) + 1
+        record = verdict.record
+        seg = record if isinstance(record, RemoteLogSegmentMetadata) else None
+        sid = getattr(getattr(record, "segment_id", None), "id", None)
+        self.rejected[name] = {
+            "kind": reason,
+            "detail": f"{where}: {verdict.detail or reason}",
             "where": where,
-            "segment_id": str(segment_uuid) if segment_uuid else None,
+            "segment_id": str(sid) if sid is not None else None,
+            "start_offset": seg.start_offset if seg is not None else None,
+            "end_offset": seg.end_offset if seg is not None else None,
         }
+        return verdict
 
     def findings(self) -> list[Finding]:
         tp = self.tp
@@ -205,20 +251,36 @@ class RecordVerdicts:
                 detail=v["detail"],
                 topic=tp.topic if tp else None,
                 partition=tp.partition if tp else None,
+                start_offset=v.get("start_offset"),
+                end_offset=v.get("end_offset"),
                 segment_id=v.get("segment_id"),
             )
             for key, v in sorted(self.rejected.items())
         ]
 
 
+_V1_KINDS = {"undecodable_record": UNDECODABLE, "illegal_transition": ILLEGAL}
+
+
+def _verdict_v1(v: dict[str, Any]) -> dict[str, Any]:
+    """A version 1 record problem under its reason's name (``fenced_record`` kept the reason in its
+    detail: "... (stale_epoch)")."""
+    kind = _V1_KINDS.get(v["kind"])
+    if kind is None:
+        found = re.search(r"\((\w+)\)$", v.get("detail", ""))
+        kind = found.group(1) if found and found.group(1) in REASONS else STALE_EPOCH
+    return {**v, "kind": kind}
+
+
 def fold_group(
     tp: TopicPartition | None, state_json: str | None, rows: Iterable[Mapping[str, Any]]
-) -> tuple[str, list[Finding]]:
-    """The stateful query's step for one group: new state and the group's current record problems."""
+) -> tuple[str, list[Finding], dict[str, int]]:
+    """The stateful query's step for one group: its new state, its current record problems and the
+    records the fold rejected in these rows, by reason."""
     verdicts = RecordVerdicts.from_json(tp, state_json)
     for row in rows:
         verdicts.apply(row)
-    return verdicts.to_json(), verdicts.findings()
+    return verdicts.to_json(), verdicts.findings(), verdicts.new_counts
 
 
 # -- checks over each partition's archive ---------------------------------------------------------------
@@ -284,44 +346,40 @@ def state_findings(archives: Iterable[PartitionArchive], now_ms: int, stuck_afte
                     )
             if previous is None or nxt > previous[0]:
                 previous = (nxt, seg)
-        for seg in a.listed:
-            age = now_ms - seg.event_timestamp_ms
-            if age <= stuck_after_ms:
-                continue
-            if seg.state in (SegmentState.COPY_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_STARTED):
-                kind = "stuck_copy" if seg.state == SegmentState.COPY_SEGMENT_STARTED else "stuck_delete"
-                out.append(
-                    _seg_finding(
-                        kind,
-                        a,
-                        seg,
-                        f"{seg.state.value} for {age // 1000} s (threshold {stuck_after_ms // 1000} s)",
-                    )
-                )
-            elif seg.state == SegmentState.COPY_SEGMENT_FINISHED and seg.end_offset < a.log_start_offset:
-                out.append(
-                    _seg_finding(
-                        "past_retention",
-                        a,
-                        seg,
-                        f"wholly below the remote log start offset {a.log_start_offset} and not deleted "
-                        f"{age // 1000} s after its last change",
-                    )
-                )
-        for seg in a.superseded:
-            age = now_ms - seg.event_timestamp_ms
-            if age > stuck_after_ms and seg.end_offset >= a.log_start_offset:
-                out.append(
-                    _seg_finding(
-                        "superseded_segment",
-                        a,
-                        seg,
-                        f"superseded by a newer writer epoch's segment and still there {age // 1000} s later",
-                    )
-                )
+        out.extend(_cleanup_findings(a, now_ms, stuck_after_ms))
     return out
 
 
-def archives_of(state: RemoteLogState) -> list[PartitionArchive]:
-    """Every partition of a fold state, through the adapter."""
-    return [partition_archive(tp, part) for tp, part in sorted(state.partitions.items())]
+def _cleanup_findings(a: PartitionArchive, now_ms: int, stuck_after_ms: int) -> list[Finding]:
+    """What the fold says is left to clean up (``dangling``: copies that cannot finish or are not in
+    flight, deletes never finished, superseded segments) and finished segments wholly below the
+    remote log start offset, still there ``stuck_after_ms`` after their last change."""
+    out: list[Finding] = []
+    threshold_s = stuck_after_ms // 1000
+    finished = [s for s in a.listed if s.state == SegmentState.COPY_SEGMENT_FINISHED]
+    below = [s for s in finished if s.end_offset < a.log_start_offset]
+    for seg in [*a.dangling, *below]:
+        age = now_ms - seg.event_timestamp_ms
+        if age <= stuck_after_ms:
+            continue
+        if seg.state == SegmentState.COPY_SEGMENT_STARTED:
+            whose = (
+                f" (writer epoch {seg.writer_epoch}; the current claim is {a.claim_epoch})"
+                if a.claim_epoch is not None and seg.writer_epoch != a.claim_epoch
+                else ""
+            )
+            detail = f"{seg.state.value} for {age // 1000} s (threshold {threshold_s} s){whose}"
+            out.append(_seg_finding("stuck_copy", a, seg, detail))
+        elif seg.state == SegmentState.DELETE_SEGMENT_STARTED:
+            detail = f"{seg.state.value} for {age // 1000} s (threshold {threshold_s} s)"
+            out.append(_seg_finding("stuck_delete", a, seg, detail))
+        elif seg.end_offset < a.log_start_offset:
+            detail = (
+                f"wholly below the remote log start offset {a.log_start_offset} and not deleted "
+                f"{age // 1000} s after its last change"
+            )
+            out.append(_seg_finding("past_retention", a, seg, detail))
+        else:
+            detail = f"superseded by a newer writer epoch's segment and still there {age // 1000} s later"
+            out.append(_seg_finding("superseded_segment", a, seg, detail))
+    return list({f.key: f for f in out}.values())  # a superseded segment below the start: once

@@ -46,7 +46,7 @@ def broker_partitions(
         md = consumer.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         raise ServiceUnavailableError(
-            f"cannot reach Kafka at {conn.bootstrap_servers}: {exc.args[0]}"
+            f"cannot reach Kafka at {conn.kafka.describe()}: {exc.args[0]}"
         ) from None
     finally:
         consumer.close()

@@ -1,11 +1,14 @@
 """Data source ``remote_log_metadata``: the metadata topic's records, one column per field.
 
 Every message becomes a row, decoded with the project's codec; a value that does not decode is a row
-with ``decode_error`` set (never a crash), a tombstone a row with ``record_type = 'tombstone'``.
-``value`` is the message's bytes as they are on the topic (the audit folds them with the project's
-fold). ``meta_partition`` / ``meta_offset`` are the message's place on the metadata topic, and the stream's
-offsets are those: ``{metadata_topic: {partition: next_offset}}``. Batch reads default to earliest ..
-latest, streams start at latest unless ``startingOffsets`` says otherwise (as Spark's Kafka source).
+with ``decode_error`` set (never a crash), a tombstone a row with ``record_type = 'tombstone'``, a
+``PartitionClaim`` a row with ``record_type = 'claim'`` (its epoch is its ``meta_offset``; ``state``
+is its kind, ``segment_id`` its claim id, ``writer_epoch`` the epoch a RELEASE ends). ``raw_key``
+and ``value`` are the message's bytes as they are on the topic (the audit folds them with the
+project's fold, which checks both). ``meta_partition`` / ``meta_offset`` are the message's place
+on the metadata topic, and the stream's offsets are those: ``{metadata_topic: {partition:
+next_offset}}``. Batch reads default to earliest .. latest, streams start at latest unless
+``startingOffsets`` says otherwise (as Spark's Kafka source).
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 
 from processor.errors import ConfigError, FormatError, ServiceUnavailableError
 from processor.metadata.codec import decode_value
+from processor.metadata.fold import parse_key
 from processor.metadata.model import (
     MetadataRecord,
+    PartitionClaim,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogStartOffset,
@@ -44,11 +49,11 @@ from processor.spark.stream_offsets import StreamOffsets
 SCHEMA_DDL = (
     "meta_partition int, meta_offset long, meta_timestamp timestamp, key string, record_type string, "
     "segment_id string, topic string, topic_id string, partition int, start_offset long, end_offset long, "
-    "max_timestamp_ms long, event_timestamp_ms long, state string, writer_id string, writer_epoch int, "
+    "max_timestamp_ms long, event_timestamp_ms long, state string, writer_id string, writer_epoch long, "
     "segment_size_in_bytes long, record_count long, segment_format_version int, data_object_key string, "
     "index_object_key string, index_crc32 long, index_size_in_bytes long, "
     "leader_epochs array<struct<epoch:int,start_offset:long>>, custom_metadata binary, "
-    "txn_index_empty boolean, decode_error string, value binary"
+    "txn_index_empty boolean, decode_error string, value binary, raw_key binary"
 )
 COLUMNS = [
     c.strip().split(" ")[0]
@@ -57,14 +62,13 @@ COLUMNS = [
 
 
 def _key_parts(key: bytes | None) -> tuple[str | None, int | None, str | None]:
-    """Best-effort topic, partition and segment id from a message key (for rows that do not decode)."""
-    try:
-        parts = (key or b"").decode("utf-8").split("/")
-        if len(parts) in (2, 3):
-            return parts[0], int(parts[1]), parts[2] if len(parts) == 3 else None
-    except (UnicodeDecodeError, ValueError):
-        pass
-    return None, None, None
+    """Topic, partition and the key's last part (a segment or claim id, ``log-start-offset``) from a
+    message key as the fold reads keys (for tombstones and rows that do not decode)."""
+    parsed = parse_key(key)
+    if parsed is None:
+        return None, None, None
+    tp, rest = parsed
+    return tp.topic, tp.partition, rest.rsplit("/", 1)[-1] or None
 
 
 def record_row(
@@ -79,7 +83,7 @@ def record_row(
         dt.datetime.fromtimestamp(meta_ts_ms / 1000, tz=dt.UTC) if meta_ts_ms and meta_ts_ms > 0 else None
     )
     row["key"] = key.decode("utf-8", "replace") if key is not None else None
-    row["value"] = value
+    row["raw_key"], row["value"] = key, value
     record: MetadataRecord | None = None
     if value is None:
         row["record_type"] = "tombstone"
@@ -100,6 +104,7 @@ def record_row(
             state=record.state.value,
             event_timestamp_ms=record.event_timestamp_ms,
             writer_id=record.writer_id,
+            writer_epoch=record.writer_epoch,
         )
         return tuple(row[c] for c in COLUMNS)
     if isinstance(record, RemoteLogStartOffset):
@@ -112,6 +117,20 @@ def record_row(
             event_timestamp_ms=record.event_timestamp_ms,
             writer_id=record.writer_id,
             writer_epoch=record.writer_epoch,
+        )
+        return tuple(row[c] for c in COLUMNS)
+    if isinstance(record, PartitionClaim):
+        # The claim's own epoch is its meta_offset; writer_epoch is the epoch a RELEASE ends.
+        row.update(
+            record_type="claim",
+            topic=record.topic_partition.topic,
+            partition=record.topic_partition.partition,
+            topic_id=record.topic_id,
+            event_timestamp_ms=record.event_timestamp_ms,
+            writer_id=record.writer_id,
+            state=record.kind.value,
+            segment_id=str(record.claim_id),
+            writer_epoch=record.released_epoch if record.released_epoch >= 0 else None,
         )
         return tuple(row[c] for c in COLUMNS)
     sid = record.segment_id

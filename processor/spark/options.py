@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from processor.errors import ConfigError
+from processor.kafka_security import KafkaConnection, KafkaSecurity
 from processor.metadata.model import TopicPartition
 from processor.segment.object_keys import validate_prefix, validate_topic
 from processor.storage.s3 import S3ChunkStorage, S3Options
@@ -89,15 +90,19 @@ _REFUSED_KAFKA = {
 
 @dataclass(frozen=True, slots=True)
 class Connection:
-    bootstrap_servers: str
+    kafka: KafkaConnection  # bootstrap servers and security (kafka.security.protocol, kafka.sasl.*, ...)
     metadata_topic: str
     s3_endpoint: str | None
     s3_bucket: str
     s3_prefix: str
     s3_region: str | None
-    # kafka.* settings for every Kafka client the sources create (librdkafka names), security ones
-    # included; see kafka_client_settings.
+    # The other kafka.* settings for every Kafka client the sources create (librdkafka names); the
+    # security ones are in ``kafka.security``. See kafka_client_settings.
     kafka_settings: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka.bootstrap_servers
 
     def storage(self) -> S3ChunkStorage:
         """A new storage client (the caller closes it)."""
@@ -114,15 +119,16 @@ class Connection:
         return _shared_storage(self)
 
     def consumer(self, client_id: str, **extra: Any) -> Any:
-        """A new assign-only consumer with this connection's Kafka settings (the caller closes it)."""
+        """A new assign-only consumer with this connection's Kafka settings and security (the caller
+        closes it)."""
         from processor.kafka_clients import new_consumer
 
-        return new_consumer(self.bootstrap_servers, client_id, **{**dict(self.kafka_settings), **extra})
+        return new_consumer(self.kafka, client_id, **{**dict(self.kafka_settings), **extra})
 
     def admin(self, client_id: str) -> Any:
         from processor.kafka_clients import new_admin
 
-        return new_admin(self.bootstrap_servers, client_id)
+        return new_admin(self.kafka, client_id)
 
 
 @functools.cache
@@ -139,19 +145,25 @@ def _get(options: Mapping[str, str], name: str) -> str | None:
     return _lowered(options).get(name.lower())
 
 
-def kafka_client_settings(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The ``kafka.*`` options as librdkafka settings for the sources' Kafka clients.
+# Option prefixes KafkaSecurity.from_spark_options owns.
+_SECURITY = ("kafka.security.", "kafka.sasl.", "kafka.ssl.")
 
-    The one place where client settings enter: ``kafka.security.protocol``, ``kafka.sasl.*`` and
-    ``kafka.ssl.*`` pass through as they are (librdkafka spells the common ones as the Java client
-    does) until the project's ``KafkaSecurity.from_spark_options`` maps them. Refused as Spark does:
-    the settings in ``_REFUSED_KAFKA``; refused here: ``isolation.level=read_uncommitted`` (the
-    archive holds what a read_committed consumer sees). ``kafka.group.id`` is used as the clients'
-    group id (they join no group: the source assigns partitions itself).
+
+def kafka_client_settings(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The ``kafka.*`` options other than bootstrap and security, as librdkafka settings for the
+    sources' Kafka clients.
+
+    The one place where client settings enter. ``kafka.security.protocol``, ``kafka.sasl.*`` and
+    ``kafka.ssl.*`` are not passed through: ``KafkaSecurity.from_spark_options`` reads them (checked,
+    Spark's JAAS line mapped, Java keystores refused) into ``Connection.kafka``, from which every
+    client gets its security. Refused as Spark does: the settings in ``_REFUSED_KAFKA``; refused here:
+    ``isolation.level=read_uncommitted`` (the archive holds what a read_committed consumer sees).
+    ``kafka.group.id`` is used as the clients' group id (they join no group: the source assigns
+    partitions itself).
     """
     out: dict[str, str] = {}
     for key, value in sorted(_lowered(options).items()):
-        if not key.startswith("kafka.") or key == "kafka.bootstrap.servers":
+        if not key.startswith("kafka.") or key == "kafka.bootstrap.servers" or key.startswith(_SECURITY):
             continue
         name = key[len("kafka.") :]
         if name in _REFUSED_KAFKA:
@@ -174,8 +186,13 @@ def connection_from(options: Mapping[str, str], environ: Mapping[str, str] | Non
 
     settings = load_settings(os.environ if environ is None else environ)
     bucket = _get(options, "s3.bucket") or settings.s3_bucket
+    # Spark's Kafka-source security options (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*), or
+    # else the process's PROCESSOR_* security settings.
+    security = KafkaSecurity.from_spark_options(options, settings.kafka_security)
     return Connection(
-        bootstrap_servers=_get(options, "kafka.bootstrap.servers") or settings.bootstrap_servers,
+        kafka=KafkaConnection(
+            _get(options, "kafka.bootstrap.servers") or settings.bootstrap_servers, security
+        ),
         metadata_topic=validate_topic(_get(options, "metadata.topic") or settings.metadata_topic),
         s3_endpoint=_get(options, "s3.endpoint") or settings.s3_endpoint_url,
         s3_bucket=bucket,

@@ -22,7 +22,10 @@ from processor.config import load_settings
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin, new_producer
 from processor.leader.segment_copier import SegmentCopier
+from processor.metadata.codec import metadata_partition_for, segment_key
 from processor.metadata.model import (
+    ClaimKind,
+    PartitionClaim,
     RemoteLogSegmentMetadata,
     RemoteLogStartOffset,
     SegmentState,
@@ -77,7 +80,7 @@ class World:
     @property
     def conn(self) -> Connection:
         return Connection(
-            self.stack.bootstrap_servers,
+            self.stack.kafka,
             self.meta,
             self.stack.s3_endpoint_url,
             self.stack.bucket,
@@ -106,6 +109,12 @@ class World:
             "PROCESSOR_S3_REGION": "us-east-1",
             "PROCESSOR_DATA_DIR": str(self.tmp / "data"),
         }
+
+    def meta_partition(self, tp: TopicPartition) -> int:
+        return metadata_partition_for(tp, self.publisher.num_partitions)
+
+    def metadata_options(self) -> dict[str, str]:
+        return {"kafka.bootstrap.servers": self.stack.bootstrap_servers, "metadata.topic": self.meta}
 
     def rewrite(self, key: str, data: bytes) -> None:
         self.storage.delete(key)
@@ -168,7 +177,7 @@ def test_planted_problems_are_found_stay_open_and_resolve_when_fixed(spark, worl
     # truncated object: partition 2's first segment cut short (a finding, never the end of the audit)
     cut = segs[2][0]
     world.rewrite(cut.data_object_key, world.storage.read_all(cut.data_object_key)[:-100])
-    # illegal transition: a finished segment of partition 2 announced as started again
+    # illegal: a finished segment of partition 2 announced as started again
     world.publisher.publish(segs[2][1].with_state(SegmentState.COPY_SEGMENT_STARTED, now))
     # gap on partition 3: 0..49, then 100..149
     world.copy(3, 0, 49)
@@ -176,7 +185,7 @@ def test_planted_problems_are_found_stay_open_and_resolve_when_fixed(spark, worl
     # a newer epoch takes over partition 4 over an older segment: superseded, never an overlap
     world.copy(4, 0, 49, epoch=0, clock_ms=now - HOUR_MS)
     world.copy(4, 40, 89, epoch=1)
-    # then a zombie of epoch 0 writes again: the fold fences it out
+    # then a zombie of epoch 0 writes again: the fold fences it out (stale_epoch)
     zombie, _index = world.copier().build_metadata(TopicPartition(world.src, 4), build(4, 90, 99), 0)
     world.publisher.publish(zombie)
     # stuck copy on partition 5: STARTED an hour ago, never finished
@@ -195,11 +204,12 @@ def test_planted_problems_are_found_stay_open_and_resolve_when_fixed(spark, worl
     )
     assert producer.flush(10) == 0
     world.storage.create(f"{world.prefix}/{world.src}/0/00000000000000099999-stray.log", [b"stray"])
-    # count mismatch on partition 7: the metadata says 5 more records than the index
+    # count mismatch on partition 7: the metadata says 5 fewer records than the index (more than its
+    # offsets hold would be out of bounds: the fold rejects that as invalid)
     started, index = world.copier().build_metadata(TopicPartition(world.src, 7), build(7, 0, 19), 0)
     world.storage.create(started.data_object_key, build(7, 0, 19).blocks)
     world.storage.create(started.index_object_key, [index])
-    wrong = dataclasses.replace(started, record_count=started.record_count + 5)
+    wrong = dataclasses.replace(started, record_count=started.record_count - 5)
     world.publisher.publish(wrong)
     world.publisher.publish(wrong.with_state(SegmentState.COPY_SEGMENT_FINISHED, now))
 
@@ -209,16 +219,16 @@ def test_planted_problems_are_found_stay_open_and_resolve_when_fixed(spark, worl
         [
             "count_mismatch",
             "crc_mismatch",
-            "fenced_record",
-            "illegal_transition",
+            "illegal",
             "missing_object",
             "offset_gap",
             "orphan_object",
             "past_retention",
+            "stale_epoch",
             "stuck_copy",
             "superseded_segment",
             "truncated_object",
-            "undecodable_record",
+            "undecodable",
         ]
     ), run.findings
     assert len(run.findings) == len({f.key for f in run.findings})  # each problem once
@@ -232,7 +242,8 @@ def test_planted_problems_are_found_stay_open_and_resolve_when_fixed(spark, worl
     ) == (3, 50, 99)
     assert by_kind["past_retention"].segment_id == str(old.segment_id.id)
     assert by_kind["stuck_copy"].segment_id == str(stuck.segment_id.id)
-    assert "stale_epoch" in by_kind["fenced_record"].detail
+    assert "older than epoch 1" in by_kind["stale_epoch"].detail
+    assert run.rejected == {"illegal": 1, "stale_epoch": 1, "undecodable": 1}
     assert "offset_overlap" not in by_kind  # the takeover by a newer epoch is the fold's to serve
     assert open_kinds(run) == sorted(by_kind)
 
@@ -251,6 +262,57 @@ def test_planted_problems_are_found_stay_open_and_resolve_when_fixed(spark, worl
     statuses = {(r["kind"], r["status"]) for r in view}
     assert ("missing_object", "resolved") in statuses and ("crc_mismatch", "open") in statuses
     assert all(r["first_seen_ms"] <= r["last_seen_ms"] for r in view)
+
+
+def claim(world: World, partition: int) -> int:
+    """A LEAD claim of the source partition; its epoch is the offset it got."""
+    tp = TopicPartition(world.src, partition)
+    return world.publisher.publish(PartitionClaim(tp, uuid.uuid4(), ClaimKind.LEAD, "audit-test", 0))
+
+
+def test_a_takeover_by_claim_is_clean_and_rejected_records_are_named_by_the_folds_reason(
+    spark, world
+) -> None:
+    # partition 0: owned, taken over by a newer claim, the new owner goes on: nothing to report
+    first = claim(world, 0)
+    world.copy(0, 0, 49, epoch=first)
+    second = claim(world, 0)
+    world.copy(0, 50, 99, epoch=second)
+    # partition 1: after a takeover the old owner (a zombie) starts a copy; the owner finishes a
+    # segment over one already served
+    old = claim(world, 1)
+    world.copy(1, 0, 49, epoch=old)
+    owner = claim(world, 1)
+    world.copy(1, 50, 99, epoch=owner)
+    tp = TopicPartition(world.src, 1)
+    zombie, _index = world.copier().build_metadata(tp, build(1, 100, 109), old)
+    world.publisher.publish(zombie)
+    world.copy(1, 90, 119, epoch=owner)
+    run = run_audit(spark, world.options())
+    found = {f.kind: f for f in run.findings}
+    assert sorted(found) == ["overlap", "stale_epoch"], run.findings
+    assert run.rejected == {"overlap": 1, "stale_epoch": 1}
+    assert found["stale_epoch"].segment_id == str(zombie.segment_id.id)
+    assert f"the current claim is {owner}" in found["stale_epoch"].detail
+    assert (found["overlap"].partition, found["overlap"].start_offset, found["overlap"].end_offset) == (
+        1,
+        90,
+        119,
+    )
+    assert "overlaps served segment" in found["overlap"].detail
+    assert all(f.partition == 1 for f in run.findings)  # the takeover of partition 0 is no finding
+    # the owner's cleanup tombstones the zombie's key: that problem is resolved, the overlap stays
+    producer = new_producer(world.stack.bootstrap_servers, "audit-test")
+    producer.produce(
+        world.meta, key=segment_key(zombie.segment_id), value=None, partition=world.meta_partition(tp)
+    )
+    assert producer.flush(10) == 0
+    after = run_audit(spark, world.options())
+    assert [k.split(":")[0] for k in after.outcome.resolved] == ["stale_epoch"]
+    assert open_kinds(after) == ["overlap"] and after.rejected == {}
+    rows = spark.read.format("remote_log_metadata").options(**world.metadata_options()).load()
+    claims = rows.where("record_type = 'claim' AND partition = 1").orderBy("meta_offset").collect()
+    assert [(r["meta_offset"], r["state"]) for r in claims] == [(old, "LEAD"), (owner, "LEAD")]
 
 
 def test_a_replayed_micro_batch_writes_its_findings_once(spark, world, monkeypatch) -> None:

@@ -3,6 +3,7 @@ the checks over each partition's archive, the open problems view, the scrub quot
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import uuid
@@ -12,30 +13,39 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
-from processor.metadata.codec import encode_value
+from processor.metadata.codec import encode_value, record_key, segment_key
+from processor.metadata.fold import REASONS, MetadataFold
 from processor.metadata.model import (
+    ClaimKind,
     MetadataRecord,
+    PartitionClaim,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogStartOffset,
     SegmentState,
     TopicPartition,
 )
-from processor.metadata.remote_log_state import RemoteLogState
+from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.audit_problems import AuditState, ScrubCursor
-from processor.spark.audit_rules import STATE_SCOPE, Finding, RecordVerdicts, fold_group, state_findings
+from processor.spark.audit_rules import (
+    KINDS,
+    RECORD_KINDS,
+    STATE_SCOPE,
+    Finding,
+    RecordVerdicts,
+    fold_group,
+    state_findings,
+)
 from processor.spark.audit_scrub import estimated_cost, plan_pass, progress, scrub_items
 from processor.spark.audit_storage import lag_findings
-from processor.spark.fold_adapter import (
-    PartitionArchive,
-    fold_state_from_json,
-    fold_state_to_json,
-    partition_archive,
-)
+from processor.spark.fold_adapter import PartitionArchive, PartitionFold
 
 pytestmark = pytest.mark.spark
 TP = TopicPartition("t", 0)
 F, S = SegmentState.COPY_SEGMENT_FINISHED, SegmentState.COPY_SEGMENT_STARTED
+KEYS = ObjectKeyFactory("archive")
+ID_A, ID_B = str(uuid.UUID(int=0xA)), str(uuid.UUID(int=0xB))  # topic ids: lower-case UUIDs
+Message = tuple[int, bytes | None, bytes | None]  # (offset, key, value) as on the metadata topic
 
 
 def meta(
@@ -45,21 +55,23 @@ def meta(
     epoch: int = 0,
     ts: int = 0,
     sid: uuid.UUID | None = None,
-    topic_id: str = "id-a",
+    topic_id: str = ID_A,
 ) -> RemoteLogSegmentMetadata:
+    segment_id = RemoteLogSegmentId("t", 0, sid or uuid.uuid4(), topic_id)
+    keys = KEYS.segment("t", 0, start, segment_id.id, max(epoch, 0), topic_id)
     return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId("t", 0, sid or uuid.uuid4(), topic_id),
+        segment_id,
         start,
         end,
         10 * end,
         ts,
         "w",
         epoch,
-        ((epoch, start),),
+        ((max(epoch, 0), start),),
         1000,
         state,
-        f"t/0/{start}.log",
-        f"t/0/{start}.log-index",
+        keys.data,
+        keys.index,
         2,
         end - start + 1,
         0,
@@ -67,9 +79,44 @@ def meta(
     )
 
 
-def message(record: object, offset: int, key: str | None = None) -> dict[str, object]:
-    value = encode_value(record) if record is not None else None  # type: ignore[arg-type]
-    return {"key": key or f"t/0/{offset}", "value": value, "meta_partition": 0, "meta_offset": offset}
+def claim(kind: ClaimKind = ClaimKind.LEAD, released: int = -1, topic_id: str = ID_A) -> PartitionClaim:
+    return PartitionClaim(
+        TP, uuid.uuid4(), kind, "w", 0, topic_id if kind is not ClaimKind.RELEASE else None, released
+    )
+
+
+class Topic:
+    """One metadata partition: records appended at the next offset, as the rows the audit gets."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    def append(
+        self, record: MetadataRecord | None, key: bytes | None = None, value: bytes | None = None
+    ) -> int:
+        if record is not None:
+            key, value = key or record_key(record), value if value is not None else encode_value(record)
+        self.messages.append((len(self.messages), key, value))
+        return len(self.messages) - 1
+
+    def copy(self, start: int, end: int, epoch: int, ts: int = 0) -> RemoteLogSegmentMetadata:
+        started = meta(start, end, S, epoch, ts)
+        self.append(started)
+        finished = started.with_state(F, ts)
+        self.append(finished)
+        return finished
+
+    def rows(self, since: int = 0) -> list[dict[str, object]]:
+        return [
+            {
+                "key": key.decode("utf-8", "replace") if key is not None else None,
+                "raw_key": key,
+                "value": value,
+                "meta_partition": 0,
+                "meta_offset": offset,
+            }
+            for offset, key, value in self.messages[since:]
+        ]
 
 
 def copied(start: int, end: int, epoch: int = 0, ts: int = 0) -> list[RemoteLogSegmentMetadata]:
@@ -77,60 +124,186 @@ def copied(start: int, end: int, epoch: int = 0, ts: int = 0) -> list[RemoteLogS
     return [m, m.with_state(F, ts)]
 
 
-def test_fold_state_round_trips_and_garbage_is_a_format_error() -> None:
-    state = RemoteLogState()
-    records: list[MetadataRecord] = [
-        *copied(0, 9),
-        *copied(10, 19, epoch=1),
-        RemoteLogStartOffset(TP, 5, 0, "w", 1),
-    ]
-    for record in records:
-        state.apply(record)
-    text = fold_state_to_json(state, TP)
-    again = fold_state_from_json(text, TP)
-    assert partition_archive(TP, again.partition(TP)) == partition_archive(TP, state.partition(TP))
-    assert fold_state_to_json(again, TP) == text
-    for bad in ('{"v": 9}', '{"v": 1, "segments": ["!!"]}', "[]"):
-        with pytest.raises((FormatError, AttributeError)):
-            fold_state_from_json(bad, TP)
+def test_every_reason_of_the_fold_is_a_finding_kind() -> None:
+    assert set(RECORD_KINDS) == set(REASONS) and all(KINDS[r] in ("error", "warning") for r in REASONS)
 
 
-def test_record_verdicts_are_the_folds_and_a_later_accepted_record_fixes_them() -> None:
-    good = copied(0, 9, epoch=2)
-    stale = meta(10, 19, S, epoch=1)  # an older writer epoch after epoch 2 wrote
-    illegal = good[1].with_state(S, 5)  # FINISHED -> STARTED
-    rows = [
-        message(good[0], 0),
-        message(good[1], 1),
-        message(stale, 2, "t/0/stale"),
-        message(illegal, 3, "t/0/ill"),
-    ]
-    rows.append({"key": "t/0/junk", "value": b"\x01\x09junk", "meta_partition": 0, "meta_offset": 4})
-    state, found = fold_group(TP, None, rows)
-    kinds = {f.kind: f for f in found}
-    assert sorted(kinds) == ["fenced_record", "illegal_transition", "undecodable_record"]
-    assert "stale_epoch" in kinds["fenced_record"].detail and kinds["fenced_record"].segment_id == str(
-        stale.segment_id.id
+def history() -> Topic:
+    """Old records (before claims), a claim, a takeover, a zombie, an overlap, garbage, a start offset."""
+    topic = Topic()
+    topic.copy(0, 9, epoch=0)
+    first = topic.append(claim())
+    topic.copy(10, 19, first)
+    second = topic.append(claim())  # a takeover: the first owner's epoch is over
+    zombie = meta(20, 29, S, first)
+    topic.append(zombie)  # stale_epoch, of a segment nobody knows: an orphan
+    overlapping = meta(15, 25, S, second)
+    topic.append(overlapping)
+    topic.append(overlapping.with_state(F, 1))  # overlap: 15..19 are served already
+    topic.append(None, b"t/0/garbage", b"\x01\x09junk")  # undecodable
+    topic.append(RemoteLogStartOffset(TP, 5, 0, "w", second))
+    topic.copy(20, 29, second)
+    return topic
+
+
+def test_fold_state_round_trips_with_claims_shadowed_keys_and_orphans() -> None:
+    topic = history()
+    fold = PartitionFold(TP)
+    for offset, key, value in topic.messages:
+        fold.apply(offset, key, value)
+    view = fold.view
+    assert view.header.current_epoch is not None and view.orphans and view.log_start_offset == 5
+    text = fold.to_json()
+    again = PartitionFold.from_json(TP, text)
+    assert again.view == view and again.to_json() == text and again.archive() == fold.archive()
+    reference = MetadataFold()
+    for offset, key, value in topic.messages:
+        reference.apply_raw(offset, key, value)
+    assert view == reference.partition(TP)  # the same fold, the same state
+
+
+def test_a_pre_claim_fold_state_version_1_is_still_read() -> None:
+    seg = meta(0, 9)
+    v1 = json.dumps(
+        {
+            "v": 1,
+            "segments": [base64.b64encode(encode_value(seg)).decode()],
+            "served": [str(seg.segment_id.id)],
+            "log_start_offset": 3,
+            "delete_state": None,
+            "lineage": {"max_epoch": 4, "topic_id": ID_A, "retired": [], "legacy_retired": False},
+        }
     )
-    # the next micro-batch: a tombstone for the junk key, the same segment accepted after all
-    fixed = dataclasses.replace(stale, writer_epoch=3)
-    state, found = fold_group(
-        TP,
-        state,
-        [
-            {"key": "t/0/junk", "value": None, "meta_partition": 0, "meta_offset": 5},
-            message(fixed, 6, "t/0/stale"),
-        ],
+    fold = PartitionFold.from_json(TP, v1)
+    archive = fold.archive()
+    assert archive is not None and archive.served == (seg,) and archive.log_start_offset == 3
+    assert fold.view.header.lineage.max_epoch == 4 and not fold.view.header.claimed
+    older = meta(10, 19, S, 3)  # an epoch below the one the state has seen
+    assert fold.apply(10, record_key(older), encode_value(older)).reason == "stale_epoch"
+
+
+@pytest.mark.parametrize("bad", ['{"v": 9}', '{"v": 2, "segments": ["!!"]}', "[]", '{"v": 2}', "{"])
+def test_a_fold_state_that_does_not_decode_is_a_format_error(bad: str) -> None:
+    with pytest.raises(FormatError):
+        PartitionFold.from_json(TP, bad)
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> Topic:
+    """Random interleavings of claims, releases, copies under current and stale epochs, overlapping
+    finishes, deletes, start offsets, tombstones and garbage."""
+    topic = Topic()
+    claims: list[int] = []
+    known: list[RemoteLogSegmentMetadata] = []
+    for _ in range(draw(st.integers(1, 25))):
+        action = draw(st.sampled_from(["claim", "release", "copy", "start", "delete", "lso", "tomb", "junk"]))
+        epoch = draw(st.sampled_from([*claims, 0, -1])) if claims else draw(st.sampled_from([0, 1, -1]))
+        start = draw(st.integers(0, 6)) * 10
+        if action == "claim":
+            claims.append(topic.append(claim(topic_id=draw(st.sampled_from([ID_A, ID_B])))))
+        elif action == "release" and claims:
+            topic.append(claim(ClaimKind.RELEASE, draw(st.sampled_from(claims))))
+        elif action == "copy":
+            known.append(topic.copy(start, start + draw(st.integers(0, 15)), epoch))
+        elif action == "start":
+            known.append(meta(start, start + 9, S, epoch))
+            topic.append(known[-1])
+        elif action == "delete" and known:
+            seg = draw(st.sampled_from(known))
+            deleting = seg.with_state(SegmentState.DELETE_SEGMENT_STARTED, 1)
+            topic.append(dataclasses.replace(deleting, writer_epoch=epoch))
+        elif action == "lso":
+            topic.append(RemoteLogStartOffset(TP, start, 0, "w", max(epoch, 0)))
+        elif action == "tomb" and known:
+            topic.append(None, segment_key(draw(st.sampled_from(known)).segment_id), None)
+        elif action == "junk":
+            topic.append(
+                None, draw(st.sampled_from([b"t/0/x", b"t/0/log-start-offset", b"\xff"])), b"\x01\x09j"
+            )
+    return topic
+
+
+@given(histories(), st.data())
+def test_a_fold_kept_between_micro_batches_decides_as_the_fold_over_the_whole_topic(topic, data) -> None:
+    """The property the audit's state must have: cut the topic anywhere, keep the partition's state
+    as JSON between the parts, and every verdict and the final state are the whole fold's."""
+    reference = MetadataFold()
+    expected = [reference.apply_raw(o, k, v) for o, k, v in topic.messages]
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(topic.messages)), max_size=3)))
+    got, state, begin = [], None, 0
+    for end in [*cuts, len(topic.messages)]:
+        fold = PartitionFold.from_json(TP, state)
+        got += [fold.apply(o, k, v) for o, k, v in topic.messages[begin:end]]
+        state, begin = fold.to_json(), end
+    assert [(v.accepted, v.reason) for v in got] == [(v.accepted, v.reason) for v in expected]
+    assert PartitionFold.from_json(TP, state).view == reference.partition(TP)
+
+
+def test_record_verdicts_are_the_folds_reasons_counted_and_a_takeover_is_no_finding() -> None:
+    topic = history()
+    state, found, counts = fold_group(TP, None, topic.rows())
+    kinds = sorted(f.kind for f in found)
+    assert kinds == ["overlap", "stale_epoch", "undecodable"], found
+    assert counts == {"stale_epoch": 1, "overlap": 1, "undecodable": 1}
+    by_kind = {f.kind: f for f in found}
+    assert "overlaps served segment" in by_kind["overlap"].detail
+    assert (by_kind["overlap"].start_offset, by_kind["overlap"].end_offset) == (15, 25)
+    assert "the current claim is" in by_kind["stale_epoch"].detail
+    # the next micro-batch: the owner tombstones the zombie's key (cleanup); a release, then a
+    # record nobody's claim covers; a record whose key names another segment; an illegal transition
+    before = len(topic.messages)
+    topic.append(None, f"t/0/{by_kind['stale_epoch'].segment_id}".encode(), None)
+    owner = [o for o, k, _ in topic.messages if k is not None and b"/claim/" in k][-1]
+    served = meta(30, 39, S, owner)
+    topic.append(served)
+    topic.append(served.with_state(F, 1))
+    topic.append(served.with_state(S, 2))  # FINISHED -> STARTED
+    other = meta(40, 49, S, owner)
+    topic.append(other, key=segment_key(meta(0, 1).segment_id))  # a key that does not name the record
+    topic.append(claim(ClaimKind.RELEASE, owner))
+    topic.append(meta(50, 59, S, owner))
+    state, found, counts = fold_group(TP, state, topic.rows(before))
+    assert sorted(f.kind for f in found) == ["illegal", "invalid", "no_claim", "overlap", "undecodable"]
+    assert counts == {"illegal": 1, "invalid": 1, "no_claim": 1}
+    verdicts = RecordVerdicts.from_json(TP, state)
+    assert verdicts.findings() == found and verdicts.counts["stale_epoch"] == 1
+
+
+def test_a_version_1_verdict_state_is_read_under_the_reasons_names() -> None:
+    v1 = json.dumps(
+        {
+            "v": 1,
+            "fold": None,
+            "rejected": {
+                "t/0/a": {
+                    "kind": "fenced_record",
+                    "detail": "x: the fold rejected Y (old_topic_id)",
+                    "where": "x",
+                },
+                "t/0/b": {"kind": "illegal_transition", "detail": "x", "where": "x"},
+                "t/0/c": {"kind": "undecodable_record", "detail": "x", "where": "x"},
+            },
+        }
     )
-    assert [f.kind for f in found] == ["illegal_transition"]
-    assert RecordVerdicts.from_json(TP, state).findings() == found
+    assert sorted(f.kind for f in RecordVerdicts.from_json(TP, v1).findings()) == [
+        "illegal",
+        "old_topic_id",
+        "undecodable",
+    ]
+    with pytest.raises(FormatError):
+        RecordVerdicts.from_json(TP, '{"v": 3}')
 
 
-def archive(*records: object) -> PartitionArchive:
-    state = RemoteLogState()
+def archive(*records: MetadataRecord) -> PartitionArchive:
+    topic = Topic()
     for r in records:
-        state.apply(r)  # type: ignore[arg-type]
-    return partition_archive(TP, state.partition(TP))
+        topic.append(r)
+    fold = PartitionFold(TP)
+    for offset, key, value in topic.messages:
+        assert fold.apply(offset, key, value).accepted, (offset, value)
+    got = fold.archive()
+    assert got is not None
+    return got
 
 
 def test_state_findings_read_what_the_fold_serves() -> None:
@@ -149,6 +322,23 @@ def test_state_findings_read_what_the_fold_serves() -> None:
     below = archive(*copied(0, 9), *copied(10, 19), RemoteLogStartOffset(TP, 10, 0, "w", 0))
     assert [(f.kind, f.end_offset) for f in state_findings([below], hour, 60_000)] == [("past_retention", 9)]
     assert all(f.scope == STATE_SCOPE for f in found)
+
+
+def test_a_copy_a_lost_claim_left_is_stuck_and_a_takeover_by_claim_is_clean() -> None:
+    hour = 3_600_000
+    topic = Topic()
+    first = topic.append(claim())
+    topic.copy(0, 9, first)
+    topic.append(meta(10, 19, S, first, ts=0))  # the first owner dies mid-copy
+    second = topic.append(claim())  # the next owner takes over: no finding for that
+    topic.copy(10, 19, second, ts=hour)
+    fold = PartitionFold(TP)
+    assert all(fold.apply(o, k, v).accepted for o, k, v in topic.messages)
+    a = fold.archive()
+    assert a is not None and a.claim_epoch == second and a.highest_finished_offset == 19
+    found = state_findings([a], hour, 60_000)
+    assert [f.kind for f in found] == ["stuck_copy"] and f"current claim is {second}" in found[0].detail
+    assert state_findings([a], 30_000, 60_000) == []  # within the threshold the new owner may clean up
 
 
 def test_lag_and_records_expired_before_offload() -> None:

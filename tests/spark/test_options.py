@@ -144,23 +144,34 @@ def test_partitioning_headers_groups_and_data_loss_options() -> None:
     assert given.group_id == "fixed" and any("groupIdPrefix will be ignored" in w for w in given.warnings)
 
 
-def test_kafka_settings_pass_through_in_one_place_and_sparks_refusals_hold() -> None:
+def test_kafka_settings_pass_through_in_one_place_and_sparks_refusals_hold(tmp_path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
     o = opts(
         subscribe="t",
         **{
             "kafka.security.protocol": "SASL_SSL",
             "kafka.sasl.mechanism": "PLAIN",
-            "kafka.ssl.ca.location": "/ca.pem",
+            "kafka.sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule "
+            'required username="u" password="p";',
+            "kafka.ssl.ca.location": str(ca),
             "kafka.fetch.max.bytes": "1048576",
             "kafka.isolation.level": "read_committed",
         },
     )
-    assert dict(o.connection.kafka_settings) == {
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanism": "PLAIN",
-        "ssl.ca.location": "/ca.pem",
-        "fetch.max.bytes": "1048576",
-    }
+    # security goes to KafkaSecurity (every client's security comes from there), the rest through
+    assert dict(o.connection.kafka_settings) == {"fetch.max.bytes": "1048576"}
+    security = o.connection.kafka.security
+    assert (str(security.protocol), str(security.sasl_mechanism), security.sasl_username) == (
+        "SASL_SSL",
+        "PLAIN",
+        "u",
+    )
+    assert security.ssl_cafile == str(ca) and o.connection.bootstrap_servers == "kafka:9092"
+    config = o.connection.kafka.security.librdkafka_config()
+    assert config["security.protocol"] == "SASL_SSL" and config["sasl.username"] == "u"
+    with pytest.raises(ConfigError, match=r"JKS|PEM"):
+        opts(subscribe="t", **{"kafka.security.protocol": "SSL", "kafka.ssl.truststore.location": "/t.jks"})
     with pytest.raises(ConfigError, match="read_committed consumer sees"):
         opts(subscribe="t", **{"kafka.isolation.level": "read_uncommitted"})
     for name in (

@@ -18,6 +18,7 @@ from processor.metadata.model import (
 )
 from processor.segment.block_header import BlockInfo
 from processor.segment.index_format import SegmentIndex
+from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.availability import Availability
 from processor.spark.fold_adapter import PartitionArchive
 from processor.spark.options import EARLIEST_BOUND, LATEST_BOUND, Bound
@@ -25,12 +26,15 @@ from processor.spark.planning import LiveSlice, SegmentSlice, cover, divvy, plan
 
 pytestmark = pytest.mark.spark
 TP = TopicPartition("t", 0)
+TOPIC_ID = str(uuid.UUID(int=1))  # a lower-case UUID, as the metadata's bounds require
+KEYS = ObjectKeyFactory("archive")
 
 
 def seg(start: int, end: int, blocks: int = 1) -> tuple[RemoteLogSegmentMetadata, SegmentIndex]:
     sid = uuid.uuid4()
+    keys = KEYS.segment("t", 0, start, sid, 0, TOPIC_ID)
     meta = RemoteLogSegmentMetadata(
-        RemoteLogSegmentId("t", 0, sid, "id-1"),
+        RemoteLogSegmentId("t", 0, sid, TOPIC_ID),
         start,
         end,
         10 * end,
@@ -40,8 +44,8 @@ def seg(start: int, end: int, blocks: int = 1) -> tuple[RemoteLogSegmentMetadata
         ((0, start),),
         100 * blocks,
         SegmentState.COPY_SEGMENT_FINISHED,
-        "k",
-        "k-index",
+        keys.data,
+        keys.index,
         2,
         end - start + 1,
         0,
@@ -63,7 +67,7 @@ def seg(start: int, end: int, blocks: int = 1) -> tuple[RemoteLogSegmentMetadata
 
 
 def archive(*segments: RemoteLogSegmentMetadata, log_start: int = 0) -> PartitionArchive:
-    return PartitionArchive(TP, tuple(segments), log_start, "id-1")
+    return PartitionArchive(TP, tuple(segments), log_start, TOPIC_ID)
 
 
 def test_cover_cuts_a_range_into_archived_live_and_lost_pieces() -> None:
@@ -152,7 +156,7 @@ def availability(live: dict[TopicPartition, tuple[int, int]] | None = None) -> A
         (TP, tp1),
         {TP: archive(a), tp1: PartitionArchive(tp1, (), 0, None)},
         live,
-        {"t": "id-1"},
+        {"t": TOPIC_ID},
     )
 
 

@@ -46,3 +46,38 @@ def test_metadata_rows_decode_records_and_keep_garbage_and_tombstones_as_rows() 
     assert bad["decode_error"] and (bad["topic"], bad["partition"], bad["segment_id"]) == ("t", 4, "abc")
     gone = dict(zip(COLUMNS, record_row(0, 4, 0, b"t/4/abc", None), strict=True))
     assert gone["record_type"] == "tombstone" and gone["decode_error"] is None
+    assert (gone["topic"], gone["partition"], gone["raw_key"]) == ("t", 4, b"t/4/abc")
+
+
+def test_claim_rows_name_their_kind_claim_id_and_the_epoch_a_release_ends() -> None:
+    import uuid
+
+    from processor.metadata.codec import encode_value, record_key
+    from processor.metadata.model import ClaimKind, PartitionClaim, TopicPartition
+    from processor.spark.metadata_source import COLUMNS, record_row
+
+    tp = TopicPartition("t", 2)
+    topic_id = str(uuid.uuid4())
+    lead = PartitionClaim(tp, uuid.uuid4(), ClaimKind.LEAD, "worker-1", 1000, topic_id)
+    row = dict(zip(COLUMNS, record_row(0, 42, 1000, record_key(lead), encode_value(lead)), strict=True))
+    assert (row["record_type"], row["topic"], row["partition"], row["state"], row["writer_id"]) == (
+        "claim",
+        "t",
+        2,
+        "LEAD",
+        "worker-1",
+    )
+    assert row["segment_id"] == str(lead.claim_id) and row["topic_id"] == topic_id
+    assert row["meta_offset"] == 42 and row["writer_epoch"] is None  # the claim's epoch is its offset
+    assert row["raw_key"] == record_key(lead) == f"t/2/claim/{lead.claim_id}".encode()
+    release = PartitionClaim(tp, uuid.uuid4(), ClaimKind.RELEASE, "cli", 2000, released_epoch=42)
+    row = dict(zip(COLUMNS, record_row(0, 50, 2000, record_key(release), encode_value(release)), strict=True))
+    assert (row["state"], row["writer_epoch"]) == ("RELEASE", 42)
+    # a claim's tombstone or a garbage value under a claim key still names its partition and claim id
+    gone = dict(zip(COLUMNS, record_row(0, 51, 0, record_key(lead), None), strict=True))
+    assert (gone["record_type"], gone["topic"], gone["partition"], gone["segment_id"]) == (
+        "tombstone",
+        "t",
+        2,
+        str(lead.claim_id),
+    )
