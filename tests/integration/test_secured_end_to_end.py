@@ -179,6 +179,9 @@ def test_follower_reads_through_sasl_ssl_behind_its_token(sasl_ssl_archive, tmp_
         query = f"/fetch?topic={TOPIC}&partition=0&offset=2&max_records=3"
         assert _get(base + query)[0] == 401
         status, body = _get(base + query, TOKEN)
+        while status == 404 and time.monotonic() < deadline:  # ready, still applying the archive's records
+            time.sleep(0.2)
+            status, body = _get(base + query, TOKEN)
         assert status == 200 and [r["offset"] for r in body["records"]] == [2, 3, 4]
         status, body = _get(f"{base}/segments?topic={TOPIC}&limit=1", TOKEN)
         assert status == 200 and len(body["segments"]) == 1 and body["next"]
