@@ -18,15 +18,15 @@ from typing import TypeVar
 from processor.errors import (
     CorruptObjectError,
     FormatError,
-    InvalidNameError,
     ObjectNotFoundError,
     SegmentObjectMissingError,
 )
 from processor.metadata.model import RemoteLogSegmentMetadata
+from processor.reader.segment_check import check_block, fetch_index
 from processor.segment.block_columns import RecordColumns, decode_block_columns
 from processor.segment.block_header import BlockInfo
-from processor.segment.blocks import decode_block, decode_block_header
-from processor.segment.index_format import SegmentIndex, decode_index
+from processor.segment.blocks import decode_block
+from processor.segment.index_format import SegmentIndex
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.records import KafkaRecord
 from processor.storage.chunk_storage import ChunkStorage
@@ -44,38 +44,8 @@ def _get(storage: ChunkStorage, segment_name: str, key: str, start: int, length:
 def read_segment_index(
     storage: ChunkStorage, keys: ObjectKeyFactory, segment: RemoteLogSegmentMetadata
 ) -> SegmentIndex:
-    """Fetch and verify a segment's index object (one GET)."""
-    tp = segment.topic_partition
-    where = {"object_key": segment.index_object_key, "segment": str(segment.segment_id)}
-    try:
-        keys.check_segment_key(segment.data_object_key, tp.topic, tp.partition)
-        keys.check_segment_key(segment.index_object_key, tp.topic, tp.partition)
-    except InvalidNameError as exc:
-        raise CorruptObjectError(
-            f"metadata names an object outside the segment's prefix: {exc}", **where
-        ) from exc
-    raw = _get(storage, str(segment.segment_id), segment.index_object_key, 0, segment.index_size_in_bytes)
-    try:
-        index = decode_index(raw, where=segment.index_object_key)
-    except FormatError as exc:
-        raise CorruptObjectError(str(exc), **where) from exc
-    if int.from_bytes(raw[-4:], "big") != segment.index_crc32:
-        raise CorruptObjectError("index CRC differs from the one in the segment's metadata", **where)
-    if (
-        index.segment_id != segment.segment_id.id
-        or index.data_object_length != segment.segment_size_in_bytes
-        or (index.start_offset, index.end_offset) != (segment.start_offset, segment.end_offset)
-    ):
-        raise CorruptObjectError("index does not describe this segment", **where)
-    return index
-
-
-def check_block_matches_index(block: memoryview, info: BlockInfo, where: str) -> None:
-    """The block header names the block's first and last offsets: a block that is not the one its
-    index entry describes is corrupt, whatever it holds. Raises FormatError."""
-    header = decode_block_header(block, where=where)
-    if (header.first_entry_id, header.last_entry_id) != (info.first_offset, info.last_offset):
-        raise FormatError(f"{where}: does not hold the offsets its index entry names")
+    """Fetch and verify a segment's index object (one GET): :func:`segment_check.fetch_index`."""
+    return fetch_index(storage, keys, segment)
 
 
 def _chunks(blocks: tuple[BlockInfo, ...] | list[BlockInfo], chunk_bytes: int) -> list[tuple[int, int]]:
@@ -148,7 +118,7 @@ def _verified_blocks(
             where = f"{data_object_key} block {number}"
             block = data[rel : rel + info.length]
             try:
-                check_block_matches_index(block, info, where)
+                check_block(block, info, where)
                 decoded = decode(block, where)
             except FormatError as exc:
                 raise CorruptObjectError(str(exc), object_key=data_object_key, segment=segment_name) from exc
