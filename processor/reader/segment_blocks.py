@@ -10,7 +10,9 @@ raises SegmentObjectMissingError.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from processor.errors import (
@@ -46,6 +48,54 @@ def read_segment_index(
     return fetch_index(storage, keys, segment)
 
 
+def _chunks(blocks: tuple[BlockInfo, ...] | list[BlockInfo], chunk_bytes: int) -> list[tuple[int, int]]:
+    """``[i, j)`` runs of consecutive blocks of at most ``chunk_bytes`` (at least one block each)."""
+    runs: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for i, info in enumerate(blocks):
+        if size and size + info.length > chunk_bytes:
+            runs.append((start, i))
+            start, size = i, 0
+        size += info.length
+    runs.append((start, len(blocks)))
+    return runs
+
+
+def _fetched(
+    storage: ChunkStorage,
+    data_object_key: str,
+    segment_name: str,
+    blocks: tuple[BlockInfo, ...] | list[BlockInfo],
+    chunk_bytes: int | None,
+) -> Iterator[tuple[int, memoryview]]:
+    """(index of its first block, bytes) of each chunk of the blocks' range. With ``chunk_bytes``,
+    the range is fetched in ranged GETs of about that size and the next one is already on its way
+    while the caller decodes the current one (the GET waits on the network and the store, not on
+    this interpreter); without, in one GET."""
+    runs = _chunks(blocks, chunk_bytes) if chunk_bytes else [(0, len(blocks))]
+
+    def get(run: tuple[int, int]) -> memoryview:
+        first, last = blocks[run[0]], blocks[run[1] - 1]
+        length = last.position + last.length - first.position
+        return memoryview(_get(storage, segment_name, data_object_key, first.position, length))
+
+    if len(runs) == 1:
+        yield 0, get(runs[0])
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="block-prefetch") as pool:
+        ahead = pool.submit(get, runs[0])
+        try:
+            for n, run in enumerate(runs):
+                data = ahead.result()
+                if n + 1 < len(runs):
+                    ahead = pool.submit(get, runs[n + 1])
+                yield run[0], data
+        finally:
+            ahead.cancel()  # the caller stopped early: do not start the next GET
+            with contextlib.suppress(Exception):  # its failure no longer matters to anyone
+                ahead.result()
+
+
 def _verified_blocks(
     storage: ChunkStorage,
     data_object_key: str,
@@ -53,23 +103,26 @@ def _verified_blocks(
     blocks: tuple[BlockInfo, ...] | list[BlockInfo],
     first_number: int,
     decode: Callable[[memoryview, str], T],
+    chunk_bytes: int | None = None,
 ) -> Iterator[T]:
     if not blocks:
         return
-    start = blocks[0].position
-    end = blocks[-1].position + blocks[-1].length
-    data = memoryview(_get(storage, segment_name, data_object_key, start, end - start))
-    for i, info in enumerate(blocks):
-        number = first_number + i
-        rel = info.position - start
-        where = f"{data_object_key} block {number}"
-        block = data[rel : rel + info.length]
-        try:
-            check_block(block, info, where)
-            decoded = decode(block, where)
-        except FormatError as exc:
-            raise CorruptObjectError(str(exc), object_key=data_object_key, segment=segment_name) from exc
-        yield decoded
+    runs = _chunks(blocks, chunk_bytes) if chunk_bytes else [(0, len(blocks))]
+    ends = {start: end for start, end in runs}
+    for first, data in _fetched(storage, data_object_key, segment_name, blocks, chunk_bytes):
+        base = blocks[first].position
+        for i in range(first, ends[first]):
+            info = blocks[i]
+            number = first_number + i
+            rel = info.position - base
+            where = f"{data_object_key} block {number}"
+            block = data[rel : rel + info.length]
+            try:
+                check_block(block, info, where)
+                decoded = decode(block, where)
+            except FormatError as exc:
+                raise CorruptObjectError(str(exc), object_key=data_object_key, segment=segment_name) from exc
+            yield decoded
 
 
 def read_block_range(
@@ -100,9 +153,12 @@ def read_block_range_columns(
     *,
     min_offset: int | None = None,
     max_offset: int | None = None,
+    with_headers: bool = True,
+    chunk_bytes: int | None = None,
 ) -> Iterator[RecordColumns]:
     """``read_block_range`` in columns (``decode_block_columns``), only offsets in
-    ``[min_offset, max_offset]``: what bulk readers (Spark) use."""
+    ``[min_offset, max_offset]``, headers only if ``with_headers``: what bulk readers (Spark) use.
+    ``chunk_bytes``: fetch in ranged GETs of about that size, the next while this one decodes."""
     yield from _verified_blocks(
         storage,
         data_object_key,
@@ -110,6 +166,7 @@ def read_block_range_columns(
         blocks,
         first_number,
         lambda block, where: decode_block_columns(
-            block, where=where, min_offset=min_offset, max_offset=max_offset
+            block, where=where, min_offset=min_offset, max_offset=max_offset, with_headers=with_headers
         ),
+        chunk_bytes,
     )
