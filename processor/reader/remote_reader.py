@@ -28,7 +28,7 @@ from processor.errors import (
     SegmentObjectMissingError,
 )
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
-from processor.reader.segment_check import check_block, fetch_index
+from processor.reader.segment_blocks import check_block, fetch_index
 from processor.segment.blocks import decode_block
 from processor.segment.index_format import SegmentIndex
 from processor.segment.object_keys import ObjectKeyFactory

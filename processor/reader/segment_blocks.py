@@ -1,4 +1,5 @@
-"""Block-level access to one finished segment: its verified index, and a chosen range of its blocks.
+"""Block-level access to one finished segment: its verified index (``fetch_index``), the check that a
+block is the one its index entry names (``check_block``), and a chosen range of its blocks.
 
 The ``RemoteReader`` walks segments for a position; bulk readers (Spark, the audit) plan their own
 work from the index and fetch exactly blocks ``first..last`` of a segment with one ranged GET. The
@@ -18,20 +19,23 @@ from typing import TypeVar
 from processor.errors import (
     CorruptObjectError,
     FormatError,
+    InvalidNameError,
     ObjectNotFoundError,
     SegmentObjectMissingError,
 )
 from processor.metadata.model import RemoteLogSegmentMetadata
-from processor.reader.segment_check import check_block, fetch_index
 from processor.segment.block_columns import RecordColumns, decode_block_columns
 from processor.segment.block_header import BlockInfo
-from processor.segment.blocks import decode_block
-from processor.segment.index_format import SegmentIndex
+from processor.segment.blocks import decode_block, decode_block_header
+from processor.segment.index_format import SegmentIndex, decode_index
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.records import KafkaRecord
 from processor.storage.chunk_storage import ChunkStorage
 
 T = TypeVar("T")
+# (object key, start, length) -> bytes; raises ObjectNotFoundError. The remote reader passes its own
+# (it counts requests and bytes); the default reads the storage directly.
+Get = Callable[[str, int, int], bytes]
 
 
 def _get(storage: ChunkStorage, segment_name: str, key: str, start: int, length: int) -> bytes:
@@ -41,14 +45,54 @@ def _get(storage: ChunkStorage, segment_name: str, key: str, start: int, length:
         raise SegmentObjectMissingError("object is missing", object_key=key, segment=segment_name) from exc
 
 
-def read_segment_index(
-    storage: ChunkStorage, keys: ObjectKeyFactory, segment: RemoteLogSegmentMetadata
+def _where(segment: RemoteLogSegmentMetadata, key: str) -> dict[str, str]:
+    return {"object_key": key, "segment": str(segment.segment_id)}
+
+
+def fetch_index(
+    storage: ChunkStorage, keys: ObjectKeyFactory, segment: RemoteLogSegmentMetadata, get: Get | None = None
 ) -> SegmentIndex:
-    """Fetch and verify a segment's index object (one GET): :func:`segment_check.fetch_index`."""
-    return fetch_index(storage, keys, segment)
+    """Fetch and verify a segment's index object (one GET, through ``get`` when given): its keys are
+    ones the key factory would build for this segment's partition, the bytes match the CRC and size
+    the metadata carries, and the index describes this segment (id, offsets, data object length).
+    Raises CorruptObjectError, or SegmentObjectMissingError when the object is gone."""
+    tp = segment.topic_partition
+    where = _where(segment, segment.index_object_key)
+    try:
+        keys.check_segment_key(segment.data_object_key, tp.topic, tp.partition)
+        keys.check_segment_key(segment.index_object_key, tp.topic, tp.partition)
+    except InvalidNameError as exc:
+        raise CorruptObjectError(
+            f"metadata names an object outside the segment's prefix: {exc}", **where
+        ) from exc
+    try:
+        raw = (get or storage.read)(segment.index_object_key, 0, segment.index_size_in_bytes)
+    except ObjectNotFoundError as exc:
+        raise SegmentObjectMissingError("object is missing", **where) from exc
+    try:
+        index = decode_index(raw, where=segment.index_object_key)
+    except FormatError as exc:
+        raise CorruptObjectError(str(exc), **where) from exc
+    if int.from_bytes(raw[-4:], "big") != segment.index_crc32:
+        raise CorruptObjectError("index CRC differs from the one in the segment's metadata", **where)
+    if (
+        index.segment_id != segment.segment_id.id
+        or index.data_object_length != segment.segment_size_in_bytes
+        or (index.start_offset, index.end_offset) != (segment.start_offset, segment.end_offset)
+    ):
+        raise CorruptObjectError("index does not describe this segment", **where)
+    return index
 
 
-def _chunks(blocks: tuple[BlockInfo, ...] | list[BlockInfo], chunk_bytes: int) -> list[tuple[int, int]]:
+def check_block(block: memoryview, info: BlockInfo, where: str) -> None:
+    """The block header names the block's first and last offsets: a block that is not the one its
+    index entry describes is corrupt, whatever it holds. Raises FormatError."""
+    header = decode_block_header(block, where=where)
+    if (header.first_entry_id, header.last_entry_id) != (info.first_offset, info.last_offset):
+        raise FormatError(f"{where}: does not hold the offsets its index entry names")
+
+
+def chunk_runs(blocks: tuple[BlockInfo, ...] | list[BlockInfo], chunk_bytes: int) -> list[tuple[int, int]]:
     """``[i, j)`` runs of consecutive blocks of at most ``chunk_bytes`` (at least one block each)."""
     runs: list[tuple[int, int]] = []
     start, size = 0, 0
@@ -72,7 +116,7 @@ def _fetched(
     the range is fetched in ranged GETs of about that size and the next one is already on its way
     while the caller decodes the current one (the GET waits on the network and the store, not on
     this interpreter); without, in one GET."""
-    runs = _chunks(blocks, chunk_bytes) if chunk_bytes else [(0, len(blocks))]
+    runs = chunk_runs(blocks, chunk_bytes) if chunk_bytes else [(0, len(blocks))]
 
     def get(run: tuple[int, int]) -> memoryview:
         first, last = blocks[run[0]], blocks[run[1] - 1]
@@ -107,7 +151,7 @@ def _verified_blocks(
 ) -> Iterator[T]:
     if not blocks:
         return
-    runs = _chunks(blocks, chunk_bytes) if chunk_bytes else [(0, len(blocks))]
+    runs = chunk_runs(blocks, chunk_bytes) if chunk_bytes else [(0, len(blocks))]
     ends = {start: end for start, end in runs}
     for first, data in _fetched(storage, data_object_key, segment_name, blocks, chunk_bytes):
         base = blocks[first].position

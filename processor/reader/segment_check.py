@@ -1,153 +1,188 @@
-"""The one integrity check of a finished segment's objects, used by every reader and checker (the
-remote reader, the block-range reads of Spark and the audit, ``processor verify``).
+"""The one integrity check of a finished segment's objects, used by every checker (``processor
+verify``, the Spark audit's scrubber) on top of the readers' own checks (``segment_blocks``:
+``fetch_index``, ``check_block``, the block decoders' CRCs).
 
-- :func:`fetch_index`: the segment's index object, checked: its keys are ones the key factory would
-  build for this segment's partition, the bytes match the CRC and size the metadata carries, and the
-  index describes this segment (id, offsets, data object length). Raises CorruptObjectError, or
-  SegmentObjectMissingError when the object is gone.
-- :func:`check_block`: a block is the one its index entry names (first and last offsets in its header);
-  its CRCs are checked by the decoders themselves.
-- :func:`check_segment`: the whole check, as a list of problems rather than an exception: presence and
-  sizes of both objects, the index, and the blocks (``all``, a ``sample``: the first, the last and
-  a stride in between, or ``none``), the record count against the metadata. Storage outages
-  (StorageError other than a missing object) propagate: they are not findings about the segment.
+``check_segment`` returns problems, never raises for what it finds about the segment; each problem
+has a kind:
+
+- ``missing_object``: the data or index object is gone;
+- ``truncated_object`` / ``size_mismatch``: an object is shorter / longer than the metadata says
+  (its blocks cannot be where the index says, so nothing more is read);
+- ``crc_mismatch``: the index or a block fails its checks (keys outside the segment's prefix, CRCs,
+  an index that describes another segment, a block that is not its index entry's);
+- ``count_mismatch`` / ``timestamp_mismatch``: the index's record count or largest timestamp is not
+  the metadata's; a block holds more rows than its index entry's offsets, or a later timestamp; with
+  every block read, more rows or a later timestamp than the metadata's. Control batches (transaction
+  markers) count in the index and decode to no row, so fewer rows or earlier times are no problem.
+
+Blocks read: ``all`` (in ranged GETs of at most ``CHUNK_BYTES``), ``sample`` (the first, the last and
+a spread between, ``sample_blocks`` in all, one GET each) or ``none``. Requests and bytes are counted
+so a scrubber can hold a quota. A storage outage (a StorageError other than a missing object or a
+read past the end) propagates: it says nothing about this segment.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from processor.errors import (
-    CorruptObjectError,
-    FormatError,
-    InvalidNameError,
-    ObjectNotFoundError,
-    SegmentObjectMissingError,
-)
+from processor.errors import CorruptObjectError, InvalidRangeError, SegmentObjectMissingError
 from processor.metadata.model import RemoteLogSegmentMetadata
+from processor.reader.segment_blocks import chunk_runs, fetch_index, read_block_range_columns
 from processor.segment.block_header import BlockInfo
-from processor.segment.blocks import decode_block, decode_block_header
-from processor.segment.index_format import SegmentIndex, decode_index
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 
-# (object key, start, length) -> bytes; raises ObjectNotFoundError. The remote reader passes its own
-# (it counts requests and bytes); the default reads the storage directly.
-Get = Callable[[str, int, int], bytes]
 Blocks = Literal["all", "sample", "none"]
 SAMPLE_BLOCKS = 8
+CHUNK_BYTES = 8 << 20  # memory held per GET when every block is read
+CORRUPT_KINDS = frozenset(
+    {"truncated_object", "size_mismatch", "crc_mismatch", "count_mismatch", "timestamp_mismatch"}
+)
 
 
-def _where(segment: RemoteLogSegmentMetadata, key: str) -> dict[str, str]:
-    return {"object_key": key, "segment": str(segment.segment_id)}
-
-
-def fetch_index(
-    storage: ChunkStorage, keys: ObjectKeyFactory, segment: RemoteLogSegmentMetadata, get: Get | None = None
-) -> SegmentIndex:
-    """Fetch and verify a segment's index object (one GET); see the module docstring."""
-    tp = segment.topic_partition
-    where = _where(segment, segment.index_object_key)
-    try:
-        keys.check_segment_key(segment.data_object_key, tp.topic, tp.partition)
-        keys.check_segment_key(segment.index_object_key, tp.topic, tp.partition)
-    except InvalidNameError as exc:
-        raise CorruptObjectError(
-            f"metadata names an object outside the segment's prefix: {exc}", **where
-        ) from exc
-    try:
-        raw = (get or storage.read)(segment.index_object_key, 0, segment.index_size_in_bytes)
-    except ObjectNotFoundError as exc:
-        raise SegmentObjectMissingError("object is missing", **where) from exc
-    try:
-        index = decode_index(raw, where=segment.index_object_key)
-    except FormatError as exc:
-        raise CorruptObjectError(str(exc), **where) from exc
-    if int.from_bytes(raw[-4:], "big") != segment.index_crc32:
-        raise CorruptObjectError("index CRC differs from the one in the segment's metadata", **where)
-    if (
-        index.segment_id != segment.segment_id.id
-        or index.data_object_length != segment.segment_size_in_bytes
-        or (index.start_offset, index.end_offset) != (segment.start_offset, segment.end_offset)
-    ):
-        raise CorruptObjectError("index does not describe this segment", **where)
-    return index
-
-
-def check_block(block: memoryview, info: BlockInfo, where: str) -> None:
-    """The block header names the block's first and last offsets: a block that is not the one its
-    index entry describes is corrupt, whatever it holds. Raises FormatError."""
-    header = decode_block_header(block, where=where)
-    if (header.first_entry_id, header.last_entry_id) != (info.first_offset, info.last_offset):
-        raise FormatError(f"{where}: does not hold the offsets its index entry names")
+@dataclass(frozen=True)
+class Problem:
+    kind: str  # "missing_object" or one of CORRUPT_KINDS
+    object_key: str
+    detail: str
 
 
 @dataclass
 class SegmentCheck:
-    """What :func:`check_segment` found about one segment (empty lists: nothing)."""
+    """What :func:`check_segment` found about one segment, and what it cost."""
 
-    missing: list[tuple[str, str]] = field(default_factory=list)  # (object key, problem)
-    corrupt: list[tuple[str, str]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    requests: int = 0
     bytes_read: int = 0
     blocks_checked: int = 0
 
     @property
     def clean(self) -> bool:
-        return not (self.missing or self.corrupt)
+        return not self.problems
+
+    @property
+    def missing(self) -> list[tuple[str, str]]:
+        return [(p.object_key, p.detail) for p in self.problems if p.kind == "missing_object"]
+
+    @property
+    def corrupt(self) -> list[tuple[str, str]]:
+        return [(p.object_key, p.detail) for p in self.problems if p.kind in CORRUPT_KINDS]
 
 
-def _sampled(n: int, how: Blocks) -> list[int]:
-    if how == "none" or n == 0:
-        return []
-    if how == "all" or n <= SAMPLE_BLOCKS:
-        return list(range(n))
-    stride = max(1, (n - 1) // (SAMPLE_BLOCKS - 1))
-    return sorted({*range(0, n, stride), n - 1})
+def sample(count: int, sample_blocks: int) -> list[int]:
+    """Block numbers to read: all of a small segment, else first, last and spread between."""
+    if count <= sample_blocks:
+        return list(range(count))
+    step = (count - 1) / (sample_blocks - 1)
+    return sorted({round(i * step) for i in range(sample_blocks)})
 
 
 def check_segment(
-    storage: ChunkStorage, keys: ObjectKeyFactory, segment: RemoteLogSegmentMetadata, blocks: Blocks = "all"
+    storage: ChunkStorage,
+    keys: ObjectKeyFactory,
+    segment: RemoteLogSegmentMetadata,
+    blocks: Blocks = "all",
+    *,
+    sample_blocks: int = SAMPLE_BLOCKS,
 ) -> SegmentCheck:
     """Check one finished segment's objects; see the module docstring."""
     out = SegmentCheck()
-    sizes = (
-        (segment.data_object_key, segment.segment_size_in_bytes),
-        (segment.index_object_key, segment.index_size_in_bytes),
-    )
-    for key, size in sizes:
-        stat = storage.stat(key)
-        if stat is None:
-            out.missing.append((key, "object is missing"))
-        elif stat.size != size:
-            out.corrupt.append((key, f"size {stat.size}, the metadata says {size}"))
-    if out.missing or out.corrupt:
+    seg = segment
+    for key, wanted in (
+        (seg.data_object_key, seg.segment_size_in_bytes),
+        (seg.index_object_key, seg.index_size_in_bytes),
+    ):
+        out.requests += 1
+        stored = storage.stat(key)
+        if stored is None:
+            out.problems.append(Problem("missing_object", key, f"missing: {key}"))
+            return out
+        if stored.size != wanted:
+            kind = "truncated_object" if stored.size < wanted else "size_mismatch"
+            out.problems.append(
+                Problem(kind, key, f"{key} holds {stored.size} bytes; the metadata says {wanted}")
+            )
+    if out.problems:
         return out
     try:
-        index = fetch_index(storage, keys, segment)
-        out.bytes_read += segment.index_size_in_bytes
-        infos = index.blocks
-        records = 0
-        for number in _sampled(len(infos), blocks):
-            entry = infos[number]
-            where = f"{segment.data_object_key} block {number}"
-            block = memoryview(storage.read(segment.data_object_key, entry.position, entry.length))
-            out.bytes_read += len(block)
-            check_block(block, entry, where)
-            records += len(decode_block(block, where=where))
-            out.blocks_checked += 1
-        if blocks == "all" and records != segment.record_count:
-            out.corrupt.append(
-                (
-                    segment.data_object_key,
-                    f"{records} records in the blocks, the metadata says {segment.record_count}",
-                )
-            )
-    except (SegmentObjectMissingError, ObjectNotFoundError) as exc:  # gone between the stat and the read
-        out.missing.append((getattr(exc, "object_key", None) or segment.data_object_key, str(exc)))
+        _check_objects(storage, keys, seg, blocks, max(2, sample_blocks), out)
+    except SegmentObjectMissingError as exc:  # gone between the stat and the read
+        out.problems.append(Problem("missing_object", exc.object_key or seg.data_object_key, str(exc)))
     except CorruptObjectError as exc:
-        out.corrupt.append((exc.object_key or segment.index_object_key, str(exc)))
-    except FormatError as exc:
-        out.corrupt.append((segment.data_object_key, str(exc)))
+        out.problems.append(Problem("crc_mismatch", exc.object_key or seg.index_object_key, str(exc)))
+    except InvalidRangeError as exc:
+        out.problems.append(Problem("truncated_object", exc.key or seg.data_object_key, str(exc)))
     return out
+
+
+def _check_objects(
+    storage: ChunkStorage,
+    keys: ObjectKeyFactory,
+    seg: RemoteLogSegmentMetadata,
+    blocks: Blocks,
+    sample_blocks: int,
+    out: SegmentCheck,
+) -> None:
+    out.requests += 1
+    out.bytes_read += seg.index_size_in_bytes
+    index = fetch_index(storage, keys, seg)
+    out.problems += _index_against_metadata(index.record_count, index.max_timestamp, seg)
+    infos = index.blocks
+    if blocks == "none" or not infos:
+        return
+    if blocks == "all":
+        runs = [list(range(len(infos)))]
+        out.requests += len(chunk_runs(infos, CHUNK_BYTES))
+    else:
+        runs = [[n] for n in sample(len(infos), sample_blocks)]
+        out.requests += len(runs)
+    rows, largest = 0, -1
+    for run in runs:
+        chosen = [infos[n] for n in run]
+        out.bytes_read += sum(b.length for b in chosen)
+        columns = read_block_range_columns(
+            storage, seg.data_object_key, str(seg.segment_id), chosen, run[0], chunk_bytes=CHUNK_BYTES
+        )
+        for number, info, cols in zip(run, chosen, columns, strict=True):
+            out.blocks_checked += 1
+            top = max(cols.timestamps, default=-1)
+            rows += len(cols)
+            largest = max(largest, top)
+            block_problem = _block_against_index(number, info, len(cols), top, seg)
+            if block_problem:
+                out.problems.append(block_problem)
+    if blocks == "all" and (rows > seg.record_count or largest > seg.max_timestamp_ms):
+        out.problems.append(
+            Problem(
+                "count_mismatch" if rows > seg.record_count else "timestamp_mismatch",
+                seg.data_object_key,
+                f"the blocks hold {rows} records up to timestamp {largest}; the metadata says "
+                f"{seg.record_count} up to {seg.max_timestamp_ms}",
+            )
+        )
+
+
+def _index_against_metadata(count: int, max_timestamp: int, seg: RemoteLogSegmentMetadata) -> list[Problem]:
+    found = []
+    if count != seg.record_count:
+        detail = f"the index counts {count} records; the metadata {seg.record_count}"
+        found.append(Problem("count_mismatch", seg.index_object_key, detail))
+    if max_timestamp != seg.max_timestamp_ms:
+        detail = f"the index's largest timestamp is {max_timestamp}; the metadata's {seg.max_timestamp_ms}"
+        found.append(Problem("timestamp_mismatch", seg.index_object_key, detail))
+    return found
+
+
+def _block_against_index(
+    number: int, info: BlockInfo, rows: int, top: int, seg: RemoteLogSegmentMetadata
+) -> Problem | None:
+    too_many = rows > info.last_offset - info.first_offset + 1
+    if not too_many and top <= info.max_timestamp:
+        return None
+    return Problem(
+        "count_mismatch" if too_many else "timestamp_mismatch",
+        seg.data_object_key,
+        f"block {number} holds {rows} rows up to timestamp {top}; its index entry says offsets "
+        f"{info.first_offset}..{info.last_offset} up to {info.max_timestamp}",
+    )

@@ -53,10 +53,10 @@ from processor.spark.audit_rules import (
 from processor.spark.audit_scrub import plan_pass, progress, scrub_items
 from processor.spark.audit_storage import (
     ScrubStats,
-    check_segment,
     lag_findings,
     list_objects,
     orphan_findings,
+    segment_findings,
 )
 from processor.spark.live_tail import broker_partitions, watermarks
 from processor.spark.metadata_view import MaterializedMetadata
@@ -134,11 +134,11 @@ def check_many(
     storage = conn.shared_storage()
     keys = ObjectKeyFactory(conn.s3_prefix)
     for seg in segments:
-        result = check_segment(storage, keys, seg, full_crc=full_crc, sample_blocks=sample_blocks)
+        findings, stats = segment_findings(storage, keys, seg, full_crc=full_crc, sample_blocks=sample_blocks)
         yield json.dumps(
             {
-                "findings": [dict(zip(FINDING_COLUMNS, f.row(), strict=True)) for f in result.findings],
-                "stats": [result.stats.segments, result.stats.requests, result.stats.bytes_read],
+                "findings": [dict(zip(FINDING_COLUMNS, f.row(), strict=True)) for f in findings],
+                "stats": [stats.segments, stats.requests, stats.bytes_read],
             }
         )
 

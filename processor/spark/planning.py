@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from processor.errors import ProcessorError
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
-from processor.reader.segment_blocks import read_block_range_columns, read_segment_index
+from processor.reader.segment_blocks import fetch_index, read_block_range_columns
 from processor.segment.block_header import BlockInfo
 from processor.segment.index_format import SegmentIndex
 from processor.segment.object_keys import ObjectKeyFactory
@@ -124,7 +124,7 @@ def read_indexes(
     if not todo:
         return {}
     with ThreadPoolExecutor(max_workers=min(8, len(todo)), thread_name_prefix="index-read") as pool:
-        indexes = list(pool.map(lambda s: read_segment_index(storage, keys, s), todo))
+        indexes = list(pool.map(lambda s: fetch_index(storage, keys, s), todo))
     return {str(s.segment_id.id): idx for s, idx in zip(todo, indexes, strict=True)}
 
 
@@ -136,7 +136,7 @@ def archive_offset_for_timestamp(
     for first, nxt, segment in archive.intervals():
         if segment.max_timestamp_ms < timestamp:
             continue
-        index = read_segment_index(storage, keys, segment)
+        index = fetch_index(storage, keys, segment)
         start = index.block_for_timestamp(timestamp)
         if start is None:
             continue

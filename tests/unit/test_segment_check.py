@@ -11,7 +11,8 @@ import pytest
 from processor.errors import CorruptObjectError, SegmentObjectMissingError
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.model import RemoteLogSegmentMetadata
-from processor.reader.segment_check import check_segment, fetch_index
+from processor.reader.segment_blocks import fetch_index
+from processor.reader.segment_check import check_segment
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.filesystem import FilesystemChunkStorage
 from tests.unit.test_segment_copier import TP, ListSink, segment
@@ -58,7 +59,7 @@ def test_a_truncated_object_is_a_finding_not_an_abort(tmp_path: Path) -> None:
     storage, seg = copied(tmp_path)
     rewrite(storage, seg.data_object_key, None)
     found = check_segment(storage, KEYS, seg)
-    assert found.corrupt and "size" in found.corrupt[0][1]
+    assert [p.kind for p in found.problems] == ["truncated_object"] and found.corrupt
 
 
 def test_flipped_bytes_are_corrupt(tmp_path: Path) -> None:
