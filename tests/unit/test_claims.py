@@ -472,3 +472,25 @@ def test_compaction_between_a_deletion_and_a_late_neutraliser_is_what_the_pass_o
         assert live == {(1, 1)}
         differs = [p for p in range(len(messages) + 1) if fresh_after_cleaning(messages, p) != live]
         assert bool(differs) is not neutralise_first, (neutralise_first, differs)
+
+
+def test_a_lower_log_start_from_a_lagging_view_shadows_the_start_until_the_owner_republishes_it(
+    tmp_path: Path,
+) -> None:
+    """Found by the ownership model: a second retention pass on a view that had not applied the
+    first one's records published a lower remote log start. Accepted (the claim holder's) and moving
+    nothing, it would be the key's only record once compacted, and a fresh fold's start would go
+    back. It shadows the key; the owner's next pass re-publishes the start it holds."""
+    log = Log()
+    epoch = log.claim("w")
+    assert log.accepted[log.publish(RemoteLogStartOffset(TP, 20, 1, "w", epoch))]
+    assert log.accepted[log.publish(RemoteLogStartOffset(TP, 10, 2, "w", epoch))]  # from a lagging view
+    state = log.state()
+    assert state.log_start_offset == 20 and state.log_start_shadowed()
+    clean_partition(TP, state, deleter(log, FilesystemChunkStorage(tmp_path)), epoch, RetentionLimits(), 0)
+    assert not log.state().log_start_shadowed()
+    latest = {k: (o, v) for o, k, v in log.messages}
+    fresh = MetadataFold()
+    for o, k, v in sorted((o, k, v) for k, (o, v) in latest.items()):
+        fresh.apply_raw(o, k, v)
+    assert fresh.partition(TP).log_start_offset == 20
