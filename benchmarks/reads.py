@@ -26,10 +26,12 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
+from processor.segment.object_keys import ObjectKeyFactory
 from processor.wiring.follower import build_follower, build_reader
 from processor.wiring.storage import build_storage
 
 MiB = 1024 * 1024
+BENCH_KEYS = ObjectKeyFactory("bench")  # the object keys of the follower benchmark's made-up segments
 
 
 def bench_read_latency(
@@ -106,8 +108,12 @@ def bench_read_latency(
 
 
 def _segment(tp: TopicPartition, start: int, end: int, state: SegmentState) -> RemoteLogSegmentMetadata:
+    """A segment's metadata within the fold's record bounds (its object keys name it), so every
+    reader accepts it."""
+    sid = RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4())
+    keys = BENCH_KEYS.segment(tp.topic, tp.partition, start, sid.id, 1)
     return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4()),
+        sid,
         start,
         end,
         1_700_000_000_000 + start,
@@ -117,8 +123,8 @@ def _segment(tp: TopicPartition, start: int, end: int, state: SegmentState) -> R
         ((0, start),),
         64 * MiB,
         state,
-        f"x/{tp.topic}/{tp.partition}/{start:020d}",
-        "i",
+        keys.data,
+        keys.index,
         1,
         end - start + 1,
         0,

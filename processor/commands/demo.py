@@ -148,17 +148,15 @@ def run_demo(stack_dir: Path, records: int = 20000, use_running: bool = False) -
     follower: Follower | None = None
     try:
         print(f"  Kafka {info.bootstrap_servers}, S3 {info.s3_endpoint_url} (bucket {info.bucket})")
-        ensure_topic(new_admin(info.bootstrap_servers, "demo"), topic, DEMO_PARTITIONS, 1, {})
+        ensure_topic(new_admin(info.kafka, "demo"), topic, DEMO_PARTITIONS, 1, {})
         print(f"producing {records} sample records to {topic} ({DEMO_PARTITIONS} partitions) ...", flush=True)
-        produced = produce_samples(info.bootstrap_servers, topic, records, DEMO_PARTITIONS, big_every=0)
+        produced = produce_samples(info.kafka, topic, records, DEMO_PARTITIONS, big_every=0)
         expected = {
             TopicPartition(topic, p): sum(1 for r in produced if r.partition == p) - 1
             for p in range(DEMO_PARTITIONS)
         }
         settings = read_settings(info, topic, metadata_topic)
-        meta_parts = ensure_metadata_topic(
-            info.bootstrap_servers, metadata_topic, settings.metadata_partitions, 1
-        )
+        meta_parts = ensure_metadata_topic(info.kafka, metadata_topic, settings.metadata_partitions, 1)
         follower = build_follower(settings, meta_parts, cache_dir=stack_dir / f"read-back-cache-{topic}")
         follower.materializer.start()
         log_path = stack_dir / "worker.log"

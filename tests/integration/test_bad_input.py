@@ -15,6 +15,7 @@ def run_worker(env_overrides: dict[str, str]) -> CliResult:
     """``processor worker`` in this process (tests/support/cli.py): each case fails in the start-up
     checks, before the worker starts anything."""
     env = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1"}
+    env["PROCESSOR_WEB_HOST"] = "127.0.0.1"  # the read API may stay open on loopback: no token needed
     with tempfile.TemporaryDirectory(prefix="bad-input-") as data_dir:  # not ./data of the checkout
         return run_cli({**env, "PROCESSOR_DATA_DIR": data_dir, **env_overrides}, "worker")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from processor.follower.materializer import Materializer
 from processor.follower.metadata_cache import MetadataCache
-from processor.kafka_clients import new_admin, new_consumer, partition_counts
+from processor.kafka_clients import KafkaTarget, new_admin, new_consumer, partition_counts
 from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 
@@ -30,7 +30,9 @@ class MetadataWatch:
     """Follows one metadata topic from its beginning until closed. The topic may not exist yet (the
     worker creates it when it starts): the follower starts at the first wait that finds it."""
 
-    def __init__(self, bootstrap_servers: str, metadata_topic: str, cache_dir: Path | None = None) -> None:
+    def __init__(
+        self, bootstrap_servers: KafkaTarget, metadata_topic: str, cache_dir: Path | None = None
+    ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.topic = metadata_topic
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -117,7 +119,7 @@ class MetadataWatch:
 
 
 @contextmanager
-def metadata_watch(bootstrap_servers: str, metadata_topic: str) -> Iterator[MetadataWatch]:
+def metadata_watch(bootstrap_servers: KafkaTarget, metadata_topic: str) -> Iterator[MetadataWatch]:
     watch = MetadataWatch(bootstrap_servers, metadata_topic)
     try:
         yield watch
@@ -126,7 +128,7 @@ def metadata_watch(bootstrap_servers: str, metadata_topic: str) -> Iterator[Meta
 
 
 def wait_offloaded(
-    bootstrap_servers: str,
+    bootstrap_servers: KafkaTarget,
     metadata_topic: str,
     expected_end: dict[TopicPartition, int],
     timeout_s: float,
