@@ -1,0 +1,119 @@
+"""Read a whole partition's log as record batches, markers included (aiokafka's low-level client).
+
+confluent-kafka never shows transaction markers or producer ids, and a read_committed fetch can stop
+at another producer's open transaction, so the restore reads its progress partition, and the tests
+read restored partitions, as raw batches from offset 0 (read_uncommitted) up to the high watermark
+seen by the first fetch, and resolves transactions from the markers
+(:mod:`processor.restore.transaction_view`). No wire protocol is written here: aiokafka builds the
+requests (the same way as ``processor/leader/batch_source.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+from aiokafka import errors as kafka_errors
+from aiokafka.client import AIOKafkaClient
+from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.structs import TopicPartition as KafkaTP
+
+from processor.errors import ServiceUnavailableError
+from processor.leader.batch_source import SourceSecurity
+from processor.metadata.model import TopicPartition
+from processor.segment.batch_entries import BatchHeader, split_batches
+
+READ_UNCOMMITTED = 0
+FETCH_MAX_BYTES = 8 * 1024 * 1024
+_RETRIES = 8
+_RETRIABLE = (
+    kafka_errors.NotLeaderForPartitionError,
+    kafka_errors.LeaderNotAvailableError,
+    kafka_errors.KafkaTimeoutError,
+    kafka_errors.RequestTimedOutError,
+    kafka_errors.KafkaConnectionError,
+)
+
+
+def read_partition_log(
+    bootstrap_servers: str, tp: TopicPartition, security: SourceSecurity | None = None
+) -> list[tuple[BatchHeader, memoryview]]:
+    """Every batch of ``tp`` from its log start to the high watermark (of the first answer).
+    An unknown topic or partition reads as an empty log."""
+    return asyncio.run(_read(bootstrap_servers, tp, security or SourceSecurity()))
+
+
+async def _read(
+    bootstrap_servers: str, tp: TopicPartition, security: SourceSecurity
+) -> list[tuple[BatchHeader, memoryview]]:
+    client = AIOKafkaClient(
+        bootstrap_servers=bootstrap_servers, client_id="processor-log-reader", **security.client_kwargs()
+    )
+    try:
+        await client.bootstrap()
+    except (kafka_errors.KafkaError, OSError) as exc:
+        await client.close()
+        raise ServiceUnavailableError(f"Kafka at {bootstrap_servers} is unreachable: {exc}") from None
+    try:
+        await client.add_topic(tp.topic)
+        out: list[tuple[BatchHeader, memoryview]] = []
+        position = 0
+        end: int | None = None
+        failures = 0
+        while end is None or position < end:
+            try:
+                records, high_watermark, log_start = await _fetch(client, tp, position)
+            except kafka_errors.UnknownTopicOrPartitionError:
+                return []
+            except kafka_errors.OffsetOutOfRangeError:
+                raise ServiceUnavailableError(f"{tp}: offset {position} is out of range") from None
+            except _RETRIABLE as exc:
+                failures += 1
+                if failures > _RETRIES:
+                    raise ServiceUnavailableError(f"reading {tp} keeps failing: {exc!r}") from None
+                await client.force_metadata_update()
+                await asyncio.sleep(min(0.1 * 2**failures, 5.0) * random.uniform(0.8, 1.2))
+                continue
+            failures = 0
+            if end is None:
+                end = high_watermark
+                position = max(position, log_start)
+            got = [
+                (h, b) for h, b in split_batches(records, where=f"fetch of {tp}") if h.last_offset >= position
+            ]
+            if not got:
+                if position < end:
+                    raise ServiceUnavailableError(
+                        f"{tp}: the broker returned nothing at offset {position}, "
+                        f"below its high watermark {end}"
+                    )
+                break
+            out += got
+            position = got[-1][0].last_offset + 1
+        return out
+    finally:
+        await client.close()
+
+
+async def _fetch(client: AIOKafkaClient, tp: TopicPartition, position: int) -> tuple[bytes, int, int]:
+    node = client.cluster.leader_for_partition(KafkaTP(tp.topic, tp.partition))
+    if node is None:
+        raise kafka_errors.UnknownTopicOrPartitionError(str(tp))
+    if node < 0:
+        raise kafka_errors.LeaderNotAvailableError(str(tp))
+    request = FetchRequest(
+        10, 1, FETCH_MAX_BYTES, READ_UNCOMMITTED, [(tp.topic, [(tp.partition, position, FETCH_MAX_BYTES)])]
+    )
+    response: Any = await client.send(node, request)
+    version = response.API_VERSION
+    for topic, partitions in response.topics:
+        for partition, error_code, high_watermark, *data in partitions:
+            if (topic, partition) != (tp.topic, tp.partition):
+                continue
+            error = kafka_errors.for_code(error_code)
+            if error is not kafka_errors.NoError:
+                raise error(str(tp))
+            log_start = int(data[1]) if version >= 5 else 0
+            return bytes(data[-1] or b""), int(high_watermark), log_start
+    raise kafka_errors.UnknownTopicOrPartitionError(str(tp))
