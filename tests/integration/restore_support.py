@@ -1,0 +1,216 @@
+"""What the restore tests share: deterministic source records, an archive made by a real worker,
+the restore CLI as a child process, and the target read back as read_committed sees it.
+
+Tansu (the embedded broker) writes transaction markers but sends no aborted-transaction list, so
+its read_committed consumers see aborted records too. The target is therefore read as raw batches
+and resolved against their markers (processor/restore/transaction_view.py): exactly what a Kafka
+broker's read_committed fetch returns, computed from the same markers.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KafkaTP
+
+from processor.config import load_settings
+from processor.demo import wait_offloaded
+from processor.devstack.stack import StackInfo
+from processor.kafka_clients import ensure_topic, new_admin, new_producer
+from processor.metadata.model import TopicPartition
+from processor.restore.archive import ArchiveTopic
+from processor.restore.log_reader import read_partition_log
+from processor.restore.transaction_view import Outcome, resolve
+from processor.segment.batch_entries import batch_records
+from processor.segment.record_format import KafkaRecord
+from tests.integration.worker_process import WorkerProcess, worker_env
+
+BASE_TS = 1_700_000_000_000
+RUNNER = [sys.executable, "-m", "tests.integration.restore_cli"]
+
+
+def source_record(i: int) -> tuple[bytes | None, bytes | None, list[Any], int]:
+    """Small records of every shape: null and empty keys and values, headers with duplicate names
+    and null values, CreateTime timestamps (never 0: librdkafka reads 0 as "now")."""
+    shape = i % 11
+    key: bytes | None = b"k%d" % (i % 1013)
+    value: bytes | None = (b"v%d-" % i) * (1 + i % 5)
+    headers: list[Any] = []
+    if shape == 1:
+        key = None
+    elif shape == 2:
+        value = None
+    elif shape == 3:
+        key, value = b"", b""
+    elif shape == 4:
+        headers = [("trace", b"%d" % i), ("trace", b"again"), ("null", None), ("empty", b"")]
+    elif shape == 5:
+        headers = [("bin", bytes([i % 256, 0, 255]))]
+    return key, value, headers, BASE_TS + i * 3 + (i % 7)
+
+
+def _produce(producer: Producer, topic: str, i: int, partition: int) -> None:
+    key, value, headers, ts = source_record(i)
+    while True:
+        try:
+            producer.produce(topic, value, key, partition=partition, timestamp=ts, headers=headers or None)
+            return
+        except BufferError:
+            producer.poll(0.1)
+
+
+def produce_plain(bootstrap: str, topic: str, count: int, partitions: int, start: int = 0) -> None:
+    ensure_topic(new_admin(bootstrap, "t"), topic, partitions, 1, {})
+    producer = new_producer(bootstrap, "restore-test", **{"linger.ms": 5, "batch.size": 256 * 1024})
+    for i in range(start, start + count):
+        _produce(producer, topic, i, i % partitions)
+    assert producer.flush(60) == 0
+
+
+def produce_transactional(bootstrap: str, topic: str, count: int, partitions: int, per_txn: int = 97) -> None:
+    """Transactions of ``per_txn`` records over every partition; every fourth one aborted."""
+    ensure_topic(new_admin(bootstrap, "t"), topic, partitions, 1, {})
+    producer = new_producer(
+        bootstrap, "restore-test-txn", **{"transactional.id": f"src-{topic}", "linger.ms": 5}
+    )
+    producer.init_transactions(30)
+    for n, first in enumerate(range(0, count, per_txn)):
+        producer.begin_transaction()
+        for i in range(first, min(first + per_txn, count)):
+            _produce(producer, topic, i, i % partitions)
+        producer.flush(30)
+        if n % 4 == 3:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+
+
+def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[TopicPartition, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "restore-test-hw"})
+    try:
+        return {
+            TopicPartition(topic, p): consumer.get_watermark_offsets(KafkaTP(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def archive_topics(
+    stack: StackInfo,
+    tmp: Path,
+    topics: dict[str, int],
+    metadata_topic: str,
+    prefix: str,
+    timeout_s: float = 600,
+) -> dict[str, str]:
+    """Run a worker until every record of ``topics`` (name -> partitions) is in finished segments;
+    returns the environment the CLI needs for this archive."""
+    env = worker_env(
+        stack,
+        tmp / "worker-data",
+        ",".join(topics),
+        PROCESSOR_METADATA_TOPIC=metadata_topic,
+        PROCESSOR_S3_PREFIX=prefix,
+        PROCESSOR_SEGMENT_BYTES=str(512 * 1024),
+        PROCESSOR_BLOCK_BYTES=str(64 * 1024),
+        PROCESSOR_SEGMENT_MS="1000",
+    )
+    ends = {
+        tp: hw - 1
+        for topic, n in topics.items()
+        for tp, hw in high_watermarks(stack.bootstrap_servers, topic, n).items()
+    }
+    worker = WorkerProcess(env, tmp / "worker.log")
+    try:
+        # a transactional partition's last offset is a marker: finished coverage reaches it
+        wait_offloaded(stack.bootstrap_servers, metadata_topic, ends, timeout_s, worker.proc)
+    finally:
+        worker.stop()
+    return cli_env(stack, metadata_topic, prefix)
+
+
+def cli_env(stack: StackInfo, metadata_topic: str, prefix: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
+    env.update(stack.env())
+    env.update({"PROCESSOR_METADATA_TOPIC": metadata_topic, "PROCESSOR_S3_PREFIX": prefix})
+    return env
+
+
+def archived(env: dict[str, str], topic: str) -> dict[int, list[KafkaRecord]]:
+    """Every archived record of ``topic`` by partition, through the restore's own archive reader."""
+    settings = load_settings({**env, "PROCESSOR_S3_REGION": "us-east-1"})
+    archive = ArchiveTopic(settings, topic)
+    out: dict[int, list[KafkaRecord]] = {}
+    try:
+        for p, served in sorted(archive.partitions().items()):
+            stream = archive.chunks(p, served.earliest, served.highest + 1)
+            records: list[KafkaRecord] = []
+            while (chunk := stream.next_chunk()) is not None:
+                records += chunk.records
+            stream.close()
+            out[p] = records
+    finally:
+        archive.close()
+    return out
+
+
+def committed_target(bootstrap: str, tp: TopicPartition) -> tuple[list[KafkaRecord], int]:
+    """The records of ``tp`` a read_committed consumer gets, and how many batches were aborted."""
+    view = resolve(read_partition_log(bootstrap, tp))
+    records = [r for b in view.visible() for r in batch_records(b.batch)]
+    return records, sum(1 for b in view.batches if b.outcome is Outcome.ABORTED)
+
+
+def content(records: list[KafkaRecord]) -> list[tuple[Any, ...]]:
+    """What a restore keeps of a record: everything but its offset."""
+    return [(r.key, r.value, r.headers, r.timestamp) for r in records]
+
+
+def run_cli(args: list[str], env: dict[str, str], timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(RUNNER + args, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+def target_size(bootstrap: str, topic: str, partitions: int) -> int:
+    return sum(high_watermarks(bootstrap, topic, partitions).values())
+
+
+def kill_at_random_moments(
+    args: list[str],
+    env: dict[str, str],
+    kills: int,
+    rng: random.Random,
+    log: Path,
+    size: Callable[[], int],
+    window_s: float,
+) -> list[str]:
+    """Start the restore ``kills`` times and SIGKILL it at a random moment each time: one time in
+    four (never the first time) anywhere in its first seconds (start-up, fencing, planning), otherwise within
+    ``window_s`` after it started producing (``size()``, the target's size, grows). Returns what
+    each kill hit."""
+    hits: list[str] = []
+    for n in range(kills):
+        baseline = size()
+        with log.open("ab") as out:
+            proc = subprocess.Popen(RUNNER + args, env=env, stdout=out, stderr=subprocess.STDOUT)
+        early = n > 0 and rng.random() < 0.25  # the first kill always lands while records flow
+        if not early:
+            while proc.poll() is None and size() <= baseline:
+                time.sleep(0.02)  # polling a condition (the target growing), not a fixed wait
+        delay = rng.uniform(0, 3.0 if early else window_s)
+        try:
+            proc.wait(timeout=delay)
+            hits.append(f"finished before the kill (exit {proc.returncode})")
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            hits.append(f"killed {delay:.2f} s after {'start' if early else 'producing began'}")
+    return hits
