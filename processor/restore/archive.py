@@ -16,9 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from processor.errors import OffsetNotInRemoteError, ProcessorError
+from aiokafka.record.default_records import DefaultRecordBatch
+
+from processor.errors import FormatError, OffsetNotInRemoteError, ProcessorError
 from processor.metadata.model import TopicPartition
+from processor.reader.segment_blocks import _verified_blocks, read_segment_index
 from processor.restore.plan import ArchivedRange
+from processor.segment.batch_entries import batch_records
+from processor.segment.block_format import BLOCK_FORMAT_V1, block_batches, block_payload, decode_block
 from processor.segment.record_format import KafkaRecord
 
 if TYPE_CHECKING:
@@ -26,16 +31,44 @@ if TYPE_CHECKING:
     from processor.config import Settings
     from processor.reader.remote_reader import RemoteReader
 
-CHUNK_RECORDS = 2000
-CHUNK_BYTES = 4 * 1024 * 1024
+CHUNK_BYTES = 2 * 1024 * 1024  # archived bytes per chunk: one ranged GET of consecutive blocks
 READ_AHEAD_CHUNKS = 3
 
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
+    """Consecutive archived blocks of one partition, as stored: Kafka record batches (format 2
+    blocks, not decoded yet) or, from format 1 blocks, decoded records. Only offsets in
+    ``[low, high)`` belong to the restore: batches at the edges may hold records outside."""
+
+    batches: list[memoryview]
     records: list[KafkaRecord]
+    low: int
+    high: int
     position: int  # where the partition's restore continues after this chunk
-    record_bytes: int  # key + value + header bytes of ``records``
+    size_bytes: int  # archived bytes: the batches' length, or the records' key + value + headers
+
+    def decoded(self) -> list[KafkaRecord]:
+        """Every record of the chunk in range, decoded (dry runs and checks; the restore produces
+        straight from the batches)."""
+        out = [r for r in self.records if self.low <= r.offset < self.high]
+        for batch in self.batches:
+            out.extend(r for r in batch_records(batch) if self.low <= r.offset < self.high)
+        return out
+
+
+def _block_content(block: memoryview, where: str) -> tuple[list[memoryview], list[KafkaRecord]]:
+    """A verified block's record batches (format 2, each batch's CRC-32C checked) or records (1)."""
+    header, payload = block_payload(block, where=where)
+    if header.format_version == BLOCK_FORMAT_V1:
+        return [], decode_block(block, where=where)
+    batches = block_batches(header, payload, where=where)
+    for batch in batches:
+        if not DefaultRecordBatch(batch).validate_crc():
+            raise FormatError(
+                f"{where}: record batch at offset {int.from_bytes(batch[:8], 'big')}: CRC-32C mismatch"
+            )
+    return batches, []
 
 
 class ArchiveTopic:
@@ -113,9 +146,12 @@ def record_bytes(record: KafkaRecord) -> int:
 class ChunkStream:
     """The records of ``tp`` with offsets in ``[position, stop)``, in chunks, read ahead by a thread.
 
-    The thread keeps up to ``READ_AHEAD_CHUNKS`` chunks ready (each one ranged GET of consecutive
-    blocks, CRC-checked and decoded by the remote reader) while the caller produces the previous
-    ones. An error in the thread is raised by :meth:`next_chunk`, never lost.
+    The thread walks the partition's finished segments and keeps up to ``READ_AHEAD_CHUNKS`` chunks
+    ready, each one ranged GET of consecutive whole blocks (about ``CHUNK_BYTES``), with the remote
+    reader's checks: object keys, the index against the metadata's CRC, every block's header and
+    payload CRCs and its place in the index. Record batches are left encoded (the producer decodes
+    them once, with their CRC-32C checked). An error in the thread is raised by
+    :meth:`next_chunk`, never lost.
     """
 
     def __init__(self, reader: RemoteReader, tp: TopicPartition, position: int, stop: int) -> None:
@@ -139,29 +175,48 @@ class ChunkStream:
         return False
 
     def _run(self) -> None:
-        position = self._position
         try:
-            while position < self._stop and not self._closed.is_set():
-                try:
-                    records = self._reader.read_from_offset(
-                        self.tp, position, max_records=CHUNK_RECORDS, max_bytes=CHUNK_BYTES
-                    )
-                except OffsetNotInRemoteError:
-                    # A hole in the archive (the source lost records before they were archived):
-                    # go on at the next archived segment, as a consumer skips to the next offset.
-                    after = next(iter(self._reader.lookup.finished_segments(self.tp, position)), None)
-                    if after is not None and position < after.start_offset < self._stop:
-                        position = after.start_offset
-                        continue
-                    records = []
-                kept = [r for r in records if r.offset < self._stop]
-                position = kept[-1].offset + 1 if kept and len(kept) == len(records) else self._stop
-                chunk = Chunk(kept, position, sum(record_bytes(r) for r in kept))
-                if not self._put(chunk):
-                    return
+            self._read()
             self._put(None)
         except BaseException as exc:
             self._put(exc)
+
+    def _read(self) -> None:
+        storage, keys, tp, stop = self._reader.storage, self._reader.keys, self.tp, self._stop
+        position = self._position
+        # Holes in the archive (records the source lost before they were archived) are skipped,
+        # as a consumer skips to the next offset: the next finished segment starts after them.
+        for segment in self._reader.lookup.finished_segments(tp, position):
+            if segment.start_offset >= stop or self._closed.is_set():
+                break
+            index = read_segment_index(storage, keys, segment)
+            number = index.block_for_offset(max(position, segment.start_offset))
+            while (
+                number is not None and number < len(index.blocks) and index.blocks[number].first_offset < stop
+            ):
+                last, size = number, 0
+                while last < len(index.blocks) and index.blocks[last].first_offset < stop:
+                    size += index.blocks[last].length
+                    last += 1
+                    if size >= CHUNK_BYTES:
+                        break
+                blocks = index.blocks[number:last]
+                batches: list[memoryview] = []
+                records: list[KafkaRecord] = []
+                for got_batches, got_records in _verified_blocks(
+                    storage, segment.data_object_key, str(segment.segment_id), blocks, number, _block_content
+                ):
+                    batches += got_batches
+                    records += got_records
+                end = segment.end_offset if last == len(index.blocks) else blocks[-1].last_offset
+                after = min(stop, end + 1)
+                size_bytes = sum(len(b) for b in batches) + sum(record_bytes(r) for r in records)
+                if not self._put(Chunk(batches, records, position, stop, after, size_bytes)):
+                    return
+                position, number = after, last
+            position = max(position, min(stop, segment.end_offset + 1))
+        if position < stop:  # the archive ends before stop (retention ran since the plan)
+            self._put(Chunk([], [], position, stop, stop, 0))
 
     def next_chunk(self) -> Chunk | None:
         """The next chunk, waiting for the thread if needed; None once the range is read."""

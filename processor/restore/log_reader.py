@@ -37,15 +37,19 @@ _RETRIABLE = (
 
 
 def read_partition_log(
-    bootstrap_servers: str, tp: TopicPartition, security: SourceSecurity | None = None
+    bootstrap_servers: str,
+    tp: TopicPartition,
+    security: SourceSecurity | None = None,
+    start: int = 0,
+    last: int | None = None,
 ) -> list[tuple[BatchHeader, memoryview]]:
-    """Every batch of ``tp`` from its log start to the high watermark (of the first answer).
-    An unknown topic or partition reads as an empty log."""
-    return asyncio.run(_read(bootstrap_servers, tp, security or SourceSecurity()))
+    """The batches of ``tp`` holding offsets ``start..last`` (default: from the log start to the
+    high watermark of the first answer). An unknown topic or partition reads as an empty log."""
+    return asyncio.run(_read(bootstrap_servers, tp, security or SourceSecurity(), start, last))
 
 
 async def _read(
-    bootstrap_servers: str, tp: TopicPartition, security: SourceSecurity
+    bootstrap_servers: str, tp: TopicPartition, security: SourceSecurity, start: int, last: int | None
 ) -> list[tuple[BatchHeader, memoryview]]:
     client = AIOKafkaClient(
         bootstrap_servers=bootstrap_servers, client_id="processor-log-reader", **security.client_kwargs()
@@ -58,7 +62,7 @@ async def _read(
     try:
         await client.add_topic(tp.topic)
         out: list[tuple[BatchHeader, memoryview]] = []
-        position = 0
+        position = start
         end: int | None = None
         failures = 0
         while end is None or position < end:
@@ -77,7 +81,7 @@ async def _read(
                 continue
             failures = 0
             if end is None:
-                end = high_watermark
+                end = high_watermark if last is None else min(high_watermark, last + 1)
                 position = max(position, log_start)
             got = [
                 (h, b) for h, b in split_batches(records, where=f"fetch of {tp}") if h.last_offset >= position

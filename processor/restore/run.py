@@ -185,8 +185,8 @@ def _count(archive: ArchiveTopic, run: PartitionRun, on_advance: Callable[[int],
     try:
         position = run.position
         while (chunk := stream.next_chunk()) is not None:
-            run.records_run += len(chunk.records)
-            run.bytes_run += chunk.record_bytes
+            run.records_run += len(chunk.decoded())
+            run.bytes_run += chunk.size_bytes
             on_advance(chunk.position - position)
             position = chunk.position
     finally:
@@ -270,6 +270,7 @@ class PreparedRestore:
         else:
             restorer = Restorer(
                 self.producer,
+                request.target,
                 self.archive,
                 request.restore_id,
                 self.source,

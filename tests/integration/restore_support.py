@@ -155,7 +155,7 @@ def archived(env: dict[str, str], topic: str) -> dict[int, list[KafkaRecord]]:
             stream = archive.chunks(p, served.earliest, served.highest + 1)
             records: list[KafkaRecord] = []
             while (chunk := stream.next_chunk()) is not None:
-                records += chunk.records
+                records += chunk.decoded()
             stream.close()
             out[p] = records
     finally:
@@ -183,34 +183,30 @@ def target_size(bootstrap: str, topic: str, partitions: int) -> int:
     return sum(high_watermarks(bootstrap, topic, partitions).values())
 
 
-def kill_at_random_moments(
+def kill_at_a_random_moment(
     args: list[str],
     env: dict[str, str],
-    kills: int,
     rng: random.Random,
     log: Path,
     size: Callable[[], int],
     window_s: float,
-) -> list[str]:
-    """Start the restore ``kills`` times and SIGKILL it at a random moment each time: one time in
-    four (never the first time) anywhere in its first seconds (start-up, fencing, planning), otherwise within
-    ``window_s`` after it started producing (``size()``, the target's size, grows). Returns what
-    each kill hit."""
-    hits: list[str] = []
-    for n in range(kills):
-        baseline = size()
-        with log.open("ab") as out:
-            proc = subprocess.Popen(RUNNER + args, env=env, stdout=out, stderr=subprocess.STDOUT)
-        early = n > 0 and rng.random() < 0.25  # the first kill always lands while records flow
-        if not early:
-            while proc.poll() is None and size() <= baseline:
-                time.sleep(0.02)  # polling a condition (the target growing), not a fixed wait
-        delay = rng.uniform(0, 3.0 if early else window_s)
-        try:
-            proc.wait(timeout=delay)
-            hits.append(f"finished before the kill (exit {proc.returncode})")
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            hits.append(f"killed {delay:.2f} s after {'start' if early else 'producing began'}")
-    return hits
+    may_be_early: bool = True,
+) -> str:
+    """Start the restore and SIGKILL it at a random moment: one time in four (if ``may_be_early``)
+    anywhere in its first seconds (start-up, fencing, planning), otherwise within ``window_s``
+    after it started producing (``size()``, the target's size, grows). Returns what the kill hit."""
+    baseline = size()
+    with log.open("ab") as out:
+        proc = subprocess.Popen(RUNNER + args, env=env, stdout=out, stderr=subprocess.STDOUT)
+    early = may_be_early and rng.random() < 0.25
+    if not early:
+        while proc.poll() is None and size() <= baseline:
+            time.sleep(0.02)  # polling a condition (the target growing), not a fixed wait
+    delay = rng.uniform(0, 3.0 if early else window_s)
+    try:
+        proc.wait(timeout=delay)
+        return f"finished before the kill (exit {proc.returncode})"
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return f"killed {delay:.2f} s after {'start' if early else 'producing began'}"
