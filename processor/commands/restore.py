@@ -121,10 +121,42 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--max-bytes-per-second", type=int, help="rate limit: key + value + header bytes a second")
     p.add_argument("--max-records-per-second", type=int, help="rate limit: records a second")
     p.add_argument(
+        "--producer-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a librdkafka producer setting for the target, e.g. compression.type=zstd (repeatable)",
+    )
+    p.add_argument(
         "--dry-run", action="store_true", help="read and count what would be restored; produce nothing"
     )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=cmd_restore)
+
+
+# What the restore's exactly-once guarantee rests on, or what other options set: not overridable.
+RESERVED_PROPERTIES = (
+    "transactional.id",
+    "enable.idempotence",
+    "acks",
+    "bootstrap.servers",
+    "transaction.timeout.ms",
+)
+
+
+def producer_properties(items: list[str]) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--producer-property {item!r}: expected KEY=VALUE")
+        if key in RESERVED_PROPERTIES or key.startswith(("security.", "sasl.", "ssl.")):
+            raise ConfigError(
+                f"--producer-property {key}: set by the restore itself (transactions, --target-* options)"
+            )
+        out.append((key, value))
+    return tuple(out)
 
 
 def request_from_args(args: argparse.Namespace, default_bootstrap: str) -> RestoreRequest:
@@ -144,6 +176,7 @@ def request_from_args(args: argparse.Namespace, default_bootstrap: str) -> Resto
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     options = RestoreOptions(
+        producer_properties=producer_properties(args.producer_property),
         transaction_records=args.transaction_records,
         transaction_ms=args.transaction_ms,
         max_bytes_per_second=args.max_bytes_per_second,

@@ -68,6 +68,7 @@ class RestoreOptions:
     max_bytes_per_second: int | None = None
     max_records_per_second: int | None = None
     retries: int = 5
+    producer_properties: tuple[tuple[str, str], ...] = ()  # librdkafka settings for the target
 
 
 @dataclass
@@ -155,12 +156,14 @@ class Restorer:
             ByteRateLimiter(options.max_records_per_second) if options.max_records_per_second else None
         )
         self.transactions = 0
+        self.read_backs = 0  # spans whose offsets had to be read back from the target
         self._turn = 0
 
     # -- delivery reports (called from producer.poll / flush on this thread) -------------------------
 
     def _read_back(self, target_partition: int, first: int, last: int) -> list[int]:
         """Our offsets in ``first..last`` of a target partition, from its log (see delivery.py)."""
+        self.read_backs += 1
         tp = TopicPartition(self.source.target_topic, target_partition)
         batches = read_partition_log(self.target.bootstrap_servers, tp, self.target.security, first, last)
         return offsets_in_range(

@@ -81,6 +81,7 @@ class RestoreSummary:
     partitions: list[PartitionSummary]
     seconds: float = 0.0
     transactions: int = 0
+    read_backs: int = 0
     created_topics: list[str] = field(default_factory=list)
 
     @property
@@ -240,7 +241,9 @@ class PreparedRestore:
         progress_partitions = target.partition_count(request.progress_topic)
         if not request.dry_run:
             progress_partitions = target.ensure_progress_topic(request.progress_topic)
-            self.producer = target.transactional_producer(request.transactional_id)
+            self.producer = target.transactional_producer(
+                request.transactional_id, **dict(request.options.producer_properties)
+            )
             try:
                 self.producer.init_transactions(60)  # fences earlier runs: their open transaction aborts
             except KafkaException as exc:
@@ -284,6 +287,7 @@ class PreparedRestore:
                 restorer.run()
             finally:
                 summary.transactions = restorer.transactions
+                summary.read_backs = restorer.read_backs
         keys = self._write_bucket_maps() if self.producer is not None else {}
         for run in self.runs:
             dry = self.producer is None

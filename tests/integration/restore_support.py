@@ -13,6 +13,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ from processor.kafka_clients import ensure_topic, new_admin, new_producer
 from processor.metadata.model import TopicPartition
 from processor.restore.archive import ArchiveTopic
 from processor.restore.log_reader import read_partition_log
+from processor.restore.target import DEFAULT_PROGRESS_TOPIC, TargetCluster
 from processor.restore.transaction_view import Outcome, resolve
 from processor.segment.batch_entries import batch_records
 from processor.segment.record_format import KafkaRecord
@@ -73,6 +75,52 @@ def produce_plain(bootstrap: str, topic: str, count: int, partitions: int, start
     for i in range(start, start + count):
         _produce(producer, topic, i, i % partitions)
     assert producer.flush(60) == 0
+
+
+FOREIGN_KEY = b"foreign-"
+
+
+def is_foreign(record: KafkaRecord) -> bool:
+    """Records someone else wrote into the target (never restored ones: source keys differ)."""
+    return (record.key or b"").startswith(FOREIGN_KEY)
+
+
+def produce_foreign(bootstrap: str, topic: str, count: int, partitions: int) -> None:
+    ensure_topic(new_admin(bootstrap, "t"), topic, partitions, 1, {})
+    producer = new_producer(bootstrap, "restore-test-foreign", **{"linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, b"x" * (i % 50), FOREIGN_KEY + b"%d" % i, partition=i % partitions)
+    assert producer.flush(60) == 0
+
+
+class ForeignWriter:
+    """Another producer writing into the target, a record at a time, while the restore runs."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, per_second: int = 3000) -> None:
+        self._producer = new_producer(bootstrap, "restore-test-concurrent", **{"linger.ms": 0})
+        self._topic, self._partitions, self._pause = topic, partitions, 1 / per_second
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.count = 0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            i = self.count
+            self._producer.produce(
+                self._topic, b"y", FOREIGN_KEY + b"c%d" % i, partition=i % self._partitions
+            )
+            self._producer.poll(0)
+            self.count += 1
+            self._stop.wait(self._pause)  # pacing, not waiting for a condition
+
+    def __enter__(self) -> ForeignWriter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        assert self._producer.flush(60) == 0
 
 
 def produce_transactional(bootstrap: str, topic: str, count: int, partitions: int, per_txn: int = 97) -> None:
@@ -179,8 +227,12 @@ def run_cli(args: list[str], env: dict[str, str], timeout_s: float = 600) -> sub
     return subprocess.run(RUNNER + args, env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
-def target_size(bootstrap: str, topic: str, partitions: int) -> int:
-    return sum(high_watermarks(bootstrap, topic, partitions).values())
+def committed_transactions(bootstrap: str) -> int:
+    """How far the restore progress topic has grown: each committed restore transaction adds
+    records and a marker to it (0 before the topic exists)."""
+    target = TargetCluster(bootstrap)
+    partitions = target.partition_count(DEFAULT_PROGRESS_TOPIC)
+    return sum(high_watermarks(bootstrap, DEFAULT_PROGRESS_TOPIC, partitions).values()) if partitions else 0
 
 
 def kill_at_a_random_moment(
@@ -194,14 +246,15 @@ def kill_at_a_random_moment(
 ) -> str:
     """Start the restore and SIGKILL it at a random moment: one time in four (if ``may_be_early``)
     anywhere in its first seconds (start-up, fencing, planning), otherwise within ``window_s``
-    after it started producing (``size()``, the target's size, grows). Returns what the kill hit."""
+    after its first transaction committed (``size()`` grew): while records flow, almost always
+    inside an open transaction. Returns what the kill hit."""
     baseline = size()
     with log.open("ab") as out:
         proc = subprocess.Popen(RUNNER + args, env=env, stdout=out, stderr=subprocess.STDOUT)
     early = may_be_early and rng.random() < 0.25
     if not early:
         while proc.poll() is None and size() <= baseline:
-            time.sleep(0.02)  # polling a condition (the target growing), not a fixed wait
+            time.sleep(0.02)  # polling a condition (a commit), not a fixed wait
     delay = rng.uniform(0, 3.0 if early else window_s)
     try:
         proc.wait(timeout=delay)
@@ -209,4 +262,4 @@ def kill_at_a_random_moment(
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-        return f"killed {delay:.2f} s after {'start' if early else 'producing began'}"
+        return f"killed {delay:.2f} s after {'start' if early else 'its first commit'}"

@@ -28,16 +28,19 @@ from processor.restore.offset_map import OffsetMap
 from processor.restore.target import DEFAULT_PROGRESS_TOPIC, TargetCluster
 from processor.segment.record_format import KafkaRecord, TimestampType
 from tests.integration.restore_support import (
+    ForeignWriter,
     archive_topics,
     archived,
     committed_target,
+    committed_transactions,
     content,
     high_watermarks,
+    is_foreign,
     kill_at_a_random_moment,
+    produce_foreign,
     produce_plain,
     produce_transactional,
     run_cli,
-    target_size,
 )
 
 pytestmark = pytest.mark.integration
@@ -50,16 +53,20 @@ FOREIGN = 250  # records each target partition holds before the restore
 def check_restored(
     bootstrap: str, source: dict[int, list[KafkaRecord]], to_topic: str, foreign: int
 ) -> tuple[dict[int, list[KafkaRecord]], int]:
-    """Every target partition = its earlier records, then the archive's records, exactly once and
-    in order. Returns the restored records (with their target offsets) by partition, and how many
-    batches of aborted restore transactions the target holds (what the kills left behind)."""
+    """Every target partition holds the archive's records exactly once, in order, among the
+    ``foreign`` records others wrote (before and during the restore). Returns the restored records
+    (with their target offsets) by partition, and how many batches of aborted restore transactions
+    the target holds (what the kills left behind)."""
     out: dict[int, list[KafkaRecord]] = {}
-    aborted = 0
+    aborted = others = 0
     for p, records in source.items():
         got, dropped = committed_target(bootstrap, TopicPartition(to_topic, p))
         aborted += dropped
-        assert len(got) == foreign + len(records), f"partition {p}: {len(got)} records"
-        restored = got[foreign:]
+        restored = [r for r in got if not is_foreign(r)]
+        others += len(got) - len(restored)
+        assert len(restored) == len(records), (
+            f"partition {p}: {len(restored)} records restored of {len(records)}"
+        )
         if content(restored) != content(records):
             first = next(
                 i for i, (a, b) in enumerate(zip(content(restored), content(records), strict=True)) if a != b
@@ -68,6 +75,7 @@ def check_restored(
                 f"partition {p}: record {first} differs: {restored[first]} != {records[first]}"
             )
         out[p] = restored
+    assert others == foreign
     return out, aborted
 
 
@@ -95,7 +103,7 @@ def restore_with_kills(
     hits: list[str] = []
     restored_at_kill: list[int] = []
     for n in range(kills):
-        size = lambda: target_size(stack.bootstrap_servers, to_topic, partitions)  # noqa: E731
+        size = lambda: committed_transactions(stack.bootstrap_servers)  # noqa: E731
         # the first kill always lands while records flow
         hits.append(kill_at_a_random_moment(args, env, rng, log, size, window_s, may_be_early=n > 0))
         restored_at_kill.append(committed_positions(stack.bootstrap_servers, restore_id))
@@ -222,16 +230,20 @@ def chaos(
     txn_source = archived(env, txn)
     assert sum(map(len, source.values())) == records
     # the targets already hold data
-    produce_plain(stack.bootstrap_servers, dst, FOREIGN * PARTITIONS, PARTITIONS, start=10**7)
-    produce_plain(stack.bootstrap_servers, txn_dst, FOREIGN * TXN_PARTITIONS, TXN_PARTITIONS, start=10**7)
+    produce_foreign(stack.bootstrap_servers, dst, FOREIGN * PARTITIONS, PARTITIONS)
+    produce_foreign(stack.bootstrap_servers, txn_dst, FOREIGN * TXN_PARTITIONS, TXN_PARTITIONS)
 
-    # rate-limited so that random kills land in the middle of the run
+    # rate-limited so that random kills land in the middle of the run; small producer batches, so
+    # that the other producer's records land between ours (target offsets are then read back)
     args = ["restore", "--topic", src, "--to-topic", dst, "--transaction-records", "3000"]
-    args += ["--max-records-per-second", str(rate)]
-    outcome = restore_with_kills(
-        stack, env, args, f"{src}.{dst}", dst, PARTITIONS, kills, rng, tmp / "restore.log", window_s=2.0
+    args += ["--max-records-per-second", str(rate), "--producer-property", "batch.size=8192"]
+    with ForeignWriter(stack.bootstrap_servers, dst, PARTITIONS) as writer:
+        outcome = restore_with_kills(
+            stack, env, args, f"{src}.{dst}", dst, PARTITIONS, kills, rng, tmp / "restore.log", window_s=2.0
+        )
+    restored, aborted = check_restored(
+        stack.bootstrap_servers, source, dst, FOREIGN * PARTITIONS + writer.count
     )
-    restored, aborted = check_restored(stack.bootstrap_servers, source, dst, FOREIGN)
     print(f"kills: {outcome['hits']}; records committed at each kill: {outcome['restored_at_kill']}")
     # the first kill lands while records flow: it leaves an open transaction that the next run aborts
     assert aborted > 0 and any(0 < n < records for n in outcome["restored_at_kill"]), outcome
@@ -249,7 +261,7 @@ def chaos(
         tmp / "restore-txn.log",
         window_s=1.0,
     )
-    txn_restored, _ = check_restored(stack.bootstrap_servers, txn_source, txn_dst, FOREIGN)
+    txn_restored, _ = check_restored(stack.bootstrap_servers, txn_source, txn_dst, FOREIGN * TXN_PARTITIONS)
     for summary in (outcome["summary"], txn_outcome["summary"]):  # the final runs copied the maps
         assert all(p["bucket_map"] for p in summary["partitions"])
 
@@ -275,7 +287,7 @@ def chaos(
 
 
 def test_restore_chaos(local_stack: StackInfo, tmp_path: Path) -> None:
-    chaos(local_stack, tmp_path, records=50_000, txn_records=5_000, kills=3, groups=3, seed=1, rate=10_000)
+    chaos(local_stack, tmp_path, records=50_000, txn_records=5_000, kills=3, groups=3, seed=1, rate=6_000)
 
 
 @pytest.mark.slow
@@ -319,3 +331,30 @@ def test_bucket_maps_match_the_progress_topic(local_stack: StackInfo, tmp_path: 
     assert in_bucket == {p: f.offset_map for p, f in progress.items()}
     again = run_cli(["restore", "--topic", src, "--to-topic", dst, "--json"], env)
     assert again.returncode == 0 and json.loads(again.stdout.strip().splitlines()[-1])["records"] == 0
+
+
+def test_restore_while_another_producer_writes_into_the_target(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    """Another producer's records land between the restore's own (tiny producer batches): the spans
+    they split are read back from the target's log, and the offset map stays exact."""
+    src, dst = "busy-src", "busy-dst"
+    produce_plain(local_stack.bootstrap_servers, src, 20_000, 2)
+    env = archive_topics(local_stack, tmp_path, {src: 2}, "__meta_busy", "busy")
+    source = archived(env, src)
+    produce_foreign(local_stack.bootstrap_servers, dst, 10, 2)
+    args = ["restore", "--topic", src, "--to-topic", dst, "--json", "--max-records-per-second", "8000"]
+    args += ["--producer-property", "batch.size=1024", "--producer-property", "linger.ms=0"]
+    with ForeignWriter(local_stack.bootstrap_servers, dst, 2, per_second=4000) as writer:
+        done = run_cli(args, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["read_backs"] > 0
+    restored, _ = check_restored(local_stack.bootstrap_servers, source, dst, 10 + writer.count)
+    target = TargetCluster(local_stack.bootstrap_servers)
+    progress = target.committed_progress(
+        DEFAULT_PROGRESS_TOPIC, target.partition_count(DEFAULT_PROGRESS_TOPIC) or 1, f"{src}.{dst}"
+    )
+    for p, records in source.items():  # every restored record is where the offset map says
+        offset_map = progress[p].offset_map
+        assert [offset_map.target_of(r.offset) for r in records] == [r.offset for r in restored[p]]
