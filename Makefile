@@ -37,6 +37,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check processor tests $(wildcard benchmarks)
 	$(BIN)/ruff format --check processor tests $(wildcard benchmarks)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

@@ -14,10 +14,10 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from benchmarks.offload import PARTITIONS, LoadedTopic, run_worker_offload
 from benchmarks.report import Figure, Report, percentile
-from processor.app import build_follower, build_reader, build_storage
 from processor.config import load_settings
 from processor.devstack import stack
-from processor.follower.metadata_cache import MetadataCache, RawMessage
+from processor.follower.cache_writes import RawMessage
+from processor.follower.metadata_cache import MetadataCache
 from processor.kafka_clients import ensure_topic, new_admin, new_consumer
 from processor.metadata.codec import encode_value, metadata_partition_for, record_key
 from processor.metadata.model import (
@@ -26,6 +26,8 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
+from processor.wiring.follower import build_follower, build_reader
+from processor.wiring.storage import build_storage
 
 MiB = 1024 * 1024
 

@@ -23,6 +23,9 @@ from processor.units import parse_duration_ms, parse_size
 ENV_PREFIX = "PROCESSOR_"
 MiB = 1024 * 1024
 
+RetentionOverride = tuple[str, str, int]  # (topic, "ms" | "bytes", value)
+RETENTION_KINDS = ("ms", "bytes")
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
@@ -75,7 +78,7 @@ class Settings(BaseSettings):
     remote_retention_ms: int = Field(default=-1, ge=-1)  # per topic, from the max record timestamp
     remote_retention_bytes: int = Field(default=-1, ge=-1)  # per partition, finished segments' data
     # per topic: "orders=ms:604800000,payments=bytes:1073741824" (see lifecycle/retention_config.py)
-    remote_retention_overrides: Annotated[tuple[tuple[str, str, int], ...], NoDecode] = ()
+    remote_retention_overrides: Annotated[tuple[RetentionOverride, ...], NoDecode] = ()
     retention_check_ms: int = Field(default=30_000, ge=10)  # interval of the retention pass
     deletion_topic: str = "__remote_segments_to_be_deleted"  # failed deletions, retried from there
     multipart_abort_after_ms: int = Field(default=3_600_000, ge=60_000)  # abandoned multipart uploads
@@ -148,8 +151,6 @@ class Settings(BaseSettings):
     @field_validator("remote_retention_overrides", mode="before")
     @classmethod
     def _parse_retention_overrides(cls, value: Any) -> Any:
-        from processor.lifecycle.retention_config import parse_overrides
-
         return parse_overrides(value) if isinstance(value, str) else value
 
     @field_validator("worker_urls")
@@ -193,6 +194,44 @@ class Settings(BaseSettings):
         if self.block_bytes > self.segment_bytes:
             raise ValueError("PROCESSOR_BLOCK_BYTES must not exceed PROCESSOR_SEGMENT_BYTES")
         return self
+
+
+def parse_overrides(text: str) -> tuple[RetentionOverride, ...]:
+    """Parse ``PROCESSOR_REMOTE_RETENTION_OVERRIDES``: a comma-separated list of ``topic=kind:value``
+    entries, ``kind`` being ``ms`` (time) or ``bytes`` (size per partition), ``value`` an integer
+    >= -1 (-1: unlimited). A topic may appear once per kind::
+
+        orders=ms:604800000,payments=bytes:1073741824,payments=ms:-1
+
+    Raise ValueError naming the entry and what is wrong with it."""
+    out: list[RetentionOverride] = []
+    seen: set[tuple[str, str]] = set()
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        topic, eq, rest = entry.partition("=")
+        kind, colon, value = rest.partition(":")
+        topic, kind, value = topic.strip(), kind.strip(), value.strip()
+        if not eq or not colon:
+            raise ValueError(f"entry {entry!r} is not of the form topic=ms:N or topic=bytes:N")
+        try:
+            validate_topic(topic)
+        except InvalidNameError as exc:
+            raise ValueError(f"entry {entry!r}: {exc}") from None
+        if kind not in RETENTION_KINDS:
+            raise ValueError(f"entry {entry!r}: unknown limit {kind!r} (use 'ms' or 'bytes')")
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"entry {entry!r}: {value!r} is not an integer") from None
+        if number < -1:
+            raise ValueError(f"entry {entry!r}: {number} is below -1 (-1 means unlimited)")
+        if (topic, kind) in seen:
+            raise ValueError(f"entry {entry!r}: topic {topic!r} has more than one '{kind}' override")
+        seen.add((topic, kind))
+        out.append((topic, kind, number))
+    return tuple(out)
 
 
 def _with_units(parse: Callable[[str], int], name: str, value: str) -> int:

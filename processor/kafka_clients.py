@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
 
 from processor.errors import ServiceUnavailableError
@@ -119,10 +120,6 @@ def topic_ids(admin: AdminClient, topics: list[str], timeout_s: float = 10.0) ->
     partition history is told from the old one. Topics that do not exist, or a broker that reports
     no ids (all-zero), are left out.
     """
-    import uuid
-
-    from confluent_kafka import TopicCollection
-
     if not topics:
         return {}
     futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=timeout_s)

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from confluent_kafka import KafkaException
 
@@ -67,17 +68,16 @@ def kafka_probe(list_topics: Callable[[float], object], bootstrap_servers: str) 
     return Probe("kafka", check)
 
 
-class FollowerState:
-    """What the follower probe needs to know; the materializer updates it (see Materializer)."""
+class FollowerProgress(Protocol):
+    """What the follower probe reads of the metadata follower (its ``FollowerState``)."""
 
-    def __init__(self) -> None:
-        self.lag_records: int | None = None  # None: not measured yet
-        self.caught_up_once = False
-        self.progress_at = time.monotonic()
-        self.stopped: str | None = None
+    lag_records: int | None  # None: not measured yet
+    caught_up_once: bool
+    progress_at: float  # time.monotonic() of the last progress
+    stopped: str | None  # why the follower stopped; None while it runs
 
 
-def follower_probe(state: Callable[[], FollowerState]) -> Probe:
+def follower_probe(state: Callable[[], FollowerProgress]) -> Probe:
     def check() -> str | None:
         s = state()
         if s.stopped is not None:

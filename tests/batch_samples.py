@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 
-from processor.segment.record_format import KafkaRecord, TimestampType
+from processor.segment.records import KafkaRecord, TimestampType
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 Rec = tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]  # ts, key, value, headers

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from processor.devstack import stack
-from processor.devstack.fault_proxy import FaultProxy
+from tests.support.fault_proxy import FaultProxy
 
 
 def _testcontainers_stack(tmp: Path) -> Iterator[stack.StackInfo]:

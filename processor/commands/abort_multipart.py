@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import argparse
 
+from processor.config import load_settings
+from processor.errors import ConfigError
+from processor.lifecycle.multipart_sweep import sweep_multipart_uploads
+from processor.lifecycle.worker_tasks import bucket_prefix
+from processor.wiring.storage import build_storage
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("abort-multipart", help="abort abandoned multipart uploads under the prefix")
     p.add_argument(
         "--older-than-ms",
@@ -18,12 +24,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def cmd_abort_multipart(args: argparse.Namespace) -> int:
-    from processor.app import build_storage
-    from processor.config import load_settings
-    from processor.errors import ConfigError
-    from processor.lifecycle.multipart_sweep import sweep_multipart_uploads
-    from processor.lifecycle.worker_tasks import bucket_prefix
-
     settings = load_settings()
     older = settings.multipart_abort_after_ms if args.older_than_ms is None else args.older_than_ms
     if older < 0:

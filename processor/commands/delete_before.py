@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from processor.commands.deletion_context import open_context
+from processor.config import load_settings
 from processor.errors import ConfigError
 from processor.lifecycle.retention_policy import RetentionLimits, plan_retention
 from processor.metadata.codec import metadata_partition_for
@@ -14,7 +16,7 @@ from processor.metadata.model import TopicPartition
 from processor.segment.object_keys import validate_topic
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "delete-before",
         help="delete a partition's remote records below an offset (like Kafka's DeleteRecords)",
@@ -26,9 +28,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def cmd_delete_before(args: argparse.Namespace) -> int:
-    from processor.commands.deletion_context import open_context
-    from processor.config import load_settings
-
     settings = load_settings()
     tp = TopicPartition(validate_topic(args.topic), args.partition)
     if tp.partition < 0 or args.offset < 0:

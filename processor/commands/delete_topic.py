@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from typing import TYPE_CHECKING
 
+from processor.commands.deletion_context import DeletionContext, open_context
+from processor.config import load_settings
 from processor.errors import StorageError
+from processor.kafka_clients import new_admin, partition_counts
 from processor.lifecycle.multipart_sweep import sweep_multipart_uploads
 from processor.lifecycle.retention_policy import DeleteReason
 from processor.metadata.model import (
@@ -27,24 +29,17 @@ from processor.metadata.model import (
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.segment.object_keys import validate_topic
 
-if TYPE_CHECKING:
-    from processor.commands.deletion_context import DeletionContext
-
 log = logging.getLogger(__name__)
 P = PartitionDeleteState
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("delete-topic", help="delete all of a topic's remote data (resumable)")
     p.add_argument("--topic", required=True)
     p.set_defaults(func=cmd_delete_topic)
 
 
 def cmd_delete_topic(args: argparse.Namespace) -> int:
-    from processor.commands.deletion_context import open_context
-    from processor.config import load_settings
-    from processor.kafka_clients import new_admin, partition_counts
-
     settings = load_settings()
     topic = validate_topic(args.topic)
     ctx: DeletionContext = open_context(settings)

@@ -7,19 +7,21 @@ from dataclasses import dataclass
 
 from processor.config import Settings
 from processor.errors import ProcessorError
+from processor.kafka_clients import check_broker, partition_counts
 from processor.lifecycle.deletion_topic import DeletionTopic, MetadataTombstones
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import RemoteLogState
 from processor.metadata.topic_io import DurableProducer, MetadataPublisher, load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.storage.s3 import S3ChunkStorage
+from processor.storage.chunk_storage import ChunkStorage
+from processor.wiring.storage import build_storage
 
 
 @dataclass
 class DeletionContext:
     settings: Settings
-    storage: S3ChunkStorage
+    storage: ChunkStorage
     metadata_partitions: int
     publisher: MetadataPublisher
     producer: DurableProducer
@@ -44,8 +46,6 @@ class DeletionContext:
 
 def open_context(settings: Settings) -> DeletionContext:
     """Raises ServiceUnavailableError (Kafka), StorageError (S3), ProcessorError (nothing offloaded)."""
-    from processor.app import build_storage
-    from processor.kafka_clients import check_broker, partition_counts
 
     admin = check_broker(settings.bootstrap_servers)
     counts = partition_counts(admin, [settings.metadata_topic])

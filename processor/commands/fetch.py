@@ -21,11 +21,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+from processor.commands.progress import progress
+from processor.config import load_settings
 from processor.errors import ConfigError, OffsetNotInRemoteError
 from processor.metadata.model import TopicPartition
 from processor.reader.record_json import record_to_json
 from processor.reader.remote_reader import RemoteReader
-from processor.segment.record_format import KafkaRecord
+from processor.segment.object_keys import validate_topic
+from processor.segment.records import KafkaRecord
+from processor.wiring.read_side import open_read_side
 
 CHUNK_RECORDS = 5000
 PROGRESS_FROM = 10_000  # records asked for before a progress bar is worth showing
@@ -101,7 +105,7 @@ class RawSink:
 
 class ParquetSink:
     def __init__(self, path: Path, topic: str, partition: int) -> None:
-        try:
+        try:  # pyarrow (the spark extra): only when a Parquet file is asked for
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
@@ -162,16 +166,11 @@ def make_sink(args: argparse.Namespace, tp: TopicPartition) -> RecordSink:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from processor.cli import _read_side
-    from processor.commands.progress import progress
-    from processor.config import load_settings
-    from processor.segment.object_keys import validate_topic
-
     if args.max_records < 1:
         raise ConfigError("--max-records must be at least 1")
     settings = load_settings()
     tp = TopicPartition(validate_topic(args.topic), args.partition)
-    side = _read_side(settings, tp.topic, tp.partition)
+    side = open_read_side(settings, tp.topic, tp.partition)
     sink: RecordSink | None = None
     try:
         sink = make_sink(args, tp)
@@ -187,7 +186,10 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_arguments(parser: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "fetch", help="read records back from remote storage (text, JSON lines, raw, Parquet)"
+    )
     parser.add_argument("--topic", required=True)
     parser.add_argument("--partition", type=int, required=True)
     where = parser.add_mutually_exclusive_group(required=True)

@@ -17,11 +17,13 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from processor.config import load_settings
 from processor.errors import ConfigError, ServiceUnavailableError
+from processor.kafka_clients import check_broker, partition_counts
 from processor.segment.object_keys import validate_topic
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("offload", help="roll and copy a topic's open segments now, wait until copied")
     p.add_argument("--topic", required=True)
     p.add_argument("--partition", type=int)
@@ -57,9 +59,6 @@ def _ask(
 
 
 def cmd_offload(args: argparse.Namespace) -> int:
-    from processor.config import load_settings
-    from processor.kafka_clients import check_broker, partition_counts
-
     settings = load_settings()
     topic = validate_topic(args.topic)
     if (args.partition is not None and args.partition < 0) or args.timeout_s <= 0:

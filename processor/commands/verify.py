@@ -21,12 +21,16 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from processor.commands.progress import progress
+from processor.config import load_settings
 from processor.errors import FormatError, ObjectNotFoundError
+from processor.kafka_clients import check_broker, partition_counts
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
-from processor.segment.block_format import iter_blocks
+from processor.segment.blocks import iter_blocks
 from processor.segment.index_format import decode_index
-from processor.segment.object_keys import ObjectKeyFactory
+from processor.segment.object_keys import ObjectKeyFactory, validate_topic
 from processor.storage.chunk_storage import ChunkStorage
+from processor.wiring.read_side import open_read_side
 
 
 @dataclass
@@ -103,15 +107,9 @@ def verify_partition(
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from processor.cli import _read_side
-    from processor.commands.progress import progress
-    from processor.config import load_settings
-    from processor.kafka_clients import check_broker, partition_counts
-    from processor.segment.object_keys import ObjectKeyFactory, validate_topic
-
     settings = load_settings()
     topic = validate_topic(args.topic)
-    side = _read_side(settings, topic, args.partition)
+    side = open_read_side(settings, topic, args.partition)
     report = VerifyReport(topic)
     try:
         cache = side.follower.cache

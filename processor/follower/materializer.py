@@ -21,13 +21,26 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from processor import metrics
 from processor.errors import MetadataTopicError
-from processor.follower.metadata_cache import ApplyResult, MetadataCache, RawMessage
+from processor.follower.cache_writes import ApplyResult, RawMessage
+from processor.follower.metadata_cache import MetadataCache
+from processor.metadata.model import TopicPartition
 from processor.metadata.read_to_end import EndSnapshot
-from processor.probes import FollowerState
+from processor.metadata.remote_log_state import PartitionRemoteState
 
 log = logging.getLogger(__name__)
 
 LAG_INTERVAL_S = 2.0
+
+
+class FollowerState:
+    """Lag and progress of the follower, updated by the materializer and read by the readiness probe
+    (processor/probes.py ``FollowerProgress``)."""
+
+    def __init__(self) -> None:
+        self.lag_records: int | None = None  # None: not measured yet
+        self.caught_up_once = False
+        self.progress_at = time.monotonic()
+        self.stopped: str | None = None
 
 
 @dataclass
@@ -54,7 +67,6 @@ class Materializer:
         self.batch_size = batch_size
         self.stats = MaterializerStats()
         self._consumer_factory = consumer_factory
-        self._consumer: Consumer | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
@@ -184,6 +196,10 @@ class Materializer:
             if self.failure is not None or time.monotonic() > deadline or self._stop.wait(0.005):
                 return False
         return True
+
+    def remote_state(self, tp: TopicPartition) -> PartitionRemoteState:
+        """A partition's remote state from the cache (the leader's ``CachedRemoteState`` port)."""
+        return self.cache.remote_state(tp)
 
     # -- as a background service of the worker ----------------------------------------------------
 

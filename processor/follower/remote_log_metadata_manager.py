@@ -1,8 +1,9 @@
 """The RemoteLogMetadataManager API (KIP-405) over the follower's cache.
 
-Writes go to the metadata topic (the single source of truth); reads come from the local cache, which
-the materializer keeps up to date. Lookups by offset or time return only COPY_SEGMENT_FINISHED
-segments; listings return every segment not yet DELETE_SEGMENT_FINISHED.
+Reads come from the local cache, which the materializer keeps up to date; writes go to the metadata
+topic (the single source of truth) through the leader's and the lifecycle's publishers, not here.
+Lookups by offset or time return only COPY_SEGMENT_FINISHED segments; listings return every segment
+not yet DELETE_SEGMENT_FINISHED.
 """
 
 from __future__ import annotations
@@ -10,24 +11,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
-from processor.errors import ProcessorError
 from processor.follower.metadata_cache import MetadataCache
-from processor.metadata.model import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, TopicPartition
-from processor.metadata.sink import MetadataSink
+from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 
 
 class RemoteLogMetadataManager:
-    def __init__(self, cache: MetadataCache, publisher: MetadataSink | None = None) -> None:
+    def __init__(self, cache: MetadataCache) -> None:
         self.cache = cache
-        self.publisher = publisher
-
-    def put_remote_log_segment_metadata(
-        self, metadata: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate
-    ) -> int:
-        """Publish a segment's metadata; returns its offset on the metadata topic."""
-        if self.publisher is None:
-            raise ProcessorError("this metadata manager is read-only (no publisher)")
-        return self.publisher.publish(metadata)
 
     def remote_log_segment_metadata(self, tp: TopicPartition, offset: int) -> RemoteLogSegmentMetadata | None:
         """The finished segment of ``tp`` that contains ``offset``."""

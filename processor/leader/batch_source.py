@@ -3,7 +3,7 @@
 It fetches the partitions this worker leads as whole record batches with aiokafka's low-level
 client (``AIOKafkaClient.send(node_id, FetchRequest(...))``; no hand-written wire protocol) and
 hands each partition's batches, as the broker returned them, to a callback. No record is decoded:
-batches are split by their 61-byte headers (``batch_entries.split_batches``).
+batches are split by their 61-byte headers (``entries_v2.split_batches``).
 
 What a consumer's fetcher handles is handled here:
 - several fetches in flight: ``fetch_concurrency`` tasks each take the ready partitions of one
@@ -48,7 +48,7 @@ from processor.errors import ConfigError
 from processor.health import HEALTH
 from processor.leader.read_committed import committed
 from processor.metadata.model import TopicPartition
-from processor.segment.batch_entries import BatchHeader, split_batches
+from processor.segment.entries_v2 import BatchHeader, split_batches
 
 log = logging.getLogger(__name__)
 

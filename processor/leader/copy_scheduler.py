@@ -36,7 +36,7 @@ from processor.health import HEALTH
 from processor.leader.offload_buffer import OffloadBuffer
 from processor.leader.segment_copier import CopyCancelledError, SegmentCopier
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
-from processor.segment.block_format import SealedSegment
+from processor.segment.sealed_segment import SealedSegment
 from processor.segment.segment_assembler import compress_segment
 
 log = logging.getLogger(__name__)

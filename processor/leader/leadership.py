@@ -20,8 +20,8 @@ import threading
 from collections.abc import Iterable
 
 from processor.errors import ProcessorError
-from processor.follower.metadata_cache import ApplyResult
 from processor.leader.offload_engine import OffloadEngine
+from processor.leader.ports import AppliedBatch
 from processor.leader.resume import ResumePlanner
 from processor.metadata.model import TopicPartition
 
@@ -63,7 +63,7 @@ class Leadership:
             len(leaving),
         )
 
-    def on_metadata(self, result: ApplyResult) -> None:
+    def on_metadata(self, result: AppliedBatch) -> None:
         """Follower callback (its thread; must not block): revoke partitions a newer epoch wrote to."""
         with self._lock:
             stale = sorted(

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from processor.errors import FormatError
-from processor.segment.batch_entries import BatchHeader
+from processor.segment.entries_v2 import BatchHeader
 
 _CONTROL_KEY = struct.Struct(">hh")  # version, type (0 abort, 1 commit)
 ABORT = 0

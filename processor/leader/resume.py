@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from processor.follower.materializer import Materializer
+from processor.leader.ports import CachedRemoteState
 from processor.metadata.codec import metadata_partition_for
 from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
@@ -39,14 +39,14 @@ class ResumePlanner:
         metadata_partitions: int,
         load_from_topic: MetadataLoader,
         topic_id_source: TopicIdSource,
-        materializer: Materializer | None = None,
+        follower: CachedRemoteState | None = None,
         catch_up_timeout_s: float = 10.0,
     ) -> None:
         self.worker_id = worker_id
         self.metadata_partitions = metadata_partitions
         self._load_from_topic = load_from_topic
         self._topic_id_source = topic_id_source
-        self.materializer = materializer
+        self.follower = follower
         self._catch_up_timeout_s = catch_up_timeout_s
         self.topic_ids: dict[str, str] = {}  # shared with the copier, which names objects by it
         self._prepared: dict[TopicPartition, PartitionRemoteState] = {}
@@ -70,14 +70,14 @@ class ResumePlanner:
 
     def _states(self, tps: list[TopicPartition]) -> dict[TopicPartition, PartitionRemoteState]:
         parts = sorted({metadata_partition_for(tp, self.metadata_partitions) for tp in tps})
-        m = self.materializer
-        follows_topics = m is not None and (
-            m.source_topics is None or {tp.topic for tp in tps} <= set(m.source_topics)
+        f = self.follower
+        follows_topics = f is not None and (
+            f.source_topics is None or {tp.topic for tp in tps} <= set(f.source_topics)
         )
-        if m is not None and follows_topics and m.wait_caught_up(parts, self._catch_up_timeout_s):
+        if f is not None and follows_topics and f.wait_caught_up(parts, self._catch_up_timeout_s):
             self.resumed_from_cache += len(tps)
             log.info("resuming %d partitions from the follower cache", len(tps))
-            return {tp: m.cache.remote_state(tp) for tp in tps}
+            return {tp: f.remote_state(tp) for tp in tps}
         self.resumed_from_topic += len(tps)
         log.info("resuming %d partitions from the metadata topic (metadata partitions %s)", len(tps), parts)
         return self._load_from_topic(tps)

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Mapping
 
 from processor.errors import ProcessorError
+from processor.leader.ports import AcceptedByFollower, NewestEpoch
 from processor.logs import segment_fields
 from processor.metadata.model import (
     RemoteLogSegmentId,
@@ -28,9 +29,9 @@ from processor.metadata.model import (
     TopicPartition,
 )
 from processor.metadata.sink import MetadataSink
-from processor.segment.block_format import SealedSegment
 from processor.segment.index_format import encode_index, index_crc
 from processor.segment.object_keys import ObjectKeyFactory
+from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import ChunkStorage
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,8 @@ class SegmentCopier:
         writer_id: str,
         clock_ms: Callable[[], int] = _now_ms,
         topic_ids: Mapping[str, str] | None = None,
-        newest_epoch: Callable[[TopicPartition], int] | None = None,
-        accepted: Callable[[RemoteLogSegmentMetadata, int], bool] | None = None,
+        newest_epoch: NewestEpoch | None = None,
+        accepted: AcceptedByFollower | None = None,
     ) -> None:
         self.storage = storage
         self.sink = sink

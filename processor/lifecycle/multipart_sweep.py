@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Protocol
 
-from processor.storage.s3 import MultipartUpload
+from processor.storage.chunk_storage import MultipartUpload
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,8 @@ SWEEP_INTERVAL_S = 600.0
 
 
 class MultipartStore(Protocol):
+    """The part of the ChunkStorage contract the sweep uses."""
+
     def list_multipart_uploads(self, prefix: str) -> list[MultipartUpload]: ...
 
     def abort_multipart_upload(self, key: str, upload_id: str) -> None: ...

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from processor.errors import ProcessorError
-from processor.follower.metadata_cache import MetadataCache
 from processor.health import HEALTH
 from processor.lifecycle.deletion_topic import DeletionTopic
 from processor.lifecycle.retention_config import RetentionConfig
@@ -41,10 +40,16 @@ class SegmentView(Protocol):
     def state(self, tp: TopicPartition) -> PartitionRemoteState: ...
 
 
+class RemoteStateSource(Protocol):
+    """The follower cache (processor/follower/metadata_cache.py), as the retention pass reads it."""
+
+    def remote_state(self, tp: TopicPartition) -> PartitionRemoteState: ...
+
+
 class CacheView:
     """The follower cache's view (the worker's own RocksDB materialization of the metadata topic)."""
 
-    def __init__(self, cache: MetadataCache) -> None:
+    def __init__(self, cache: RemoteStateSource) -> None:
         self.cache = cache
 
     def state(self, tp: TopicPartition) -> PartitionRemoteState:

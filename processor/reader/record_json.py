@@ -6,7 +6,7 @@ import base64
 from typing import Any
 
 from processor.metadata.model import RemoteLogSegmentMetadata
-from processor.segment.record_format import KafkaRecord
+from processor.segment.records import KafkaRecord
 
 
 def _b64(value: bytes | None) -> str | None:

@@ -29,10 +29,10 @@ from processor.errors import (
 )
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.reader.segment_blocks import check_block_matches_index
-from processor.segment.block_format import decode_block
+from processor.segment.blocks import decode_block
 from processor.segment.index_format import SegmentIndex, decode_index
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.segment.record_format import KafkaRecord
+from processor.segment.records import KafkaRecord
 from processor.storage.chunk_storage import ChunkStorage
 
 DEFAULT_MAX_RECORDS = 500

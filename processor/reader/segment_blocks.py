@@ -22,10 +22,11 @@ from processor.errors import (
 )
 from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.segment.block_columns import RecordColumns, decode_block_columns
-from processor.segment.block_format import BlockInfo, decode_block, decode_block_header
+from processor.segment.block_header import BlockInfo
+from processor.segment.blocks import decode_block, decode_block_header
 from processor.segment.index_format import SegmentIndex, decode_index
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.segment.record_format import KafkaRecord
+from processor.segment.records import KafkaRecord
 from processor.storage.chunk_storage import ChunkStorage
 
 T = TypeVar("T")

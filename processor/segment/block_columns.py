@@ -1,6 +1,6 @@
 """Blocks decoded column by column, for bulk readers (Spark): no ``KafkaRecord`` per record.
 
-``decode_block_columns`` returns the same rows as ``block_format.decode_block`` (same checks, same
+``decode_block_columns`` returns the same rows as ``blocks.decode_block`` (same checks, same
 errors: header CRC, payload CRC, zstd payload, entry framing and count, first/last ids, and each
 record batch's CRC-32C before any of its rows is returned), as parallel lists:
 
@@ -27,14 +27,10 @@ from dataclasses import dataclass, field
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from processor.errors import FormatError
-from processor.segment.block_format import (
-    BLOCK_FORMAT_V1,
-    block_batches,
-    block_payload,
-    decode_block,
-    decode_block_header,
-)
-from processor.segment.record_format import Header, KafkaRecord, TimestampType
+from processor.segment.block_header import BLOCK_FORMAT_V1
+from processor.segment.blocks import block_payload, decode_block, decode_block_header
+from processor.segment.blocks_v2 import block_batches
+from processor.segment.records import Header, KafkaRecord, TimestampType
 
 _ROW = operator.attrgetter("offset", "timestamp", "key", "value", "headers")
 _CREATE_TIME = int(TimestampType.CREATE_TIME)

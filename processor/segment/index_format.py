@@ -47,7 +47,7 @@ import zlib
 from dataclasses import dataclass
 
 from processor.errors import FormatError
-from processor.segment.block_format import BLOCK_HEADER_LEN, BlockInfo
+from processor.segment.block_header import BLOCK_HEADER_LEN, BlockInfo
 
 INDEX_MAGIC = 0x3D1FB0BC
 INDEX_FORMAT_VERSION = 1

@@ -26,8 +26,8 @@ import pyarrow.compute as pc
 
 from processor.reader.segment_blocks import read_block_range_columns
 from processor.segment.block_columns import RecordColumns
-from processor.segment.block_format import BlockInfo
-from processor.segment.record_format import Header, KafkaRecord
+from processor.segment.block_header import BlockInfo
+from processor.segment.records import Header, KafkaRecord
 from processor.storage.chunk_storage import ChunkStorage
 
 SCHEMA_DDL = (

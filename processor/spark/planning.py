@@ -17,7 +17,7 @@ from processor.errors import ProcessorError
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.metadata.topic_io import load_remote_state
 from processor.reader.segment_blocks import read_block_range, read_segment_index
-from processor.segment.block_format import BlockInfo
+from processor.segment.block_header import BlockInfo
 from processor.segment.index_format import SegmentIndex
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.options import EARLIEST, LATEST, Connection, OffsetSpec, RecordOptions

@@ -9,14 +9,21 @@ one to one. Only the implementations (``s3.py``, ``filesystem.py``) import an SD
 Errors: ``ObjectNotFoundError`` (missing), ``ObjectExistsError`` (conditional create lost),
 ``InvalidRangeError`` (read outside the object), ``StorageError`` (anything else; ``retriable``).
 ``delete`` of a missing object is not an error (deletes are idempotent, as in Kafka's RSM).
+
+Multipart uploads that a crash left behind (stored, billed, part of no object) are listed and aborted
+through the contract too (``list_multipart_uploads``, ``abort_multipart_upload``); a backend that
+writes each chunk in one step has none to list.
 """
 
 from __future__ import annotations
 
 import abc
+import builtins
 import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+from processor.errors import ObjectNotFoundError
 
 Buffer = bytes | bytearray | memoryview
 
@@ -25,6 +32,15 @@ Buffer = bytes | bytearray | memoryview
 class ChunkInfo:
     key: str
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class MultipartUpload:
+    """An upload that was started and neither completed nor aborted."""
+
+    key: str
+    upload_id: str
+    initiated_ms: int
 
 
 class ChunkStorage(abc.ABC):
@@ -55,6 +71,19 @@ class ChunkStorage(abc.ABC):
     def list(self, prefix: str) -> Iterator[ChunkInfo]:
         """Chunks whose key starts with ``prefix``, in key order."""
 
+    @abc.abstractmethod
+    def list_multipart_uploads(self, prefix: str) -> builtins.list[MultipartUpload]:
+        """Multipart uploads under ``prefix`` that were started and neither completed nor aborted."""
+
+    @abc.abstractmethod
+    def abort_multipart_upload(self, key: str, upload_id: str) -> None:
+        """Abort one multipart upload; one that is already gone is not an error."""
+
+    @abc.abstractmethod
+    def check_bucket(self) -> None:
+        """Fail fast with a clear StorageError when the store (bucket, root directory) cannot be
+        reached or used."""
+
     def concat(self, target: str, sources: Sequence[str]) -> ChunkInfo:
         """Create ``target`` as the concatenation of existing chunks (optional, see supports_concat)."""
         raise NotImplementedError(f"{type(self).__name__} does not support concat")
@@ -62,8 +91,6 @@ class ChunkStorage(abc.ABC):
     def read_all(self, key: str) -> bytes:
         info = self.stat(key)
         if info is None:
-            from processor.errors import ObjectNotFoundError
-
             raise ObjectNotFoundError(key)
         return self.read(key, 0, info.size) if info.size else b""
 

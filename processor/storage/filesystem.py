@@ -1,7 +1,12 @@
-"""ChunkStorage on a local directory (tests, single-node setups, NFS)."""
+"""ChunkStorage on a local directory (tests, single-node setups, NFS).
+
+A chunk is written whole to a temporary file and linked into place, so there are no multipart
+uploads: none to list, none to abort.
+"""
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import tempfile
@@ -15,7 +20,7 @@ from processor.errors import (
     ObjectNotFoundError,
     StorageError,
 )
-from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage
+from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage, MultipartUpload
 
 
 class FilesystemChunkStorage(ChunkStorage):
@@ -94,3 +99,13 @@ class FilesystemChunkStorage(ChunkStorage):
     def concat(self, target: str, sources: Sequence[str]) -> ChunkInfo:
         contents = [self.read_all(s) for s in sources]
         return self.create(target, contents)
+
+    def list_multipart_uploads(self, prefix: str) -> builtins.list[MultipartUpload]:
+        return []
+
+    def abort_multipart_upload(self, key: str, upload_id: str) -> None:
+        self._path(key)  # a bad key is still bad input; there is never an upload to abort
+
+    def check_bucket(self) -> None:
+        if not self.root.is_dir() or not os.access(self.root, os.W_OK):
+            raise StorageError(f"storage root {self.root} is not a writable directory")

@@ -15,11 +15,12 @@ bounds the long-run rate at ``rate`` bytes/s plus one burst, whatever the object
 
 from __future__ import annotations
 
+import builtins
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage
+from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage, MultipartUpload
 
 
 class ByteRateLimiter:
@@ -88,6 +89,15 @@ class RateLimitedChunkStorage(ChunkStorage):
 
     def concat(self, target: str, sources: Sequence[str]) -> ChunkInfo:
         return self.inner.concat(target, sources)
+
+    def list_multipart_uploads(self, prefix: str) -> builtins.list[MultipartUpload]:
+        return self.inner.list_multipart_uploads(prefix)
+
+    def abort_multipart_upload(self, key: str, upload_id: str) -> None:
+        self.inner.abort_multipart_upload(key, upload_id)
+
+    def check_bucket(self) -> None:
+        self.inner.check_bucket()
 
     def close(self) -> None:
         self.inner.close()

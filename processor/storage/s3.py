@@ -34,7 +34,14 @@ from botocore.exceptions import (
 
 from processor import metrics
 from processor.errors import InvalidRangeError, ObjectExistsError, ObjectNotFoundError, StorageError
-from processor.storage.chunk_storage import Buffer, ChainedReader, ChunkInfo, ChunkStorage, split_parts
+from processor.storage.chunk_storage import (
+    Buffer,
+    ChainedReader,
+    ChunkInfo,
+    ChunkStorage,
+    MultipartUpload,
+    split_parts,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -43,13 +50,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MIN_PART_SIZE = 5 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class MultipartUpload:
-    key: str
-    upload_id: str
-    initiated_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +63,9 @@ class S3Options:
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 60.0
     max_attempts: int = 5
+    # None: the standard AWS credential chain (environment, profile, instance role)
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
 
 
 def _count_requests(client: Any) -> None:
@@ -194,6 +197,8 @@ class S3ChunkStorage(ChunkStorage):
             "s3",
             endpoint_url=options.endpoint_url,
             region_name=options.region,
+            aws_access_key_id=options.access_key_id,
+            aws_secret_access_key=options.secret_access_key,
             config=Config(
                 max_pool_connections=options.max_concurrency + 4,
                 connect_timeout=options.connect_timeout_s,
@@ -440,7 +445,9 @@ class S3ChunkStorage(ChunkStorage):
                 f"S3 endpoint {self.options.endpoint_url or '(AWS default)'} is unreachable: {exc}"
             ) from exc
 
-    def ensure_bucket(self) -> None:
+    def create_bucket(self) -> None:
+        """Create the bucket unless it exists (the embedded dev stack; production buckets are
+        provisioned by their operators)."""
         try:
             self._client.head_bucket(Bucket=self.bucket)
         except ClientError:
@@ -448,6 +455,8 @@ class S3ChunkStorage(ChunkStorage):
                 self._client.create_bucket(Bucket=self.bucket)
             except (ClientError, BotoCoreError) as exc:
                 raise self._fail("create bucket", "", exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("head bucket", "", exc) from exc
 
     def close(self) -> None:
         self._parts_pool.shutdown(wait=False, cancel_futures=True)

@@ -1,8 +1,9 @@
-"""The handlers of :mod:`processor.web.handlers` mounted on a web server.
+"""The handlers of :mod:`processor.web.handlers` mounted on a bare aiohttp application.
 
-- :func:`register_faust_views`: on the worker's Faust app (Faust owns the worker's web server).
-- :func:`follower_web_app`: a bare aiohttp application for ``processor follower``, which runs no
-  Faust app (it holds no leadership). aiohttp is what Faust's web server uses underneath.
+- :func:`follower_web_app`: for ``processor follower``, which runs no Faust app (it holds no
+  leadership). aiohttp is what Faust's web server uses underneath.
+- On the worker, Faust owns the web server: the same handlers are registered as Faust views by the
+  composition root (processor/wiring/faust_views.py), the only package that knows Faust.
 
 Blocking work (RocksDB lookups, S3 reads) runs in the default executor, never on the event loop, so
 ``/livez`` keeps answering while a read waits on S3.
@@ -14,7 +15,6 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import faust
 from aiohttp import web
 
 from processor.reader.remote_reader import RemoteReader
@@ -22,53 +22,6 @@ from processor.web import handlers
 from processor.web.handlers import FailureCheck, Reply
 
 ExtraStatus = Callable[[], Mapping[str, Any]]
-
-
-def _faust_response(view: Any, reply: Reply) -> Any:
-    if isinstance(reply.body, bytes):
-        return view.bytes(
-            reply.body, content_type=reply.content_type, status=reply.status, headers=reply.headers
-        )
-    return view.json(reply.body, status=reply.status, headers=reply.headers or None)
-
-
-def register_faust_views(
-    app: faust.App,
-    checks: Mapping[str, FailureCheck],
-    extra: ExtraStatus | None = None,
-    reader: RemoteReader | None = None,
-    token: str | None = None,
-) -> None:
-    @app.page("/livez")
-    async def livez_view(view: Any, request: Any) -> Any:
-        return _faust_response(view, handlers.livez())
-
-    async def ready(view: Any, request: Any) -> Any:
-        return _faust_response(view, handlers.readyz(checks, extra() if extra else None))
-
-    app.page("/readyz")(ready)
-    app.page("/healthz")(ready)
-
-    @app.page("/metrics")
-    async def metrics_view(view: Any, request: Any) -> Any:
-        return _faust_response(view, handlers.metrics_reply())
-
-    if reader is None:
-        return
-
-    def guarded(handler: Callable[[RemoteReader, Mapping[str, str]], Reply]) -> Any:
-        async def page(view: Any, request: Any) -> Any:
-            denied = handlers.authorized(token, request.headers)
-            if denied is not None:
-                return _faust_response(view, denied)
-            query = dict(request.query)
-            reply = await asyncio.get_running_loop().run_in_executor(None, handler, reader, query)
-            return _faust_response(view, reply)
-
-        return page
-
-    app.page("/segments")(guarded(handlers.segments))
-    app.page("/fetch")(guarded(handlers.fetch))
 
 
 def _aiohttp_response(reply: Reply) -> web.Response:

@@ -118,3 +118,21 @@ def test_filesystem_keys_cannot_escape_the_root(tmp_path: Path) -> None:
     for bad in ["../x", "a/../../x", "/etc/passwd", "a//b", ""]:
         with pytest.raises(InvalidNameError):
             s.create(bad, [b"x"])
+
+
+def test_the_store_checks_usable(storage: ChunkStorage) -> None:
+    storage.check_bucket()  # raises StorageError when unreachable or unusable
+
+
+def test_multipart_uploads_are_listed_and_aborted(storage: ChunkStorage) -> None:
+    base = key()
+    assert storage.list_multipart_uploads(base + "/") == []
+    storage.abort_multipart_upload(f"{base}/x", "no-such-upload")  # already gone: not an error
+    if not isinstance(storage, S3ChunkStorage):
+        return  # a backend that writes each chunk in one step never has an upload to list
+    started = storage.client.create_multipart_upload(Bucket=storage.bucket, Key=f"{base}/x")["UploadId"]
+    listed = storage.list_multipart_uploads(base + "/")
+    assert [(u.key, u.upload_id) for u in listed] == [(f"{base}/x", started)]
+    assert listed[0].initiated_ms > 0
+    storage.abort_multipart_upload(f"{base}/x", started)
+    assert storage.list_multipart_uploads(base + "/") == []

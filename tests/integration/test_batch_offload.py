@@ -21,9 +21,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTP
 
-from processor.app import build_follower, build_reader, build_storage
+from processor.commands.demo import wait_offloaded
 from processor.config import load_settings
-from processor.demo import wait_offloaded
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
@@ -31,8 +30,10 @@ from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import load_remote_state
 from processor.reader.remote_reader import RemoteReader
-from processor.segment.block_format import decode_block_header
-from processor.segment.record_format import KafkaRecord, TimestampType
+from processor.segment.blocks import decode_block_header
+from processor.segment.records import KafkaRecord, TimestampType
+from processor.wiring.follower import build_follower, build_reader
+from processor.wiring.storage import build_storage
 from tests.integration.worker_process import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.integration

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from processor import metrics
-from processor.app import build_engine, build_storage
 from processor.config import load_settings
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.model import TopicPartition
 from processor.metadata.topic_io import ensure_metadata_topic
+from processor.wiring.leader import build_engine
+from processor.wiring.storage import build_storage
 from tests.integration.worker_process import wait_engine_offloaded
 
 pytestmark = pytest.mark.integration

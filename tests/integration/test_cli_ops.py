@@ -16,7 +16,7 @@ import boto3
 import pytest
 
 from processor import __version__
-from processor.demo import wait_offloaded
+from processor.commands.demo import wait_offloaded
 from processor.devstack.sample_data import SampleRecord, produce_samples
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from processor import metrics
-from processor.app import remote_state_loader
 from processor.config import load_settings
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
@@ -21,11 +20,12 @@ from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic, load_remote_state
-from processor.segment.block_format import SegmentBuilder
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import Buffer, ChunkInfo
 from processor.storage.filesystem import FilesystemChunkStorage
+from processor.wiring.resume import remote_state_loader
 from tests.integration.worker_process import wait_engine_offloaded
+from tests.support.segment_v1_writer import SegmentBuilder
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from processor.devstack.fault_proxy import FaultProxy, FaultRule
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.model import PartitionDeleteState, TopicPartition
@@ -22,6 +21,7 @@ from processor.metadata.topic_io import load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
 from tests.integration.lifecycle_support import produce, run_cli, storage_for, view, wait_for
 from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.fault_proxy import FaultProxy, FaultRule
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
 
 from processor.devstack import stack
-from processor.devstack.fault_proxy import FaultProxy, FaultRule, error_rule, request_kind, slowdown_rule
+from tests.support.fault_proxy import FaultProxy, FaultRule, error_rule, request_kind, slowdown_rule
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

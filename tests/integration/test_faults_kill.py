@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.demo import wait_offloaded
+from processor.commands.demo import wait_offloaded
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from tests.integration.invariants import (

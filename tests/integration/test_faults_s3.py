@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from processor.demo import wait_offloaded
-from processor.devstack.fault_proxy import FaultProxy, FaultRule, error_rule, slowdown_rule
+from processor.commands.demo import wait_offloaded
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from tests.integration.invariants import check_invariants, expected_ends, running_worker, wait_for_log
 from tests.integration.worker_process import worker_env
+from tests.support.fault_proxy import FaultProxy, FaultRule, error_rule, slowdown_rule
 
 pytestmark = pytest.mark.integration
 

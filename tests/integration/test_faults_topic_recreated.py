@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from processor.app import build_follower, build_reader, build_storage
+from processor.commands.demo import wait_offloaded
 from processor.config import load_settings
-from processor.demo import wait_offloaded
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin, partition_counts, topic_ids
 from processor.metadata.model import TopicPartition
 from processor.metadata.topic_io import load_remote_state
+from processor.wiring.follower import build_follower, build_reader
+from processor.wiring.storage import build_storage
 from tests.integration.invariants import running_worker
 from tests.integration.worker_process import worker_env
 

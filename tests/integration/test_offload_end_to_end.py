@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from processor.demo import wait_offloaded
+from processor.commands.demo import wait_offloaded
 from processor.devstack.sample_data import SampleRecord, produce_samples
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import load_remote_state
-from processor.segment.block_format import iter_blocks
+from processor.segment.blocks import iter_blocks
 from processor.segment.index_format import decode_index, index_crc
-from processor.segment.record_format import TimestampType
+from processor.segment.records import TimestampType
 from processor.storage.s3 import S3ChunkStorage, S3Options
 from tests.integration.worker_process import WorkerProcess, worker_env
 

@@ -18,9 +18,8 @@ from typing import Any
 import boto3
 import pytest
 
-from processor.app import build_follower, build_reader, build_storage
+from processor.commands.demo import wait_offloaded
 from processor.config import Settings, load_settings
-from processor.demo import wait_offloaded
 from processor.devstack.sample_data import SampleRecord, produce_samples
 from processor.devstack.stack import StackInfo
 from processor.errors import CorruptObjectError, OffsetNotInRemoteError
@@ -28,6 +27,8 @@ from processor.kafka_clients import ensure_topic, new_admin, new_producer
 from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.topic_io import ensure_metadata_topic
 from processor.reader.remote_reader import RemoteReader
+from processor.wiring.follower import build_follower, build_reader
+from processor.wiring.storage import build_storage
 from tests.integration.worker_process import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from processor.devstack.fault_proxy import FaultProxy, error_rule
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from processor.lifecycle.deletion_topic import DeletionTopic
@@ -17,6 +16,7 @@ from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import DurableProducer
 from tests.integration.lifecycle_support import produce, view, wait_for
 from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.fault_proxy import FaultProxy, error_rule
 
 pytestmark = pytest.mark.integration
 

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from processor.devstack.fault_proxy import FaultProxy, FaultRule, error_rule, slowdown_rule
 from processor.devstack.stack import StackInfo
 from processor.errors import ObjectExistsError, StorageError
 from processor.storage.s3 import MIN_PART_SIZE, S3ChunkStorage, S3Options
+from tests.support.fault_proxy import FaultProxy, FaultRule, error_rule, slowdown_rule
 
 pytestmark = pytest.mark.integration
 

@@ -11,18 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from processor.app import build_storage
 from processor.config import load_settings
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin, new_producer
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic
-from processor.segment.block_format import BLOCK_HEADER_LEN, SegmentBuilder
+from processor.segment.block_header import BLOCK_HEADER_LEN
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.audit import AuditOptions, run_audit
 from processor.spark.options import Connection
+from processor.wiring.storage import build_storage
 from tests.spark.conftest import META
+from tests.support.segment_v1_writer import SegmentBuilder
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -14,9 +14,9 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
-from processor.segment.block_format import BlockInfo
+from processor.segment.block_header import BlockInfo
 from processor.segment.index_format import SegmentIndex
-from processor.segment.record_format import KafkaRecord, TimestampType
+from processor.segment.records import KafkaRecord, TimestampType
 from processor.spark.arrow_records import ARROW_SCHEMA, records_to_batch
 from processor.spark.audit_rules import PartitionAudit, audit_partition
 from processor.spark.options import record_options

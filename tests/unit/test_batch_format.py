@@ -11,22 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
-from processor.segment.batch_entries import parse_batch_header, split_batches
-from processor.segment.block_format import (
-    BLOCK_FORMAT_V2,
-    BLOCK_HEADER_LEN,
-    CODEC_NONE,
-    CODEC_ZSTD,
-    SealedSegment,
-    SegmentBuilder,
-    decode_block,
-    decode_block_header,
-    iter_blocks,
-)
+from processor.segment.block_header import BLOCK_FORMAT_V2, BLOCK_HEADER_LEN, CODEC_NONE, CODEC_ZSTD
+from processor.segment.blocks import decode_block, decode_block_header, iter_blocks
+from processor.segment.entries_v2 import parse_batch_header, split_batches
 from processor.segment.index_format import decode_index, encode_index
-from processor.segment.record_format import KafkaRecord
+from processor.segment.records import KafkaRecord
+from processor.segment.sealed_segment import SealedSegment
 from processor.segment.segment_assembler import SegmentAssembler, compress_segment
 from tests.batch_samples import CODECS, Rec, expected_records, make_batch
+from tests.support.segment_v1_writer import SegmentBuilder
 
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=300))
 header_st = st.lists(st.tuples(st.text(max_size=6), maybe_bytes), max_size=3)
@@ -220,11 +213,12 @@ def test_an_entry_that_does_not_frame_its_batch_is_caught() -> None:
     struct.pack_into(">q", block, BLOCK_HEADER_LEN + 4, 5)  # entry_id no longer the base offset
     import zlib
 
-    from processor.segment.block_format import BlockHeader, encode_block_header
+    from processor.segment.block_header import BlockHeader
+    from processor.segment.blocks_v2 import encode_header_v2
 
     h = decode_block_header(block)
     crc = zlib.crc32(block[BLOCK_HEADER_LEN:])
-    block[:BLOCK_HEADER_LEN] = encode_block_header(
+    block[:BLOCK_HEADER_LEN] = encode_header_v2(
         BlockHeader(
             h.block_len,
             h.first_entry_id,

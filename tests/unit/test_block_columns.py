@@ -14,23 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
-from processor.segment.batch_entries import parse_batch_header
 from processor.segment.block_columns import RecordColumns, decode_block_columns
-from processor.segment.block_format import (
-    BLOCK_HEADER_LEN,
-    BlockHeader,
-    SealedSegment,
-    SegmentBuilder,
-    decode_block,
-    decode_block_header,
-    encode_block_header,
-)
-from processor.segment.record_format import KafkaRecord, TimestampType
+from processor.segment.block_header import BLOCK_HEADER_LEN, BlockHeader
+from processor.segment.blocks import decode_block, decode_block_header
+from processor.segment.blocks_v2 import encode_header_v2
+from processor.segment.entries_v2 import parse_batch_header
+from processor.segment.records import KafkaRecord, TimestampType
+from processor.segment.sealed_segment import SealedSegment
 from processor.segment.segment_assembler import SegmentAssembler, compress_segment
 from processor.spark import arrow_records
 from processor.spark.arrow_records import ARROW_SCHEMA, columns_to_batch
 from processor.storage.filesystem import FilesystemChunkStorage
 from tests.batch_samples import CODECS, Rec, control_batch, make_batch
+from tests.support.segment_v1_writer import SegmentBuilder
 
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=200))
 header_st = st.lists(st.tuples(st.text(max_size=6), maybe_bytes), max_size=3)
@@ -182,7 +178,7 @@ def test_a_batch_crc32c_mismatch_is_caught_behind_a_valid_block_crc() -> None:
 def test_a_lying_entry_count_is_caught() -> None:
     block = bytearray(assemble([make_batch(4, [(1, None, b"abc", [])])]).blocks[0])
     h = decode_block_header(block)
-    block[:BLOCK_HEADER_LEN] = encode_block_header(
+    block[:BLOCK_HEADER_LEN] = encode_header_v2(
         BlockHeader(
             h.block_len,
             h.first_entry_id,

@@ -5,14 +5,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
-from processor.segment.block_format import (
-    BLOCK_HEADER_LEN,
-    SegmentBuilder,
-    decode_block,
-    decode_block_header,
-    iter_blocks,
-)
-from processor.segment.record_format import KafkaRecord, TimestampType
+from processor.segment.block_header import BLOCK_HEADER_LEN
+from processor.segment.blocks import decode_block, decode_block_header, iter_blocks
+from processor.segment.records import KafkaRecord, TimestampType
+from tests.support.segment_v1_writer import SegmentBuilder
 
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=400))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.follower.metadata_cache import ApplyResult
+from processor.follower.cache_writes import ApplyResult
 from processor.leader.leadership import Leadership
 from processor.leader.segment_copier import FencedWriterError, SegmentCopier
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition

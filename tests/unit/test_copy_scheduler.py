@@ -19,9 +19,9 @@ from processor.leader.copy_scheduler import Backoff, CopyScheduler
 from processor.leader.offload_buffer import OffloadBuffer
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.model import SegmentState, TopicPartition
-from processor.segment.batch_entries import parse_batch_header
-from processor.segment.block_format import SealedSegment
+from processor.segment.entries_v2 import parse_batch_header
 from processor.segment.object_keys import ObjectKeyFactory
+from processor.segment.sealed_segment import SealedSegment
 from processor.segment.segment_assembler import SegmentAssembler
 from processor.storage.chunk_storage import Buffer, ChunkInfo
 from processor.storage.filesystem import FilesystemChunkStorage

@@ -9,7 +9,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.follower.metadata_cache import MetadataCache, RawMessage
+from processor.follower.cache_writes import RawMessage
+from processor.follower.metadata_cache import MetadataCache
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
 from processor.metadata.codec import encode_value, record_key
 from processor.metadata.model import (

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
-from processor.segment.block_format import SegmentBuilder
 from processor.segment.index_format import decode_index, encode_index, index_crc
+from tests.support.segment_v1_writer import SegmentBuilder
 
 
 @st.composite

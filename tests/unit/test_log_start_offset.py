@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
-from processor.follower.metadata_cache import MetadataCache, RawMessage
+from processor.follower.cache_writes import RawMessage
+from processor.follower.metadata_cache import MetadataCache
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
 from processor.metadata.codec import decode_value, encode_value, log_start_offset_key, record_key
 from processor.metadata.model import (

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from processor.lifecycle.multipart_sweep import abandoned, sweep_multipart_uploads
-from processor.storage.s3 import MultipartUpload
+from processor.storage.chunk_storage import MultipartUpload
 
 
 class Store:

@@ -19,7 +19,7 @@ from processor.leader.offload_engine import EngineOptions, OffloadEngine
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
-from processor.segment.block_format import iter_blocks
+from processor.segment.blocks import iter_blocks
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.filesystem import FilesystemChunkStorage
 from tests.batch_samples import control_batch, make_batch

@@ -11,6 +11,7 @@ from prometheus_client import REGISTRY
 
 from processor import probes
 from processor.errors import StorageError
+from processor.follower.materializer import FollowerState
 from processor.health import HEALTH
 
 
@@ -60,7 +61,7 @@ def test_a_probe_that_breaks_is_a_problem_not_a_dead_watch() -> None:
 
 
 def test_follower_probe_states() -> None:
-    state = probes.FollowerState()
+    state = FollowerState()
     probe = probes.follower_probe(lambda: state)
     assert "starting" in (probe.check() or "")
     state.lag_records = 50

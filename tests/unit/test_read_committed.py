@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from processor.leader.read_committed import committed
-from processor.segment.batch_entries import split_batches
+from processor.segment.entries_v2 import split_batches
 from tests.batch_samples import control_batch, make_batch
 
 

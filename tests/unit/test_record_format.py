@@ -7,7 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
-from processor.segment.record_format import KafkaRecord, TimestampType, encode_entry, iter_entries
+from processor.segment.entries_v1 import iter_entries
+from processor.segment.records import KafkaRecord, TimestampType
+from tests.support.segment_v1_writer import encode_entry
 
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=300))
 headers = st.lists(st.tuples(st.text(max_size=20), maybe_bytes), max_size=6).map(tuple)

@@ -7,16 +7,17 @@ from pathlib import Path
 import pytest
 
 from processor.errors import CorruptObjectError, OffsetNotInRemoteError, SegmentObjectMissingError
-from processor.follower.metadata_cache import MetadataCache, RawMessage
+from processor.follower.cache_writes import RawMessage
+from processor.follower.metadata_cache import MetadataCache
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.codec import encode_value, record_key
 from processor.metadata.model import MetadataRecord, SegmentState, TopicPartition
 from processor.reader.remote_reader import RemoteReader
-from processor.segment.block_format import SegmentBuilder
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.segment.record_format import KafkaRecord, TimestampType
+from processor.segment.records import KafkaRecord, TimestampType
 from processor.storage.filesystem import FilesystemChunkStorage
+from tests.support.segment_v1_writer import SegmentBuilder
 
 TP = TopicPartition("events", 1)
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.config import load_settings
+from processor.config import load_settings, parse_overrides
 from processor.errors import ConfigError
-from processor.lifecycle.retention_config import RetentionConfig, parse_overrides
+from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import (
     DeleteReason,
     RetentionLimits,

@@ -11,9 +11,10 @@ from processor.errors import CorruptObjectError, SegmentObjectMissingError
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.model import MetadataRecord, TopicPartition
 from processor.reader.segment_blocks import read_block_range, read_segment_index
-from processor.segment.block_format import BLOCK_HEADER_LEN, SegmentBuilder
+from processor.segment.block_header import BLOCK_HEADER_LEN
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.filesystem import FilesystemChunkStorage
+from tests.support.segment_v1_writer import SegmentBuilder
 
 
 class ListSink:

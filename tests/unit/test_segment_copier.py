@@ -10,11 +10,13 @@ import pytest
 from processor.errors import StorageError
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.model import MetadataRecord, RemoteLogSegmentMetadata, SegmentState, TopicPartition
-from processor.segment.block_format import SealedSegment, SegmentBuilder, iter_blocks
+from processor.segment.blocks import iter_blocks
 from processor.segment.index_format import decode_index
 from processor.segment.object_keys import ObjectKeyFactory
+from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import Buffer, ChunkInfo
 from processor.storage.filesystem import FilesystemChunkStorage
+from tests.support.segment_v1_writer import SegmentBuilder
 
 
 class ListSink:

@@ -1,6 +1,6 @@
 """Format version 2 entries: one PIP-76 entry = one Kafka record batch, byte for byte.
 
-Byte layout of a version 2 block payload (big-endian; the block header is in ``block_format``)::
+Byte layout of a version 2 block payload (big-endian; the block header is in ``blocks_v2``)::
 
     payload := entry*
     entry   := [entry_len u32][entry_id i64][batch]
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from processor.errors import FormatError
-from processor.segment.record_format import KafkaRecord, TimestampType
+from processor.segment.records import KafkaRecord, TimestampType
 
 BATCH_HEADER = struct.Struct(">qiiBIhiqqqhii")
 BATCH_HEADER_LEN = BATCH_HEADER.size  # 61
@@ -47,7 +47,7 @@ ENTRY_HEAD = struct.Struct(">Iq")  # entry_len, entry_id
 _LEN_MAGIC = struct.Struct(">qiiB")
 
 ATTR_CODEC_MASK = 0x07
-ATTR_TIMESTAMP_TYPE = 0x08  # set: LogAppendTime
+# attributes bit 0x08 (timestamp type, set: LogAppendTime) is read by aiokafka's DefaultRecordBatch
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 

@@ -1,4 +1,5 @@
-"""``make demo``: the whole offload path on the embedded stack, then everything it started stops.
+"""``processor demo`` (``make demo``): the whole offload path on the embedded stack, then everything it
+started stops.
 
 Starts Tansu + SeaweedFS, creates a topic, produces sample records (keys, null values, headers),
 runs ``processor worker`` as a child process until every record is in a COPY_SEGMENT_FINISHED
@@ -7,6 +8,7 @@ segment, prints a summary, and stops the worker and the stack.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -14,13 +16,16 @@ import sys
 import time
 from pathlib import Path
 
-from processor.app import build_follower, build_reader, build_storage
+from processor.commands.progress import progress
 from processor.config import load_settings
 from processor.devstack import stack
 from processor.devstack.sample_data import SampleRecord, produce_samples
 from processor.kafka_clients import ensure_topic, new_admin, partition_counts
+from processor.logs import setup_logging
 from processor.metadata.model import TopicPartition
 from processor.metadata.topic_io import load_remote_state
+from processor.wiring.follower import build_follower, build_reader
+from processor.wiring.storage import build_storage
 
 DEMO_TOPIC = "demo-events"
 DEMO_PARTITIONS = 4
@@ -50,8 +55,6 @@ def wait_offloaded(
 ) -> dict[TopicPartition, int]:
     """Poll the metadata topic until every partition's finished coverage reaches its expected end
     (with a progress bar of the offsets covered when asked and on a terminal)."""
-    from processor.commands.progress import progress
-
     deadline = time.monotonic() + timeout_s
     reached: dict[TopicPartition, int] = {}
     total = sum(end + 1 for end in expected_end.values())
@@ -180,3 +183,15 @@ def run_demo(stack_dir: Path, records: int = 20000) -> int:
                 worker.wait()
         print("stopping the stack ...", flush=True)
         stack.stop(stack_dir)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    setup_logging("warning")
+    return run_demo(Path(args.dir), records=args.records)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = sub.add_parser("demo", help="offload sample records on the embedded stack, then stop everything")
+    demo.add_argument("--dir", default=".stack/demo")
+    demo.add_argument("--records", type=int, default=20000)
+    demo.set_defaults(func=cmd_demo)

@@ -1,0 +1,54 @@
+"""``processor dev up|down|status``: the embedded local stack (Tansu + SeaweedFS)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from processor.devstack import stack
+
+DEFAULT_STACK_DIR = ".stack"
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    stack_dir = Path(args.dir)
+    if args.action == "up":
+        info = stack.start(stack_dir)
+        if args.json:
+            print(json.dumps({**stack.status(stack_dir), "env": info.env()}, indent=2))
+        else:
+            print(f"local stack running from {info.dir}")
+            print(f"  Kafka (Tansu):     {info.bootstrap_servers}")
+            print(f"  S3 (SeaweedFS):    {info.s3_endpoint_url}  bucket {info.bucket}")
+            print("  use it with:")
+            for k, v in info.env().items():
+                print(f"    export {k}={v}")
+        return 0
+    if args.action == "down":
+        stopped = stack.stop(stack_dir)
+        print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+        return 0
+    status = stack.status(stack_dir)
+    print(json.dumps(status, indent=2) if args.json else _format_status(status))
+    return 0 if status.get("running") else 1
+
+
+def _format_status(status: dict[str, object]) -> str:
+    if not status.get("processes"):
+        return f"no local stack runs from {status['dir']}"
+    lines = [f"local stack in {status['dir']}: {'running' if status['running'] else 'NOT fully running'}"]
+    procs = status["processes"]
+    assert isinstance(procs, dict)
+    for name, p in procs.items():
+        lines.append(f"  {name:6} pid {p['pid']:>7}  {'running' if p['running'] else 'stopped'}")
+    lines.append(f"  Kafka {status['bootstrap_servers']}  S3 {status['s3_endpoint_url']}")
+    return "\n".join(lines)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dev = sub.add_parser("dev", help="the embedded local stack (Tansu + SeaweedFS)")
+    dev.add_argument("action", choices=["up", "down", "status"])
+    dev.add_argument("--dir", default=DEFAULT_STACK_DIR, help="where the stack keeps its data and state")
+    dev.add_argument("--json", action="store_true", help="machine-readable output")
+    dev.set_defaults(func=cmd_dev)

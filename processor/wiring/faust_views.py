@@ -1,0 +1,108 @@
+"""The HTTP views of the worker, on its Faust app (Faust owns the worker's web server).
+
+The handlers are :mod:`processor.web.handlers` (framework-free, shared with the read-only follower's
+aiohttp server). Blocking work (RocksDB lookups, S3 reads, an offload) runs in the default executor,
+never on the event loop, so ``/livez`` keeps answering while a read waits on S3.
+
+``POST /offload?topic=T[&partition=P][&timeout_s=S]`` (``processor offload``) runs
+:func:`processor.lifecycle.offload_now.offload_now`. Answer:
+``{"partitions": {"P": {"target": N, "remote_end": M, "done": bool}}}``, only partitions this worker
+leads (another worker answers for the others); 400 on bad input; 401 without the bearer token when
+PROCESSOR_WEB_TOKEN is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import faust
+from faust.web import Request, Response, View
+
+from processor.config import Settings
+from processor.errors import InvalidNameError
+from processor.leader.offload_engine import OffloadEngine
+from processor.lifecycle.offload_now import offload_now
+from processor.reader.remote_reader import RemoteReader
+from processor.segment.object_keys import validate_topic
+from processor.web import handlers
+from processor.web.handlers import FailureCheck, Reply, authorized
+from processor.web.servers import ExtraStatus
+
+MAX_OFFLOAD_TIMEOUT_S = 3600.0
+
+
+def _faust_response(view: Any, reply: Reply) -> Any:
+    if isinstance(reply.body, bytes):
+        return view.bytes(
+            reply.body, content_type=reply.content_type, status=reply.status, headers=reply.headers
+        )
+    return view.json(reply.body, status=reply.status, headers=reply.headers or None)
+
+
+def register_faust_views(
+    app: faust.App,
+    checks: Mapping[str, FailureCheck],
+    extra: ExtraStatus | None = None,
+    reader: RemoteReader | None = None,
+    token: str | None = None,
+) -> None:
+    @app.page("/livez")
+    async def livez_view(view: Any, request: Any) -> Any:
+        return _faust_response(view, handlers.livez())
+
+    async def ready(view: Any, request: Any) -> Any:
+        return _faust_response(view, handlers.readyz(checks, extra() if extra else None))
+
+    app.page("/readyz")(ready)
+    app.page("/healthz")(ready)
+
+    @app.page("/metrics")
+    async def metrics_view(view: Any, request: Any) -> Any:
+        return _faust_response(view, handlers.metrics_reply())
+
+    if reader is None:
+        return
+
+    def guarded(handler: Callable[[RemoteReader, Mapping[str, str]], Reply]) -> Any:
+        async def page(view: Any, request: Any) -> Any:
+            denied = handlers.authorized(token, request.headers)
+            if denied is not None:
+                return _faust_response(view, denied)
+            query = dict(request.query)
+            reply = await asyncio.get_running_loop().run_in_executor(None, handler, reader, query)
+            return _faust_response(view, reply)
+
+        return page
+
+    app.page("/segments")(guarded(handlers.segments))
+    app.page("/fetch")(guarded(handlers.fetch))
+
+
+def add_offload_view(app: faust.App, engine: OffloadEngine, settings: Settings) -> None:
+    token = settings.web_token.get_secret_value() if settings.web_token else None
+
+    class OffloadView(View):
+        async def post(self, request: Request, **kwargs: Any) -> Response:
+            denied = authorized(token, request.headers)  # PROCESSOR_WEB_TOKEN guards it like the reads
+            if denied is not None:
+                assert isinstance(denied.body, dict)
+                return self.json(denied.body, status=denied.status, headers=denied.headers)
+            try:
+                topic = validate_topic(request.query.get("topic", ""))
+                raw_partition = request.query.get("partition")
+                partition = None if raw_partition is None else int(raw_partition)
+                timeout_s = float(request.query.get("timeout_s", "120"))
+                if (partition is not None and partition < 0) or not 0 < timeout_s <= MAX_OFFLOAD_TIMEOUT_S:
+                    raise ValueError(
+                        f"partition must be >= 0 and timeout_s in (0, {MAX_OFFLOAD_TIMEOUT_S:.0f}]"
+                    )
+            except (ValueError, InvalidNameError) as exc:
+                return self.json({"error": str(exc)}, status=400)
+            result = await asyncio.get_running_loop().run_in_executor(
+                None, offload_now, engine, settings, topic, partition, timeout_s
+            )
+            return self.json({"partitions": result})
+
+    app.page("/offload")(OffloadView)

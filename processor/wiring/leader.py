@@ -1,0 +1,81 @@
+"""The leader's data path: the offload engine with its source, copier and resume loader."""
+
+from __future__ import annotations
+
+from processor import metrics
+from processor.config import Settings
+from processor.follower.materializer import Materializer
+from processor.leader.batch_source import BatchSource, OnFetched, OnLost, SourceSecurity
+from processor.leader.offload_engine import EngineOptions, OffloadEngine
+from processor.leader.resume import ResumePlanner
+from processor.leader.segment_copier import SegmentCopier
+from processor.metadata.topic_io import MetadataPublisher
+from processor.segment.object_keys import ObjectKeyFactory
+from processor.storage.chunk_storage import ChunkStorage
+from processor.storage.rate_limited import rate_limited
+from processor.wiring.fetch_sizes import fetch_options
+from processor.wiring.read_your_write import accepted_by_follower
+from processor.wiring.resume import remote_state_loader
+
+# Faust's broker_rebalance_timeout; a revocation waits at most 80 % of it for running copies.
+REBALANCE_TIMEOUT_S = 5.0
+
+
+def source_security(settings: Settings) -> SourceSecurity:
+    return SourceSecurity(
+        settings.security_protocol,
+        settings.sasl_mechanism,
+        settings.sasl_username,
+        settings.sasl_password,
+        settings.ssl_cafile,
+    )
+
+
+def build_engine(
+    settings: Settings,
+    storage: ChunkStorage,
+    metadata_partitions: int,
+    planner: ResumePlanner | None = None,
+    materializer: Materializer | None = None,
+) -> OffloadEngine:
+    publisher = MetadataPublisher(settings.bootstrap_servers, settings.metadata_topic, metadata_partitions)
+    uploads = rate_limited(storage, settings.upload_bytes_per_second)  # PROCESSOR_UPLOAD_BYTES_PER_SECOND
+    copier = SegmentCopier(
+        uploads,
+        publisher,
+        ObjectKeyFactory(settings.s3_prefix),
+        settings.worker_id,
+        topic_ids=planner.topic_ids if planner is not None else None,
+        newest_epoch=materializer.cache.max_epoch if materializer is not None else None,
+        accepted=accepted_by_follower(materializer, metadata_partitions) if materializer else None,
+    )
+    security = source_security(settings)
+    fetch = fetch_options(settings)
+
+    def source_factory(on_fetched: OnFetched, on_lost: OnLost) -> BatchSource:
+        return BatchSource(
+            settings.bootstrap_servers,
+            f"{settings.app_id}-{settings.worker_id}-source",
+            on_fetched,
+            on_lost,
+            fetch,
+            security,
+        )
+
+    metrics.BUFFER_BOUND.set(settings.buffer_bytes)
+    return OffloadEngine(
+        EngineOptions(
+            segment_bytes=settings.segment_bytes,
+            segment_ms=settings.segment_ms,
+            block_bytes=settings.block_bytes,
+            buffer_bytes=settings.buffer_bytes,
+            copy_concurrency=settings.s3_upload_concurrency,
+            retry_backoff_ms=settings.copy_retry_backoff_ms,
+            retry_backoff_max_ms=settings.copy_retry_backoff_max_ms,
+            revoke_wait_s=REBALANCE_TIMEOUT_S * 0.8,
+            archive_compression=settings.archive_compression,
+        ),
+        source_factory,
+        copier,
+        planner if planner is not None else remote_state_loader(settings, metadata_partitions),
+    )

@@ -1,0 +1,52 @@
+"""The one read-side factory of the CLI commands (``segments``, ``fetch``, ``verify``): a throwaway
+follower scoped to one topic, and a remote reader over it."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from processor.config import Settings
+from processor.errors import ProcessorError
+from processor.kafka_clients import check_broker, partition_counts
+from processor.metadata.codec import metadata_partition_for
+from processor.metadata.model import TopicPartition
+from processor.reader.remote_reader import RemoteReader
+from processor.wiring.follower import Follower, build_follower, build_reader
+from processor.wiring.storage import build_storage
+
+
+@dataclass
+class ReadSide:
+    """A throwaway follower for one-off CLI reads, and what must be released after."""
+
+    follower: Follower
+    reader: RemoteReader
+    cache_dir: tempfile.TemporaryDirectory[str]
+
+    def close(self) -> None:
+        self.follower.close()
+        self.reader.storage.close()
+        self.cache_dir.cleanup()
+
+
+def open_read_side(settings: Settings, topic: str, partition: int | None) -> ReadSide:
+    """Materialize only the metadata partitions that hold the topic's partitions into a temporary
+    cache, then read through it. Works whether or not a worker runs."""
+    admin = check_broker(settings.bootstrap_servers)
+    counts = partition_counts(admin, [settings.metadata_topic, topic])
+    if settings.metadata_topic not in counts:
+        raise ProcessorError(
+            f"metadata topic {settings.metadata_topic} does not exist: nothing was offloaded yet"
+        )
+    meta_parts = counts[settings.metadata_topic]
+    partitions = [partition] if partition is not None else list(range(counts.get(topic, 0)))
+    wanted = sorted({metadata_partition_for(TopicPartition(topic, p), meta_parts) for p in partitions})
+    cache_dir = tempfile.TemporaryDirectory(prefix="processor-cli-cache-")
+    scoped = settings.model_copy(
+        update={"follow_metadata_partitions": tuple(wanted) or (0,), "follow_topics": (topic,)}
+    )
+    follower = build_follower(scoped, meta_parts, cache_dir=Path(cache_dir.name))
+    follower.materializer.catch_up()
+    return ReadSide(follower, build_reader(settings, build_storage(settings), follower.rlmm), cache_dir)

@@ -1,0 +1,31 @@
+"""The S3 factory: the data path's client and the readiness probe's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from processor.config import Settings
+from processor.probes import PROBE_CONNECT_TIMEOUT_S, PROBE_READ_TIMEOUT_S
+from processor.storage.s3 import S3ChunkStorage, S3Options
+
+
+def build_storage(settings: Settings, *, probe: bool = False) -> S3ChunkStorage:
+    """The data path's S3 client, or (``probe``) a small one with short timeouts and no SDK retries
+    for the readiness probe (see processor/probes.py)."""
+    options = S3Options(
+        bucket=settings.s3_bucket,
+        endpoint_url=settings.s3_endpoint_url,
+        region=settings.s3_region,
+        part_size=settings.s3_part_bytes,
+        multipart_threshold=settings.s3_part_bytes,
+        max_concurrency=settings.s3_upload_concurrency,
+    )
+    if probe:
+        options = replace(
+            options,
+            max_concurrency=1,
+            connect_timeout_s=PROBE_CONNECT_TIMEOUT_S,
+            read_timeout_s=PROBE_READ_TIMEOUT_S,
+            max_attempts=1,
+        )
+    return S3ChunkStorage(options)
