@@ -25,26 +25,23 @@ from processor.restore.plan import range_from, range_to
 from processor.restore.restorer import DEFAULT_TRANSACTION_RECORDS, RestoreOptions
 from processor.restore.run import PreparedRestore, RestoreRequest
 from processor.restore.target import DEFAULT_PROGRESS_TOPIC, TargetCluster
-from processor.segment.record_format import KafkaRecord
+from processor.segment.records import KafkaRecord
+from processor.wiring.read_side import open_read_side
 
 MiB = 1024 * 1024
 TARGET_RATIO = 0.7
 ROUNDS = 2
 
 
-def _archived(settings: Settings, topic: str) -> dict[int, list[KafkaRecord]]:
-    archive = ArchiveTopic(settings, topic)
+def _archived(archive: ArchiveTopic) -> dict[int, list[KafkaRecord]]:
     out: dict[int, list[KafkaRecord]] = {}
-    try:
-        for p, served in sorted(archive.partitions().items()):
-            stream = archive.chunks(p, served.earliest, served.highest + 1)
-            records: list[KafkaRecord] = []
-            while (chunk := stream.next_chunk()) is not None:
-                records += chunk.decoded()
-            stream.close()
-            out[p] = records
-    finally:
-        archive.close()
+    for p, served in sorted(archive.partitions().items()):
+        stream = archive.chunks(p, served.earliest, served.highest + 1)
+        records: list[KafkaRecord] = []
+        while (chunk := stream.next_chunk()) is not None:
+            records += chunk.decoded()
+        stream.close()
+        out[p] = records
     return out
 
 
@@ -88,9 +85,11 @@ def bare_transactional_producer(
     return time.perf_counter() - t0
 
 
-def timed_restore(settings: Settings, target: TargetCluster, topic: str, to_topic: str) -> tuple[float, int]:
+def timed_restore(
+    settings: Settings, archive: ArchiveTopic, target: TargetCluster, to_topic: str
+) -> tuple[float, int]:
     request = RestoreRequest(
-        topic,
+        archive.topic,
         None,
         to_topic,
         range_from(None, None),
@@ -101,7 +100,7 @@ def timed_restore(settings: Settings, target: TargetCluster, topic: str, to_topi
         target,
         RestoreOptions(),
     )
-    prepared = PreparedRestore(settings, request)
+    prepared = PreparedRestore(request, archive, settings.s3_bucket, settings.s3_prefix)
     try:
         t0 = time.perf_counter()
         summary = prepared.execute()
@@ -123,7 +122,18 @@ def bench_restore(report: Report, info: stack.StackInfo, workdir: Path, records:
     run_worker_offload(info, topic, workdir, 256 * MiB, 16 * MiB, extra_env=env)
     settings = load_settings(env)
     target = TargetCluster(info.bootstrap_servers)
-    in_memory = _archived(settings, topic.name)
+    side = open_read_side(settings, topic.name, None)
+    archive = ArchiveTopic(side.reader, side.follower.cache, topic.name)
+    try:
+        _compare(report, settings, archive, target, tag)
+    finally:
+        side.close()
+
+
+def _compare(
+    report: Report, settings: Settings, archive: ArchiveTopic, target: TargetCluster, tag: str
+) -> None:
+    in_memory = _archived(archive)
     count = sum(map(len, in_memory.values()))
     bare: list[float] = []
     restored: list[float] = []
@@ -135,7 +145,7 @@ def bench_restore(report: Report, info: stack.StackInfo, workdir: Path, records:
                 target, f"bench-bare-{tag}-{n}", in_memory, DEFAULT_TRANSACTION_RECORDS
             )
         )
-        seconds, done = timed_restore(settings, target, topic.name, f"bench-restored-{tag}-{n}")
+        seconds, done = timed_restore(settings, archive, target, f"bench-restored-{tag}-{n}")
         assert done == count, f"restored {done} of {count} records"
         restored.append(count / seconds)
     best_bare, best_restore = max(bare), max(restored)

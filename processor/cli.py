@@ -19,6 +19,8 @@ from processor.commands import (
     fetch,
     follower,
     offload,
+    restore,
+    restore_groups,
     segments,
     verify,
     worker,
@@ -52,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.register(sub)
     add_audit_parser(sub)
     for command in (delete_before, delete_topic, abort_multipart, offload):  # lifecycle
+        command.register(sub)
+    for command in (restore, restore_groups):  # backup
         command.register(sub)
     return parser
 

@@ -55,13 +55,25 @@ def new_producer(bootstrap_servers: str, client_id: str, **extra: Any) -> Produc
     return Producer(cfg)
 
 
-def new_admin(bootstrap_servers: str, client_id: str) -> AdminClient:
-    return AdminClient(base_config(bootstrap_servers, client_id))
+def new_transactional_producer(
+    bootstrap_servers: str, client_id: str, transactional_id: str, **extra: Any
+) -> Producer:
+    """An idempotent, transactional producer (exactly-once writes; ``init_transactions`` fences
+    every earlier producer with the same ``transactional_id`` and aborts its open transaction)."""
+    return new_producer(
+        bootstrap_servers,
+        client_id,
+        **{"transactional.id": transactional_id, "enable.idempotence": True, **extra},
+    )
 
 
-def check_broker(bootstrap_servers: str, timeout_s: float = 10.0) -> AdminClient:
-    """Fail fast with a clear error when no broker answers."""
-    admin = new_admin(bootstrap_servers, "processor-check")
+def new_admin(bootstrap_servers: str, client_id: str, **extra: Any) -> AdminClient:
+    return AdminClient({**base_config(bootstrap_servers, client_id), **extra})
+
+
+def check_broker(bootstrap_servers: str, timeout_s: float = 10.0, **extra: Any) -> AdminClient:
+    """Fail fast with a clear error when no broker answers. ``extra``: librdkafka settings (security)."""
+    admin = new_admin(bootstrap_servers, "processor-check", **extra)
     try:
         admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:

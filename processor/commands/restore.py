@@ -15,14 +15,18 @@ import json
 import os
 from datetime import datetime
 
+from processor.commands.progress import progress
+from processor.config import load_settings
 from processor.errors import ConfigError
 from processor.leader.batch_source import SourceSecurity
+from processor.restore.archive import ArchiveTopic
 from processor.restore.plan import PARTITIONERS, range_from, range_to
 from processor.restore.progress_record import validate_restore_id
 from processor.restore.restorer import DEFAULT_TRANSACTION_MS, DEFAULT_TRANSACTION_RECORDS, RestoreOptions
-from processor.restore.run import RestoreRequest, RestoreSummary
+from processor.restore.run import PreparedRestore, RestoreRequest, RestoreSummary
 from processor.restore.target import DEFAULT_PROGRESS_TOPIC, TargetCluster
 from processor.segment.object_keys import validate_topic
+from processor.wiring.read_side import open_read_side
 
 TARGET_PASSWORD_ENV = "PROCESSOR_TARGET_SASL_PASSWORD"
 
@@ -88,7 +92,7 @@ def default_restore_id(topic: str, to_topic: str) -> str:
     return name if len(name) <= 200 else f"{topic[:100]}.{hashlib.sha256(name.encode()).hexdigest()[:32]}"
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "restore",
         help="restore archived records into a topic (this cluster or another), exactly once",
@@ -216,19 +220,24 @@ def print_summary(summary: RestoreSummary) -> None:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from processor.commands.progress import progress
-    from processor.config import load_settings
-    from processor.restore.run import PreparedRestore
-
     settings = load_settings()
     request = request_from_args(args, settings.bootstrap_servers)
-    prepared = PreparedRestore(settings, request)
+    side = open_read_side(settings, request.topic, request.partition)
     try:
-        verb = "counting" if request.dry_run else "restoring"
-        with progress(f"{verb} {request.topic} (source offsets)", prepared.total_offsets) as bar:
-            summary = prepared.execute(bar)
+        prepared = PreparedRestore(
+            request,
+            ArchiveTopic(side.reader, side.follower.cache, request.topic),
+            settings.s3_bucket,
+            settings.s3_prefix,
+        )
+        try:
+            verb = "counting" if request.dry_run else "restoring"
+            with progress(f"{verb} {request.topic} (source offsets)", prepared.total_offsets) as bar:
+                summary = prepared.execute(bar)
+        finally:
+            prepared.close()
     finally:
-        prepared.close()
+        side.close()
     if args.json:
         print(json.dumps(summary.to_json()))
     else:

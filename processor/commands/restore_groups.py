@@ -16,15 +16,20 @@ from dataclasses import asdict
 from pathlib import Path
 
 from processor.commands.restore import add_target_arguments, default_restore_id, target_from_args
+from processor.config import load_settings
 from processor.errors import ConfigError
+from processor.kafka_clients import check_broker
+from processor.restore.bucket_maps import latest_maps
+from processor.restore.group_io import commit_offsets, committed_offsets
 from processor.restore.group_offsets import Translation, check_one_to_one, parse_offsets_csv, translate
 from processor.restore.offset_map import OffsetMap
 from processor.restore.progress_record import validate_restore_id
 from processor.restore.target import TargetCluster
 from processor.segment.object_keys import validate_topic
+from processor.wiring.storage import build_storage
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "restore-groups",
         help="move consumer group offsets from a source topic to its restored copy",
@@ -64,10 +69,6 @@ def _maps(
             )
         found = target.committed_progress(args.progress_topic, partitions, restore_id)
         return {p: progress.offset_map for p, progress in found.items()}
-    from processor.app import build_storage
-    from processor.config import load_settings
-    from processor.restore.bucket_maps import latest_maps
-
     settings = load_settings()
     storage = build_storage(settings)
     try:
@@ -77,9 +78,6 @@ def _maps(
 
 
 def cmd_restore_groups(args: argparse.Namespace) -> int:
-    from processor.config import load_settings
-    from processor.restore.group_io import commit_offsets, committed_offsets
-
     settings = load_settings()
     topic = validate_topic(args.topic)
     to_topic = validate_topic(args.to_topic or topic)
@@ -95,8 +93,6 @@ def cmd_restore_groups(args: argparse.Namespace) -> int:
             raise ConfigError(f"--offsets-file {args.offsets_file}: {exc.strerror}") from None
         committed = parse_offsets_csv(text, topic, groups)
     else:
-        from processor.kafka_clients import check_broker
-
         source_admin = check_broker(settings.bootstrap_servers)
         committed = {g: committed_offsets(source_admin, settings.bootstrap_servers, g, topic) for g in groups}
     maps = _maps(args, target, topic, restore_id)

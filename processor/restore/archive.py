@@ -1,38 +1,41 @@
 """The archive of one source topic, as the restore reads it: which partitions and offsets it serves,
 offsets for timestamps, and records in chunks fetched ahead.
 
-What is served is decided by the follower's cache (the metadata fold), never here: the archive is
-opened through a throwaway follower that materializes only the metadata partitions holding the
-topic (all of them when the source topic no longer exists on the source cluster, the usual case in
-a disaster), then read with the remote reader, whose CRC checks every block.
+What is served is decided by the metadata catalog (the follower's cache, the metadata fold), never
+here; the command opens it for the topic (processor/wiring/read_side.py) and hands it over with
+the remote reader, whose checks every block passes.
 """
 
 from __future__ import annotations
 
 import queue
-import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from aiokafka.record.default_records import DefaultRecordBatch
-
-from processor.errors import FormatError, OffsetNotInRemoteError, ProcessorError
-from processor.metadata.model import TopicPartition
-from processor.reader.segment_blocks import _verified_blocks, read_segment_index
+from processor.errors import OffsetNotInRemoteError
+from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.reader.remote_reader import RemoteReader
+from processor.reader.segment_blocks import read_block_range_batches, read_segment_index
 from processor.restore.plan import ArchivedRange
-from processor.segment.batch_entries import batch_records
-from processor.segment.block_format import BLOCK_FORMAT_V1, block_batches, block_payload, decode_block
-from processor.segment.record_format import KafkaRecord
-
-if TYPE_CHECKING:
-    from processor.app import Follower
-    from processor.config import Settings
-    from processor.reader.remote_reader import RemoteReader
+from processor.segment.entries_v2 import batch_records
+from processor.segment.records import KafkaRecord
 
 CHUNK_BYTES = 2 * 1024 * 1024  # archived bytes per chunk: one ranged GET of consecutive blocks
 READ_AHEAD_CHUNKS = 3
+
+
+class ArchiveCatalog(Protocol):
+    """What the restore asks of the metadata (the follower's cache answers it)."""
+
+    def topic_partitions(self) -> list[TopicPartition]: ...
+
+    def offset_range(self, tp: TopicPartition) -> tuple[int, int] | None: ...
+
+    def finished_segments(
+        self, tp: TopicPartition, from_offset: int = 0
+    ) -> Iterator[RemoteLogSegmentMetadata]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,69 +60,26 @@ class Chunk:
         return out
 
 
-def _block_content(block: memoryview, where: str) -> tuple[list[memoryview], list[KafkaRecord]]:
-    """A verified block's record batches (format 2, each batch's CRC-32C checked) or records (1)."""
-    header, payload = block_payload(block, where=where)
-    if header.format_version == BLOCK_FORMAT_V1:
-        return [], decode_block(block, where=where)
-    batches = block_batches(header, payload, where=where)
-    for batch in batches:
-        if not DefaultRecordBatch(batch).validate_crc():
-            raise FormatError(
-                f"{where}: record batch at offset {int.from_bytes(batch[:8], 'big')}: CRC-32C mismatch"
-            )
-    return batches, []
-
-
 class ArchiveTopic:
-    def __init__(self, settings: Settings, topic: str) -> None:
-        from processor.app import build_follower, build_reader, build_storage
-        from processor.kafka_clients import check_broker, partition_counts
-        from processor.metadata.codec import metadata_partition_for
-
+    def __init__(self, reader: RemoteReader, catalog: ArchiveCatalog, topic: str) -> None:
+        self.reader = reader
+        self.catalog = catalog
         self.topic = topic
-        admin = check_broker(settings.bootstrap_servers)
-        counts = partition_counts(admin, [settings.metadata_topic, topic])
-        if settings.metadata_topic not in counts:
-            raise ProcessorError(
-                f"metadata topic {settings.metadata_topic} does not exist on {settings.bootstrap_servers}: "
-                "nothing was archived there"
-            )
-        meta_parts = counts[settings.metadata_topic]
-        if topic in counts:
-            wanted = sorted(
-                {metadata_partition_for(TopicPartition(topic, p), meta_parts) for p in range(counts[topic])}
-            )
-        else:  # the source topic is gone: its partitions are wherever the metadata says
-            wanted = list(range(meta_parts))
-        self._cache_dir = tempfile.TemporaryDirectory(prefix="processor-restore-cache-")
-        scoped = settings.model_copy(
-            update={"follow_metadata_partitions": tuple(wanted), "follow_topics": (topic,)}
-        )
-        self.follower: Follower = build_follower(scoped, meta_parts, cache_dir=Path(self._cache_dir.name))
-        self.follower.materializer.catch_up()
-        self.reader: RemoteReader = build_reader(settings, build_storage(settings), self.follower.rlmm)
-
-    def close(self) -> None:
-        self.follower.close()
-        self.reader.storage.close()
-        self._cache_dir.cleanup()
 
     def partitions(self) -> dict[int, ArchivedRange]:
         """Every archived partition of the topic with the offsets its finished segments serve."""
-        cache = self.follower.cache
         out: dict[int, ArchivedRange] = {}
-        for tp in cache.topic_partitions():
+        for tp in self.catalog.topic_partitions():
             if tp.topic != self.topic:
                 continue
-            served = cache.offset_range(tp)
+            served = self.catalog.offset_range(tp)
             if served is not None:
                 out[tp.partition] = ArchivedRange(*served)
         return out
 
     def topic_id(self, partition: int) -> str | None:
         tp = TopicPartition(self.topic, partition)
-        first = next(iter(self.follower.cache.finished_segments(tp, 0)), None)
+        first = next(iter(self.catalog.finished_segments(tp, 0)), None)
         return None if first is None else first.segment_id.topic_id
 
     def first_offset_at(self, partition: int, timestamp: int) -> int | None:
@@ -133,7 +93,7 @@ class ArchiveTopic:
         return got[0].offset if got else None
 
     def chunks(self, partition: int, position: int, stop: int) -> ChunkStream:
-        return ChunkStream(self.reader, TopicPartition(self.topic, partition), position, stop)
+        return ChunkStream(self.reader, self.catalog, TopicPartition(self.topic, partition), position, stop)
 
 
 def record_bytes(record: KafkaRecord) -> int:
@@ -154,9 +114,12 @@ class ChunkStream:
     :meth:`next_chunk`, never lost.
     """
 
-    def __init__(self, reader: RemoteReader, tp: TopicPartition, position: int, stop: int) -> None:
+    def __init__(
+        self, reader: RemoteReader, catalog: ArchiveCatalog, tp: TopicPartition, position: int, stop: int
+    ) -> None:
         self.tp = tp
         self._reader = reader
+        self._catalog = catalog
         self._position = position
         self._stop = stop
         self._queue: queue.Queue[Chunk | BaseException | None] = queue.Queue(READ_AHEAD_CHUNKS)
@@ -186,7 +149,7 @@ class ChunkStream:
         position = self._position
         # Holes in the archive (records the source lost before they were archived) are skipped,
         # as a consumer skips to the next offset: the next finished segment starts after them.
-        for segment in self._reader.lookup.finished_segments(tp, position):
+        for segment in self._catalog.finished_segments(tp, position):
             if segment.start_offset >= stop or self._closed.is_set():
                 break
             index = read_segment_index(storage, keys, segment)
@@ -203,11 +166,11 @@ class ChunkStream:
                 blocks = index.blocks[number:last]
                 batches: list[memoryview] = []
                 records: list[KafkaRecord] = []
-                for got_batches, got_records in _verified_blocks(
-                    storage, segment.data_object_key, str(segment.segment_id), blocks, number, _block_content
+                for content in read_block_range_batches(
+                    storage, segment.data_object_key, str(segment.segment_id), blocks, number
                 ):
-                    batches += got_batches
-                    records += got_records
+                    batches += content.batches
+                    records += content.records
                 end = segment.end_offset if last == len(index.blocks) else blocks[-1].last_offset
                 after = min(stop, end + 1)
                 size_bytes = sum(len(b) for b in batches) + sum(record_bytes(r) for r in records)

@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
-
 from processor.errors import ProcessorError
 from processor.restore.offset_map import OffsetRun, runs_from_pairs
 
@@ -28,11 +26,20 @@ class DeliveryMismatchError(ProcessorError):
     """Delivery reports or the target's log do not account for the records produced."""
 
 
+class DeliveryFailedError(ProcessorError):
+    """A record was not delivered; ``error`` is the producer's error (the transaction must abort)."""
+
+    def __init__(self, error: Any) -> None:
+        super().__init__(f"delivery failed: {error}")
+        self.error = error
+
+
 class Span:
     """Records produced in a row to one target partition from one archived batch, with their
     source offsets (a range when the batch has no offset gaps)."""
 
     __slots__ = ("count", "error", "first", "last", "source_offsets", "source_partition")
+    # callbacks get librdkafka's (KafkaError | None, Message); only the offset is read
 
     def __init__(self, source_partition: int, source_offsets: range | list[int]) -> None:
         self.source_partition = source_partition
@@ -40,21 +47,21 @@ class Span:
         self.count = len(source_offsets)
         self.first: int | None = None
         self.last: int | None = None
-        self.error: KafkaError | None = None
+        self.error: Any = None
 
-    def on_first(self, err: KafkaError | None, msg: Any) -> None:
+    def on_first(self, err: Any, msg: Any) -> None:
         if err is not None:
             self.error = err
         else:
             self.first = msg.offset()
 
-    def on_last(self, err: KafkaError | None, msg: Any) -> None:
+    def on_last(self, err: Any, msg: Any) -> None:
         if err is not None:
             self.error = err
         else:
             self.last = msg.offset()
 
-    def on_only(self, err: KafkaError | None, msg: Any) -> None:
+    def on_only(self, err: Any, msg: Any) -> None:
         self.on_first(err, msg)
         self.on_last(err, msg)
 
@@ -74,12 +81,12 @@ def offsets_in_range(batches: Sequence[tuple[int, int, int]], first: int, last: 
 
 def landed(spans: dict[int, list[Span]], read_back: ReadBack) -> dict[int, list[OffsetRun]]:
     """Each source partition's offset map runs (source -> target), in produce order. A failed
-    delivery raises the KafkaException the producer would (the transaction must abort)."""
+    delivery raises DeliveryFailedError (the transaction must abort)."""
     out: dict[int, list[OffsetRun]] = {}
     for target_partition, in_order in spans.items():
         for span in in_order:
             if span.error is not None:
-                raise KafkaException(span.error)
+                raise DeliveryFailedError(span.error)
             if span.first is None or span.last is None:
                 raise DeliveryMismatchError(
                     f"target partition {target_partition}: a record was acknowledged without its offset"

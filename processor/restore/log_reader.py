@@ -22,7 +22,7 @@ from aiokafka.structs import TopicPartition as KafkaTP
 from processor.errors import ServiceUnavailableError
 from processor.leader.batch_source import SourceSecurity
 from processor.metadata.model import TopicPartition
-from processor.segment.batch_entries import BatchHeader, split_batches
+from processor.segment.entries_v2 import BatchHeader, split_batches
 
 READ_UNCOMMITTED = 0
 FETCH_MAX_BYTES = 8 * 1024 * 1024

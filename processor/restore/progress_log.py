@@ -13,13 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from aiokafka.record.default_records import DefaultRecordBatch
-
 from processor.errors import FormatError
 from processor.restore import offset_map
 from processor.restore.offset_map import OffsetMap
 from processor.restore.progress_record import RestoreProgress, decode_value, parse_key
 from processor.restore.transaction_view import Outcome, ResolvedBatch
+from processor.segment.entries_v2 import batch_record_views, check_batch_crc
 
 
 class ProgressHistoryError(FormatError):
@@ -41,7 +40,8 @@ def committed_progress(batches: Iterable[ResolvedBatch], restore_id: str) -> dic
             continue
         where = f"progress record batch at offset {resolved.header.base_offset}"
         try:
-            records = list(DefaultRecordBatch(bytes(resolved.batch)))
+            check_batch_crc(resolved.batch, where=where)
+            records = batch_record_views(resolved.batch)
         except Exception as exc:  # aiokafka's own errors for bad bytes
             raise FormatError(f"{where}: does not decode: {exc!r}") from exc
         for record in records:

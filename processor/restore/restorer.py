@@ -23,13 +23,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka.record.default_records import DefaultRecordBatch
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from processor.errors import ProcessorError
 from processor.metadata.model import TopicPartition
 from processor.restore.archive import ArchiveTopic, Chunk, ChunkStream
-from processor.restore.delivery import DeliveryMismatchError, Span, landed, offsets_in_range
+from processor.restore.delivery import (
+    DeliveryFailedError,
+    DeliveryMismatchError,
+    Span,
+    landed,
+    offsets_in_range,
+)
 from processor.restore.log_reader import read_partition_log
 from processor.restore.offset_map import OffsetMap, concat
 from processor.restore.plan import PartitionPlan
@@ -41,7 +46,8 @@ from processor.restore.progress_record import (
     progress_partition,
 )
 from processor.restore.target import TargetCluster
-from processor.segment.record_format import KafkaRecord
+from processor.segment.entries_v2 import batch_record_views
+from processor.segment.records import KafkaRecord
 from processor.storage.rate_limited import ByteRateLimiter
 
 log = logging.getLogger(__name__)
@@ -294,6 +300,8 @@ class Restorer:
             raise KafkaException(self._errors[0])
         try:
             runs_by_source = landed(txn.spans, self._read_back)
+        except DeliveryFailedError as exc:
+            raise KafkaException(exc.error) from None
         except DeliveryMismatchError as exc:
             raise RestoreError(str(exc)) from None
         written: list[tuple[PartitionRun, RestoreProgress]] = []
@@ -369,7 +377,7 @@ class Restorer:
 
         groups: list[tuple[list[Any], range | None]] = []
         for batch in chunk.batches:
-            records: list[Any] = list(DefaultRecordBatch(batch))  # headers come as lists
+            records = batch_record_views(batch)  # checked by the archive reader; headers as lists
             base = int.from_bytes(batch[:8], "big")
             end = base + int.from_bytes(batch[23:27], "big")
             if low <= base and end < high:

@@ -11,11 +11,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from confluent_kafka import KafkaException, Producer
-
-from processor.errors import ConfigError, ServiceUnavailableError
+from processor.errors import ConfigError
 from processor.restore.archive import ArchiveTopic
 from processor.restore.bucket_maps import write_map
 from processor.restore.plan import (
@@ -30,9 +28,6 @@ from processor.restore.progress_log import PartitionProgress
 from processor.restore.progress_record import RestoreSource
 from processor.restore.restorer import PartitionRun, RestoreOptions, Restorer
 from processor.restore.target import TargetCluster
-
-if TYPE_CHECKING:
-    from processor.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -198,16 +193,18 @@ class PreparedRestore:
     """A planned run: archive opened, target checked, producer fenced in, progress read.
     ``execute`` restores (or counts, for a dry run); ``close`` releases everything."""
 
-    def __init__(self, settings: Settings, request: RestoreRequest) -> None:
-        self.settings = settings
+    def __init__(self, request: RestoreRequest, archive: ArchiveTopic, bucket: str, prefix: str) -> None:
+        """``archive``: the source topic's archive, read through ``archive.reader.storage``, which
+        also takes the offset maps (next to the archive, under ``prefix`` in ``bucket``)."""
         self.request = request
+        self.archive = archive
+        self.bucket, self.prefix = bucket, prefix
         self.started = time.monotonic()
         target = request.target
         self.summary = RestoreSummary(
             request.restore_id, request.topic, request.to_topic, target.bootstrap_servers, request.dry_run, []
         )
-        self.producer: Producer | None = None
-        self.archive = ArchiveTopic(settings, request.topic)
+        self.producer: Any = None  # the target's transactional producer (none in a dry run)
         try:
             self._plan()
         except BaseException:
@@ -220,8 +217,8 @@ class PreparedRestore:
         archived = _selected(all_archived, request.partition, request.topic)
         self.topic_id = archive.topic_id(min(archived))
         self.source = RestoreSource(
-            self.settings.s3_bucket,
-            self.settings.s3_prefix,
+            self.bucket,
+            self.prefix,
             request.topic,
             self.topic_id,
             request.to_topic,
@@ -241,15 +238,10 @@ class PreparedRestore:
         progress_partitions = target.partition_count(request.progress_topic)
         if not request.dry_run:
             progress_partitions = target.ensure_progress_topic(request.progress_topic)
-            self.producer = target.transactional_producer(
+            # fences earlier runs of this restore: their open transaction aborts
+            self.producer = target.fenced_transactional_producer(
                 request.transactional_id, **dict(request.options.producer_properties)
             )
-            try:
-                self.producer.init_transactions(60)  # fences earlier runs: their open transaction aborts
-            except KafkaException as exc:
-                raise ServiceUnavailableError(
-                    f"transactions on {target.bootstrap_servers} failed to start: {exc.args[0].str()}"
-                ) from None
         self.progress_partitions = progress_partitions or 1
         progress = (
             target.committed_progress(request.progress_topic, progress_partitions, request.restore_id)
@@ -310,38 +302,21 @@ class PreparedRestore:
         return summary
 
     def _write_bucket_maps(self) -> dict[int, str]:
-        from processor.app import build_storage
-
         cluster_id = self.request.target.cluster_id()
-        storage = build_storage(self.settings)
-        try:
-            return {
-                run.plan.source_partition: write_map(
-                    storage,
-                    self.settings.s3_prefix,
-                    self.request.topic,
-                    self.topic_id,
-                    cluster_id,
-                    self.request.restore_id,
-                    run.offset_map,
-                )
-                for run in self.runs
-                if run.offset_map is not None
-            }
-        finally:
-            storage.close()
+        return {
+            run.plan.source_partition: write_map(
+                self.archive.reader.storage,
+                self.prefix,
+                self.request.topic,
+                self.topic_id,
+                cluster_id,
+                self.request.restore_id,
+                run.offset_map,
+            )
+            for run in self.runs
+            if run.offset_map is not None
+        }
 
     def close(self) -> None:
         if self.producer is not None:
             self.producer.flush(10)
-        self.archive.close()
-
-
-def restore(
-    settings: Settings, request: RestoreRequest, on_advance: Callable[[int], None] = lambda _n: None
-) -> RestoreSummary:
-    prepared = PreparedRestore(settings, request)
-    try:
-        return prepared.execute(on_advance)
-    finally:
-        prepared.close()

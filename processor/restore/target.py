@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer
 
 from processor.errors import ServiceUnavailableError
-from processor.kafka_clients import check_broker, ensure_topic, new_producer, partition_counts
+from processor.kafka_clients import check_broker, ensure_topic, new_transactional_producer, partition_counts
 from processor.leader.batch_source import SourceSecurity
 from processor.metadata.model import TopicPartition
 from processor.restore.log_reader import read_partition_log
@@ -52,7 +52,7 @@ class TargetCluster:
     security: SourceSecurity = field(default_factory=SourceSecurity)
 
     def admin(self) -> Any:
-        return check_broker(self.bootstrap_servers)
+        return check_broker(self.bootstrap_servers, **librdkafka_security(self.security))
 
     def cluster_id(self) -> str:
         return str(self.admin().list_topics(timeout=10).cluster_id or "unknown-cluster")
@@ -78,13 +78,24 @@ class TargetCluster:
             )
         return count
 
+    def fenced_transactional_producer(self, transactional_id: str, **extra: Any) -> Producer:
+        """A transactional producer, initialised: every earlier producer with this transactional id
+        is fenced, and its open transaction aborted, before this returns."""
+        producer = self.transactional_producer(transactional_id, **extra)
+        try:
+            producer.init_transactions(TRANSACTION_TIMEOUT_MS / 1000)
+        except KafkaException as exc:
+            raise ServiceUnavailableError(
+                f"transactions on {self.bootstrap_servers} failed to start: {exc.args[0].str()}"
+            ) from None
+        return producer
+
     def transactional_producer(self, transactional_id: str, **extra: Any) -> Producer:
-        return new_producer(
+        return new_transactional_producer(
             self.bootstrap_servers,
             f"processor-restore-{transactional_id}",
+            transactional_id,
             **{
-                "transactional.id": transactional_id,
-                "enable.idempotence": True,
                 "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
                 "linger.ms": 5,
                 "batch.size": 1024 * 1024,

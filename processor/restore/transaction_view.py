@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from processor.leader.read_committed import is_abort_marker
-from processor.segment.batch_entries import BatchHeader
+from processor.segment.entries_v2 import BatchHeader
 
 
 class Outcome(Enum):

@@ -22,8 +22,8 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTP
 
+from processor.commands.demo import wait_offloaded
 from processor.config import load_settings
-from processor.demo import wait_offloaded
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin, new_producer
 from processor.metadata.model import TopicPartition
@@ -31,12 +31,13 @@ from processor.restore.archive import ArchiveTopic
 from processor.restore.log_reader import read_partition_log
 from processor.restore.target import DEFAULT_PROGRESS_TOPIC, TargetCluster
 from processor.restore.transaction_view import Outcome, resolve
-from processor.segment.batch_entries import batch_records
-from processor.segment.record_format import KafkaRecord
+from processor.segment.entries_v2 import batch_records
+from processor.segment.records import KafkaRecord
+from processor.wiring.read_side import open_read_side
 from tests.integration.worker_process import WorkerProcess, worker_env
 
 BASE_TS = 1_700_000_000_000
-RUNNER = [sys.executable, "-m", "tests.integration.restore_cli"]
+RUNNER = [sys.executable, "-m", "processor"]
 
 
 def source_record(i: int) -> tuple[bytes | None, bytes | None, list[Any], int]:
@@ -196,7 +197,8 @@ def cli_env(stack: StackInfo, metadata_topic: str, prefix: str) -> dict[str, str
 def archived(env: dict[str, str], topic: str) -> dict[int, list[KafkaRecord]]:
     """Every archived record of ``topic`` by partition, through the restore's own archive reader."""
     settings = load_settings({**env, "PROCESSOR_S3_REGION": "us-east-1"})
-    archive = ArchiveTopic(settings, topic)
+    side = open_read_side(settings, topic, None)
+    archive = ArchiveTopic(side.reader, side.follower.cache, topic)
     out: dict[int, list[KafkaRecord]] = {}
     try:
         for p, served in sorted(archive.partitions().items()):
@@ -207,7 +209,7 @@ def archived(env: dict[str, str], topic: str) -> dict[int, list[KafkaRecord]]:
             stream.close()
             out[p] = records
     finally:
-        archive.close()
+        side.close()
     return out
 
 

@@ -26,7 +26,7 @@ from processor.kafka_clients import new_admin
 from processor.metadata.model import TopicPartition
 from processor.restore.offset_map import OffsetMap
 from processor.restore.target import DEFAULT_PROGRESS_TOPIC, TargetCluster
-from processor.segment.record_format import KafkaRecord, TimestampType
+from processor.segment.records import KafkaRecord, TimestampType
 from tests.integration.restore_support import (
     ForeignWriter,
     archive_topics,
@@ -316,9 +316,9 @@ def test_bucket_maps_match_the_progress_topic(local_stack: StackInfo, tmp_path: 
     progress = target.committed_progress(
         DEFAULT_PROGRESS_TOPIC, target.partition_count(DEFAULT_PROGRESS_TOPIC) or 1, f"{src}.{dst}"
     )
-    from processor.app import build_storage
     from processor.config import load_settings
     from processor.restore.bucket_maps import latest_maps
+    from processor.wiring.storage import build_storage
 
     settings = load_settings({**env, "PROCESSOR_S3_REGION": "us-east-1"})
     storage = build_storage(settings)

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.restore.delivery import DeliveryMismatchError, Span, landed, offsets_in_range
+from processor.restore.delivery import (
+    DeliveryFailedError,
+    DeliveryMismatchError,
+    Span,
+    landed,
+    offsets_in_range,
+)
 from processor.restore.offset_map import OffsetRun, runs_from_pairs
 
 
@@ -59,8 +65,9 @@ def test_source_gaps_inside_a_batch() -> None:
 def test_failures_and_mismatches() -> None:
     failed = Span(0, range(0, 2))
     failed.on_first(KafkaError(KafkaError._MSG_TIMED_OUT), None)
-    with pytest.raises(KafkaException):
+    with pytest.raises(DeliveryFailedError) as raised:
         landed({0: [failed]}, lambda *_: [])
+    assert raised.value.error.code() == KafkaError._MSG_TIMED_OUT
     unreported = Span(0, range(0, 2))
     with pytest.raises(DeliveryMismatchError, match="without its offset"):
         landed({0: [unreported]}, lambda *_: [])

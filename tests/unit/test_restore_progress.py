@@ -22,7 +22,7 @@ from processor.restore.progress_record import (
     validate_restore_id,
 )
 from processor.restore.transaction_view import resolve
-from processor.segment.batch_entries import split_batches
+from processor.segment.entries_v2 import split_batches
 from tests.batch_samples import control_batch, make_batch
 
 SOURCE = RestoreSource("bucket", "pre/fix", "orders", None, "orders-restored", "start", "end", "same")

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.restore.transaction_view import Outcome, resolve
-from processor.segment.batch_entries import split_batches
+from processor.segment.entries_v2 import split_batches
 from tests.batch_samples import control_batch, make_batch
 
 
