@@ -222,7 +222,9 @@ def print_summary(summary: RestoreSummary) -> None:
 def cmd_restore(args: argparse.Namespace) -> int:
     settings = load_settings()
     request = request_from_args(args, settings.bootstrap_servers)
-    side = open_read_side(settings, request.topic, request.partition)
+    # the whole topic's metadata, also for one partition: a target topic created here gets the
+    # source's partition count
+    side = open_read_side(settings, request.topic, None)
     try:
         prepared = PreparedRestore(
             request,
