@@ -398,15 +398,21 @@ class Restorer:
                 send(records[0], span.on_only)
             else:
                 send(records[0], span.on_first)
-                for r in records[1:-1]:
-                    while True:
-                        try:
+                middle = iter(records[1:-1])
+                r = None
+                while True:  # the try costs nothing until librdkafka's queue is full (BufferError)
+                    try:
+                        if r is not None:  # the record refused when the queue was full
                             produce(
                                 topic, r.value, r.key, partition, None, None, r.timestamp, r.headers or None
                             )
-                            break
-                        except BufferError:
-                            poll(0.05)
+                        for r in middle:
+                            produce(
+                                topic, r.value, r.key, partition, None, None, r.timestamp, r.headers or None
+                            )
+                        break
+                    except BufferError:  # serve delivery reports, then retry the refused record
+                        poll(0.05)
                 send(records[-1], span.on_last)
         poll(0)
         if self._records_limit is not None:

@@ -25,7 +25,7 @@ from processor.restore.plan import (
     target_partition_for,
 )
 from processor.restore.progress_log import PartitionProgress
-from processor.restore.progress_record import RestoreSource
+from processor.restore.progress_record import RestoreSource, validate_restore_id
 from processor.restore.restorer import PartitionRun, RestoreOptions, Restorer
 from processor.restore.target import TargetCluster
 
@@ -45,6 +45,9 @@ class RestoreRequest:
     target: TargetCluster
     options: RestoreOptions = field(default_factory=RestoreOptions)
     dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        validate_restore_id(self.restore_id)  # it names the transactional id and objects: check it first
 
     @property
     def transactional_id(self) -> str:
