@@ -33,18 +33,6 @@ TARGET_RATIO = 0.7
 ROUNDS = 2
 
 
-def _archived(archive: ArchiveTopic) -> dict[int, list[KafkaRecord]]:
-    out: dict[int, list[KafkaRecord]] = {}
-    for p, served in sorted(archive.partitions().items()):
-        stream = archive.chunks(p, served.earliest, served.highest + 1)
-        records: list[KafkaRecord] = []
-        while (chunk := stream.next_chunk()) is not None:
-            records += chunk.decoded()
-        stream.close()
-        out[p] = records
-    return out
-
-
 def bare_transactional_producer(
     target: TargetCluster, topic: str, records: dict[int, list[KafkaRecord]], per_txn: int
 ) -> float:
@@ -133,7 +121,7 @@ def bench_restore(report: Report, info: stack.StackInfo, workdir: Path, records:
 def _compare(
     report: Report, settings: Settings, archive: ArchiveTopic, target: TargetCluster, tag: str
 ) -> None:
-    in_memory = _archived(archive)
+    in_memory = {p: archive.decoded(p) for p in archive.partitions()}
     count = sum(map(len, in_memory.values()))
     bare: list[float] = []
     restored: list[float] = []

@@ -92,6 +92,18 @@ class ArchiveTopic:
             return None
         return got[0].offset if got else None
 
+    def decoded(self, partition: int) -> list[KafkaRecord]:
+        """Every archived record of a partition, decoded (checks, tests and benchmarks)."""
+        served = self.partitions()[partition]
+        stream = self.chunks(partition, served.earliest, served.highest + 1)
+        records: list[KafkaRecord] = []
+        try:
+            while (chunk := stream.next_chunk()) is not None:
+                records += chunk.decoded()
+        finally:
+            stream.close()
+        return records
+
     def chunks(self, partition: int, position: int, stop: int) -> ChunkStream:
         return ChunkStream(self.reader, self.catalog, TopicPartition(self.topic, partition), position, stop)
 

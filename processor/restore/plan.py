@@ -32,28 +32,24 @@ class RangeBound:
         return self.kind if self.value is None else f"{self.kind}:{self.value}"
 
 
-def range_from(offset: int | None, timestamp: int | None) -> RangeBound:
+def _bound(side: str, offset: int | None, timestamp: int | None, open_end: str) -> RangeBound:
     if offset is not None and timestamp is not None:
-        raise ConfigError("give --from-offset or --from-time, not both")
+        raise ConfigError(f"give --{side}-offset or --{side}-time, not both")
     if offset is not None:
         if offset < 0:
-            raise ConfigError(f"--from-offset {offset}: offsets are never negative")
+            raise ConfigError(f"--{side}-offset {offset}: offsets are never negative")
         return RangeBound("offset", offset)
     if timestamp is not None:
         return RangeBound("time", timestamp)
-    return RangeBound("start")
+    return RangeBound(open_end)
+
+
+def range_from(offset: int | None, timestamp: int | None) -> RangeBound:
+    return _bound("from", offset, timestamp, "start")
 
 
 def range_to(offset: int | None, timestamp: int | None) -> RangeBound:
-    if offset is not None and timestamp is not None:
-        raise ConfigError("give --to-offset or --to-time, not both")
-    if offset is not None:
-        if offset < 0:
-            raise ConfigError(f"--to-offset {offset}: offsets are never negative")
-        return RangeBound("offset", offset)
-    if timestamp is not None:
-        return RangeBound("time", timestamp)
-    return RangeBound("end")
+    return _bound("to", offset, timestamp, "end")
 
 
 def target_partition_for(source_partition: int, target_partitions: int, partitioner: str) -> int:

@@ -199,18 +199,10 @@ def archived(env: dict[str, str], topic: str) -> dict[int, list[KafkaRecord]]:
     settings = load_settings({**env, "PROCESSOR_S3_REGION": "us-east-1"})
     side = open_read_side(settings, topic, None)
     archive = ArchiveTopic(side.reader, side.follower.cache, topic)
-    out: dict[int, list[KafkaRecord]] = {}
     try:
-        for p, served in sorted(archive.partitions().items()):
-            stream = archive.chunks(p, served.earliest, served.highest + 1)
-            records: list[KafkaRecord] = []
-            while (chunk := stream.next_chunk()) is not None:
-                records += chunk.decoded()
-            stream.close()
-            out[p] = records
+        return {p: archive.decoded(p) for p in sorted(archive.partitions())}
     finally:
         side.close()
-    return out
 
 
 def committed_target(bootstrap: str, tp: TopicPartition) -> tuple[list[KafkaRecord], int]:
