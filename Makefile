@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-slow test-unit test-contract test-integration lint bench clean
+.PHONY: install demo test test-slow test-unit test-contract test-integration lint bench lock clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -41,6 +41,16 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# The container image installs from these hash-pinned locks (see the Dockerfile): worker.txt for the
+# default image, spark.txt for EXTRAS=spark, build.txt for the build backend. Re-run after changing
+# the dependencies in pyproject.toml; tests/deploy/test_dockerfile.py checks they still agree.
+LOCK := $(BIN)/uv pip compile --quiet --no-config --index-url https://pypi.org/simple \
+	--python-version 3.11 --python-platform linux --generate-hashes --custom-compile-command "make lock"
+lock: $(STAMP)
+	$(LOCK) pyproject.toml -o requirements/worker.txt
+	$(LOCK) pyproject.toml --extra spark -o requirements/spark.txt
+	$(LOCK) requirements/build.in -o requirements/build.txt
 
 clean:
 	rm -rf $(VENV) .stack .pytest_cache .mypy_cache .ruff_cache

@@ -198,7 +198,7 @@ def run_worker_offload(
                 time.sleep(0.2)
                 continue
             now = time.perf_counter()
-            done = m.get("processor_records_offloaded", 0)
+            done = m.get("processor_records_copied", 0)
             if t_first is None and m.get("processor_records_taken", 0) > 0:
                 t_first = now
             if t10 is None and done >= 0.1 * topic.records:

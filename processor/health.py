@@ -6,6 +6,12 @@ it recovers. ``/readyz`` is ready while no problem is reported, and shows the re
 A *fatal* problem (an unexpected error on the data path) also stops the worker, which then exits
 non-zero: such an error must never leave the worker looping silently.
 
+A problem is keyed by its component (``storage``, ``kafka`` ...) AND by who saw it (``source``):
+the background probes report with ``source=PROBE``, the data path with the default ``DATA_PATH``,
+and each clears only what it reported. So a failure the data path met (a PutObject denied while
+HeadBucket succeeds) stays until the data path itself succeeds again; the storage probe finding the
+bucket reachable a few seconds later does not clear it.
+
 Pure and thread-safe; one process-wide instance, :data:`HEALTH`, like Prometheus' default registry.
 """
 
@@ -15,6 +21,9 @@ import threading
 import time
 from dataclasses import dataclass
 
+DATA_PATH = "data_path"  # what the work itself met: fetches, copies, deletions, the follower
+PROBE = "probe"  # the background readiness probes (processor/probes.py)
+
 
 @dataclass(frozen=True, slots=True)
 class Problem:
@@ -22,30 +31,33 @@ class Problem:
     reason: str
     fatal: bool
     since_s: float  # time.time() when first reported (unchanged while the same reason repeats)
+    source: str = DATA_PATH  # who reported it, and so who may clear it
 
 
 class Health:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._problems: dict[str, Problem] = {}
+        self._problems: dict[tuple[str, str], Problem] = {}
 
-    def report(self, component: str, reason: str, *, fatal: bool = False) -> None:
-        """Record (or update) why ``component`` cannot do its job."""
+    def report(self, component: str, reason: str, *, fatal: bool = False, source: str = DATA_PATH) -> None:
+        """Record (or update) why ``component`` cannot do its job, as ``source`` saw it."""
+        key = (component, source)
         with self._lock:
-            old = self._problems.get(component)
+            old = self._problems.get(key)
             since = old.since_s if old is not None and old.reason == reason else time.time()
-            self._problems[component] = Problem(component, reason, fatal or bool(old and old.fatal), since)
+            self._problems[key] = Problem(component, reason, fatal or bool(old and old.fatal), since, source)
 
-    def clear(self, component: str) -> None:
-        """``component`` recovered. A fatal problem is never cleared: the worker is stopping."""
+    def clear(self, component: str, *, source: str = DATA_PATH) -> None:
+        """``component`` recovered as ``source`` sees it: clears only the problem that ``source``
+        reported. A fatal problem is never cleared: the worker is stopping."""
         with self._lock:
-            old = self._problems.get(component)
+            old = self._problems.get((component, source))
             if old is not None and not old.fatal:
-                del self._problems[component]
+                del self._problems[(component, source)]
 
     def problems(self) -> list[Problem]:
         with self._lock:
-            return sorted(self._problems.values(), key=lambda p: p.component)
+            return sorted(self._problems.values(), key=lambda p: (p.component, p.source))
 
     @property
     def ready(self) -> bool:

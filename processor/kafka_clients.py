@@ -7,9 +7,16 @@ import uuid
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka import TopicPartition as KafkaTP
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+)
 
 from processor.errors import ServiceUnavailableError
+from processor.metadata.model import TopicPartition
 
 log = logging.getLogger(__name__)
 _RDKAFKA_LOG = logging.getLogger("librdkafka")
@@ -150,3 +157,28 @@ def topic_ids(admin: AdminClient, topics: list[str], timeout_s: float = 10.0) ->
         if value:
             out[name] = str(uuid.UUID(int=value))
     return out
+
+
+def latest_offsets(
+    admin: AdminClient, tps: list[TopicPartition], timeout_s: float
+) -> dict[TopicPartition, int]:
+    """The high watermark of each partition in ``tps`` (ListOffsets "latest", one request per
+    partition leader). A partition whose leader answers with an error is left out (and logged at
+    debug); when none answers, the first errors are raised as a KafkaException-carrying RuntimeError."""
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    futures = admin.list_offsets(
+        {KafkaTP(tp.topic, tp.partition): latest for tp in tps}, request_timeout=timeout_s
+    )
+    answers: dict[TopicPartition, int] = {}
+    errors: list[str] = []
+    for ktp, future in futures.items():
+        tp = TopicPartition(ktp.topic, ktp.partition)
+        try:
+            answers[tp] = int(future.result(timeout=timeout_s).offset)
+        except KafkaException as exc:  # this partition's leader moving, the topic deleted ...
+            errors.append(f"{tp}: {exc}")
+    if errors and not answers:
+        raise RuntimeError("; ".join(errors[:5]))
+    if errors:
+        log.debug("high watermarks missing for %d partitions: %s", len(errors), "; ".join(errors[:5]))
+    return answers

@@ -1,19 +1,68 @@
-"""Prometheus metrics of the worker (served at /metrics by the worker's web server)."""
+"""Prometheus metrics of the worker (served at /metrics by the worker's web server).
+
+Named after Kafka's own tiered-storage metrics (KIP-405 ``RemoteCopy*``/``RemoteFetch*``/
+``RemoteDelete*``, KIP-963 ``RemoteCopyLag*``, ``RemoteLogSize*``, ``RemoteDeleteLag*``), one name
+per thing: moving a segment to remote storage is "copy" everywhere. The README's metrics table
+lists every one (tests/unit/test_metric_catalogue.py checks it).
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import platform
+
+from prometheus_client import Counter, Gauge, Histogram, Info
+
+from processor import __version__
+
+BUILD_INFO = Info("processor_build", "Version of the processor and of the Python running it")
+BUILD_INFO.info(
+    {
+        "version": __version__,
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+    }
+)
+
+# -- copying segments to remote storage --------------------------------------------------------------
 
 RECORDS_TAKEN = Counter("processor_records_taken_total", "Records encoded into open segments")
-RECORDS_COPIED = Counter("processor_records_offloaded_total", "Records in segments copied to remote storage")
-BYTES_COPIED = Counter("processor_bytes_offloaded_total", "Data object bytes copied to remote storage")
-SEGMENTS_COPIED = Counter("processor_segments_copied_total", "Segments that reached COPY_SEGMENT_FINISHED")
+RECORDS_COPIED = Counter(
+    "processor_records_copied_total", "Records in segments copied to remote storage", ["topic"]
+)
+COPY_BYTES = Counter(
+    "processor_remote_copy_bytes_total",
+    "Data object bytes of segments copied to remote storage (Kafka: RemoteCopyBytesPerSec)",
+    ["topic"],
+)
+COPY_REQUESTS = Counter(
+    "processor_remote_copy_requests_total",
+    "Segment copy attempts (Kafka: RemoteCopyRequestsPerSec)",
+    ["topic"],
+)
+COPY_ERRORS = Counter(
+    "processor_remote_copy_errors_total",
+    "Failed segment copy attempts; each is retried (Kafka: RemoteCopyErrorsPerSec)",
+    ["topic"],
+)
+SEGMENTS_COPIED = Counter(
+    "processor_segments_copied_total", "Segments that reached COPY_SEGMENT_FINISHED", ["topic"]
+)
 SEGMENTS_ROLLED = Counter("processor_segments_rolled_total", "Segments sealed, by reason", ["reason"])
-COPY_FAILURES = Counter("processor_copy_failures_total", "Failed segment copy attempts (each is retried)")
 COPY_SECONDS = Histogram(
-    "processor_copy_seconds",
+    "processor_remote_copy_seconds",
     "Time to copy one segment",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+)
+COPY_LAG_BYTES = Gauge(
+    "processor_remote_copy_lag_bytes",
+    "Bytes the worker holds of the partition that are not in remote storage yet: the open segment "
+    "and sealed segments waiting or being copied (Kafka: RemoteCopyLagBytes)",
+    ["topic", "partition"],
+)
+COPY_LAG_SEGMENTS = Gauge(
+    "processor_remote_copy_lag_segments",
+    "Sealed segments of the partition waiting for a copy or being copied (Kafka: RemoteCopyLagSegments)",
+    ["topic", "partition"],
 )
 BUFFER_BYTES = Gauge("processor_offload_buffer_bytes", "Bytes held by the offload buffer")
 BUFFER_BOUND = Gauge(
@@ -25,11 +74,16 @@ REMOTE_END_OFFSET = Gauge(
     "Highest offset in a COPY_SEGMENT_FINISHED segment (-1: none)",
     ["topic", "partition"],
 )
-OFFLOAD_LAG = Gauge(
-    "processor_offload_lag_records",
-    "Records the source partition holds beyond the highest offset in a finished segment (a growing "
-    "value means copies are not keeping up or are stalled)",
+COPY_LAG_RECORDS = Gauge(
+    "processor_remote_copy_lag_records",
+    "Records the source partition holds beyond the highest offset in a finished segment, from the "
+    "high watermark asked of the broker on its own schedule (so it grows when fetching stalls)",
     ["topic", "partition"],
+)
+HIGH_WATERMARK_ERRORS = Counter(
+    "processor_high_watermark_errors_total",
+    "Failed asks for the source partitions' high watermarks (ListOffsets); the copy lag in records "
+    "is not updated meanwhile",
 )
 METADATA_SKIPPED = Counter(
     "processor_metadata_records_skipped_total",
@@ -38,7 +92,7 @@ METADATA_SKIPPED = Counter(
 )
 OFFSETS_LOST = Counter(
     "processor_offsets_lost_total",
-    "Source offsets deleted by the broker's retention before they were offloaded (data loss)",
+    "Source offsets deleted by the broker's retention before they were copied (data loss)",
     ["topic", "partition"],
 )
 SEGMENTS_DELETED = Counter(
@@ -51,14 +105,43 @@ DELETE_FAILURES = Counter(
     "Failed attempts to delete a remote segment's objects (each is retried)",
 )
 
-# -- issue 10: the rest of the catalogue (README "Operating it" has the table) ----------------------
-
-OFFLOAD_LAG_SECONDS = Gauge(
-    "processor_offload_lag_seconds",
+COPY_LAG_SECONDS = Gauge(
+    "processor_remote_copy_lag_seconds",
     "Age of the oldest record of the partition not yet in a finished remote segment (record "
-    "timestamp to now; 0 when everything consumed is remote): the figure to alert on",
+    "timestamp to now; for records not fetched yet, at least the time since the high watermark "
+    "first showed them; 0 when everything is remote): the figure to alert on",
     ["topic", "partition"],
 )
+
+# -- the remote log ----------------------------------------------------------------------------------
+
+REMOTE_LOG_SIZE_BYTES = Gauge(
+    "processor_remote_log_size_bytes",
+    "Data bytes of the finished remote segments of the topic's partitions this worker leads "
+    "(sum over workers for the topic; Kafka: RemoteLogSizeBytes)",
+    ["topic"],
+)
+REMOTE_LOG_SEGMENTS = Gauge(
+    "processor_remote_log_segments",
+    "Finished remote segments of the topic's partitions this worker leads (sum over workers; "
+    "Kafka: RemoteLogMetadataCount)",
+    ["topic"],
+)
+DELETE_LAG_BYTES = Gauge(
+    "processor_remote_delete_lag_bytes",
+    "Bytes of remote segments retention made eligible for deletion that are not deleted yet, after "
+    "the last retention pass (Kafka: RemoteDeleteLagBytes)",
+    ["topic", "partition"],
+)
+DELETE_LAG_SEGMENTS = Gauge(
+    "processor_remote_delete_lag_segments",
+    "Remote segments eligible for deletion not deleted yet, after the last retention pass (Kafka: "
+    "RemoteDeleteLagSegments)",
+    ["topic", "partition"],
+)
+
+# -- the rest of the catalogue (README "Operating it" has the table) ---------------------------------
+
 SEGMENTS_BY_STATE = Gauge(
     "processor_segments",
     "Segments this worker holds, by state: open (filling), pending (sealed, waiting for a copy), copying",
@@ -80,6 +163,22 @@ S3_RETRIES = Counter(
 )
 STORAGE_REACHABLE = Gauge(
     "processor_storage_reachable", "1 while the last S3 probe (HeadBucket) succeeded, 0 otherwise"
+)
+REMOTE_FETCH_REQUESTS = Counter(
+    "processor_remote_fetch_requests_total",
+    "Remote reads served or attempted (Kafka: RemoteFetchRequestsPerSec)",
+    ["topic"],
+)
+REMOTE_FETCH_BYTES = Counter(
+    "processor_remote_fetch_bytes_total",
+    "Bytes read from remote storage for remote reads (Kafka: RemoteFetchBytesPerSec)",
+    ["topic"],
+)
+REMOTE_FETCH_ERRORS = Counter(
+    "processor_remote_fetch_errors_total",
+    "Remote reads that failed: storage errors, missing or corrupt objects; an offset not in "
+    "remote storage is an answer, not an error (Kafka: RemoteFetchErrorsPerSec)",
+    ["topic"],
 )
 REMOTE_FETCH_SECONDS = Histogram(
     "processor_remote_fetch_seconds",
@@ -103,9 +202,10 @@ HEALTH_READY = Gauge(
     "processor_ready", "1 while /readyz reports ready, 0 otherwise (as of the last /readyz request)"
 )
 COPY_BLOCKED = Counter(
-    "processor_copy_blocked_total",
+    "processor_remote_copy_blocked_total",
     "Segment copy attempts that failed with an error retrying cannot fix (access denied, missing "
     "bucket); the segment stays pending and is tried again at the maximum backoff",
+    ["topic"],
 )
 FETCH_ERRORS = Counter(
     "processor_source_fetch_errors_total", "Failed fetches of source record batches, by error", ["error"]

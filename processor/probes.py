@@ -10,7 +10,9 @@ One background thread runs every probe each ``interval_s`` and reports (or clear
 - ``follower``: the metadata follower stopped, has not caught up once since start, or is behind and
   has made no progress for a minute.
 
-Nothing here is fatal: these problems clear themselves when the dependency returns.
+Nothing here is fatal: these problems clear themselves when the dependency returns. The probes
+report with ``source=PROBE`` and clear only their own findings: a failure the data path reported
+(a PutObject denied while HeadBucket succeeds) stays until the data path succeeds (see health.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from confluent_kafka import KafkaException
 
 from processor import metrics
 from processor.errors import StorageError
-from processor.health import HEALTH
+from processor.health import HEALTH, PROBE
 
 log = logging.getLogger(__name__)
 
@@ -116,12 +118,12 @@ class ReadinessWatch:
                     log.info(
                         "%s recovered: ready again", probe.component, extra={"component": probe.component}
                     )
-                HEALTH.clear(probe.component)
+                HEALTH.clear(probe.component, source=PROBE)
             else:
                 if probe.component not in self._failing:
                     log.warning("%s: %s", probe.component, reason, extra={"component": probe.component})
                 self._failing[probe.component] = reason
-                HEALTH.report(probe.component, reason)
+                HEALTH.report(probe.component, reason, source=PROBE)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -75,6 +75,7 @@ class Assembly:
                 self._seal(st, RollReason.SIZE)
         if fetched.high_watermark >= 0:
             st.high_watermark = fetched.high_watermark
+            st.high_watermark_at = time.monotonic()
         metrics.RECORDS_TAKEN.inc(taken)
         metrics.BUFFER_BYTES.set(buffer.used)
         return position

@@ -11,7 +11,7 @@ Copy failures (``ProcessorError``):
   exponential backoff with jitter, Kafka's ``retry.backoff`` shape: 500 ms doubling to 30 s, each
   delay spread by +-20 %.
 - not retriable (access denied, missing bucket): no retry loop. The problem goes to the health
-  registry ("storage") and ``processor_copy_blocked_total``; the segment stays pending and the copy
+  registry ("storage") and ``processor_remote_copy_blocked_total``; the segment stays pending and the copy
   is tried again after the maximum backoff, so the worker resumes by itself once it is fixed.
 
 A revoke cancels the lane: a sleeping retry wakes at once, a copy in progress stops before its
@@ -219,6 +219,7 @@ class CopyScheduler:
                     f"{lane.remote_end}"
                 )
             t0 = time.monotonic()
+            metrics.COPY_REQUESTS.labels(lane.tp.topic).inc()
             try:
                 done = self._copier.copy(
                     lane.tp, stored, lane.epoch, still_leader=lambda: not lane.cancelled.is_set()
@@ -226,7 +227,7 @@ class CopyScheduler:
             except CopyCancelledError:
                 return
             except ProcessorError as exc:
-                metrics.COPY_FAILURES.inc()
+                metrics.COPY_ERRORS.labels(lane.tp.topic).inc()
                 component = "storage" if isinstance(exc, StorageError) else "data_path"
                 if exc.retriable:
                     delay = self._backoff.delay(attempt)
@@ -243,7 +244,7 @@ class CopyScheduler:
                 else:
                     delay = self._backoff.max_s
                     blocked = True
-                    metrics.COPY_BLOCKED.inc()
+                    metrics.COPY_BLOCKED.labels(lane.tp.topic).inc()
                     HEALTH.report(component, f"copy of {lane.tp} blocked: {exc}")
                     log.error(
                         "%s: copy of %d..%d failed and will not succeed by retrying: %s; the segment "
@@ -262,9 +263,9 @@ class CopyScheduler:
                 HEALTH.clear("storage")
                 HEALTH.clear("data_path")
             metrics.COPY_SECONDS.observe(time.monotonic() - t0)
-            metrics.SEGMENTS_COPIED.inc()
-            metrics.BYTES_COPIED.inc(stored.size_bytes)
-            metrics.RECORDS_COPIED.inc(segment.record_count)
+            metrics.SEGMENTS_COPIED.labels(lane.tp.topic).inc()
+            metrics.COPY_BYTES.labels(lane.tp.topic).inc(stored.size_bytes)
+            metrics.RECORDS_COPIED.labels(lane.tp.topic).inc(segment.record_count)
             metrics.REMOTE_END_OFFSET.labels(lane.tp.topic, str(lane.tp.partition)).set(done.end_offset)
             with self._lock:
                 if lane.pending and lane.pending[0] is segment:

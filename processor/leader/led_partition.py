@@ -18,6 +18,7 @@ class LedPartition:
     lag: int | None = None
     remote_end: int | None = None
     high_watermark: int | None = None  # the source's, from the last fetch response; None: unknown
+    high_watermark_at: float = 0.0  # time.monotonic() of that fetch response
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,4 +27,4 @@ class PartitionStatus:
     open_bytes: int
     pending_segments: int
     copying: bool
-    lag: int | None  # source high watermark - (remote_end + 1), from the last fetch; None: unknown
+    lag: int | None  # source high watermark - (remote_end + 1); None: no recent high watermark

@@ -29,7 +29,6 @@ nothing is remote yet (historical data is offloaded too, PIP-76).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -43,8 +42,9 @@ from processor.leader.assembly import Assembly
 from processor.leader.batch_source import BatchSource, Fetched, OnFetched, OnLost
 from processor.leader.buffer_pressure import segments_to_roll
 from processor.leader.copy_scheduler import Backoff, CopyScheduler
-from processor.leader.engine_gauges import LAG_INTERVAL_S, update_lag
+from processor.leader.engine_gauges import LAG_INTERVAL_S, drop_partition_gauges, update_lag
 from processor.leader.engine_loop import EngineLoop
+from processor.leader.high_watermarks import HighWatermarks
 from processor.leader.led_partition import LedPartition, PartitionStatus
 from processor.leader.offload_buffer import OffloadBuffer
 from processor.leader.roll_policy import RollPolicy, RollReason
@@ -79,9 +79,13 @@ class OffloadEngine(EngineLoop):
         source_factory: SourceFactory,
         copier: SegmentCopier,
         load_remote_state: RemoteStateLoader,
+        high_watermarks: HighWatermarks | None = None,
     ) -> None:
         super().__init__()
         self.options = options
+        # asked of the brokers on their own schedule (the copy lag must not depend on fetching);
+        # without it (tests, tools) the lag in records comes from fetch responses only
+        self._high_watermarks = high_watermarks
         self.policy = RollPolicy(options.segment_bytes, options.segment_ms)
         self.buffer = OffloadBuffer(options.buffer_bytes)
         self._source_factory = source_factory
@@ -111,10 +115,14 @@ class OffloadEngine(EngineLoop):
 
     def start(self, timeout_s: float = 60.0) -> None:
         self._start_thread(timeout_s)  # raises what kept the batch source from starting
+        if self._high_watermarks is not None:
+            self._high_watermarks.start()
 
     def stop(self, timeout_s: float = 30.0) -> None:
         self._stop_thread(timeout_s)
         self.copies.stop()
+        if self._high_watermarks is not None:
+            self._high_watermarks.stop()
 
     def assign(self, tps: Iterable[TopicPartition], epoch: int, timeout_s: float = 60.0) -> None:
         wanted = sorted(set(tps))
@@ -185,6 +193,8 @@ class OffloadEngine(EngineLoop):
             with self._lock:
                 self._parts[tp] = st
             self._source.add(tp, None if end is None else end + 1)
+            if self._high_watermarks is not None:
+                self._high_watermarks.add(tp)
             metrics.REMOTE_END_OFFSET.labels(tp.topic, str(tp.partition)).set(-1 if end is None else end)
             log.info(
                 "leading %s (epoch %d): resuming at %s, %d dangling copies to clean",
@@ -209,9 +219,9 @@ class OffloadEngine(EngineLoop):
             lane = self.copies.revoke(tp)
             if lane is not None:
                 lanes.append(lane)
-            for gauge in (metrics.REMOTE_END_OFFSET, metrics.OFFLOAD_LAG, metrics.OFFLOAD_LAG_SECONDS):
-                with contextlib.suppress(KeyError):
-                    gauge.remove(tp.topic, str(tp.partition))
+            if self._high_watermarks is not None:
+                self._high_watermarks.remove(tp)
+            drop_partition_gauges(tp)
         if lanes:
             log.info("stopped leading %s", ", ".join(str(lane.tp) for lane in lanes))
         metrics.BUFFER_BYTES.set(self.buffer.used)
@@ -292,5 +302,5 @@ class OffloadEngine(EngineLoop):
                 metrics.CONSUMPTION_PAUSED.set(0)
                 log.info("offload buffer at %d bytes: consumption resumed", self.buffer.used)
             if now >= next_lag:
-                update_lag(list(self._parts.values()), self.copies)
+                update_lag(list(self._parts.values()), self.copies, self._high_watermarks)
                 next_lag = now + LAG_INTERVAL_S

@@ -18,6 +18,7 @@ from typing import Protocol
 from processor.errors import ProcessorError
 from processor.health import HEALTH
 from processor.lifecycle.deletion_topic import DeletionTopic
+from processor.lifecycle.remote_log_gauges import RemoteLogGauges
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import plan_retention
 from processor.lifecycle.segment_deleter import DeletionOutcome, SegmentDeleter
@@ -92,6 +93,7 @@ class RetentionService:
         self.clock_ms = clock_ms
         self.failed_passes = 0
         self._recently_deleted: dict[uuid.UUID, float] = {}
+        self.gauges = RemoteLogGauges()
 
     def run_pass(self, led: Mapping[TopicPartition, int]) -> PassResult:
         """One pass over the led partitions (partition -> the writer epoch this worker holds)."""
@@ -114,12 +116,15 @@ class RetentionService:
                     segments, self.config.limits(tp.topic), now, part.log_start_offset, served=part.served
                 )
                 if plan.empty:
+                    self.gauges.partition(tp, part, None, None)
                     continue
                 # the newest epoch seen for the partition: records of an older one would be fenced
                 outcome = self.deleter.execute(tp, plan, max(led_epoch, part.max_epoch))
                 for s in outcome.deleted:
                     self._recently_deleted[s.segment_id.id] = time.monotonic()
                 result.outcome.merge(outcome)
+                self.gauges.partition(tp, part, plan, outcome)
+            self.gauges.publish()
         except ProcessorError as exc:
             self._failed(f"retention pass failed: {exc}")
             raise

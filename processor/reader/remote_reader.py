@@ -13,6 +13,7 @@ never returned: a mismatch raises CorruptObjectError naming the segment and the 
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,6 +60,20 @@ class ReadStats:
     bytes_requested: int = 0
 
 
+@contextlib.contextmanager
+def _counted(tp: TopicPartition) -> Iterator[None]:
+    """Count one remote read of ``tp`` and, when it fails, one error (an offset that is not in
+    remote storage is an answer to the request, not an error of the remote log)."""
+    metrics.REMOTE_FETCH_REQUESTS.labels(tp.topic).inc()
+    try:
+        yield
+    except OffsetNotInRemoteError:
+        raise
+    except Exception:
+        metrics.REMOTE_FETCH_ERRORS.labels(tp.topic).inc()
+        raise
+
+
 class RemoteReader:
     def __init__(
         self,
@@ -84,7 +99,7 @@ class RemoteReader:
         max_records: int = DEFAULT_MAX_RECORDS,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> list[KafkaRecord]:
-        with metrics.REMOTE_FETCH_SECONDS.labels("offset").time():
+        with metrics.REMOTE_FETCH_SECONDS.labels("offset").time(), _counted(tp):
             segment = self.lookup.finished_segment_for_offset(tp, offset)
             if segment is None:
                 raise OffsetNotInRemoteError(f"offset {offset} of {tp} is not in remote storage")
@@ -98,7 +113,7 @@ class RemoteReader:
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> list[KafkaRecord]:
         """Records from the first one whose timestamp is >= ``timestamp`` (Kafka's offsetsForTimes), on."""
-        with metrics.REMOTE_FETCH_SECONDS.labels("timestamp").time():
+        with metrics.REMOTE_FETCH_SECONDS.labels("timestamp").time(), _counted(tp):
             segment = self.lookup.segment_for_timestamp(tp, timestamp)
             if segment is None:
                 raise OffsetNotInRemoteError(
@@ -121,6 +136,7 @@ class RemoteReader:
         with self._lock:
             self.stats.requests += 1
             self.stats.bytes_requested += length
+        metrics.REMOTE_FETCH_BYTES.labels(segment.segment_id.topic).inc(len(data))
         return data
 
     def _index(self, segment: RemoteLogSegmentMetadata) -> SegmentIndex:

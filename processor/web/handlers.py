@@ -57,7 +57,13 @@ def livez() -> Reply:
 
 def readyz(checks: Mapping[str, FailureCheck], extra: Mapping[str, Any] | None = None) -> Reply:
     problems = [
-        {"component": p.component, "reason": p.reason, "fatal": p.fatal, "since": round(p.since_s, 3)}
+        {
+            "component": p.component,
+            "reason": p.reason,
+            "fatal": p.fatal,
+            "since": round(p.since_s, 3),
+            "source": p.source,
+        }
         for p in HEALTH.problems()
     ]
     reported = {p["component"] for p in problems}
@@ -65,7 +71,9 @@ def readyz(checks: Mapping[str, FailureCheck], extra: Mapping[str, Any] | None =
     for component, check in checks.items():
         reason = check()
         if reason is not None and component not in reported:
-            problems.append({"component": component, "reason": reason, "fatal": True, "since": now})
+            problems.append(
+                {"component": component, "reason": reason, "fatal": True, "since": now, "source": "check"}
+            )
     ready = not problems
     metrics.HEALTH_READY.set(1 if ready else 0)
     body: dict[str, Any] = {"ready": ready, "reasons": [f"{p['component']}: {p['reason']}" for p in problems]}

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 from processor import metrics
 from processor.config import Settings
 from processor.follower.materializer import Materializer
+from processor.kafka_clients import latest_offsets, new_admin
 from processor.leader.batch_source import BatchSource, OnFetched, OnLost, SourceSecurity
+from processor.leader.high_watermarks import HighWatermarks
 from processor.leader.offload_engine import EngineOptions, OffloadEngine
 from processor.leader.resume import ResumePlanner
 from processor.leader.segment_copier import SegmentCopier
@@ -19,6 +23,8 @@ from processor.wiring.resume import remote_state_loader
 
 # Faust's broker_rebalance_timeout; a revocation waits at most 80 % of it for running copies.
 REBALANCE_TIMEOUT_S = 5.0
+# How often the source partitions' high watermarks are asked of the brokers for the copy lag.
+HIGH_WATERMARK_INTERVAL_S = 5.0
 
 
 def source_security(settings: Settings) -> SourceSecurity:
@@ -78,4 +84,11 @@ def build_engine(
         source_factory,
         copier,
         planner if planner is not None else remote_state_loader(settings, metadata_partitions),
+        high_watermarks=HighWatermarks(
+            functools.partial(
+                latest_offsets,
+                new_admin(settings.bootstrap_servers, f"{settings.app_id}-{settings.worker_id}-watermarks"),
+            ),
+            HIGH_WATERMARK_INTERVAL_S,
+        ),
     )

@@ -10,111 +10,56 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-from pathlib import Path
-from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 
-from processor.config import ENV_PREFIX, Settings, load_settings
-from tests.deploy.k8s_tools import ROOT, ToolUnavailable, tool
-
-CHART = ROOT / "helm" / "kafka-tiered-processor"
-K8S_VERSION = "1.30.0"
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
-TOPICS = ["--set", "config.topics={orders,payments}"]
-ALL_ON = [
-    *TOPICS,
-    "--set", "followers.enabled=true",
-    "--set", "audit.enabled=true",
-    "--set", "monitoring.serviceMonitor.enabled=true",
-    "--set", "monitoring.prometheusRule.enabled=true",
-    "--set", "credentials.s3.existingSecret=s3-creds",
-    "--set", "credentials.webToken.existingSecret=web-token",
-    "--set", "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/r",
-]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    try:
-        return tool("helm")
-    except ToolUnavailable as exc:
-        pytest.skip(f"helm cannot be installed here: {exc}")
-
-
-def _run(helm: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=120, check=False)
-    if check:
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
-
-
-def render(helm: Path, *values: str) -> list[dict[str, Any]]:
-    out = _run(helm, "template", "rel", str(CHART), "--namespace", "tiered", *values).stdout
-    return [doc for doc in yaml.safe_load_all(out) if doc]
-
-
-def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [d for d in docs if d["kind"] == kind]
-
-
-def pod_specs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    specs = []
-    for d in docs:
-        if d["kind"] in {"StatefulSet", "Deployment"}:
-            specs.append(d["spec"]["template"]["spec"])
-        elif d["kind"] == "CronJob":
-            specs.append(d["spec"]["jobTemplate"]["spec"]["template"]["spec"])
-    return specs
-
-
-@pytest.fixture(scope="module")
-def default_docs(helm: Path) -> list[dict[str, Any]]:
-    return render(helm, *TOPICS)
-
-
-@pytest.fixture(scope="module")
-def all_docs(helm: Path) -> list[dict[str, Any]]:
-    return render(helm, *ALL_ON)
+from processor.config import load_settings
+from tests.deploy.chart import (
+    ALL_ON,
+    BASE,
+    CHART,
+    SECRET_NAME,
+    by_kind,
+    config_map,
+    pod_specs,
+    render,
+    render_error,
+    rendered_setting_names,
+    run_helm,
+    unknown_settings,
+    validate_all,
+)
 
 
 def test_lint(helm):
-    proc = _run(helm, "lint", "--strict", str(CHART), *TOPICS)
+    proc = run_helm(helm, "lint", "--strict", str(CHART), *BASE)
     assert "0 chart(s) failed" in proc.stdout
-    proc = _run(helm, "lint", "--strict", str(CHART), *ALL_ON)
+    proc = run_helm(helm, "lint", "--strict", str(CHART), *ALL_ON)
     assert "0 chart(s) failed" in proc.stdout
 
 
 def test_source_topics_are_required(helm):
-    proc = _run(helm, "template", "rel", str(CHART), check=False)
-    assert proc.returncode != 0
-    assert "config.topics" in proc.stderr
+    assert "config.topics" in render_error(helm)
 
 
 def test_schema_rejects_bad_values(helm):
     for bad in ("config.segmentBytes=lots", "worker.bufferMiB=abc", "audit.mode=sometimes"):
-        proc = _run(helm, "template", "rel", str(CHART), *TOPICS, "--set", bad, check=False)
-        assert proc.returncode != 0, bad
+        render_error(helm, *BASE, "--set", bad)
 
 
 @pytest.mark.parametrize("fixture", ["default_docs", "all_docs"])
 def test_every_manifest_validates_against_kubernetes_schemas(fixture, request):
     docs = request.getfixturevalue(fixture)
-    checked = 0
-    for doc in docs:
-        if doc["kind"] in CRD_KINDS:
-            continue  # validated structurally in test_monitoring_objects
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-        checked += 1
-    assert checked >= 5
+    # CRDs (ServiceMonitor, PrometheusRule) are checked structurally in test_monitoring_objects
+    assert validate_all(docs) >= 5
 
 
 def test_default_render_has_the_worker_objects_only(default_docs):
     kinds = sorted(d["kind"] for d in default_docs)
-    assert kinds == sorted(["ConfigMap", "PodDisruptionBudget", "Service", "ServiceAccount", "StatefulSet"])
+    expected = ["ConfigMap", "PodDisruptionBudget", "Service", "ServiceAccount", "StatefulSet"]
+    # plus the NetworkPolicy (on by default) and the two `helm test` pods
+    assert kinds == sorted([*expected, "NetworkPolicy", "Pod", "Pod"])
 
 
 def test_optional_components(all_docs):
@@ -131,11 +76,10 @@ def test_optional_components(all_docs):
 
 
 def test_audit_as_a_streaming_deployment(helm):
-    docs = render(helm, *TOPICS, "--set", "audit.enabled=true", "--set", "audit.mode=deployment")
+    docs = render(helm, *BASE, "--set", "audit.enabled=true", "--set", "audit.mode=deployment")
     audit = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("-audit")]
     assert audit[0]["spec"]["template"]["spec"]["containers"][0]["args"] == ["audit"]
-    for doc in docs:
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    validate_all(docs)
 
 
 def test_worker_id_is_the_pod_name_and_cache_is_persistent(default_docs):
@@ -147,15 +91,15 @@ def test_worker_id_is_the_pod_name_and_cache_is_persistent(default_docs):
     assert claims[0]["metadata"]["name"] == "data"
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts["/data"] == "data"
-    config = by_kind(default_docs, "ConfigMap")[0]["data"]
+    config = config_map(default_docs)
     assert config["PROCESSOR_DATA_DIR"] == "/data"  # the RocksDB cache lives on the claim
 
 
 def test_probes_on_the_health_endpoints(all_docs):
     for spec in pod_specs(all_docs):
         for c in spec["containers"]:
-            if c["name"] == "audit":
-                continue  # a batch job serves no endpoints
+            if c["name"] in {"audit", "ready", "verify"}:
+                continue  # a batch job and the helm test pods serve no endpoints
             assert c["livenessProbe"]["httpGet"]["path"] == "/livez"
             assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
             assert c["startupProbe"]["httpGet"]["path"] == "/livez"
@@ -164,7 +108,7 @@ def test_probes_on_the_health_endpoints(all_docs):
 
 def test_security_context_everywhere(all_docs):
     specs = pod_specs(all_docs)
-    assert len(specs) == 3
+    assert len(specs) == 5  # workers, followers, audit, two helm test pods
     for spec in specs:
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
@@ -185,14 +129,13 @@ def test_security_context_everywhere(all_docs):
 def test_no_secret_values_rendered(helm, all_docs):
     canary = "canary-Secret-Value-93f1"
     # even a value someone puts where it does not belong is refused by the schema, not rendered
-    bad = f"credentials.s3.password={canary}"
-    proc = _run(helm, "template", "rel", str(CHART), *TOPICS, "--set", bad, check=False)
-    assert proc.returncode != 0 and canary not in proc.stdout
+    for bad in (f"credentials.s3.password={canary}", f"kafka.sasl.password={canary}"):
+        assert canary not in render_error(helm, *BASE, "--set", bad)
     assert not by_kind(all_docs, "Secret")
     for spec in pod_specs(all_docs):
         for c in spec["containers"]:
             for e in c.get("env", []):
-                if re.search(r"SECRET|TOKEN|PASSWORD|KEY", e["name"]):
+                if SECRET_NAME.search(e["name"]):
                     assert "value" not in e, e
                     assert "secretKeyRef" in e["valueFrom"], e
     worker = by_kind(all_docs, "StatefulSet")[0]["spec"]["template"]["spec"]["containers"][0]
@@ -206,8 +149,7 @@ def test_no_secret_values_rendered(helm, all_docs):
         "AWS_SECRET_ACCESS_KEY": "s3-creds",
         "PROCESSOR_WEB_TOKEN": "web-token",
     }
-    config = by_kind(all_docs, "ConfigMap")[0]["data"]
-    assert not any(re.search(r"SECRET|TOKEN|PASSWORD", k) for k in config)
+    assert not any(SECRET_NAME.search(k) for k in config_map(all_docs))
 
 
 def test_cloud_identity_annotation(all_docs):
@@ -219,13 +161,8 @@ def test_cloud_identity_annotation(all_docs):
 
 def test_settings_are_real_and_load(all_docs):
     """Every PROCESSOR_* variable the chart sets is a Settings field, and the ConfigMap loads."""
-    config = by_kind(all_docs, "ConfigMap")[0]["data"]
-    names = set(config)
-    for spec in pod_specs(all_docs):
-        for c in spec["containers"]:
-            names |= {e["name"] for e in c.get("env", []) if e["name"].startswith(ENV_PREFIX)}
-    for name in names:
-        assert name.removeprefix(ENV_PREFIX).lower() in Settings.model_fields, name
+    assert unknown_settings(rendered_setting_names(all_docs)) == set()
+    config = config_map(all_docs)
     settings = load_settings(config)
     assert settings.topics == ("orders", "payments")
     assert settings.web_host == "0.0.0.0"
@@ -233,13 +170,13 @@ def test_settings_are_real_and_load(all_docs):
 
 
 def test_memory_derived_from_the_buffer_bound(helm):
-    docs = render(helm, *TOPICS, "--set", "worker.bufferMiB=1024", "--set", "worker.overheadMiB=300")
+    docs = render(helm, *BASE, "--set", "worker.bufferMiB=1024", "--set", "worker.overheadMiB=300")
     container = by_kind(docs, "StatefulSet")[0]["spec"]["template"]["spec"]["containers"][0]
     # 1024 buffer + min(64, max(16, 1024/4)) prefetch + 300 overhead; limit +50 %
     assert container["resources"]["requests"]["memory"] == "1388Mi"
     assert container["resources"]["limits"]["memory"] == "2082Mi"
-    assert by_kind(docs, "ConfigMap")[0]["data"]["PROCESSOR_BUFFER_BYTES"] == "1024MiB"
-    small = render(helm, *TOPICS, "--set", "worker.bufferMiB=32")
+    assert config_map(docs)["PROCESSOR_BUFFER_BYTES"] == "1024MiB"
+    small = render(helm, *BASE, "--set", "worker.bufferMiB=32")
     c = by_kind(small, "StatefulSet")[0]["spec"]["template"]["spec"]["containers"][0]
     assert c["resources"]["requests"]["memory"] == f"{32 + 16 + 256}Mi"
 
@@ -254,27 +191,7 @@ def test_monitoring_objects(all_docs):
         assert selector.items() <= svc["metadata"]["labels"].items()
         assert svc["spec"]["ports"][0]["name"] == "http"
     rule = by_kind(all_docs, "PrometheusRule")[0]
-    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
-    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert set(rules) >= {
-        "TieredStorageOffloadLagGrowing",
-        "TieredStorageCopiesFailing",
-        "TieredStorageBufferFull",
-        "TieredStorageFollowerBehind",
-        "TieredStorageDataLoss",
-    }
-    from prometheus_client import REGISTRY
-
-    import processor.metrics  # noqa: F401 - registers the catalogue
-
-    known = {family.name for family in REGISTRY.collect()}
-    for name, r in rules.items():
-        assert set(r) <= {"alert", "expr", "for", "labels", "annotations"}
-        assert r["labels"]["severity"] in {"warning", "critical"}
-        used = set(re.findall(r"\b(processor_[a-z_]+)", r["expr"]))
-        assert used, name
-        for metric in used:
-            assert metric.removesuffix("_total") in known, f"{name} uses unknown metric {metric}"
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"  # its alerts: tests/deploy/test_alerts.py
 
 
 def test_every_value_has_a_comment():

@@ -86,7 +86,7 @@ def test_failed_copies_are_retried_in_order_and_dangling_copies_cleaned(
         copier,
         remote_state_loader(settings, parts),
     )
-    failures_before = metrics.COPY_FAILURES._value.get()
+    failures_before = metrics.COPY_ERRORS.labels(TOPIC)._value.get()
     engine.start()
     try:
         engine.assign([TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)], epoch=3)
@@ -95,7 +95,7 @@ def test_failed_copies_are_retried_in_order_and_dangling_copies_cleaned(
     finally:
         engine.stop()
         publisher.close()
-    assert metrics.COPY_FAILURES._value.get() - failures_before == 3
+    assert metrics.COPY_ERRORS.labels(TOPIC)._value.get() - failures_before == 3
 
     state, skipped = load_remote_state(local_stack.bootstrap_servers, META)
     assert skipped == 0

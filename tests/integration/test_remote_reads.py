@@ -225,7 +225,7 @@ def test_worker_http_api(offloaded) -> None:
         lags = {
             line.split("partition=")[1].split('"')[1]: float(line.rsplit(" ", 1)[1])
             for line in metrics.splitlines()
-            if line.startswith("processor_offload_lag_records{") and f'topic="{TOPIC}"' in line
+            if line.startswith("processor_remote_copy_lag_records{") and f'topic="{TOPIC}"' in line
         }
         if len(lags) == PARTITIONS or time.monotonic() > deadline:
             break

@@ -47,3 +47,24 @@ class WorkerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def start_web_worker(
+    info: stack.StackInfo, tmp: Path, topics: str, **extra: str
+) -> tuple[WorkerProcess, str]:
+    """A worker process with its web server on a free loopback port, small segments that roll fast
+    (data in ``tmp``/data, log in ``tmp``/worker.log); returns it and its base URL."""
+    port = stack.free_port()
+    env = worker_env(
+        info,
+        tmp / "data",
+        topics,
+        **{
+            "PROCESSOR_SEGMENT_BYTES": "65536",
+            "PROCESSOR_SEGMENT_MS": "500ms",
+            "PROCESSOR_WEB_HOST": "127.0.0.1",
+            "PROCESSOR_WEB_PORT": str(port),
+            **extra,
+        },
+    )
+    return WorkerProcess(env, tmp / "worker.log"), f"http://127.0.0.1:{port}"

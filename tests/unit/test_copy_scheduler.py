@@ -133,7 +133,7 @@ def test_a_non_retriable_error_blocks_visibly_without_a_retry_loop(tmp_path: Pat
     errors = [StorageError("AccessDenied", retriable=False) for _ in range(2)]
     storage, sink = ScriptedStorage(tmp_path, errors), ListSink()
     sched, buffer = scheduler(storage, sink, Backoff(0.001, 0.4))
-    blocked_before = metrics.COPY_BLOCKED._value.get()
+    blocked_before = metrics.COPY_BLOCKED.labels(TP.topic)._value.get()
     sched.open(TP, 1, None, [])
     segment = sealed()
     submit(sched, buffer, segment)
@@ -141,7 +141,7 @@ def test_a_non_retriable_error_blocks_visibly_without_a_retry_loop(tmp_path: Pat
     time.sleep(0.2)
     assert storage.attempts == 1, "retried before the maximum backoff"
     assert [p.component for p in HEALTH.problems()] == ["storage"] and HEALTH.fatal() is None
-    assert metrics.COPY_BLOCKED._value.get() - blocked_before >= 1
+    assert metrics.COPY_BLOCKED.labels(TP.topic)._value.get() - blocked_before >= 1
     lane = sched.lane(TP)
     assert lane is not None and list(lane.pending) == [segment]  # stays pending
     # re-checked at the maximum backoff: once fixed, it goes through and the problem clears

@@ -26,3 +26,18 @@ def test_repeated_reason_keeps_its_first_time():
     first = h.problems()[0].since_s
     h.report("follower", "behind")
     assert h.problems()[0].since_s == first
+
+
+def test_each_source_clears_only_its_own_problem():
+    """The storage probe finding the bucket reachable does not clear the data path's finding."""
+    from processor.health import DATA_PATH, PROBE
+
+    h = Health()
+    h.report("storage", "copy of orders-0 blocked: S3 PutObject failed: AccessDenied")  # the data path
+    h.report("storage", "S3 unreachable", source=PROBE)
+    assert [(p.component, p.source) for p in h.problems()] == [("storage", DATA_PATH), ("storage", PROBE)]
+    h.clear("storage", source=PROBE)  # HeadBucket answers again
+    assert not h.ready
+    assert [p.reason for p in h.problems()] == ["copy of orders-0 blocked: S3 PutObject failed: AccessDenied"]
+    h.clear("storage")  # a copy succeeded
+    assert h.ready

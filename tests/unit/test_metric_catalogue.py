@@ -30,6 +30,7 @@ def test_every_metric_is_in_the_readme_table() -> None:
     text = README.read_text()
     section = text[text.index("### Metrics") : text.index("### Alerts")]
     documented = set(re.findall(r"`(processor_[a-z0-9_]+)", section))
-    exported = {n + ("_total" if kind == "counter" else "") for n, kind in _exported().items()}
+    suffix = {"counter": "_total", "info": "_info"}
+    exported = {n + suffix.get(kind, "") for n, kind in _exported().items()}
     assert exported - documented == set(), "metrics missing from the README table"
     assert documented - exported == set(), "README documents metrics that do not exist"

@@ -76,3 +76,17 @@ def test_follower_probe_states() -> None:
     assert "behind: 10 records" in (probe.check() or "")
     state.stopped = "RuntimeError: x"
     assert "stopped" in (probe.check() or "")
+
+
+def test_storage_probe_does_not_clear_what_the_data_path_reported() -> None:
+    """A PutObject denied while HeadBucket succeeds: the probe passes, the pod stays unready."""
+    watch = probes.ReadinessWatch([probes.storage_probe(lambda: None)], interval_s=1)
+    HEALTH.report("storage", "copy of orders-0 blocked: S3 PutObject failed: AccessDenied")
+    for _ in range(3):
+        watch.run_once()
+    assert not HEALTH.ready
+    assert [(p.component, p.source) for p in HEALTH.problems()] == [("storage", "data_path")]
+    assert REGISTRY.get_sample_value("processor_storage_reachable") == 1.0
+    HEALTH.clear("storage")  # the data path succeeded
+    watch.run_once()
+    assert HEALTH.ready

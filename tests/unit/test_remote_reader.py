@@ -126,3 +126,40 @@ def test_a_missing_or_swapped_index_is_reported(world) -> None:
         reader.read_from_offset(TP, 1000)
     assert b.index_object_key in str(err.value)
     assert a.state is SegmentState.COPY_SEGMENT_FINISHED
+
+
+def test_remote_fetch_requests_bytes_and_errors_per_topic(world) -> None:
+    from prometheus_client import REGISTRY
+
+    reader, _e, storage, cache = world
+
+    def sample(name: str) -> float:
+        return REGISTRY.get_sample_value(name, {"topic": TP.topic}) or 0.0
+
+    before = {
+        n: sample(n)
+        for n in (
+            "processor_remote_fetch_requests_total",
+            "processor_remote_fetch_bytes_total",
+            "processor_remote_fetch_errors_total",
+        )
+    }
+    reader.read_from_offset(TP, 900, max_records=3)
+    assert (
+        sample("processor_remote_fetch_requests_total") == before["processor_remote_fetch_requests_total"] + 1
+    )
+    assert (
+        sample("processor_remote_fetch_bytes_total") - before["processor_remote_fetch_bytes_total"]
+        == reader.stats.bytes_requested
+    )
+    with pytest.raises(OffsetNotInRemoteError):  # an answer, not an error of the remote log
+        reader.read_from_offset(TP, 5000)
+    assert sample("processor_remote_fetch_errors_total") == before["processor_remote_fetch_errors_total"]
+    seg = cache.finished_segment_for_offset(TP, 500)
+    (storage.root / seg.data_object_key).unlink()
+    with pytest.raises(SegmentObjectMissingError):
+        reader.read_from_offset(TP, 500, max_records=10)
+    assert (
+        sample("processor_remote_fetch_requests_total") == before["processor_remote_fetch_requests_total"] + 3
+    )
+    assert sample("processor_remote_fetch_errors_total") == before["processor_remote_fetch_errors_total"] + 1

@@ -92,6 +92,77 @@ seccompProfile:
 {{- end }}
 {{- end }}
 
+{{/* Does the protocol use TLS / SASL? */}}
+{{- define "ktp.kafkaTls" -}}
+{{- if has .Values.kafka.securityProtocol (list "SSL" "SASL_SSL") }}true{{ end }}
+{{- end }}
+
+{{- define "ktp.kafkaSasl" -}}
+{{- if has .Values.kafka.securityProtocol (list "SASL_PLAINTEXT" "SASL_SSL") }}true{{ end }}
+{{- end }}
+
+{{/* Where the Kafka TLS files are mounted. */}}
+{{- define "ktp.kafkaCaDir" -}}/etc/processor/kafka/ca{{- end }}
+{{- define "ktp.kafkaClientDir" -}}/etc/processor/kafka/client{{- end }}
+
+{{/*
+Values that cannot go together, refused at render time with the setting to change (the schema checks
+each value alone).
+*/}}
+{{- define "ktp.validate" -}}
+{{- $k := .Values.kafka }}
+{{- if and (eq .Values.webApi.auth "token") (not .Values.credentials.webToken.existingSecret) }}
+{{- fail "webApi.auth is token (the default): set credentials.webToken.existingSecret to an existing Secret holding the read API's bearer token, or set webApi.auth=none to leave the read API open on purpose" }}
+{{- end }}
+{{- if and (include "ktp.kafkaSasl" .) (ne $k.sasl.mechanism "OAUTHBEARER") (not $k.sasl.existingSecret) }}
+{{- fail (printf "kafka.securityProtocol is %s with mechanism %s: set kafka.sasl.existingSecret to the Secret holding the password" $k.securityProtocol $k.sasl.mechanism) }}
+{{- end }}
+{{- if and (include "ktp.kafkaSasl" .) (eq $k.sasl.mechanism "OAUTHBEARER") (not $k.sasl.oauthTokenProvider) }}
+{{- fail "kafka.sasl.mechanism is OAUTHBEARER: set kafka.sasl.oauthTokenProvider (aws-msk-iam, or module:function)" }}
+{{- end }}
+{{- if and (eq $k.sasl.oauthTokenProvider "aws-msk-iam") (not $k.sasl.oauthAwsRegion) }}
+{{- fail "kafka.sasl.oauthTokenProvider is aws-msk-iam: set kafka.sasl.oauthAwsRegion to the cluster's region" }}
+{{- end }}
+{{- if and (or $k.tls.caSecret $k.tls.clientCertSecret) (not (include "ktp.kafkaTls" .)) }}
+{{- fail (printf "kafka.tls.caSecret/clientCertSecret are set but kafka.securityProtocol is %s: use SSL or SASL_SSL" $k.securityProtocol) }}
+{{- end }}
+{{- if and $k.tls.keyPasswordSecret (not $k.tls.clientCertSecret) }}
+{{- fail "kafka.tls.keyPasswordSecret is set without kafka.tls.clientCertSecret" }}
+{{- end }}
+{{- end }}
+
+{{/* The Kafka security settings that are not secret, as ConfigMap entries. */}}
+{{- define "ktp.kafkaConfig" -}}
+{{- $k := .Values.kafka }}
+PROCESSOR_SECURITY_PROTOCOL: {{ $k.securityProtocol | quote }}
+{{- if include "ktp.kafkaSasl" . }}
+PROCESSOR_SASL_MECHANISM: {{ $k.sasl.mechanism | quote }}
+{{- with $k.sasl.username }}
+PROCESSOR_SASL_USERNAME: {{ . | quote }}
+{{- end }}
+{{- with $k.sasl.oauthTokenProvider }}
+PROCESSOR_SASL_OAUTH_TOKEN_PROVIDER: {{ . | quote }}
+{{- end }}
+{{- with $k.sasl.oauthAwsRegion }}
+PROCESSOR_SASL_OAUTH_AWS_REGION: {{ . | quote }}
+{{- end }}
+{{- with $k.sasl.oauthAwsRoleArn }}
+PROCESSOR_SASL_OAUTH_AWS_ROLE_ARN: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- if include "ktp.kafkaTls" . }}
+PROCESSOR_SSL_CHECK_HOSTNAME: {{ $k.tls.checkHostname | quote }}
+{{- with $k.tls.caSecret }}
+PROCESSOR_SSL_CAFILE: {{ printf "%s/%s" (include "ktp.kafkaCaDir" $) $k.tls.caKey | quote }}
+{{- end }}
+{{- with $k.tls.clientCertSecret }}
+PROCESSOR_SSL_CERTFILE: {{ printf "%s/%s" (include "ktp.kafkaClientDir" $) $k.tls.certKey | quote }}
+PROCESSOR_SSL_KEYFILE: {{ printf "%s/%s" (include "ktp.kafkaClientDir" $) $k.tls.keyKey | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Secret values as environment variables, each a reference to an existing Secret. */}}
 {{- define "ktp.secretEnv" -}}
 {{- with .Values.credentials.s3.existingSecret }}
 - name: AWS_ACCESS_KEY_ID
@@ -112,6 +183,117 @@ seccompProfile:
       name: {{ . }}
       key: {{ $.Values.credentials.webToken.key }}
 {{- end }}
+{{- $sasl := .Values.kafka.sasl }}
+{{- if and (include "ktp.kafkaSasl" .) $sasl.existingSecret }}
+{{- if not $sasl.username }}
+- name: PROCESSOR_SASL_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ $sasl.existingSecret }}
+      key: {{ $sasl.usernameKey }}
+{{- end }}
+- name: PROCESSOR_SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $sasl.existingSecret }}
+      key: {{ $sasl.passwordKey }}
+{{- end }}
+{{- $tls := .Values.kafka.tls }}
+{{- if and (include "ktp.kafkaTls" .) $tls.keyPasswordSecret }}
+- name: PROCESSOR_SSL_KEY_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $tls.keyPasswordSecret }}
+      key: {{ $tls.keyPasswordKey }}
+{{- end }}
+{{- end }}
+
+{{/* Volume mounts every processor container gets besides /data and /tmp. */}}
+{{- define "ktp.extraMounts" -}}
+{{- $tls := .Values.kafka.tls }}
+{{- if include "ktp.kafkaTls" . }}
+{{- if $tls.caSecret }}
+- name: kafka-ca
+  mountPath: {{ include "ktp.kafkaCaDir" . }}
+  readOnly: true
+{{- end }}
+{{- if $tls.clientCertSecret }}
+- name: kafka-client-cert
+  mountPath: {{ include "ktp.kafkaClientDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Volumes every pod gets besides its data and tmp volumes. */}}
+{{- define "ktp.extraVolumes" -}}
+{{- $tls := .Values.kafka.tls }}
+{{- if include "ktp.kafkaTls" . }}
+{{- if $tls.caSecret }}
+- name: kafka-ca
+  secret:
+    secretName: {{ $tls.caSecret }}
+    defaultMode: 0440
+    items:
+      - key: {{ $tls.caKey }}
+        path: {{ $tls.caKey }}
+{{- end }}
+{{- if $tls.clientCertSecret }}
+- name: kafka-client-cert
+  secret:
+    secretName: {{ $tls.clientCertSecret }}
+    defaultMode: 0440
+    items:
+      - key: {{ $tls.certKey }}
+        path: {{ $tls.certKey }}
+      - key: {{ $tls.keyKey }}
+        path: {{ $tls.keyKey }}
+{{- end }}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Scheduling of one component's pods: .values is the component's values (nodeSelector, tolerations,
+affinity, topologySpreadConstraints), .selector its selector labels (dict), .defaultAffinity the
+affinity used when .values.affinity is empty (may be empty).
+*/}}
+{{- define "ktp.scheduling" -}}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if .values.affinity }}
+affinity:
+  {{- toYaml .values.affinity | nindent 2 }}
+{{- else if .defaultAffinity }}
+affinity:
+  {{- .defaultAffinity | nindent 2 }}
+{{- end }}
+{{- with .values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- range . }}
+  {{- $constraint := deepCopy . }}
+  {{- if not (hasKey $constraint "labelSelector") }}
+  {{- $_ := set $constraint "labelSelector" (dict "matchLabels" $.selector) }}
+  {{- end }}
+  - {{- toYaml $constraint | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels of a component as a dict (for ktp.scheduling). */}}
+{{- define "ktp.selectorDict" -}}
+{{- include "ktp.selector" . | fromYaml | toJson }}
 {{- end }}
 
 {{- define "ktp.probes" -}}
@@ -139,6 +321,7 @@ readinessProbe:
 
 {{/* The audit's pod spec (CronJob or Deployment); .root is the chart context. */}}
 {{- define "ktp.auditPod" -}}
+{{- $a := .root.Values.audit }}
 serviceAccountName: {{ include "ktp.serviceAccountName" .root }}
 automountServiceAccountToken: {{ .root.Values.serviceAccount.automountToken }}
 securityContext:
@@ -149,9 +332,11 @@ imagePullSecrets:
   - name: {{ . }}
   {{- end }}
 {{- end }}
-{{- if eq .root.Values.audit.mode "cronjob" }}
-restartPolicy: OnFailure
+{{- if eq $a.mode "cronjob" }}
+restartPolicy: Never
 {{- end }}
+{{- $selector := include "ktp.selectorDict" (dict "root" .root "component" "audit") | fromJson }}
+{{- include "ktp.scheduling" (dict "values" $a "selector" $selector "defaultAffinity" "") }}
 containers:
   - name: audit
     image: {{ .image }}
@@ -164,11 +349,15 @@ containers:
       - name: SPARK_LOCAL_IP
         value: "127.0.0.1"
     resources:
+      {{- if $a.resources }}
+      {{- toYaml $a.resources | nindent 6 }}
+      {{- else }}
       requests:
-        cpu: {{ .root.Values.audit.cpuRequest | quote }}
-        memory: {{ .root.Values.audit.memory | quote }}
+        cpu: {{ $a.cpuRequest | quote }}
+        memory: {{ $a.memory | quote }}
       limits:
-        memory: {{ .root.Values.audit.memory | quote }}
+        memory: {{ $a.memory | quote }}
+      {{- end }}
     securityContext:
       {{- include "ktp.containerSecurityContext" .root | nindent 6 }}
     volumeMounts:
@@ -176,11 +365,59 @@ containers:
         mountPath: /tmp
       - name: data
         mountPath: /data
+      {{- include "ktp.extraMounts" .root | nindent 6 }}
 volumes:
   - name: tmp
     emptyDir:
       sizeLimit: 4Gi
   - name: data
+    {{- if $a.persistence.enabled }}
+    persistentVolumeClaim:
+      claimName: {{ default (printf "%s-audit" (include "ktp.fullname" .root)) $a.persistence.existingClaim }}
+    {{- else }}
     emptyDir:
       sizeLimit: 4Gi
+    {{- end }}
+  {{- include "ktp.extraVolumes" .root | nindent 2 }}
+{{- end }}
+
+{{/* Pod-level settings of the `helm test` pods. */}}
+{{- define "ktp.testPod" -}}
+restartPolicy: Never
+serviceAccountName: {{ include "ktp.serviceAccountName" . }}
+automountServiceAccountToken: {{ .Values.serviceAccount.automountToken }}
+securityContext:
+  {{- include "ktp.podSecurityContext" . | nindent 2 }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . }}
+  {{- end }}
+{{- end }}
+volumes:
+  - name: tmp
+    emptyDir:
+      sizeLimit: 256Mi
+  - name: data
+    emptyDir:
+      sizeLimit: 256Mi
+  {{- include "ktp.extraVolumes" . | nindent 2 }}
+{{- end }}
+
+{{/* Container-level settings of the `helm test` pods (after command, args, env). */}}
+{{- define "ktp.testContainer" -}}
+resources:
+  requests:
+    cpu: 100m
+    memory: 256Mi
+  limits:
+    memory: 512Mi
+securityContext:
+  {{- include "ktp.containerSecurityContext" . | nindent 2 }}
+volumeMounts:
+  - name: tmp
+    mountPath: /tmp
+  - name: data
+    mountPath: /data
+  {{- include "ktp.extraMounts" . | nindent 2 }}
 {{- end }}
