@@ -203,9 +203,9 @@ class Restorer:
                     active.remove(run)
         except KafkaException as exc:  # from abort_transaction while recovering
             raise self._fenced_or_failed(exc.args[0]) from None
-        except KeyboardInterrupt:
+        except BaseException:  # S3 unreachable, corrupt archive, interrupted, ...
             # Best effort: end the open transaction now rather than at its timeout (the next run
-            # fences it anyway).
+            # fences it anyway). What was committed stays.
             with contextlib.suppress(KafkaException):
                 self.producer.abort_transaction(5)
             raise

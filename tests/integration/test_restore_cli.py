@@ -29,6 +29,7 @@ from tests.integration.restore_support import (
     run_cli,
 )
 from tests.integration.restore_support import committed_target as target_records
+from tests.support.fault_proxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 
@@ -163,3 +164,30 @@ def test_restore_groups_reports_positions_it_cannot_move(
         ["restore-groups", "--topic", SRC, "--to-topic", "cli-nothing", "--group", "cli-group"], archive
     )
     assert missing.returncode == 2 and "no offset maps" in _clean(missing)
+
+
+def test_s3_lost_mid_restore_is_exit_3_and_the_next_run_completes(
+    local_stack: StackInfo, archive: dict[str, str], fault_proxy: FaultProxy, tmp_path: Path
+) -> None:
+    """The archive's S3 goes away while a restore runs: it stops with exit code 3 (Kafka or S3
+    unreachable), its open transaction aborted; run again once S3 is back, it finishes exactly once."""
+    args = ["restore", "--topic", SRC, "--to-topic", "cli-s3-lost", "--max-records-per-second", "1500"]
+    args += ["--transaction-records", "300"]
+    proxied = {**archive, "PROCESSOR_S3_ENDPOINT_URL": fault_proxy.endpoint_url}
+    before = committed_transactions(local_stack.bootstrap_servers)
+    with (tmp_path / "restore.log").open("w") as log:
+        run = subprocess.Popen(RUNNER + args, env=proxied, stdout=log, stderr=subprocess.STDOUT, text=True)
+        while committed_transactions(local_stack.bootstrap_servers) <= before and run.poll() is None:
+            time.sleep(0.02)  # polling a condition (a first commit)
+        fault_proxy.down()
+        run.wait(timeout=300)
+    output = (tmp_path / "restore.log").read_text()
+    assert run.returncode == 3, output[-3000:]
+    assert "Traceback" not in output
+    fault_proxy.up()
+    again = run_cli([*args[:-4], "--json"], proxied)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout.strip().splitlines()[-1])["partitions"][0]["resumed_from"] is not None
+    for p, records in archived(archive, SRC).items():
+        got, _ = target_records(local_stack.bootstrap_servers, TopicPartition("cli-s3-lost", p))
+        assert content(got) == content(records)
