@@ -44,7 +44,9 @@ def read_partition_log(
     last: int | None = None,
 ) -> list[tuple[BatchHeader, memoryview]]:
     """The batches of ``tp`` holding offsets ``start..last`` (default: from the log start to the
-    high watermark of the first answer). An unknown topic or partition reads as an empty log."""
+    high watermark of the first answer). An unknown topic or partition reads as an empty log.
+    ``start`` must be the base offset of a batch (or 0): Tansu answers a fetch from inside a batch
+    with the batches after it, where Kafka includes the batch holding the offset."""
     return asyncio.run(_read(bootstrap_servers, tp, security or SourceSecurity(), start, last))
 
 
@@ -67,31 +69,33 @@ async def _read(
         failures = 0
         while end is None or position < end:
             try:
-                records, high_watermark, log_start = await _fetch(client, tp, position)
-            except kafka_errors.UnknownTopicOrPartitionError:
-                return []
-            except kafka_errors.OffsetOutOfRangeError:
-                raise ServiceUnavailableError(f"{tp}: offset {position} is out of range") from None
+                try:
+                    records, high_watermark, log_start = await _fetch(client, tp, position)
+                except kafka_errors.UnknownTopicOrPartitionError:
+                    return []
+                except kafka_errors.OffsetOutOfRangeError:
+                    raise ServiceUnavailableError(f"{tp}: offset {position} is out of range") from None
+                if end is None:
+                    end = high_watermark if last is None else min(high_watermark, last + 1)
+                    position = max(position, log_start)
+                got = [
+                    (h, b)
+                    for h, b in split_batches(records, where=f"fetch of {tp}")
+                    if h.last_offset >= position
+                ]
+                if not got and position < end:
+                    raise ServiceUnavailableError(
+                        f"{tp}: the broker returned nothing at offset {position}, below {end}"
+                    )
             except _RETRIABLE as exc:
                 failures += 1
                 if failures > _RETRIES:
-                    raise ServiceUnavailableError(f"reading {tp} keeps failing: {exc!r}") from None
+                    raise ServiceUnavailableError(f"reading {tp} keeps failing: {exc}") from None
                 await client.force_metadata_update()
                 await asyncio.sleep(min(0.1 * 2**failures, 5.0) * random.uniform(0.8, 1.2))
                 continue
             failures = 0
-            if end is None:
-                end = high_watermark if last is None else min(high_watermark, last + 1)
-                position = max(position, log_start)
-            got = [
-                (h, b) for h, b in split_batches(records, where=f"fetch of {tp}") if h.last_offset >= position
-            ]
             if not got:
-                if position < end:
-                    raise ServiceUnavailableError(
-                        f"{tp}: the broker returned nothing at offset {position}, "
-                        f"below its high watermark {end}"
-                    )
                 break
             out += got
             position = got[-1][0].last_offset + 1

@@ -31,6 +31,7 @@ from processor.restore.archive import ArchiveTopic, Chunk, ChunkStream
 from processor.restore.delivery import (
     DeliveryFailedError,
     DeliveryMismatchError,
+    ReadBack,
     Span,
     landed,
     offsets_in_range,
@@ -162,19 +163,32 @@ class Restorer:
             ByteRateLimiter(options.max_records_per_second) if options.max_records_per_second else None
         )
         self.transactions = 0
-        self.read_backs = 0  # spans whose offsets had to be read back from the target
+        self.read_backs = 0  # target partitions whose log a transaction had to read back
         self._turn = 0
 
     # -- delivery reports (called from producer.poll / flush on this thread) -------------------------
 
-    def _read_back(self, target_partition: int, first: int, last: int) -> list[int]:
-        """Our offsets in ``first..last`` of a target partition, from its log (see delivery.py)."""
-        self.read_backs += 1
-        tp = TopicPartition(self.source.target_topic, target_partition)
-        batches = read_partition_log(self.target.bootstrap_servers, tp, self.target.security, first, last)
-        return offsets_in_range(
-            [(h.base_offset, h.last_offset, h.producer_id) for h, _b in batches], first, last
-        )
+    def _read_back(self, txn: _Transaction) -> ReadBack:
+        """Our offsets in a range of a target partition, from its log (see delivery.py). The log is
+        read once per partition and transaction, from the transaction's first record there: a batch
+        base (librdkafka starts new batches in a new transaction), which every broker answers with
+        the batch itself."""
+        logs: dict[int, list[tuple[int, int, int]]] = {}
+
+        def read_back(target_partition: int, first: int, last: int) -> list[int]:
+            if target_partition not in logs:
+                self.read_backs += 1
+                spans = txn.spans[target_partition]
+                start = min(s.first for s in spans if s.first is not None)
+                end = max(s.last for s in spans if s.last is not None)
+                tp = TopicPartition(self.source.target_topic, target_partition)
+                batches = read_partition_log(
+                    self.target.bootstrap_servers, tp, self.target.security, start, end
+                )
+                logs[target_partition] = [(h.base_offset, h.last_offset, h.producer_id) for h, _b in batches]
+            return offsets_in_range(logs[target_partition], first, last)
+
+        return read_back
 
     def _progress_delivered(self, err: KafkaError | None, _msg: Any) -> None:
         if err is not None:
@@ -299,7 +313,7 @@ class Restorer:
         if self._errors:
             raise KafkaException(self._errors[0])
         try:
-            runs_by_source = landed(txn.spans, self._read_back)
+            runs_by_source = landed(txn.spans, self._read_back(txn))
         except DeliveryFailedError as exc:
             raise KafkaException(exc.error) from None
         except DeliveryMismatchError as exc:
