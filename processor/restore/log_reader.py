@@ -17,6 +17,7 @@ from typing import Any
 from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition as KafkaTP
 
 from processor.errors import ServiceUnavailableError
@@ -25,9 +26,17 @@ from processor.metadata.model import TopicPartition
 from processor.segment.entries_v2 import BatchHeader, split_batches
 
 READ_UNCOMMITTED = 0
+EARLIEST = -2
 FETCH_MAX_BYTES = 8 * 1024 * 1024
 _RETRIES = 8
+
+
+class _NothingYet(Exception):
+    """An empty answer below the high watermark."""
+
+
 _RETRIABLE = (
+    _NothingYet,
     kafka_errors.NotLeaderForPartitionError,
     kafka_errors.LeaderNotAvailableError,
     kafka_errors.KafkaTimeoutError,
@@ -74,7 +83,12 @@ async def _read(
                 except kafka_errors.UnknownTopicOrPartitionError:
                     return []
                 except kafka_errors.OffsetOutOfRangeError:
-                    raise ServiceUnavailableError(f"{tp}: offset {position} is out of range") from None
+                    # below the log start (retention, compaction): begin there, once
+                    earliest = await _earliest(client, tp)
+                    if out or earliest <= position:
+                        raise ServiceUnavailableError(f"{tp}: offset {position} is out of range") from None
+                    position = earliest
+                    continue
                 if end is None:
                     end = high_watermark if last is None else min(high_watermark, last + 1)
                     position = max(position, log_start)
@@ -84,9 +98,10 @@ async def _read(
                     if h.last_offset >= position
                 ]
                 if not got and position < end:
-                    raise ServiceUnavailableError(
-                        f"{tp}: the broker returned nothing at offset {position}, below {end}"
-                    )
+                    # Tansu raises a partition's high watermark before it stores the batch
+                    # (tansu-storage, dynostore produce): for a moment a fetch below the watermark
+                    # can find nothing. Asked again, boundedly, like any transient error.
+                    raise _NothingYet(f"nothing at offset {position}, below {end} (read from {start})")
             except _RETRIABLE as exc:
                 failures += 1
                 if failures > _RETRIES:
@@ -102,6 +117,23 @@ async def _read(
         return out
     finally:
         await client.close()
+
+
+async def _earliest(client: AIOKafkaClient, tp: TopicPartition) -> int:
+    node = client.cluster.leader_for_partition(KafkaTP(tp.topic, tp.partition))
+    if node is None or node < 0:
+        raise kafka_errors.LeaderNotAvailableError(str(tp))
+    response: Any = await client.send(
+        node, OffsetRequest(-1, READ_UNCOMMITTED, [(tp.topic, [(tp.partition, EARLIEST)])])
+    )
+    for _topic, partitions in response.topics:
+        for part, error_code, *info in partitions:
+            if part == tp.partition:
+                error = kafka_errors.for_code(error_code)
+                if error is not kafka_errors.NoError:
+                    raise error(str(tp))
+                return int(info[-1]) if response.API_VERSION > 0 else int(info[0][0])
+    raise kafka_errors.UnknownTopicOrPartitionError(str(tp))
 
 
 async def _fetch(client: AIOKafkaClient, tp: TopicPartition, position: int) -> tuple[bytes, int, int]:
