@@ -28,6 +28,10 @@ from processor.segment.entries_v2 import BatchHeader, split_batches
 READ_UNCOMMITTED = 0
 EARLIEST = -2
 FETCH_MAX_BYTES = 8 * 1024 * 1024
+# The reader only fetches below the high watermark, where any broker answers as soon as it has the
+# bytes (min_bytes 1), so a long wait costs nothing; a short one starves on Tansu, which answers a
+# partition of a few hundred thousand batches with nothing when the wait is below its listing time.
+FETCH_MAX_WAIT_MS = 5000
 _RETRIES = 8
 
 
@@ -95,7 +99,7 @@ async def _read(
                 got = [
                     (h, b)
                     for h, b in split_batches(records, where=f"fetch of {tp}")
-                    if h.last_offset >= position
+                    if h.last_offset >= position and h.base_offset < end
                 ]
                 if not got and position < end:
                     # Tansu raises a partition's high watermark before it stores the batch
@@ -143,7 +147,11 @@ async def _fetch(client: AIOKafkaClient, tp: TopicPartition, position: int) -> t
     if node < 0:
         raise kafka_errors.LeaderNotAvailableError(str(tp))
     request = FetchRequest(
-        10, 1, FETCH_MAX_BYTES, READ_UNCOMMITTED, [(tp.topic, [(tp.partition, position, FETCH_MAX_BYTES)])]
+        FETCH_MAX_WAIT_MS,
+        1,
+        FETCH_MAX_BYTES,
+        READ_UNCOMMITTED,
+        [(tp.topic, [(tp.partition, position, FETCH_MAX_BYTES)])],
     )
     response: Any = await client.send(node, request)
     version = response.API_VERSION

@@ -158,7 +158,8 @@ def resume_and_check(
             "enable.auto.commit": False,
             "auto.offset.reset": "error",  # a missing committed offset must fail, not guess
             "isolation.level": "read_committed",
-            "fetch.wait.max.ms": 10,
+            # long enough for Tansu on large partitions (it answers nothing within a shorter wait)
+            "fetch.wait.max.ms": 3000,
         }
     )
     try:
