@@ -22,8 +22,8 @@ from processor.config import Settings, load_settings
 from processor.devstack import stack
 from processor.restore.archive import ArchiveTopic
 from processor.restore.plan import range_from, range_to
-from processor.restore.restorer import DEFAULT_TRANSACTION_RECORDS, RestoreOptions
 from processor.restore.run import PreparedRestore, RestoreRequest
+from processor.restore.state import DEFAULT_TRANSACTION_RECORDS, RestoreOptions
 from processor.restore.target import DEFAULT_PROGRESS_TOPIC, TargetCluster
 from processor.segment.records import KafkaRecord
 from processor.wiring.read_side import open_read_side

@@ -22,8 +22,8 @@ from processor.leader.batch_source import SourceSecurity
 from processor.restore.archive import ArchiveTopic
 from processor.restore.plan import PARTITIONERS, range_from, range_to
 from processor.restore.progress_record import validate_restore_id
-from processor.restore.restorer import DEFAULT_TRANSACTION_MS, DEFAULT_TRANSACTION_RECORDS, RestoreOptions
 from processor.restore.run import PreparedRestore, RestoreRequest, RestoreSummary
+from processor.restore.state import DEFAULT_TRANSACTION_MS, DEFAULT_TRANSACTION_RECORDS, RestoreOptions
 from processor.restore.target import DEFAULT_PROGRESS_TOPIC, TargetCluster
 from processor.segment.object_keys import validate_topic
 from processor.wiring.read_side import open_read_side

@@ -20,14 +20,13 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from processor.errors import ProcessorError
 from processor.metadata.model import TopicPartition
-from processor.restore.archive import ArchiveTopic, Chunk, ChunkStream
+from processor.restore.archive import ArchiveTopic, Chunk
 from processor.restore.delivery import (
     DeliveryFailedError,
     DeliveryMismatchError,
@@ -38,7 +37,7 @@ from processor.restore.delivery import (
 )
 from processor.restore.log_reader import read_partition_log
 from processor.restore.offset_map import OffsetMap, concat
-from processor.restore.plan import PartitionPlan
+from processor.restore.produce import produce_chunk
 from processor.restore.progress_record import (
     RestoreProgress,
     RestoreSource,
@@ -46,16 +45,13 @@ from processor.restore.progress_record import (
     progress_key,
     progress_partition,
 )
+from processor.restore.state import PartitionRun, RestoreOptions, Transaction
 from processor.restore.target import TargetCluster
-from processor.segment.entries_v2 import batch_record_views
-from processor.segment.records import KafkaRecord
 from processor.storage.rate_limited import ByteRateLimiter
 
 log = logging.getLogger(__name__)
 
 TXN_CALL_TIMEOUT_S = 60.0
-DEFAULT_TRANSACTION_RECORDS = 50_000
-DEFAULT_TRANSACTION_MS = 5_000
 
 
 class RestoreError(ProcessorError):
@@ -64,71 +60,6 @@ class RestoreError(ProcessorError):
 
 class RestoreFencedError(RestoreError):
     """Another run of the same restore (same transactional id) took over."""
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreOptions:
-    transaction_records: int = DEFAULT_TRANSACTION_RECORDS
-    transaction_bytes: int = 32 * 1024 * 1024
-    transaction_ms: int = DEFAULT_TRANSACTION_MS
-    parallel_partitions: int = 4
-    max_bytes_per_second: int | None = None
-    max_records_per_second: int | None = None
-    retries: int = 5
-    producer_properties: tuple[tuple[str, str], ...] = ()  # librdkafka settings for the target
-
-
-@dataclass
-class PartitionRun:
-    """One source partition's state during a run (committed values only)."""
-
-    plan: PartitionPlan
-    position: int
-    sequence: int
-    records_total: int
-    bytes_total: int
-    offset_map: OffsetMap | None
-    records_run: int = 0
-    bytes_run: int = 0
-    transactions_run: int = 0
-    stream: ChunkStream | None = None
-    exhausted: bool = False  # the stream ended: this run has read everything up to plan.stop
-
-    @property
-    def done(self) -> bool:
-        return self.position >= self.plan.stop
-
-
-@dataclass
-class _Transaction:
-    """What the open transaction holds, to turn delivery reports into offset map chunks."""
-
-    started: float = field(default_factory=time.monotonic)
-    records: int = 0
-    bytes: int = 0
-    records_by_source: dict[int, int] = field(default_factory=dict)
-    bytes_by_source: dict[int, int] = field(default_factory=dict)
-    positions: dict[int, int] = field(default_factory=dict)
-    spans: dict[int, list[Span]] = field(default_factory=dict)  # target partition -> in produce order
-
-    def add(self, source_partition: int, records: int, chunk: Chunk) -> None:
-        self.records += records
-        self.bytes += chunk.size_bytes
-        self.records_by_source[source_partition] = self.records_by_source.get(source_partition, 0) + records
-        self.bytes_by_source[source_partition] = (
-            self.bytes_by_source.get(source_partition, 0) + chunk.size_bytes
-        )
-        self.positions[source_partition] = chunk.position
-
-
-class _ListHeaders:
-    """A format 1 record with its headers as the list confluent-kafka takes."""
-
-    __slots__ = ("headers", "key", "offset", "timestamp", "value")
-
-    def __init__(self, record: KafkaRecord) -> None:
-        self.offset, self.key, self.value = record.offset, record.key, record.value
-        self.timestamp, self.headers = record.timestamp, list(record.headers)
 
 
 class Restorer:
@@ -168,7 +99,7 @@ class Restorer:
 
     # -- delivery reports (called from producer.poll / flush on this thread) -------------------------
 
-    def _read_back(self, txn: _Transaction) -> ReadBack:
+    def _read_back(self, txn: Transaction) -> ReadBack:
         """Our offsets in a range of a target partition, from its log (see delivery.py). The log is
         read once per partition and transaction, from the transaction's first record there: a batch
         base (librdkafka starts new batches in a new transaction), which every broker answers with
@@ -272,7 +203,7 @@ class Restorer:
             run.exhausted = True
         return chunk
 
-    def _full(self, txn: _Transaction) -> bool:
+    def _full(self, txn: Transaction) -> bool:
         o = self.options
         return (
             txn.records >= o.transaction_records
@@ -282,7 +213,7 @@ class Restorer:
 
     def _one_transaction(self, active: list[PartitionRun]) -> None:
         self._errors = []
-        txn = _Transaction()
+        txn = Transaction()
         self.producer.begin_transaction()
         while not self._full(txn):
             took = False
@@ -365,70 +296,16 @@ class Restorer:
             self.on_advance(advanced)
 
     def _produce(self, run: PartitionRun, chunk: Chunk, spans: list[Span]) -> int:
-        """Produce the chunk's records in range, straight from the archived batches (decoded once,
-        by aiokafka's C reader), each batch's records as one span; returns how many. Only the first and last
-        record of each batch get a delivery report (delivery.py). The hot loop: ``produce`` takes
-        its arguments by position (topic, value, key, partition, callback, on_delivery, timestamp,
-        headers), measurably cheaper than by keyword; a report callback goes in the ``callback``
-        slot (confluent-kafka ignores ``on_delivery`` when ``callback`` is given as None)."""
         if self._bytes_limit is not None:
             self._bytes_limit.acquire(chunk.size_bytes)
-        produce = self.producer.produce
-        poll = self.producer.poll
-        topic = self.source.target_topic
-        partition = run.plan.target_partition
-        source_partition = run.plan.source_partition
-        low, high = chunk.low, chunk.high
-        produced = 0
-
-        def send(r: Any, report: Any) -> None:
-            while True:
-                try:
-                    produce(topic, r.value, r.key, partition, report, None, r.timestamp, r.headers or None)
-                    return
-                except BufferError:  # librdkafka's queue is full: serve delivery reports, retry
-                    poll(0.05)
-
-        groups: list[tuple[list[Any], range | None]] = []
-        for batch in chunk.batches:
-            records = batch_record_views(batch)  # checked by the archive reader; headers as lists
-            base = int.from_bytes(batch[:8], "big")
-            end = base + int.from_bytes(batch[23:27], "big")
-            if low <= base and end < high:
-                groups.append((records, range(base, end + 1) if len(records) == end - base + 1 else None))
-            else:
-                records = [r for r in records if low <= r.offset < high]
-                if records:
-                    groups.append((records, None))
-        if chunk.records:  # from format 1 blocks: decoded and in range already; headers as lists
-            groups.append(([_ListHeaders(r) for r in chunk.records], None))
-        for records, contiguous in groups:
-            span = Span(
-                source_partition, contiguous if contiguous is not None else [r.offset for r in records]
-            )
-            spans.append(span)
-            produced += span.count
-            if len(records) == 1:
-                send(records[0], span.on_only)
-            else:
-                send(records[0], span.on_first)
-                middle = iter(records[1:-1])
-                r = None
-                while True:  # the try costs nothing until librdkafka's queue is full (BufferError)
-                    try:
-                        if r is not None:  # the record refused when the queue was full
-                            produce(
-                                topic, r.value, r.key, partition, None, None, r.timestamp, r.headers or None
-                            )
-                        for r in middle:
-                            produce(
-                                topic, r.value, r.key, partition, None, None, r.timestamp, r.headers or None
-                            )
-                        break
-                    except BufferError:  # serve delivery reports, then retry the refused record
-                        poll(0.05)
-                send(records[-1], span.on_last)
-        poll(0)
+        produced = produce_chunk(
+            self.producer,
+            self.source.target_topic,
+            run.plan.target_partition,
+            run.plan.source_partition,
+            chunk,
+            spans,
+        )
         if self._records_limit is not None:
             self._records_limit.acquire(produced)
         return produced

@@ -26,7 +26,8 @@ from processor.restore.plan import (
 )
 from processor.restore.progress_log import PartitionProgress
 from processor.restore.progress_record import RestoreSource, validate_restore_id
-from processor.restore.restorer import PartitionRun, RestoreOptions, Restorer
+from processor.restore.restorer import Restorer
+from processor.restore.state import PartitionRun, RestoreOptions
 from processor.restore.target import TargetCluster
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from processor.metadata.model import MetadataRecord, TopicPartition
 from processor.reader.remote_reader import RemoteReader
 from processor.restore.archive import ArchiveTopic
 from processor.restore.plan import range_from, range_to
-from processor.restore.restorer import RestoreOptions
 from processor.restore.run import PreparedRestore, RestoreRequest
+from processor.restore.state import RestoreOptions
 from processor.restore.target import DEFAULT_PROGRESS_TOPIC, TargetCluster
 from processor.segment.entries_v2 import parse_batch_header
 from processor.segment.object_keys import ObjectKeyFactory
