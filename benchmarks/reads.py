@@ -26,6 +26,7 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
+from processor.segment.object_keys import ObjectKeyFactory
 from processor.wiring.follower import build_follower, build_reader
 from processor.wiring.storage import build_storage
 
@@ -106,8 +107,10 @@ def bench_read_latency(
 
 
 def _segment(tp: TopicPartition, start: int, end: int, state: SegmentState) -> RemoteLogSegmentMetadata:
+    sid = RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4())
+    keys = ObjectKeyFactory("x").segment(tp.topic, tp.partition, start, sid.id, 1)
     return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4()),
+        sid,
         start,
         end,
         1_700_000_000_000 + start,
@@ -117,8 +120,8 @@ def _segment(tp: TopicPartition, start: int, end: int, state: SegmentState) -> R
         ((0, start),),
         64 * MiB,
         state,
-        f"x/{tp.topic}/{tp.partition}/{start:020d}",
-        "i",
+        keys.data,
+        keys.index,
         1,
         end - start + 1,
         0,

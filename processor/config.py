@@ -7,6 +7,7 @@ not here: they come from the standard AWS variables and credential chain.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from collections.abc import Callable, Mapping
@@ -17,6 +18,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from processor.errors import ConfigError, InvalidNameError
+from processor.kafka_security import ENV_NAMES, KafkaConnection, KafkaSecurity
 from processor.segment.object_keys import validate_prefix, validate_topic
 from processor.units import parse_duration_ms, parse_size
 
@@ -53,9 +55,11 @@ class Settings(BaseSettings):
     web_port: int = Field(default=6066, ge=1, le=65535)
     # Address the web server binds (health, metrics, /fetch, /segments); 0.0.0.0 = every interface.
     web_host: str = Field(default="0.0.0.0", min_length=1)
-    # When set, /fetch and /segments require "Authorization: Bearer <token>" (health and metrics
-    # stay open). A secret: never logged, masked by `processor config`.
+    # /fetch, /segments and POST /offload require "Authorization: Bearer <token>" (health and
+    # metrics stay open). A secret: never logged, masked by `processor config`. Without a token the
+    # worker starts only on a loopback web_host or with web_auth=none (open on purpose).
     web_token: SecretStr | None = None
+    web_auth: str = Field(default="token", pattern=r"^(token|none)$")
     web_enabled: bool = True
     follower_enabled: bool = True
     follow_topics: Annotated[tuple[str, ...], NoDecode] = ()
@@ -68,11 +72,21 @@ class Settings(BaseSettings):
     # Issue 9: the batch source (processor/leader/batch_source.py) and format v2 archive compression.
     archive_compression: str = Field(default="keep", pattern=r"^(off|keep|zstd)$")  # off = keep
     fetch_concurrency: int = Field(default=4, ge=1, le=64)  # source fetch requests in flight
+    # Kafka security, for every client of the process (processor/kafka_security.py): the protocol,
+    # SASL (PLAIN, SCRAM, OAUTHBEARER through a token provider) and TLS (CA, client certificate).
     security_protocol: str = Field(default="PLAINTEXT", pattern=r"^(PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL)$")
-    sasl_mechanism: str = Field(default="PLAIN", pattern=r"^(PLAIN|SCRAM-SHA-256|SCRAM-SHA-512)$")
+    sasl_mechanism: str = Field(default="PLAIN", pattern=r"^(PLAIN|SCRAM-SHA-256|SCRAM-SHA-512|OAUTHBEARER)$")
     sasl_username: str | None = None
-    sasl_password: str | None = None
+    sasl_password: SecretStr | None = None
+    # OAUTHBEARER: "module:function" returning (token, expires_at epoch s), or "aws-msk-iam" ([msk] extra)
+    sasl_oauth_token_provider: str | None = None
+    sasl_oauth_aws_region: str | None = None  # aws-msk-iam: the cluster's region
+    sasl_oauth_aws_role_arn: str | None = None  # aws-msk-iam: a role to assume first (optional)
     ssl_cafile: str | None = None  # CA bundle for SSL / SASL_SSL (default: the system's)
+    ssl_certfile: str | None = None  # client certificate (PEM) for mutual TLS
+    ssl_keyfile: str | None = None  # its private key (PEM)
+    ssl_key_password: SecretStr | None = None  # when that key is encrypted
+    ssl_check_hostname: bool = True  # the broker certificate must name the host dialled
     log_level: str = Field(default="info", pattern=r"^(?i:debug|info|warn|warning|error|crit)$")
     # Remote retention and deletion (processor/lifecycle/): -1 = unlimited, like Kafka's retention.ms.
     remote_retention_ms: int = Field(default=-1, ge=-1)  # per topic, from the max record timestamp
@@ -113,6 +127,18 @@ class Settings(BaseSettings):
             if "buffer_bytes" not in data and default_buffer < segment:
                 data["buffer_bytes"] = 2 * segment
         return data
+
+    @field_validator("web_token", mode="before")
+    @classmethod
+    def _no_empty_token(cls, value: Any) -> Any:
+        """An empty token is a mistake (an unset Secret key, say), not a wish to turn auth off."""
+        raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(raw, str) and not raw.strip():
+            raise ValueError(
+                "is set but empty; give a token, or unset it and choose PROCESSOR_WEB_AUTH=none "
+                "(or a loopback PROCESSOR_WEB_HOST) to serve the read API without one"
+            )
+        return value
 
     @field_validator("topics", "follow_topics", "follow_metadata_partitions", "worker_urls", mode="before")
     @classmethod
@@ -193,7 +219,21 @@ class Settings(BaseSettings):
             )
         if self.block_bytes > self.segment_bytes:
             raise ValueError("PROCESSOR_BLOCK_BYTES must not exceed PROCESSOR_SEGMENT_BYTES")
+        problems = self.kafka_security.problems()
+        if problems:
+            raise ValueError("\n  ".join(problems))
         return self
+
+    @functools.cached_property
+    def kafka_security(self) -> KafkaSecurity:
+        # Each KafkaSecurity field has the setting of the same variable name (ENV_NAMES).
+        values = {field: getattr(self, name[len(ENV_PREFIX) :].lower()) for field, name in ENV_NAMES.items()}
+        return KafkaSecurity.from_values(values, check=False)
+
+    @property
+    def kafka(self) -> KafkaConnection:
+        """The cluster and how to reach it: what every Kafka client of the process is built from."""
+        return KafkaConnection(self.bootstrap_servers, self.kafka_security)
 
 
 def parse_overrides(text: str) -> tuple[RetentionOverride, ...]:

@@ -93,3 +93,13 @@ class OffsetNotInRemoteError(ProcessorError):
 
 class SegmentObjectMissingError(CorruptObjectError):
     """A finished segment's data or index object is gone from remote storage."""
+
+
+class FencedWriterError(ProcessorError):
+    """A record this writer published was not accepted by the metadata topic's readers (another
+    claim holds the partition), or its acceptance could not be confirmed: the writer must stop
+    writing the partition. Retriable: a new claim (the next assignment) may succeed. ``rejected``:
+    the readers definitely rejected it (not merely unconfirmed)."""
+
+    retriable = True
+    rejected = False

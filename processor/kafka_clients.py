@@ -1,8 +1,18 @@
-"""confluent-kafka client construction and broker checks (the Kafka edge shared by all roles)."""
+"""Every Kafka client of the package is built here (the Kafka edge shared by all roles).
+
+Each factory takes a :class:`~processor.kafka_security.KafkaConnection` (bootstrap servers and
+``KafkaSecurity``), so SASL and TLS reach every client: confluent-kafka consumers, producers and
+admin clients (metadata and deletion topics, CLI, follower, Spark live tail), the batch source's
+aiokafka client (:func:`aiokafka_client_kwargs`) and the Faust consumer group
+(:func:`faust_broker_settings`). A bare string is a PLAINTEXT bootstrap list (the plain local stack
+and tests). No other module constructs a Kafka client.
+"""
 
 from __future__ import annotations
 
+import collections
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -16,25 +26,34 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from processor.errors import ServiceUnavailableError
+from processor.kafka_security import KafkaConnection
 from processor.metadata.model import TopicPartition
+
+KafkaTarget = KafkaConnection | str
 
 log = logging.getLogger(__name__)
 _RDKAFKA_LOG = logging.getLogger("librdkafka")
 
 
-def base_config(bootstrap_servers: str, client_id: str) -> dict[str, Any]:
+def connection(target: KafkaTarget) -> KafkaConnection:
+    return target if isinstance(target, KafkaConnection) else KafkaConnection(target)
+
+
+def base_config(target: KafkaTarget, client_id: str) -> dict[str, Any]:
+    conn = connection(target)
     return {
-        "bootstrap.servers": bootstrap_servers,
+        "bootstrap.servers": conn.bootstrap_servers,
         "client.id": client_id,
         "socket.connection.setup.timeout.ms": 5000,
         # librdkafka's own lines go through Python logging (warnings and worse), not raw to stderr.
         "logger": _RDKAFKA_LOG,
         "log_level": 4,
+        **conn.security.librdkafka_config(),
     }
 
 
-def consumer_config(bootstrap_servers: str, client_id: str, **extra: Any) -> dict[str, Any]:
-    cfg = base_config(bootstrap_servers, client_id)
+def consumer_config(target: KafkaTarget, client_id: str, **extra: Any) -> dict[str, Any]:
+    cfg = base_config(target, client_id)
     cfg.update(
         {
             # Assign-only consumers: no group membership, no commits (positions live in remote metadata).
@@ -51,42 +70,114 @@ def consumer_config(bootstrap_servers: str, client_id: str, **extra: Any) -> dic
     return cfg
 
 
-def new_consumer(bootstrap_servers: str, client_id: str, **extra: Any) -> Consumer:
-    return Consumer(consumer_config(bootstrap_servers, client_id, **extra))
+def new_consumer(target: KafkaTarget, client_id: str, **extra: Any) -> Consumer:
+    return Consumer(consumer_config(target, client_id, **extra))
 
 
-def new_producer(bootstrap_servers: str, client_id: str, **extra: Any) -> Producer:
-    cfg = base_config(bootstrap_servers, client_id)
+def new_producer(target: KafkaTarget, client_id: str, **extra: Any) -> Producer:
+    cfg = base_config(target, client_id)
     cfg.update({"acks": "all", "linger.ms": 2, "message.timeout.ms": 30000})
     cfg.update(extra)
     return Producer(cfg)
 
 
-def new_transactional_producer(
-    bootstrap_servers: str, client_id: str, transactional_id: str, **extra: Any
-) -> Producer:
+def new_transactional_producer(target: KafkaTarget, client_id: str, transactional_id: str, **extra: Any) -> Producer:
     """An idempotent, transactional producer (exactly-once writes; ``init_transactions`` fences
     every earlier producer with the same ``transactional_id`` and aborts its open transaction)."""
     return new_producer(
-        bootstrap_servers,
-        client_id,
-        **{"transactional.id": transactional_id, "enable.idempotence": True, **extra},
+        target, client_id, **{"transactional.id": transactional_id, "enable.idempotence": True, **extra}
     )
 
 
-def new_admin(bootstrap_servers: str, client_id: str, **extra: Any) -> AdminClient:
-    return AdminClient({**base_config(bootstrap_servers, client_id), **extra})
+def new_admin(target: KafkaTarget, client_id: str, **extra: Any) -> AdminClient:
+    return AdminClient({**base_config(target, client_id), **extra})
 
 
-def check_broker(bootstrap_servers: str, timeout_s: float = 10.0, **extra: Any) -> AdminClient:
-    """Fail fast with a clear error when no broker answers. ``extra``: librdkafka settings (security)."""
-    admin = new_admin(bootstrap_servers, "processor-check", **extra)
-    try:
-        admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise ServiceUnavailableError(
-            f"Kafka broker at {bootstrap_servers} is unreachable (PROCESSOR_BOOTSTRAP_SERVERS): {exc.args[0]}"
-        ) from None
+def aiokafka_client_kwargs(target: KafkaTarget) -> dict[str, Any]:
+    """``bootstrap_servers`` and the security arguments of an aiokafka client."""
+    conn = connection(target)
+    return {"bootstrap_servers": conn.bootstrap_servers, **conn.security.aiokafka_kwargs()}
+
+
+def faust_broker_settings(target: KafkaTarget) -> dict[str, Any]:
+    """``broker`` and ``broker_credentials`` of the Faust app (its group runs on aiokafka)."""
+    conn = connection(target)
+    hosts = ";".join(h.strip() for h in conn.bootstrap_servers.split(",") if h.strip())
+    return {"broker": f"kafka://{hosts}", "broker_credentials": conn.security.faust_credentials()}
+
+
+# librdkafka error codes that say why a broker refused us, most telling first.
+_REFUSALS = (
+    "_AUTHENTICATION",
+    "_SSL",
+    "SASL_AUTHENTICATION_FAILED",
+    "FAIL",
+    "_TRANSPORT",
+    "_ALL_BROKERS_DOWN",
+)
+_FINAL_REFUSALS = ("_AUTHENTICATION", "_SSL", "SASL_AUTHENTICATION_FAILED")
+
+
+class _ReasonHandler(logging.Handler):
+    def __init__(self, seen: collections.deque[tuple[str, str]]) -> None:
+        super().__init__(logging.INFO)
+        self.seen = seen
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if args and args[0] == "FAIL":  # confluent-kafka logs (facility, client name, message)
+            self.seen.append(("FAIL", str(args[-1])))
+        if record.levelno >= logging.WARNING:
+            _RDKAFKA_LOG.handle(record)
+
+
+def _reasons_logger(seen: collections.deque[tuple[str, str]]) -> logging.Logger:
+    """A logger of its own (not in the logging tree) that keeps librdkafka's FAIL lines in ``seen``
+    and passes warnings on to the ``librdkafka`` logger."""
+    logger = logging.Logger("librdkafka.check", logging.INFO)
+    logger.propagate = False
+    logger.addHandler(_ReasonHandler(seen))
+    return logger
+
+
+def check_broker(target: KafkaTarget, timeout_s: float = 10.0) -> AdminClient:
+    """Fail fast with a clear error when no broker answers or it refuses our credentials.
+
+    The error names the broker and how we authenticate (protocol, mechanism, user, client
+    certificate), with librdkafka's reason (a rejected password, an untrusted certificate), and
+    never a secret's value.
+    """
+    conn = connection(target)
+    seen: collections.deque[tuple[str, str]] = collections.deque(maxlen=20)
+    admin = new_admin(
+        conn,
+        "processor-check",
+        error_cb=lambda err: seen.append((err.name(), err.str())),
+        # librdkafka's FAIL lines (info level) say why a connection dropped, e.g. a broker that
+        # wants a client certificate closing the TLS session: kept as reasons, not printed.
+        logger=_reasons_logger(seen),
+        log_level=6,
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            break
+        except KafkaException as exc:
+            admin.poll(0)  # serves error_cb: the reason (authentication, TLS) arrives there
+            # A refused credential or certificate is final: no point waiting out the timeout.
+            final = any(name in _FINAL_REFUSALS for name, _ in seen)
+            if not final and time.monotonic() < deadline:
+                continue
+            reasons = sorted(
+                seen, key=lambda e: _REFUSALS.index(e[0]) if e[0] in _REFUSALS else len(_REFUSALS)
+            )
+            reason = reasons[0][1] if reasons else str(exc.args[0])
+            raise ServiceUnavailableError(
+                f"Kafka broker at {conn.bootstrap_servers} is unreachable or refused the connection "
+                f"({conn.security.describe()}; PROCESSOR_BOOTSTRAP_SERVERS and the security settings): "
+                f"{conn.security.redact(reason)}"
+            ) from None
     return admin
 
 

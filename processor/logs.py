@@ -11,8 +11,10 @@ Structured fields come from ``extra=``: ``topic``, ``partition``, ``start_offset
 ``segment_id``, ``component``, ... (any non-standard record attribute becomes a field).
 
 Nothing secret is written: the values of secret-looking environment variables (``*SECRET*``,
-``*TOKEN*``, ``*PASSWORD*``, ``*SESSION*``, ``*CREDENTIAL*``) seen at start-up are replaced by
-``***`` in every line, whatever logged them.
+``*TOKEN*``, ``*PASSWORD*``, ``*SESSION*``, ``*CREDENTIAL*``) seen at start-up, and the password of
+any URL-valued variable (``https://user:password@host``), are replaced by ``***`` in every line,
+whatever logged them. In JSON lines every string is redacted before it is escaped: a secret holding
+``"`` or ``\\`` would no longer match once JSON had escaped it.
 """
 
 from __future__ import annotations
@@ -35,9 +37,22 @@ _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "ta
 MASK = "***"
 
 
+_URL_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:([^/@\s]+)@")
+
+
+def mask_url_password(value: str) -> str:
+    """``scheme://user:***@host...`` for a URL that carries a password; anything else unchanged."""
+    match = _URL_PASSWORD.match(value)
+    if match is None:
+        return value
+    return value[: match.start(1)] + MASK + value[match.end(1) :]
+
+
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     env = os.environ if environ is None else environ
-    values = {v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= 4}
+    values = {v for k, v in env.items() if _SECRET_NAME.search(k)}
+    values |= {m.group(1) for v in env.values() if (m := _URL_PASSWORD.match(v))}
+    values = {v for v in values if len(v) >= 4}  # shorter ones would mask common words
     return sorted(values, key=len, reverse=True)  # longest first: a secret may contain another
 
 
@@ -69,16 +84,18 @@ class JsonFormatter(_Redacting):
             ),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage().rstrip("\n"),
+            "message": self.redact(record.getMessage().rstrip("\n")),
         }
         for key, value in record.__dict__.items():
             if key not in _STANDARD and not key.startswith("_"):
-                entry[key] = value if isinstance(value, int | float | bool | None) else str(value)
+                keep = isinstance(value, int | float | bool | None)
+                entry[key] = value if keep else self.redact(str(value))
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            entry["exception"] = self.redact(self.formatException(record.exc_info))
         if record.stack_info:
-            entry["stack"] = self.formatStack(record.stack_info)
-        return self.redact(json.dumps(entry, default=str, ensure_ascii=False))
+            entry["stack"] = self.redact(self.formatStack(record.stack_info))
+        # Redacted above, before json.dumps escapes quotes and backslashes.
+        return json.dumps(entry, default=str, ensure_ascii=False)
 
 
 def level_number(level: str) -> int:

@@ -85,10 +85,16 @@ HIGH_WATERMARK_ERRORS = Counter(
     "Failed asks for the source partitions' high watermarks (ListOffsets); the copy lag in records "
     "is not updated meanwhile",
 )
-METADATA_SKIPPED = Counter(
-    "processor_metadata_records_skipped_total",
-    "Metadata records skipped (undecodable or illegal)",
+METADATA_REJECTED = Counter(
+    "processor_metadata_records_rejected_total",
+    "Metadata records the fold rejected (never served), by reason: undecodable, invalid (out of "
+    "bounds), stale_epoch (not the partition's current claim), no_claim, old_topic_id, illegal "
+    "(state machine), overlap (a finished segment over a served one), internal_error",
     ["reason"],
+)
+FENCED_REVOCATIONS = Counter(
+    "processor_fenced_revocations_total",
+    "Partitions this worker stopped writing because the metadata showed another claim holds them",
 )
 OFFSETS_LOST = Counter(
     "processor_offsets_lost_total",

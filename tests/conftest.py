@@ -60,6 +60,25 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack.Stac
                     os.environ[k] = v
 
 
+@pytest.fixture(scope="session")
+def secured_stack(
+    local_stack: stack.StackInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[stack.StackInfo]:
+    """The Kafka side secured (processor dev up --secure), beside the session stack's S3: a
+    SASL_SSL-only listener (``bootstrap_servers``, ``env()``) and a mutual-TLS one
+    (``secured.mtls_env()``), two small Tansu clusters behind the TLS/SASL gateway."""
+    if os.environ.get("PROCESSOR_TEST_STACK") == "testcontainers":
+        pytest.skip("the secured stack runs on the embedded broker only")
+    root = tmp_path_factory.mktemp("secured-stack")
+    info = stack.start(
+        root, bucket=local_stack.bucket, secure=True, s3_endpoint_url=local_stack.s3_endpoint_url
+    )
+    try:
+        yield info
+    finally:
+        stack.stop(root)
+
+
 @pytest.fixture
 def fault_proxy(local_stack: stack.StackInfo) -> Iterator[FaultProxy]:
     """A fault-injecting S3 proxy in front of the session stack's S3, started per test."""

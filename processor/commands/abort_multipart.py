@@ -9,6 +9,7 @@ from processor.config import load_settings
 from processor.errors import ConfigError
 from processor.lifecycle.multipart_sweep import sweep_multipart_uploads
 from processor.lifecycle.worker_tasks import bucket_prefix
+from processor.segment.object_keys import ObjectKeyFactory
 from processor.wiring.storage import build_storage
 
 
@@ -31,7 +32,9 @@ def cmd_abort_multipart(args: argparse.Namespace) -> int:
     storage = build_storage(settings)
     try:
         storage.check_bucket()
-        aborted = sweep_multipart_uploads(storage, bucket_prefix(settings), older)
+        aborted = sweep_multipart_uploads(
+            storage, ObjectKeyFactory(settings.s3_prefix), bucket_prefix(settings), older
+        )
     finally:
         storage.close()
     print(f"aborted {aborted} multipart uploads")

@@ -2,7 +2,8 @@
 
 Sources: ``environment`` (a PROCESSOR_* variable), ``default``, or ``derived`` (a default that
 adapted to another setting, e.g. the block size to a small PROCESSOR_SEGMENT_BYTES). Sizes and
-durations are shown with units. Credentials of the AWS chain are listed by presence only.
+durations are shown with units. Credentials of the AWS chain are listed by presence only; every
+secret setting (a ``SecretStr``) shows ``***``, and so does the password inside a URL.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from processor.config import ENV_PREFIX, Settings, load_settings
-from processor.logs import MASK
+from processor.logs import MASK, mask_url_password
 from processor.units import format_duration_ms, format_size
 
 AWS_VARIABLES = (
@@ -45,6 +46,9 @@ def _shown(name: str, value: Any) -> tuple[Any, str]:
         return value, format_duration_ms(value)
     if isinstance(value, bool):
         return value, str(value).lower()
+    if isinstance(value, str):
+        shown = mask_url_password(value)  # e.g. PROCESSOR_S3_ENDPOINT_URL=https://user:pw@host
+        return shown, shown
     return (str(value) if not isinstance(value, int | float) else value), str(value)
 
 

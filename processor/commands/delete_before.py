@@ -11,7 +11,6 @@ from processor.commands.deletion_context import open_context
 from processor.config import load_settings
 from processor.errors import ConfigError
 from processor.lifecycle.retention_policy import RetentionLimits, plan_retention
-from processor.metadata.codec import metadata_partition_for
 from processor.metadata.model import TopicPartition
 from processor.segment.object_keys import validate_topic
 
@@ -32,9 +31,10 @@ def cmd_delete_before(args: argparse.Namespace) -> int:
     tp = TopicPartition(validate_topic(args.topic), args.partition)
     if tp.partition < 0 or args.offset < 0:
         raise ConfigError("--partition and --offset must be >= 0")
-    ctx = open_context(settings)
+    ctx = open_context(settings, tp.topic)
     try:
-        part = ctx.load([metadata_partition_for(tp, ctx.metadata_partitions)], {tp}).partition(tp)
+        epoch = ctx.claim(tp)  # workers leading tp stop writing it until the claim is released
+        part = ctx.state(tp)
         highest = max((s.end_offset for s in part.finished()), default=None)
         limit = highest + 1 if highest is not None else part.log_start_offset
         if args.offset > limit:
@@ -49,9 +49,9 @@ def cmd_delete_before(args: argparse.Namespace) -> int:
             part.log_start_offset,
             requested_start_offset=args.offset,
             served=part.served,
+            current_epoch=epoch,
         )
-        # the partition's newest writer epoch: records of an older one would be fenced as stale
-        outcome = ctx.deleter.execute(tp, plan, writer_epoch=max(part.max_epoch, 0))
+        outcome = ctx.deleter.execute(tp, plan, epoch)
     finally:
         ctx.close()
     start = max(part.log_start_offset, args.offset)

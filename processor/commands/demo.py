@@ -20,7 +20,7 @@ from processor.commands.progress import progress
 from processor.config import load_settings
 from processor.devstack import stack
 from processor.devstack.sample_data import SampleRecord, produce_samples
-from processor.kafka_clients import ensure_topic, new_admin, partition_counts
+from processor.kafka_clients import KafkaTarget, ensure_topic, new_admin, partition_counts
 from processor.logs import setup_logging
 from processor.metadata.model import TopicPartition
 from processor.metadata.topic_io import load_remote_state
@@ -46,7 +46,7 @@ def worker_env(info: stack.StackInfo, data_dir: Path) -> dict[str, str]:
 
 
 def wait_offloaded(
-    bootstrap: str,
+    bootstrap: KafkaTarget,
     metadata_topic: str,
     expected_end: dict[TopicPartition, int],
     timeout_s: float,
@@ -83,7 +83,7 @@ def read_back_and_compare(info: stack.StackInfo, stack_dir: Path, produced: list
             "PROCESSOR_S3_REGION": "us-east-1",
         }
     )
-    meta_parts = partition_counts(new_admin(info.bootstrap_servers, "demo"), [METADATA_TOPIC])[METADATA_TOPIC]
+    meta_parts = partition_counts(new_admin(info.kafka, "demo"), [METADATA_TOPIC])[METADATA_TOPIC]
     follower = build_follower(settings, meta_parts, cache_dir=stack_dir / "read-back-cache")
     storage = build_storage(settings)
     problems: list[str] = []
@@ -120,12 +120,12 @@ def run_demo(stack_dir: Path, records: int = 20000) -> int:
     worker: subprocess.Popen[bytes] | None = None
     try:
         print(f"  Kafka {info.bootstrap_servers}, S3 {info.s3_endpoint_url} (bucket {info.bucket})")
-        ensure_topic(new_admin(info.bootstrap_servers, "demo"), DEMO_TOPIC, DEMO_PARTITIONS, 1, {})
+        ensure_topic(new_admin(info.kafka, "demo"), DEMO_TOPIC, DEMO_PARTITIONS, 1, {})
         print(
             f"producing {records} sample records to {DEMO_TOPIC} ({DEMO_PARTITIONS} partitions) ...",
             flush=True,
         )
-        produced = produce_samples(info.bootstrap_servers, DEMO_TOPIC, records, DEMO_PARTITIONS, big_every=0)
+        produced = produce_samples(info.kafka, DEMO_TOPIC, records, DEMO_PARTITIONS, big_every=0)
         expected = {
             TopicPartition(DEMO_TOPIC, p): sum(1 for r in produced if r.partition == p) - 1
             for p in range(DEMO_PARTITIONS)
@@ -140,9 +140,9 @@ def run_demo(stack_dir: Path, records: int = 20000) -> int:
                 stderr=subprocess.STDOUT,
             )
         t0 = time.monotonic()
-        wait_offloaded(info.bootstrap_servers, METADATA_TOPIC, expected, 180, worker, show_progress=True)
+        wait_offloaded(info.kafka, METADATA_TOPIC, expected, 180, worker, show_progress=True)
         elapsed = time.monotonic() - t0
-        state, _skipped = load_remote_state(info.bootstrap_servers, METADATA_TOPIC)
+        state, _skipped = load_remote_state(info.kafka, METADATA_TOPIC)
         segments = [s for tp in sorted(expected) for s in state.partition(tp).finished()]
         total_bytes = sum(s.segment_size_in_bytes + s.index_size_in_bytes for s in segments)
         total_records = sum(s.record_count for s in segments)

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from processor.devstack import secure as secure_kafka
 from processor.devstack import stack
 
 DEFAULT_STACK_DIR = ".stack"
@@ -14,16 +15,30 @@ DEFAULT_STACK_DIR = ".stack"
 def cmd_dev(args: argparse.Namespace) -> int:
     stack_dir = Path(args.dir)
     if args.action == "up":
-        info = stack.start(stack_dir)
+        info = stack.start(stack_dir, secure=args.secure)
+        secured = info.secured
         if args.json:
-            print(json.dumps({**stack.status(stack_dir), "env": info.env()}, indent=2))
-        else:
-            print(f"local stack running from {info.dir}")
+            report = {**stack.status(stack_dir), "env": info.env()}
+            if secured is not None:
+                base = {k: v for k, v in info.env().items() if k not in secure_kafka.SASL_VARIABLES}
+                report["mtls_env"] = {**base, **secured.mtls_env()}
+            print(json.dumps(report, indent=2))
+            return 0
+        print(f"local stack running from {info.dir}")
+        if secured is None:
             print(f"  Kafka (Tansu):     {info.bootstrap_servers}")
-            print(f"  S3 (SeaweedFS):    {info.s3_endpoint_url}  bucket {info.bucket}")
-            print("  use it with:")
-            for k, v in info.env().items():
-                print(f"    export {k}={v}")
+        else:
+            print(f"  Kafka SASL_SSL:    {secured.sasl_ssl.bootstrap_servers}  (SCRAM-SHA-512/256 or PLAIN)")
+            print(f"  Kafka mutual TLS:  {secured.mtls.bootstrap_servers}  (client certificate required)")
+            print(f"  throwaway CA:      {secured.pki.ca_file}")
+        print(f"  S3 (SeaweedFS):    {info.s3_endpoint_url}  bucket {info.bucket}")
+        print("  use it with:" if secured is None else "  use the SASL_SSL listener with:")
+        for line in secure_kafka.exports(info.env()):
+            print(f"    {line}")
+        if secured is not None:
+            print("  or the mutual-TLS listener (a separate cluster) with:")
+            for line in secure_kafka.exports(secured.mtls_env(), unset=secure_kafka.SASL_VARIABLES):
+                print(f"    {line}")
         return 0
     if args.action == "down":
         stopped = stack.stop(stack_dir)
@@ -51,4 +66,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev.add_argument("action", choices=["up", "down", "status"])
     dev.add_argument("--dir", default=DEFAULT_STACK_DIR, help="where the stack keeps its data and state")
     dev.add_argument("--json", action="store_true", help="machine-readable output")
+    dev.add_argument(
+        "--secure",
+        action="store_true",
+        help="up: Kafka behind TLS and SASL (a SASL_SSL-only listener and a mutual-TLS one), with a "
+        "throwaway CA, broker and client certificates and a SCRAM user; prints the exports",
+    )
     dev.set_defaults(func=cmd_dev)

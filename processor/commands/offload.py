@@ -68,7 +68,7 @@ def cmd_offload(args: argparse.Namespace) -> int:
     if args.partition is not None:
         wanted = [args.partition]
     else:
-        counts = partition_counts(check_broker(settings.bootstrap_servers), [topic])
+        counts = partition_counts(check_broker(settings.kafka), [topic])
         if topic not in counts:
             raise ConfigError(f"topic {topic} does not exist")
         wanted = list(range(counts[topic]))

@@ -115,7 +115,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         cache = side.follower.cache
         known = {tp.partition for tp in cache.topic_partitions() if tp.topic == topic}
         # partitions the source topic has, even if the metadata knows nothing of them (lost metadata)
-        admin = check_broker(settings.bootstrap_servers)
+        admin = check_broker(settings.kafka)
         known |= set(range(partition_counts(admin, [topic]).get(topic, 0)))
         partitions = [args.partition] if args.partition is not None else sorted(known)
         report.partitions = partitions

@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from processor.kafka_clients import new_producer
+from processor.kafka_clients import KafkaTarget, new_producer
 
 BASE_TS = 1_700_000_000_000
 MiB = 1024 * 1024
@@ -58,7 +58,7 @@ def sample_record(i: int, partitions: int, big_every: int = 5000) -> SampleRecor
 
 
 def produce_samples(
-    bootstrap_servers: str,
+    kafka: KafkaTarget,
     topic: str,
     count: int,
     partitions: int,
@@ -69,7 +69,7 @@ def produce_samples(
     """Produce ``count`` sample records; ``producer_config`` overrides librdkafka settings
     (``compression.type``, ``batch.size``: what the producer's record batches look like)."""
     producer: Producer = new_producer(
-        bootstrap_servers,
+        kafka,
         "processor-sample-producer",
         **{
             "enable.idempotence": True,

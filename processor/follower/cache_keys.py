@@ -3,17 +3,22 @@
 Key layout (binary; ``tp`` is ``topic utf-8, 0x00, partition u32 BE``; offsets and timestamps are
 u64/i64 BE so byte order is numeric order)::
 
-    b"S" uuid(16)                      -> the segment's latest metadata (codec.encode_value bytes)
+    b"S" uuid(16)                      -> the segment's latest metadata (codec.encode_value bytes), kept
+                                          after DELETE_SEGMENT_FINISHED until the key's tombstone
     b"O" tp start(u64) uuid(16)        -> [end i64][max_timestamp i64]   COPY_SEGMENT_FINISHED only
     b"L" tp start(u64) uuid(16)        -> [end i64]                      all but DELETE_SEGMENT_FINISHED
-    b"P" tp                            -> partition delete state (codec bytes)
-    b"B" tp                            -> [remote log start offset i64]  (highest seen; only grows)
-    b"E" tp                            -> the partition's lineage: newest writer epoch, topic id (JSON)
+    b"E" tp                            -> the fold's partition header: current claim, topic ids, remote
+                                          log start offset, delete state (fold.encode_header, JSON)
+    b"H" tp metadata-key               -> b""   a key whose latest record was rejected (shadowed)
+    b"X" tp uuid(16)                   -> a rejected record of a segment no accepted record knows
+                                          (an orphan: its objects and key are the owner's to remove)
     b"C" metadata_partition(u32)       -> [next offset to consume i64]
     b"V"                               -> [cache layout version u16]
 
-``O`` holds only the finished segments that are *served*: those of the partition's current topic id,
-and of the newest epoch where segments overlap (see :mod:`processor.metadata.fencing`).
+``O`` holds only the finished segments that are *served*, as :mod:`processor.metadata.fold` (the one
+fold every reader applies) decides. Layout 1 (before claims) kept the partition's lineage, start
+offset and delete state under ``E``, ``B`` and ``P``; a cache of an older layout is rebuilt from the
+topic when opened (it is derived data).
 
 "The finished segment containing offset O of tp" is one ``seek_for_prev`` on ``O tp O ff..``;
 "segments of tp from offset O" is a forward scan from the same place. Neither scans the cache.
@@ -22,14 +27,12 @@ and of the newest epoch where segments overlap (see :mod:`processor.metadata.fen
 from __future__ import annotations
 
 import functools
-import json
 import struct
 import uuid
 
-from processor.metadata.fencing import Lineage
 from processor.metadata.model import TopicPartition
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 U64 = struct.Struct(">Q")
 U32 = struct.Struct(">I")
 I64 = struct.Struct(">q")
@@ -51,19 +54,3 @@ def tp_of_key(raw: bytes) -> TopicPartition:
 
 def offset_key(prefix: bytes, tp: TopicPartition, start: int, sid: uuid.UUID | None) -> bytes:
     return prefix + tp_key(tp) + U64.pack(start) + (sid.bytes if sid else MAX_UUID)
-
-
-def encode_lineage(lineage: Lineage) -> bytes:
-    return json.dumps(
-        {
-            "max_epoch": lineage.max_epoch,
-            "topic_id": lineage.topic_id,
-            "retired": sorted(lineage.retired),
-            "legacy_retired": lineage.legacy_retired,
-        }
-    ).encode()
-
-
-def decode_lineage(raw: bytes) -> Lineage:
-    d = json.loads(raw)
-    return Lineage(d["max_epoch"], d["topic_id"], frozenset(d["retired"]), d["legacy_retired"])

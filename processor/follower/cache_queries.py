@@ -8,24 +8,10 @@ from collections.abc import Iterator
 
 from rocksdict import Rdict
 
-from processor.follower.cache_keys import (
-    I64,
-    MAX_UUID,
-    O_VALUE,
-    U32,
-    U64,
-    decode_lineage,
-    tp_key,
-    tp_of_key,
-)
+from processor.follower.cache_keys import I64, MAX_UUID, O_VALUE, U32, U64, tp_key, tp_of_key
 from processor.metadata.codec import decode_value
-from processor.metadata.fencing import Lineage
-from processor.metadata.model import (
-    PartitionDeleteState,
-    RemoteLogSegmentMetadata,
-    RemotePartitionDeleteMetadata,
-    TopicPartition,
-)
+from processor.metadata.fold import PartitionHeader, decode_header
+from processor.metadata.model import PartitionDeleteState, RemoteLogSegmentMetadata, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 
 
@@ -33,6 +19,64 @@ class CacheQueries:
     """Reads of an open cache database (``_db``); :class:`MetadataCache` opens it."""
 
     _db: Rdict
+    _headers: dict[TopicPartition, PartitionHeader]  # decoded once; the writer keeps them current
+
+    def header(self, tp: TopicPartition) -> PartitionHeader:
+        """The fold's per-partition state (claim, topic ids, log start offset, delete state)."""
+        header = self._headers.get(tp)
+        if header is None:
+            raw = self._db.get(b"E" + tp_key(tp))
+            header = PartitionHeader() if raw is None else decode_header(raw)
+            if len(self._headers) > 65_536:
+                self._headers.clear()
+            self._headers[tp] = header
+        return header
+
+    def remember_headers(self, headers: dict[TopicPartition, PartitionHeader]) -> None:
+        self._headers.update(headers)
+
+    _bookkeeping: dict[TopicPartition, tuple[frozenset[bytes], frozenset[uuid.UUID]]]
+    _served_end_bounds: dict[TopicPartition, int]
+
+    def served_end_bound(self, tp: TopicPartition) -> int:
+        """An upper bound of the highest end offset served for ``tp`` (-1: nothing served): what the
+        write path asks before it looks for overlaps. Read once from the ``O`` keys, then raised as
+        segments are served (never lowered when one stops being served: still an upper bound)."""
+        bound = self._served_end_bounds.get(tp)
+        if bound is None:
+            bound = -1
+            head = b"O" + tp_key(tp)
+            it = self._db.iter()
+            it.seek_for_prev(head + b"\xff" * 24)
+            if it.valid() and it.key().startswith(head):  # served segments never overlap: the last ends last
+                bound = O_VALUE.unpack(it.value())[0]
+            if len(self._served_end_bounds) > 65_536:
+                self._served_end_bounds.clear()
+            self._served_end_bounds[tp] = bound
+        return bound
+
+    def raise_served_end_bound(self, tp: TopicPartition, end: int) -> None:
+        self._served_end_bounds[tp] = max(self.served_end_bound(tp), end)
+
+    def bookkeeping(self, tp: TopicPartition) -> tuple[frozenset[bytes], frozenset[uuid.UUID]]:
+        """The partition's shadowed keys and orphan segment ids (loaded once, kept current)."""
+        kept = self._bookkeeping.get(tp)
+        if kept is None:
+            head = tp_key(tp)
+            shadowed = frozenset(key[len(head) + 1 :] for key, _ in self._prefixed(b"H" + head))
+            orphans = frozenset(uuid.UUID(bytes=key[-16:]) for key, _ in self._prefixed(b"X" + head))
+            if len(self._bookkeeping) > 65_536:
+                self._bookkeeping.clear()
+            kept = self._bookkeeping[tp] = (shadowed, orphans)
+        return kept
+
+    def remember_bookkeeping(self, changed: dict[TopicPartition, tuple[set[bytes], set[uuid.UUID]]]) -> None:
+        for tp, (shadowed, orphans) in changed.items():
+            self._bookkeeping[tp] = (frozenset(shadowed), frozenset(orphans))
+
+    def current_epoch(self, tp: TopicPartition) -> int | None:
+        """The epoch of the partition's current claim (None: nobody holds one)."""
+        return self.header(tp).current_epoch
 
     # -- consumed offsets -------------------------------------------------------------------------
 
@@ -55,41 +99,36 @@ class CacheQueries:
         assert isinstance(record, RemoteLogSegmentMetadata)
         return record
 
-    def lineage(self, tp: TopicPartition) -> Lineage:
-        """The partition's newest writer epoch and topic id lineage (empty if nothing was seen)."""
-        raw = self._db.get(b"E" + tp_key(tp))
-        return Lineage() if raw is None else decode_lineage(raw)
-
-    def max_epoch(self, tp: TopicPartition) -> int:
-        return self.lineage(tp).max_epoch
-
     def remote_state(self, tp: TopicPartition) -> PartitionRemoteState:
-        """The partition's remote state as the leader's fold would build it from the metadata topic:
-        every segment not yet DELETE_SEGMENT_FINISHED, and the lineage. A worker whose follower is
-        caught up resumes from this instead of re-reading the metadata partitions."""
+        """The partition's remote state exactly as the in-memory fold builds it from the metadata
+        topic (the same fold decided it): every segment not yet DELETE_SEGMENT_FINISHED, the served
+        ones, the header, shadowed keys and orphans. A worker whose follower is caught up resumes
+        and cleans up from this instead of re-reading the metadata partitions."""
         segments = {s.segment_id.id: s for s in self.listed_segments(tp)}
         served = {s.segment_id.id for s in self.finished_segments(tp)}
-        return PartitionRemoteState(
-            segments=segments,
-            lineage=self.lineage(tp),
-            served=served,
-            log_start_offset=self.log_start_offset(tp),
-            delete_state=self.partition_delete_state(tp),
-        )
+        head = tp_key(tp)
+        shadowed = {key[len(head) + 1 :] for key, _ in self._prefixed(b"H" + head)}
+        orphans: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        for key, value in self._prefixed(b"X" + head):
+            record = decode_value(value)
+            if isinstance(record, RemoteLogSegmentMetadata):
+                orphans[uuid.UUID(bytes=key[-16:])] = record
+        return PartitionRemoteState(segments, served, self.header(tp), shadowed, orphans)
+
+    def _prefixed(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        it = self._db.iter()
+        it.seek(prefix)
+        while it.valid() and it.key().startswith(prefix):
+            yield it.key(), it.value()
+            it.next()
 
     def partition_delete_state(self, tp: TopicPartition) -> PartitionDeleteState | None:
-        raw = self._db.get(b"P" + tp_key(tp))
-        if raw is None:
-            return None
-        record = decode_value(raw)
-        assert isinstance(record, RemotePartitionDeleteMetadata)
-        return record.state
+        return self.header(tp).delete_state
 
     def log_start_offset(self, tp: TopicPartition) -> int:
         """The remote log start offset of ``tp`` (0 when none was published): reads below it are
         "not in remote storage", whatever segments still exist there."""
-        raw = self._db.get(b"B" + tp_key(tp))
-        return 0 if raw is None else int(I64.unpack(raw)[0])
+        return self.header(tp).log_start_offset
 
     def finished_segment_for_offset(self, tp: TopicPartition, offset: int) -> RemoteLogSegmentMetadata | None:
         if offset < 0 or offset < self.log_start_offset(tp):

@@ -1,42 +1,39 @@
-"""The follower cache's write path: consumed metadata messages applied in one atomic RocksDB write
-batch each, fenced (:mod:`processor.metadata.fencing`) and checked by the state machine.
+"""The follower cache's write path: consumed metadata messages applied through the one fold
+(:mod:`processor.metadata.fold`), in one atomic RocksDB write batch per consumed batch.
 
-Records from an older writer epoch than the partition's newest, or copies of a retired topic id, are
-skipped and counted (``processor_metadata_records_skipped_total{reason="stale_epoch"|"old_topic_id"}``).
+The fold decides every record exactly as every other reader does; this module is only its store
+(:class:`RocksFoldStore`): it reads the cache's current state plus what the batch changed so far
+(RocksDB iterators do not see an unwritten WriteBatch), and turns each decision into puts and deletes
+of the key layout in :mod:`processor.follower.cache_keys`.
 
-Every consumed batch becomes one atomic write batch holding the state it produced *and* the
-consumed offsets of its metadata partitions, so a restarted follower resumes exactly where it
-stopped and re-reads nothing (KIP-405 asks for this; Kafka itself re-reads the whole topic).
+Every consumed batch becomes one atomic write batch holding the state it produced *and* the consumed
+offsets of its metadata partitions, so a restarted follower resumes exactly where it stopped and
+re-reads nothing (KIP-405 asks for this; Kafka itself re-reads the whole topic). A rejected record
+is counted by reason (``processor_metadata_records_rejected_total{reason}``), logged with its
+position, and its offset still advances: it is never read again.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from rocksdict import Rdict, WriteBatch
 
 from processor import metrics
-from processor.errors import FormatError, ProcessorError
-from processor.follower.cache_keys import I64, O_VALUE, U32, U64, encode_lineage, offset_key, tp_key
+from processor.follower.cache_keys import I64, MAX_UUID, O_VALUE, U32, U64, offset_key, tp_key
 from processor.follower.cache_queries import CacheQueries
-from processor.metadata.codec import decode_value, encode_value
-from processor.metadata.fencing import Lineage, StaleRecordError
-from processor.metadata.model import (
-    PartitionDeleteState,
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentMetadataUpdate,
-    RemoteLogStartOffset,
-    RemotePartitionDeleteMetadata,
-    SegmentState,
-    TopicPartition,
-)
-from processor.metadata.state_machine import apply_snapshot, apply_update, check_partition_transition
+from processor.metadata.codec import encode_value
+from processor.metadata.fold import Change, Fold, PartitionHeader, encode_header
+from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
 
 log = logging.getLogger(__name__)
+
+_DELETE_FINISHED = SegmentState.DELETE_SEGMENT_FINISHED
 
 
 class RawMessage(NamedTuple):
@@ -53,199 +50,232 @@ class ApplyResult:
     applied: int = 0
     skipped: int = 0
     skipped_positions: list[tuple[int, int, str]] = field(default_factory=list)
-    # newest writer epoch among the segment records applied, per source partition
-    epochs: dict[TopicPartition, int] = field(default_factory=dict)
+    # the current claim epoch (None: released) of each source partition whose claim this batch changed
+    claims: dict[TopicPartition, int | None] = field(default_factory=dict)
+    # read-your-write: (metadata partition, offset) of the batch's records NOT accepted -> False
+    # (rejected) or None (of a topic this follower does not keep: unknown here); every other
+    # record of the batch was accepted
+    not_accepted: dict[tuple[int, int], bool | None] = field(default_factory=dict)
+    # source partitions with at least one accepted record in the batch
+    active: set[TopicPartition] = field(default_factory=set)
 
 
-@dataclass
-class _Overlay:
-    """What a batch changed and has not written yet (RocksDB iterators do not see a WriteBatch)."""
+class _ServedAdds:
+    """The served segments a batch added to one partition, by start offset (served segments never
+    overlap, so those overlapping a range are a run ending at the last start inside it)."""
 
-    segments: dict[uuid.UUID, RemoteLogSegmentMetadata | None] = field(default_factory=dict)
-    lineages: dict[TopicPartition, Lineage] = field(default_factory=dict)
-    served: dict[TopicPartition, dict[uuid.UUID, RemoteLogSegmentMetadata | None]] = field(
-        default_factory=dict
-    )
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.segments: list[RemoteLogSegmentMetadata] = []
+        self.max_end = -1
+
+    def add(self, seg: RemoteLogSegmentMetadata) -> None:
+        self.max_end = max(self.max_end, seg.end_offset)
+        i = bisect.bisect_right(self.starts, seg.start_offset)
+        self.starts.insert(i, seg.start_offset)
+        self.segments.insert(i, seg)
+
+    def overlapping(self, start: int, end: int) -> Iterator[RemoteLogSegmentMetadata]:
+        i = bisect.bisect_right(self.starts, end) - 1
+        while i >= 0 and self.segments[i].end_offset >= start:
+            yield self.segments[i]
+            i -= 1
 
 
-class CacheWriter:
-    """Applies batches to an open cache database, reading its current state through ``queries``."""
+class RocksFoldStore:
+    """The fold's store over the cache database, for one batch at a time (:meth:`begin`)."""
 
     def __init__(self, db: Rdict, queries: CacheQueries) -> None:
         self._db = db
         self.queries = queries
+        self.begin()
+
+    def begin(self) -> None:
+        self.batch = WriteBatch(raw_mode=True)
+        self.segments: dict[uuid.UUID, RemoteLogSegmentMetadata | None] = {}
+        self.headers: dict[TopicPartition, PartitionHeader] = {}
+        self.served_changes: dict[TopicPartition, dict[uuid.UUID, RemoteLogSegmentMetadata | None]] = {}
+        self.served_adds: dict[TopicPartition, _ServedAdds] = {}
+        self.bookkeeping: dict[TopicPartition, tuple[set[bytes], set[uuid.UUID]]] = {}
+
+    def written(self) -> None:
+        """The batch was written: what it changed is what the database says now."""
+        self.queries.remember_headers(self.headers)
+        self.queries.remember_bookkeeping(self.bookkeeping)
+        for tp, adds in self.served_adds.items():
+            self.queries.raise_served_end_bound(tp, adds.max_end)
+        self.begin()
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def header(self, tp: TopicPartition) -> PartitionHeader:
+        header = self.headers.get(tp)
+        return header if header is not None else self.queries.header(tp)
+
+    def segment(self, sid: uuid.UUID) -> RemoteLogSegmentMetadata | None:
+        if sid in self.segments:
+            return self.segments[sid]
+        return self.queries.segment(sid)
+
+    def _bookkept(self, tp: TopicPartition) -> tuple[set[bytes], set[uuid.UUID]]:
+        kept = self.bookkeeping.get(tp)
+        if kept is None:
+            shadowed, orphans = self.queries.bookkeeping(tp)
+            kept = self.bookkeeping[tp] = (set(shadowed), set(orphans))
+        return kept
+
+    def is_shadowed(self, tp: TopicPartition, key: bytes) -> bool:
+        return key in self._bookkept(tp)[0]
+
+    def is_orphan(self, tp: TopicPartition, sid: uuid.UUID) -> bool:
+        return sid in self._bookkept(tp)[1]
+
+    def served_overlapping(self, tp: TopicPartition, start: int, end: int) -> list[RemoteLogSegmentMetadata]:
+        """Served segments of ``tp`` reaching into ``start..end``, this batch's changes included: one
+        seek and a short walk back (served segments never overlap), not a scan of the partition."""
+        changes = self.served_changes.get(tp, {})
+        adds = self.served_adds.get(tp)
+        if start > self.queries.served_end_bound(tp) and (adds is None or start > adds.max_end):
+            return []  # the common case: a segment after everything served (no iterator needed)
+        out: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        head = b"O" + tp_key(tp)
+        it = self._db.iter()
+        it.seek_for_prev(head + U64.pack(end) + MAX_UUID)
+        while it.valid() and it.key().startswith(head):
+            if O_VALUE.unpack(it.value())[0] < start:
+                break
+            sid = uuid.UUID(bytes=it.key()[-16:])
+            if sid not in changes:
+                seg = self.queries.segment(sid)
+                if seg is not None:
+                    out[sid] = seg
+            it.prev()
+        if adds is not None:
+            for seg in adds.overlapping(start, end):
+                sid = seg.segment_id.id
+                if changes.get(sid) is seg:
+                    out[sid] = seg
+        return list(out.values())
+
+    def served(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
+        """Every served segment of ``tp`` (a topic re-created: rare), this batch's changes included."""
+        changes = self.served_changes.get(tp, {})
+        out: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        for key, _value in self.queries.scan_keys(b"O", tp, 0):
+            sid = uuid.UUID(bytes=key[-16:])
+            seg = self.segment(sid)
+            if seg is not None and sid not in changes:
+                out[sid] = seg
+        out.update({sid: seg for sid, seg in changes.items() if seg is not None})
+        return list(out.values())
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def commit(self, tp: TopicPartition, change: Change) -> None:
+        # the partition's key first: a key that cannot be built fails here, before anything changes
+        ptp = tp_key(tp)
+        batch = self.batch
+        served = self.served_changes.setdefault(tp, {})
+        for seg in change.unserve:
+            batch.delete(offset_key(b"O", seg.topic_partition, seg.start_offset, seg.segment_id.id))
+            served[seg.segment_id.id] = None
+        if change.dropped is not None:
+            seg = change.dropped
+            sid = seg.segment_id.id
+            batch.delete(b"S" + sid.bytes)
+            batch.delete(offset_key(b"O", seg.topic_partition, seg.start_offset, sid))
+            batch.delete(offset_key(b"L", seg.topic_partition, seg.start_offset, sid))
+            self.segments[sid] = None
+            served[sid] = None
+        if change.put is not None:
+            new = change.put
+            sid = new.segment_id.id
+            suffix = ptp + U64.pack(new.start_offset) + sid.bytes
+            # a snapshot as it arrived is stored as it arrived (no re-encoding)
+            batch.put(b"S" + sid.bytes, change.put_raw if change.put_raw is not None else encode_value(new))
+            if new.state is _DELETE_FINISHED:  # kept for the state machine, not listed
+                batch.delete(b"L" + suffix)
+            else:
+                batch.put(b"L" + suffix, I64.pack(new.end_offset))
+            if change.served:
+                batch.put(b"O" + suffix, O_VALUE.pack(new.end_offset, new.max_timestamp_ms))
+                served[sid] = new
+                self.served_adds.setdefault(tp, _ServedAdds()).add(new)
+            else:
+                batch.delete(b"O" + suffix)
+                served[sid] = None
+            self.segments[sid] = new
+        if change.header is not None:
+            batch.put(b"E" + ptp, encode_header(change.header))
+            self.headers[tp] = change.header
+        if change.shadow is not None:
+            key, on = change.shadow
+            shadowed = self._bookkept(tp)[0]
+            if on:
+                batch.put(b"H" + ptp + key, b"")
+                shadowed.add(key)
+            else:
+                batch.delete(b"H" + ptp + key)
+                shadowed.discard(key)
+        if change.orphan is not None:
+            sid, orphan = change.orphan
+            orphans = self._bookkept(tp)[1]
+            if orphan is None:
+                batch.delete(b"X" + ptp + sid.bytes)
+                orphans.discard(sid)
+            else:
+                batch.put(b"X" + ptp + sid.bytes, encode_value(orphan))
+                orphans.add(sid)
+
+
+class CacheWriter:
+    """Applies batches to an open cache database through the fold."""
+
+    def __init__(self, db: Rdict, queries: CacheQueries) -> None:
+        self._db = db
+        self.store = RocksFoldStore(db, queries)
 
     def apply_batch(
         self, messages: Iterable[RawMessage], topics: frozenset[str] | None = None
     ) -> ApplyResult:
         """Apply consumed messages in one atomic write, together with their consumed offsets.
-
-        A message that does not decode or breaks the state machine is skipped and counted; its
-        offset still advances, so it is never read again. ``topics`` limits which source topics
-        are kept (records of others are consumed and ignored).
-        """
+        ``topics`` limits which source topics are kept (records of others are consumed and ignored)."""
         result = ApplyResult()
-        batch = WriteBatch(raw_mode=True)
-        overlay = _Overlay()
-        partition_overlay: dict[TopicPartition, PartitionDeleteState] = {}
-        start_overlay: dict[TopicPartition, int] = {}
+        store = self.store
+        fold = Fold(store, topics)
         next_offsets: dict[int, int] = {}
-        for msg in messages:
-            next_offsets[msg.partition] = msg.offset + 1
-            try:
-                if msg.value is None:
-                    self._apply_tombstone(batch, overlay, msg.key)
+        try:
+            for msg in messages:
+                next_offsets[msg.partition] = msg.offset + 1
+                verdict = fold.apply_raw(msg.offset, msg.key, msg.value)
+                if verdict.ignored:
+                    result.not_accepted[(msg.partition, msg.offset)] = None
+                    continue
+                if verdict.accepted:
                     result.applied += 1
                     continue
-                record = decode_value(msg.value)
-                if topics is not None and record.topic_partition.topic not in topics:
-                    continue
-                if isinstance(record, RemotePartitionDeleteMetadata):
-                    self._apply_partition(batch, partition_overlay, record)
-                elif isinstance(record, RemoteLogStartOffset):
-                    self._apply_log_start(batch, start_overlay, record)
-                else:
-                    self._apply_segment(batch, overlay, record, msg.value)
-                    tp = record.topic_partition
-                    result.epochs[tp] = max(result.epochs.get(tp, -1), record.writer_epoch)
-                result.applied += 1
-            except (FormatError, ProcessorError) as exc:
-                if isinstance(exc, FormatError):
-                    reason = "undecodable"
-                elif isinstance(exc, StaleRecordError):
-                    reason = exc.reason
-                else:
-                    reason = "illegal"
-                metrics.METADATA_SKIPPED.labels(reason).inc()
+                result.not_accepted[(msg.partition, msg.offset)] = False
+                reason = verdict.reason or "rejected"
+                metrics.METADATA_REJECTED.labels(reason).inc()
                 result.skipped += 1
-                result.skipped_positions.append((msg.partition, msg.offset, str(exc)))
-                log.warning("metadata record %d@%d skipped (%s): %s", msg.partition, msg.offset, reason, exc)
-        for partition, offset in next_offsets.items():
-            batch.put(b"C" + U32.pack(partition), I64.pack(offset))
-        self._db.write(batch)
+                result.skipped_positions.append((msg.partition, msg.offset, verdict.detail))
+                log.warning(
+                    "metadata record %d@%d rejected (%s): %s",
+                    msg.partition,
+                    msg.offset,
+                    reason,
+                    verdict.detail,
+                )
+            # the partitions whose header (claim) changed, and those with an accepted record
+            result.claims = {tp: header.current_epoch for tp, header in store.headers.items()}
+            result.active = set(store.headers) | {
+                seg.topic_partition for seg in store.segments.values() if seg is not None
+            }
+            for partition, offset in next_offsets.items():
+                store.batch.put(b"C" + U32.pack(partition), I64.pack(offset))
+            self._db.write(store.batch)
+        except BaseException:
+            store.begin()  # nothing of the batch was written: forget it
+            raise
+        store.written()
         return result
-
-    def _current(self, overlay: _Overlay, sid: uuid.UUID) -> RemoteLogSegmentMetadata | None:
-        if sid in overlay.segments:
-            return overlay.segments[sid]
-        return self.queries.segment(sid)
-
-    def _lineage(self, overlay: _Overlay, tp: TopicPartition) -> Lineage:
-        lineage = overlay.lineages.get(tp)
-        if lineage is None:  # read (and JSON-decoded) once a batch, not once a record
-            lineage = overlay.lineages[tp] = self.queries.lineage(tp)
-        return lineage
-
-    def _served(
-        self, overlay: _Overlay, tp: TopicPartition, start: int = 0, end: int | None = None
-    ) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
-        """The partition's served (``O``) segments reaching into ``start..end`` (default: all), with
-        this batch's changes. Reads only the range: applying a record stays O(log n)."""
-        out: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
-        for key, _value in self.queries.scan_keys(b"O", tp, start):
-            if end is not None and U64.unpack(key[-24:-16])[0] > end:
-                break
-            sid = uuid.UUID(bytes=key[-16:])
-            seg = self._current(overlay, sid)
-            if seg is not None:
-                out[sid] = seg
-        for sid, changed in overlay.served.get(tp, {}).items():
-            if changed is None:
-                out.pop(sid, None)
-            elif end is None or (changed.start_offset <= end and changed.end_offset >= start):
-                out[sid] = changed
-            else:  # changed in this batch, but outside the range asked for
-                out.pop(sid, None)
-        return out
-
-    def _unserve(self, batch: WriteBatch, overlay: _Overlay, seg: RemoteLogSegmentMetadata) -> None:
-        tp = seg.topic_partition
-        batch.delete(offset_key(b"O", tp, seg.start_offset, seg.segment_id.id))
-        overlay.served.setdefault(tp, {})[seg.segment_id.id] = None
-
-    def _apply_segment(
-        self,
-        batch: WriteBatch,
-        overlay: _Overlay,
-        record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate,
-        raw: bytes,
-    ) -> None:
-        sid = record.segment_id.id
-        tp = record.topic_partition
-        current = self._current(overlay, sid)
-        before = self._lineage(overlay, tp)
-        after = before.admit(record, current)  # raises StaleRecordError when fenced out
-        if isinstance(record, RemoteLogSegmentMetadata):
-            new = apply_snapshot(current, record)
-        else:
-            new = apply_update(current, record)
-        overlay.segments[sid] = new
-        if after != before:
-            overlay.lineages[tp] = after
-            batch.put(b"E" + tp_key(tp), encode_lineage(after))
-        if after.topic_id != before.topic_id and before.topic_id is not None:
-            # The topic was re-created: the old id's history is no longer served for it.
-            for old in self._served(overlay, tp).values():
-                if not after.serves(old.segment_id.topic_id, after.topic_id):
-                    self._unserve(batch, overlay, old)
-        suffix = tp_key(new.segment_id.topic_partition) + U64.pack(new.start_offset) + sid.bytes
-        o_key = b"O" + suffix
-        l_key = b"L" + suffix
-        if new.state is SegmentState.DELETE_SEGMENT_FINISHED:
-            batch.delete(b"S" + sid.bytes)
-            batch.delete(l_key)
-        else:
-            # A snapshot that passed the state machine is stored as it arrived (no re-encoding).
-            batch.put(b"S" + sid.bytes, raw if new is record else encode_value(new))
-            batch.put(l_key, I64.pack(new.end_offset))
-        served = new.state is SegmentState.COPY_SEGMENT_FINISHED and after.serves(
-            new.segment_id.topic_id, after.topic_id
-        )
-        if served:
-            # The newest epoch's lineage wins: older overlapping finished segments stop being served
-            # (they are superseded; the partition's next leader deletes them).
-            for other in self._served(overlay, tp, new.start_offset, new.end_offset).values():
-                overlaps = other.start_offset <= new.end_offset and new.start_offset <= other.end_offset
-                if other.segment_id.id != sid and overlaps and other.writer_epoch <= new.writer_epoch:
-                    self._unserve(batch, overlay, other)
-            batch.put(o_key, O_VALUE.pack(new.end_offset, new.max_timestamp_ms))
-            overlay.served.setdefault(tp, {})[sid] = new
-        else:
-            batch.delete(o_key)
-            overlay.served.setdefault(tp, {})[sid] = None
-
-    def _apply_tombstone(self, batch: WriteBatch, overlay: _Overlay, key: bytes | None) -> None:
-        try:
-            sid = uuid.UUID((key or b"").decode().rsplit("/", 1)[-1])
-        except ValueError as exc:
-            raise FormatError(f"tombstone with a key that names no segment: {key!r}") from exc
-        current = self._current(overlay, sid)
-        overlay.segments[sid] = None
-        if current is None:
-            return
-        tp = current.topic_partition
-        batch.delete(b"S" + sid.bytes)
-        batch.delete(offset_key(b"O", tp, current.start_offset, sid))
-        batch.delete(offset_key(b"L", tp, current.start_offset, sid))
-        overlay.served.setdefault(tp, {})[sid] = None
-
-    def _apply_partition(
-        self,
-        batch: WriteBatch,
-        overlay: dict[TopicPartition, PartitionDeleteState],
-        record: RemotePartitionDeleteMetadata,
-    ) -> None:
-        tp = record.topic_partition
-        current = overlay.get(tp) or self.queries.partition_delete_state(tp)
-        check_partition_transition(current, record.state, tp)
-        overlay[tp] = record.state
-        batch.put(b"P" + tp_key(tp), encode_value(record))
-
-    def _apply_log_start(
-        self, batch: WriteBatch, overlay: dict[TopicPartition, int], record: RemoteLogStartOffset
-    ) -> None:
-        tp = record.topic_partition
-        current = overlay.get(tp, self.queries.log_start_offset(tp))
-        if record.start_offset > current:  # an older (lower) value arriving late changes nothing
-            overlay[tp] = record.start_offset
-            batch.put(b"B" + tp_key(tp), I64.pack(record.start_offset))

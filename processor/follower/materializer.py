@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ from processor.metadata.remote_log_state import PartitionRemoteState
 log = logging.getLogger(__name__)
 
 LAG_INTERVAL_S = 2.0
+VERDICTS_KEPT = 65_536  # records not accepted, most recent first, for read-your-write
 
 
 class FollowerState:
@@ -74,6 +76,14 @@ class Materializer:
         # called on the follower's thread after each applied batch (e.g. the worker revokes a
         # partition it leads when a newer writer epoch shows up); must not block
         self.listeners: list[Callable[[ApplyResult], None]] = []
+        # read-your-write: the most recent records not accepted, and how far each partition is
+        # applied (a writer waits on the condition for its own record); applied and not listed here
+        # means accepted, as long as the list reaches back that far (``_known_from``)
+        self._not_accepted: OrderedDict[tuple[int, int], bool | None] = OrderedDict()
+        self._known_from: dict[int, int] = {}
+        self._applied: dict[int, int] = {}
+        self._applied_cv = threading.Condition()
+        self._last_active: dict[TopicPartition, float] = {}
 
     def _open(self) -> Consumer:
         consumer = self._consumer_factory()
@@ -121,6 +131,7 @@ class Materializer:
                 RawMessage(int(msg.partition() or 0), int(msg.offset() or 0), msg.key(), msg.value())
             )
         result = self.cache.apply_batch(messages, self.source_topics)
+        self._record(messages, result)
         self.stats.consumed += len(messages)
         self.stats.applied += result.applied
         self.stats.skipped += result.skipped
@@ -186,16 +197,56 @@ class Materializer:
         finally:
             consumer.close()
 
+    def _record(self, messages: list[RawMessage], result: ApplyResult) -> None:
+        now = time.monotonic()
+        for tp in result.active:
+            self._last_active[tp] = now
+        with self._applied_cv:
+            self._not_accepted.update(result.not_accepted)
+            while len(self._not_accepted) > VERDICTS_KEPT:
+                (partition, offset), _ = self._not_accepted.popitem(last=False)
+                self._known_from[partition] = max(self._known_from.get(partition, 0), offset + 1)
+            for msg in messages:
+                if msg.partition not in self._known_from:
+                    self._known_from[msg.partition] = msg.offset  # verdicts known from here on
+                self._applied[msg.partition] = max(self._applied.get(msg.partition, 0), msg.offset + 1)
+            self._applied_cv.notify_all()
+
     def wait_applied(self, partition: int, offset: int, timeout_s: float = 10.0) -> bool:
         """While running as a service: wait until the cache has consumed ``offset`` of metadata
         ``partition``. False if it does not follow that partition, is not running, or time is up."""
         if partition not in self.partitions or self._thread is None or not self._thread.is_alive():
             return False
         deadline = time.monotonic() + timeout_s
-        while self.cache.consumed_offsets().get(partition, 0) <= offset:
-            if self.failure is not None or time.monotonic() > deadline or self._stop.wait(0.005):
-                return False
+        with self._applied_cv:
+            if partition not in self._applied:
+                self._applied[partition] = self.cache.consumed_offsets().get(partition, 0)
+            while self._applied[partition] <= offset:
+                left = deadline - time.monotonic()
+                if self.failure is not None or self._stop.is_set() or left <= 0:
+                    return False
+                self._applied_cv.wait(min(left, 0.5))
         return True
+
+    def outcome(self, partition: int, offset: int, timeout_s: float) -> bool | None:
+        """Read-your-write: True if the fold accepted the record at ``offset`` of metadata
+        ``partition``, False if it rejected it, None if that is not known within ``timeout_s`` (the
+        follower lags, stopped, or the verdict is no longer kept). Never a guess."""
+        if not self.wait_applied(partition, offset, timeout_s):
+            return None
+        with self._applied_cv:
+            if offset < self._known_from.get(partition, offset + 1):
+                return None  # applied before this process kept verdicts, or forgotten since
+            return self._not_accepted.get((partition, offset), True)
+
+    def current_epoch(self, tp: TopicPartition) -> int | None:
+        """The partition's current claim, as this follower has applied it."""
+        return self.cache.current_epoch(tp)
+
+    def quiet_s(self, tp: TopicPartition) -> float:
+        """Seconds since this follower applied an accepted record of ``tp`` (since it started, if
+        none was applied since)."""
+        return time.monotonic() - self._last_active.get(tp, self._started_at)
 
     def remote_state(self, tp: TopicPartition) -> PartitionRemoteState:
         """A partition's remote state from the cache (the leader's ``CachedRemoteState`` port)."""
@@ -203,7 +254,10 @@ class Materializer:
 
     # -- as a background service of the worker ----------------------------------------------------
 
+    _started_at: float = 0.0
+
     def start(self) -> None:
+        self._started_at = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="metadata-follower", daemon=True)
         self._thread.start()
 

@@ -11,6 +11,7 @@ The only package that imports rocksdict (processor/follower/). Three modules, on
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,6 +22,8 @@ from processor.errors import ProcessorError
 from processor.follower.cache_keys import CACHE_VERSION, VERSION_KEY
 from processor.follower.cache_queries import CacheQueries
 from processor.follower.cache_writes import ApplyResult, CacheWriter, RawMessage
+
+log = logging.getLogger(__name__)
 
 
 class MetadataCache(CacheQueries):
@@ -36,18 +39,32 @@ class MetadataCache(CacheQueries):
         table = BlockBasedOptions()
         table.set_bloom_filter(10, False)
         options.set_block_based_table_factory(table)
-        try:
-            self._db = Rdict(str(self.path), options)
-        except Exception as exc:  # rocksdict raises plain Exception, e.g. when another process holds the lock
-            raise ProcessorError(f"cannot open the metadata cache at {self.path}: {exc}") from None
+        self._headers = {}
+        self._bookkeeping = {}
+        self._served_end_bounds = {}
+        self._db = self._open(options)
         version = self._db.get(VERSION_KEY)
+        if version is not None and struct.unpack(">H", version)[0] != CACHE_VERSION:
+            # derived data of an older layout: start again from the topic's beginning
+            log.warning(
+                "metadata cache at %s has layout %d, not %d: rebuilding it from the metadata topic",
+                self.path,
+                struct.unpack(">H", version)[0],
+                CACHE_VERSION,
+            )
+            self._db.close()
+            Rdict.destroy(str(self.path), options)
+            self._db = self._open(options)
+            version = None
         if version is None:
             self._db[VERSION_KEY] = struct.pack(">H", CACHE_VERSION)
-        elif struct.unpack(">H", version)[0] != CACHE_VERSION:
-            raise ProcessorError(
-                f"metadata cache at {self.path} has layout {version!r}; delete it to rebuild"
-            )
         self._writer = CacheWriter(self._db, self)
+
+    def _open(self, options: Options) -> Rdict:
+        try:
+            return Rdict(str(self.path), options)
+        except Exception as exc:  # rocksdict raises plain Exception, e.g. when another process holds the lock
+            raise ProcessorError(f"cannot open the metadata cache at {self.path}: {exc}") from None
 
     def close(self) -> None:
         self._db.close()

@@ -18,8 +18,8 @@ What a consumer's fetcher handles is handled here:
 - throttling: a response's ``throttle_time_ms`` delays that task's next request;
 - transactions: fetches are read_committed (the broker stops at the last stable offset and lists
   aborted transactions); ``read_committed.committed`` marks what a read_committed consumer drops;
-- security: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL with PLAIN or SCRAM-SHA-256/512 (settings
-  ``PROCESSOR_SECURITY_PROTOCOL``, ``PROCESSOR_SASL_*``, ``PROCESSOR_SSL_CAFILE``).
+- security: whatever the process's ``KafkaSecurity`` says (SSL, SASL PLAIN/SCRAM/OAUTHBEARER, mutual
+  TLS), through :func:`processor.kafka_clients.aiokafka_client_kwargs`.
 
 It runs on the engine's asyncio loop; positions are owned by the engine, which says in its callback
 where the partition continues (it may refuse batches when the offload buffer is full).
@@ -38,14 +38,13 @@ from typing import Any
 
 from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient
-from aiokafka.helpers import create_ssl_context
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition as KafkaTP
 
 from processor import metrics
-from processor.errors import ConfigError
 from processor.health import HEALTH
+from processor.kafka_clients import KafkaTarget, aiokafka_client_kwargs
 from processor.leader.read_committed import committed
 from processor.metadata.model import TopicPartition
 from processor.segment.entries_v2 import BatchHeader, split_batches
@@ -61,33 +60,6 @@ _REFRESH_ERRORS = (
     kafka_errors.LeaderNotAvailableError,
     kafka_errors.KafkaTimeoutError,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class SourceSecurity:
-    protocol: str = "PLAINTEXT"
-    sasl_mechanism: str = "PLAIN"
-    sasl_username: str | None = None
-    sasl_password: str | None = None
-    ssl_cafile: str | None = None
-
-    def client_kwargs(self) -> dict[str, Any]:
-        if self.protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-            raise ConfigError(f"PROCESSOR_SECURITY_PROTOCOL: unknown protocol {self.protocol!r}")
-        kwargs: dict[str, Any] = {"security_protocol": self.protocol}
-        if self.protocol in ("SSL", "SASL_SSL"):
-            kwargs["ssl_context"] = create_ssl_context(cafile=self.ssl_cafile)
-        if self.protocol.startswith("SASL"):
-            if self.sasl_mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-                raise ConfigError(f"PROCESSOR_SASL_MECHANISM: unsupported {self.sasl_mechanism!r}")
-            if not self.sasl_username or self.sasl_password is None:
-                raise ConfigError("PROCESSOR_SASL_USERNAME and PROCESSOR_SASL_PASSWORD are required for SASL")
-            kwargs.update(
-                sasl_mechanism=self.sasl_mechanism,
-                sasl_plain_username=self.sasl_username,
-                sasl_plain_password=self.sasl_password,
-            )
-        return kwargs
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,19 +90,17 @@ OnLost = Callable[[TopicPartition, int, int], None]  # first and last lost offse
 class BatchSource:
     def __init__(
         self,
-        bootstrap_servers: str,
+        kafka: KafkaTarget,
         client_id: str,
         on_fetched: OnFetched,
         on_lost: OnLost,
         options: FetchOptions = FetchOptions(),
-        security: SourceSecurity = SourceSecurity(),
     ) -> None:
-        self._bootstrap = bootstrap_servers
+        self._kafka = kafka  # bootstrap servers and security (SASL, TLS) of the source cluster
         self._client_id = client_id
         self._on_fetched = on_fetched
         self._on_lost = on_lost
         self.options = options
-        self._security = security
         self._client: AIOKafkaClient | None = None
         self.positions: dict[TopicPartition, int | None] = {}  # None: start at the log start
         self._in_flight: set[TopicPartition] = set()
@@ -143,10 +113,9 @@ class BatchSource:
     async def start(self) -> None:
         self._wake = asyncio.Event()
         self._client = AIOKafkaClient(
-            bootstrap_servers=self._bootstrap,
             client_id=self._client_id,
             retry_backoff_ms=self.options.backoff_ms,
-            **self._security.client_kwargs(),
+            **aiokafka_client_kwargs(self._kafka),
         )
         await self._client.bootstrap()
 

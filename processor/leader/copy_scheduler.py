@@ -198,7 +198,7 @@ class CopyScheduler:
 
     def _copy_next(self, lane: Lane) -> None:
         while lane.dangling and not lane.cancelled.is_set():
-            if self._copier.delete_segment(lane.dangling[0]):
+            if self._copier.delete_segment(lane.dangling[0], lane.epoch):
                 lane.dangling.pop(0)
             else:
                 break

@@ -1,24 +1,32 @@
-"""Which source partitions this worker leads, and with which writer epoch.
+"""Which source partitions this worker leads, under which claim.
+
+Faust's consumer-group assignment says which partitions this worker *should* lead; the metadata log
+says which it *does*: a worker leads a partition only under a claim it appended there and read back
+(:mod:`processor.leader.resume`), and only while that claim is the partition's current one.
 
 Faust's eager rebalance protocol revokes every partition before each rebalance and then assigns the
-new set. Stopping everything each time would drop every open and pending segment and re-read the
-metadata topic, so the revocation is deferred: when the new assignment arrives, only partitions
-that left are revoked and only new ones are assigned; partitions that stay keep their open segments
-and their epoch. This is safe because a stale writer is fenced by epoch (processor/metadata/
-fencing.py): the new leader of a partition that moved writes with a newer epoch, and records of the
-old epoch are rejected from then on.
+new set. Stopping everything each time would drop every open and pending segment, so the revocation
+is deferred: when the new assignment arrives, only partitions that left are revoked and only new
+ones are claimed; partitions that stay keep their open segments and their claim. (A kept partition
+never needs a new claim: its claim stays current until someone else claims.)
 
-The worker's follower reports the newest epoch it applies per partition: when a partition this
-worker leads shows a newer epoch than its own, another worker leads it now (this one was paused past
-its session timeout, say), and it is revoked at once, without waiting for Faust to notice.
+The worker's follower reports the current claim of every partition a batch changed: when a
+partition this worker leads shows another claim, another worker (or an operator command) holds it
+now, and it is revoked at once (``processor_fenced_revocations_total``), its copy lag gauges kept so
+alerts see the lag grow. While Faust still assigns it here, :meth:`Leadership.reclaim` claims it
+again once the other claim was released or has been quiet for ``reclaim_after_s`` (a worker that
+lost its assignment without noticing, an operator command that crashed).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
+from typing import Protocol
 
+from processor import metrics
 from processor.errors import ProcessorError
 from processor.leader.offload_engine import OffloadEngine
 from processor.leader.ports import AppliedBatch
@@ -28,11 +36,31 @@ from processor.metadata.model import TopicPartition
 log = logging.getLogger(__name__)
 
 
+class ClaimView(Protocol):
+    """What leadership asks the worker's follower about a partition's claim."""
+
+    def current_epoch(self, tp: TopicPartition) -> int | None: ...
+
+    def quiet_s(self, tp: TopicPartition) -> float:
+        """Seconds since the follower last applied an accepted record of ``tp`` (a claim included)."""
+        ...
+
+
 class Leadership:
-    def __init__(self, engine: OffloadEngine, planner: ResumePlanner | None = None) -> None:
+    def __init__(
+        self,
+        engine: OffloadEngine,
+        planner: ResumePlanner,
+        claims: ClaimView | None = None,
+        reclaim_after_s: float = 30.0,
+    ) -> None:
         self.engine = engine
         self.planner = planner
-        self.leading: dict[TopicPartition, int] = {}
+        self.claims = claims
+        self.reclaim_after_s = reclaim_after_s
+        self.leading: dict[TopicPartition, int] = {}  # partition -> the claim epoch held
+        self.assigned_now: set[TopicPartition] = set()  # Faust's current assignment
+        self.fenced: dict[TopicPartition, float] = {}  # assigned here, held by another claim (since)
         self._lock = threading.Lock()
         self.fenced_revocations = 0
 
@@ -40,48 +68,99 @@ class Leadership:
         log.debug("rebalance: %d partitions revoked; waiting for the new assignment", len(list(tps)))
 
     def assigned(self, tps: Iterable[TopicPartition], generation: int) -> None:
-        """The full new assignment: revoke what left, assign what is new, keep the rest."""
+        """The full new assignment: revoke what left, claim what is new, keep the rest."""
         wanted = set(tps)
         with self._lock:
-            leaving = sorted(tp for tp in self.leading if tp not in wanted)
+            self.assigned_now = wanted
+            leaving = sorted(tp for tp in {*self.leading, *self.fenced} if tp not in wanted)
             coming = sorted(wanted - set(self.leading))
         if leaving:
             self.engine.revoke(leaving)
             with self._lock:
                 for tp in leaving:
                     self.leading.pop(tp, None)
-        if coming:
-            epoch = self.planner.prepare(coming, generation) if self.planner else max(generation, 0)
-            with self._lock:
-                self.leading.update(dict.fromkeys(coming, epoch))
-            self.engine.assign(coming, epoch)
+                    self.fenced.pop(tp, None)
+        held = self._claim(coming)
         log.info(
-            "assignment (generation %d): %d kept, %d new, %d revoked",
+            "assignment (generation %d): %d kept, %d new, %d revoked; %d of the new held by other claims",
             generation,
             len(wanted) - len(coming),
             len(coming),
             len(leaving),
+            len(coming) - len(held),
         )
 
-    def on_metadata(self, result: AppliedBatch) -> None:
-        """Follower callback (its thread; must not block): revoke partitions a newer epoch wrote to."""
+    def _claim(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        if not tps:
+            return {}
+        held = self.planner.prepare(tps)
+        now = time.monotonic()
         with self._lock:
-            stale = sorted(
-                tp for tp, e in result.epochs.items() if tp in self.leading and e > self.leading[tp]
-            )
-            for tp in stale:
-                log.warning(
-                    "%s: writer epoch %d wrote to it, newer than this worker's %d: stopping at once",
-                    tp,
-                    result.epochs[tp],
-                    self.leading.pop(tp),
-                )
-        if stale:
-            self.fenced_revocations += len(stale)
-            threading.Thread(target=self._revoke, args=(stale,), name="fenced-revoke", daemon=True).start()
+            for tp in tps:
+                if tp in held:
+                    self.fenced.pop(tp, None)
+                    self.leading[tp] = held[tp]
+                else:
+                    self.fenced.setdefault(tp, now)
+        if held:
+            self.engine.assign(held)
+        return held
+
+    def on_metadata(self, result: AppliedBatch) -> None:
+        """Follower callback (its thread; must not block): revoke partitions another claim holds."""
+        fenced = []
+        with self._lock:
+            for tp, claim in result.claims.items():
+                held = self.leading.get(tp)
+                if held is not None and claim != held:
+                    log.warning(
+                        "%s: the metadata shows claim %s, not this worker's %d: stopping at once",
+                        tp,
+                        claim,
+                        held,
+                    )
+                    fenced.append(tp)
+        self.fence(fenced)
+
+    def fence(self, tps: Iterable[TopicPartition]) -> None:
+        """Stop writing ``tps`` now (another claim holds them); keep their lag gauges."""
+        now = time.monotonic()
+        stop = []
+        with self._lock:
+            for tp in tps:
+                if self.leading.pop(tp, None) is not None:
+                    stop.append(tp)
+                    self.fenced[tp] = now
+        if stop:
+            self.fenced_revocations += len(stop)
+            metrics.FENCED_REVOCATIONS.inc(len(stop))
+            threading.Thread(
+                target=self._revoke, args=(sorted(stop),), name="fenced-revoke", daemon=True
+            ).start()
 
     def _revoke(self, tps: list[TopicPartition]) -> None:
         try:
-            self.engine.revoke(tps)
+            self.engine.revoke(tps, watch=True)
         except ProcessorError as exc:  # the engine stopped meanwhile: nothing left to stop
-            log.warning("could not revoke %s after a newer epoch: %s", tps, exc)
+            log.warning("could not revoke %s after another claim: %s", tps, exc)
+
+    def reclaim(self) -> dict[TopicPartition, int]:
+        """Claim again the partitions Faust still assigns here whose other claim was released or has
+        been quiet for ``reclaim_after_s``; returns what is held again. Blocks (run off the loop)."""
+        if self.claims is None:
+            return {}
+        with self._lock:
+            candidates = sorted(tp for tp in self.fenced if tp in self.assigned_now)
+        due = [
+            tp
+            for tp in candidates
+            if self.claims.current_epoch(tp) is None or self.claims.quiet_s(tp) >= self.reclaim_after_s
+        ]
+        if due:
+            log.info("claiming again %d partitions whose other claim is released or quiet", len(due))
+        return self._claim(due)
+
+    def led(self) -> dict[TopicPartition, int]:
+        """The partitions led now, with the claim epoch held for each."""
+        with self._lock:
+            return dict(self.leading)

@@ -32,7 +32,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,7 +105,11 @@ class OffloadEngine(EngineLoop):
             self._seal,
             self._pause,
         )
+        self.copier = copier
         self._parts: dict[TopicPartition, LedPartition] = {}
+        # partitions another claim took while Faust still assigns them here: not fetched or copied,
+        # but their copy lag gauges stay and keep growing until someone leads them again
+        self._watched: dict[TopicPartition, LedPartition] = {}
         self._lock = threading.Lock()  # guards _parts for status() readers on other threads
         self._source: BatchSource | None = None
         self.paused = False
@@ -124,19 +128,20 @@ class OffloadEngine(EngineLoop):
         if self._high_watermarks is not None:
             self._high_watermarks.stop()
 
-    def assign(self, tps: Iterable[TopicPartition], epoch: int, timeout_s: float = 60.0) -> None:
-        wanted = sorted(set(tps))
+    def assign(self, epochs: Mapping[TopicPartition, int], timeout_s: float = 60.0) -> None:
+        """Lead the partitions of ``epochs``, each under its claim epoch."""
         with self._lock:
-            new = [tp for tp in wanted if tp not in self._parts]
+            new = sorted(tp for tp in epochs if tp not in self._parts)
         if not new:
             return
         remote = self._load_remote_state(new)  # reads the metadata topic: not on the engine loop
-        self._call(self._do_assign(new, remote, epoch), timeout_s)
+        self._call(self._do_assign(new, remote, dict(epochs)), timeout_s)
 
-    def revoke(self, tps: Iterable[TopicPartition]) -> None:
+    def revoke(self, tps: Iterable[TopicPartition], watch: bool = False) -> None:
         """Stop leading ``tps``. Sleeping retries wake, copies stop before their next step and never
-        publish FINISHED; returns once their copies ended (or the bounded wait is over)."""
-        lanes = self._call(self._do_revoke(sorted(set(tps))), self.options.revoke_wait_s)
+        publish FINISHED; returns once their copies ended (or the bounded wait is over). ``watch``:
+        keep their copy lag gauges (another claim took them; Faust still assigns them here)."""
+        lanes = self._call(self._do_revoke(sorted(set(tps)), watch), self.options.revoke_wait_s)
         deadline = time.monotonic() + self.options.revoke_wait_s
         for lane in lanes:
             if not lane.idle.wait(max(0.0, deadline - time.monotonic())):
@@ -177,12 +182,17 @@ class OffloadEngine(EngineLoop):
             await source.close()
 
     async def _do_assign(
-        self, tps: list[TopicPartition], remote: dict[TopicPartition, PartitionRemoteState], epoch: int
+        self,
+        tps: list[TopicPartition],
+        remote: dict[TopicPartition, PartitionRemoteState],
+        epochs: dict[TopicPartition, int],
     ) -> None:
         assert self._source is not None
         for tp in tps:
             if tp in self._parts:
                 continue
+            epoch = epochs[tp]
+            self._watched.pop(tp, None)
             state = remote.get(tp) or PartitionRemoteState()
             end = state.highest_finished_offset()
             st = LedPartition(
@@ -204,13 +214,15 @@ class OffloadEngine(EngineLoop):
                 len(dangling),
             )
 
-    async def _do_revoke(self, tps: list[TopicPartition]) -> list[Any]:
+    async def _do_revoke(self, tps: list[TopicPartition], watch: bool = False) -> list[Any]:
         assert self._source is not None
         lanes = []
         for tp in tps:
             with self._lock:
                 st = self._parts.pop(tp, None)
             if st is None:
+                if not watch and self._watched.pop(tp, None) is not None:
+                    self._unwatch(tp)
                 continue
             self._source.remove(tp)
             if st.assembler is not None:
@@ -219,13 +231,20 @@ class OffloadEngine(EngineLoop):
             lane = self.copies.revoke(tp)
             if lane is not None:
                 lanes.append(lane)
-            if self._high_watermarks is not None:
-                self._high_watermarks.remove(tp)
-            drop_partition_gauges(tp)
+                st.remote_end = lane.remote_end
+            if watch:
+                self._watched[tp] = st
+            else:
+                self._unwatch(tp)
         if lanes:
             log.info("stopped leading %s", ", ".join(str(lane.tp) for lane in lanes))
         metrics.BUFFER_BYTES.set(self.buffer.used)
         return lanes
+
+    def _unwatch(self, tp: TopicPartition) -> None:
+        if self._high_watermarks is not None:
+            self._high_watermarks.remove(tp)
+        drop_partition_gauges(tp)
 
     async def _do_roll_all(self) -> None:
         for st in list(self._parts.values()):
@@ -302,5 +321,7 @@ class OffloadEngine(EngineLoop):
                 metrics.CONSUMPTION_PAUSED.set(0)
                 log.info("offload buffer at %d bytes: consumption resumed", self.buffer.used)
             if now >= next_lag:
-                update_lag(list(self._parts.values()), self.copies, self._high_watermarks)
+                update_lag(
+                    [*self._parts.values(), *self._watched.values()], self.copies, self._high_watermarks
+                )
                 next_lag = now + LAG_INTERVAL_S

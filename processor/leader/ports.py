@@ -3,12 +3,12 @@
 The leader never imports the follower: the composition root (processor/wiring/) hands it objects
 that satisfy these, and the follower does not know it is used this way.
 
-- :class:`AppliedBatch`: what the follower reports after each applied batch (the newest writer epoch
-  per source partition), for :meth:`Leadership.on_metadata`;
+- :class:`AppliedBatch`: what the follower reports after each applied batch (the current claim of
+  the partitions it changed), for :meth:`Leadership.on_metadata`;
 - :class:`CachedRemoteState`: a caught-up follower's view of a partition's remote state, so a newly
   assigned partition resumes without re-reading the metadata topic (:class:`ResumePlanner`);
-- :data:`NewestEpoch` and :data:`AcceptedByFollower`: what the segment copier asks of the follower
-  (the newest writer epoch seen of a partition; read-your-write on the metadata topic).
+- :data:`CurrentClaim`: the partition's current claim as the follower shows it (the copier and
+  leadership check it); read-your-write is :class:`processor.metadata.sink.Confirm`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 
 
@@ -24,8 +24,8 @@ class AppliedBatch(Protocol):
     """One batch of metadata records the follower applied."""
 
     @property
-    def epochs(self) -> Mapping[TopicPartition, int]:
-        """The newest writer epoch among the batch's segment records, per source partition."""
+    def claims(self) -> Mapping[TopicPartition, int | None]:
+        """The current claim epoch (None: released) of each partition the batch changed."""
         ...
 
 
@@ -47,7 +47,5 @@ class CachedRemoteState(Protocol):
         ...
 
 
-# The newest writer epoch the follower has seen for a partition (-1: none).
-NewestEpoch = Callable[[TopicPartition], int]
-# Read-your-write: did the follower apply (and accept) the record published at this offset?
-AcceptedByFollower = Callable[[RemoteLogSegmentMetadata, int], bool]
+# The epoch of a partition's current claim as the follower shows it (None: nobody holds one).
+CurrentClaim = Callable[[TopicPartition], int | None]

@@ -1,30 +1,36 @@
-"""Where a newly assigned partition resumes, and with which writer epoch.
+"""Where newly assigned partitions resume, under which claim.
 
 On every assignment the worker
 
 1. asks the broker for the current topic ids (a topic deleted and re-created under the same name has
    a new id, so it is a new partition history: the old id's segments do not count);
-2. builds each partition's remote state from its own follower cache when the follower is caught up
-   with the metadata partitions involved (their high watermarks as of now), and otherwise by reading
-   those metadata partitions from the start (the slow path of a worker without a follower);
-3. picks the writer epoch: the group generation, or newer than any epoch seen for the partitions
-   (a group that emptied restarts its generations, an epoch must never go back);
-4. stamps the cleanup records (dangling copies and deletes, superseded segments) with that epoch.
+2. **claims** each new partition: appends a ``PartitionClaim`` to its metadata partition; the claim's
+   offset there is the worker's epoch for the partition (processor/metadata/fold.py);
+3. reads back to its claims: from its own follower cache once the follower has applied them (the
+   metadata partitions' high watermarks as of now), or, without a follower, by folding those
+   metadata partitions from the start;
+4. keeps the partitions whose current claim is its own at that point (a claim made after it by
+   another worker wins, and this worker does not lead that partition), and resumes each after the
+   highest offset the fold serves, the cleanup records (dangling copies and deletes) stamped with
+   the partition's claim epoch.
 
 The offload engine calls the planner as its ``RemoteStateLoader``; ``prepare`` runs first (from the
-rebalance callback) so the epoch is known before the engine is told to lead.
+rebalance callback) so the claims are known before the engine is told to lead.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+import uuid
 from collections.abc import Callable
 
 from processor.leader.ports import CachedRemoteState
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import TopicPartition
+from processor.metadata.model import ClaimKind, PartitionClaim, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.metadata.sink import MetadataSink
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +45,11 @@ class ResumePlanner:
         metadata_partitions: int,
         load_from_topic: MetadataLoader,
         topic_id_source: TopicIdSource,
+        claims: MetadataSink,
         follower: CachedRemoteState | None = None,
         catch_up_timeout_s: float = 10.0,
     ) -> None:
+        self.claims = claims
         self.worker_id = worker_id
         self.metadata_partitions = metadata_partitions
         self._load_from_topic = load_from_topic
@@ -82,20 +90,41 @@ class ResumePlanner:
         log.info("resuming %d partitions from the metadata topic (metadata partitions %s)", len(tps), parts)
         return self._load_from_topic(tps)
 
-    def prepare(self, tps: list[TopicPartition], generation: int) -> int:
-        """Load the partitions' remote state and return the writer epoch to lead them with."""
+    def prepare(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Claim ``tps``, read back to the claims, and return the claim epoch of each partition
+        this worker now holds (partitions another claim took meanwhile are left out)."""
         if not tps:
-            return max(generation, 0)
+            return {}
         self.refresh_topic_ids([tp.topic for tp in tps])
+        offsets = {
+            tp: self.claims.publish(
+                PartitionClaim(
+                    tp,
+                    uuid.uuid4(),
+                    ClaimKind.LEAD,
+                    self.worker_id,
+                    int(time.time() * 1000),
+                    self.topic_ids.get(tp.topic),
+                )
+            )
+            for tp in tps
+        }
         states = self._states(tps)
-        epoch = max([max(generation, 0)] + [s.next_writer_epoch(generation) for s in states.values()])
+        held: dict[TopicPartition, int] = {}
         for tp, state in states.items():
+            if state.current_epoch != offsets[tp]:
+                log.warning(
+                    "%s: claimed at %d, but the current claim is %s: another worker leads it",
+                    tp,
+                    offsets[tp],
+                    state.current_epoch,
+                )
+                continue
             state.current_topic_id = self.topic_ids.get(tp.topic)
-            state.cleanup_epoch = epoch
-            state.cleanup_writer = self.worker_id
+            held[tp] = offsets[tp]
         with self._lock:
-            self._prepared.update(states)
-        return epoch
+            self._prepared.update({tp: states[tp] for tp in held})
+        return held
 
     def __call__(self, tps: list[TopicPartition]) -> dict[TopicPartition, PartitionRemoteState]:
         """The engine's RemoteStateLoader: what ``prepare`` loaded, or a fresh load."""

@@ -1,26 +1,34 @@
-"""Copies one sealed segment to remote storage, following KIP-405's copy path.
+"""Copies one sealed segment to remote storage, following KIP-405's copy path, under a claim.
 
-1. Publish COPY_SEGMENT_STARTED (a new segment UUID for every attempt).
+1. Publish COPY_SEGMENT_STARTED (a new segment UUID for every attempt), carrying the claim epoch the
+   worker holds for the partition (:mod:`processor.metadata.fold`), and confirm through the worker's
+   follower that readers accepted it. Not accepted (another claim holds the partition), or not
+   confirmed in time: upload nothing, stop (FencedWriterError).
 2. Upload the data object, then the index object (conditional creates: never overwrite).
-3. Publish COPY_SEGMENT_FINISHED.
-Before 1 and 3 the copier checks the epoch fence: if a newer writer epoch than its own has written to
-the partition (seen by the worker's follower), it publishes nothing (FencedWriterError). After
-publishing STARTED and FINISHED it checks, through its own follower, that readers accepted the
-record: a zombie learns it was fenced before uploading, or deletes what it uploaded.
-On failure after step 1: delete what was uploaded and publish DELETE_SEGMENT_STARTED and
-DELETE_SEGMENT_FINISHED for that attempt (best effort: whatever is left is a dangling
-COPY_SEGMENT_STARTED that the next leader of the partition cleans up), then raise.
+3. Publish COPY_SEGMENT_FINISHED and confirm it the same way.
+
+Before 1 and 3 the copier also checks the claim its follower shows for the partition: if it is not
+the worker's own any more, it publishes nothing. The attempt is registered as *in flight* before
+STARTED goes out, so the worker's own retention pass never takes it for a dangling copy.
+
+Failures before FINISHED is published (an upload error, a revocation) delete what was uploaded and
+publish DELETE_SEGMENT_STARTED and DELETE_SEGMENT_FINISHED for the attempt (best effort: what is left
+is a dangling copy the owner's cleanup removes). Once FINISHED has been published the copier never
+deletes an object itself: if the record was accepted, readers serve those objects; if it was not,
+the attempt is a dangling copy of a claim that is not current, and the partition's owner removes it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
-from processor.errors import ProcessorError
-from processor.leader.ports import AcceptedByFollower, NewestEpoch
+from processor.errors import FencedWriterError, ProcessorError
+from processor.leader.ports import CurrentClaim
 from processor.logs import segment_fields
 from processor.metadata.model import (
     RemoteLogSegmentId,
@@ -28,7 +36,7 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
-from processor.metadata.sink import MetadataSink
+from processor.metadata.sink import Confirm, MetadataSink
 from processor.segment.index_format import encode_index, index_crc
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
@@ -36,17 +44,11 @@ from processor.storage.chunk_storage import ChunkStorage
 
 log = logging.getLogger(__name__)
 
+__all__ = ["CopyCancelledError", "FencedWriterError", "SegmentCopier"]
+
 
 class CopyCancelledError(ProcessorError):
     """The partition was revoked while its segment was being copied; FINISHED was not published."""
-
-
-class FencedWriterError(ProcessorError):
-    """A newer writer epoch than this copy's has written to the partition: this worker is a zombie
-    and must not publish. The revocation that follows (the worker's follower sees the newer epoch)
-    ends the retries; until then a retry is fenced again before it publishes anything."""
-
-    retriable = True
 
 
 def _now_ms() -> int:
@@ -62,8 +64,8 @@ class SegmentCopier:
         writer_id: str,
         clock_ms: Callable[[], int] = _now_ms,
         topic_ids: Mapping[str, str] | None = None,
-        newest_epoch: NewestEpoch | None = None,
-        accepted: AcceptedByFollower | None = None,
+        current_claim: CurrentClaim | None = None,
+        confirm: Confirm | None = None,
     ) -> None:
         self.storage = storage
         self.sink = sink
@@ -72,28 +74,39 @@ class SegmentCopier:
         self.clock_ms = clock_ms
         # the broker's current topic ids (kept fresh by the worker on every assignment)
         self.topic_ids: Mapping[str, str] = topic_ids if topic_ids is not None else {}
-        # the newest writer epoch seen on the metadata topic per partition (the follower cache)
-        self.newest_epoch = newest_epoch
+        # the partition's current claim as the worker's follower shows it (None: unknown here)
+        self.current_claim = current_claim
         # read-your-write: did the metadata topic's readers accept the record published at this
-        # offset (the worker's own follower applies the same fencing as every other reader)?
-        self.accepted = accepted
+        # offset (the worker's own follower applies the same fold as every other reader)?
+        self.confirm = confirm
+        self._in_flight: dict[TopicPartition, set[uuid.UUID]] = {}
+        self._lock = threading.Lock()
+
+    def in_flight(self, tp: TopicPartition) -> frozenset[uuid.UUID]:
+        """The ids of the copies of ``tp`` in progress (the retention pass must leave them)."""
+        with self._lock:
+            return frozenset(self._in_flight.get(tp, ()))
 
     def _publish_accepted(self, record: RemoteLogSegmentMetadata) -> None:
         offset = self.sink.publish(record)
-        if self.accepted is not None and not self.accepted(record, offset):
-            raise FencedWriterError(
-                f"{record.state.value} of {record.segment_id} (writer epoch {record.writer_epoch}) was "
-                "fenced out on the metadata topic: a newer epoch leads the partition"
+        outcome = True if self.confirm is None else self.confirm(record, offset)
+        if outcome is not True:
+            error = FencedWriterError(
+                f"{record.state.value} of {record.segment_id} (claim epoch {record.writer_epoch}) was "
+                f"{'not accepted' if outcome is False else 'not confirmed in time'} by the metadata "
+                "topic's readers: another claim holds the partition"
             )
+            error.rejected = outcome is False
+            raise error
 
     def check_fence(self, tp: TopicPartition, writer_epoch: int) -> None:
-        """Raise FencedWriterError if a newer epoch than ``writer_epoch`` wrote to ``tp``."""
-        if self.newest_epoch is None:
+        """Raise FencedWriterError if the partition's current claim is not ``writer_epoch``."""
+        if self.current_claim is None:
             return
-        newest = self.newest_epoch(tp)
-        if newest > writer_epoch:
+        current = self.current_claim(tp)
+        if current != writer_epoch:
             raise FencedWriterError(
-                f"{tp}: writer epoch {newest} has written; this worker's epoch {writer_epoch} is stale"
+                f"{tp}: the current claim is {current}, not this worker's {writer_epoch}; stopping"
             )
 
     def build_metadata(
@@ -142,11 +155,41 @@ class SegmentCopier:
         writer_epoch: int,
         still_leader: Callable[[], bool] = lambda: True,
     ) -> RemoteLogSegmentMetadata:
-        """One copy attempt. Returns the FINISHED metadata or raises (after cleaning up)."""
+        """One copy attempt. Returns the FINISHED metadata or raises (after cleaning up what may be
+        cleaned up; see the module docstring)."""
         self.check_fence(tp, writer_epoch)
         started, index = self.build_metadata(tp, segment, writer_epoch)
-        # A STARTED the readers rejected means a newer leader: upload nothing (no orphan objects).
-        self._publish_accepted(started)
+        sid = started.segment_id.id
+        with self._lock:
+            self._in_flight.setdefault(tp, set()).add(sid)
+        try:
+            # A STARTED the readers did not accept: upload nothing (no orphan objects).
+            self._publish_accepted(started)
+            finished = self._upload(tp, started, segment, index, writer_epoch, still_leader)
+            # From here on the objects may be served: deleted by this attempt only if the readers
+            # definitely rejected its FINISHED (then nobody serves them; unknown: the owner cleans up)
+            try:
+                self._publish_accepted(finished)
+            except FencedWriterError as exc:
+                if exc.rejected:
+                    self._delete_objects(finished)
+                raise
+            log.info("segment copied", extra=segment_fields(finished))
+            return finished
+        finally:
+            with self._lock:
+                self._in_flight.get(tp, set()).discard(sid)
+
+    def _upload(
+        self,
+        tp: TopicPartition,
+        started: RemoteLogSegmentMetadata,
+        segment: SealedSegment,
+        index: bytes,
+        writer_epoch: int,
+        still_leader: Callable[[], bool],
+    ) -> RemoteLogSegmentMetadata:
+        """Upload the objects; on any failure delete them and record the attempt deleted, then raise."""
         try:
             self.storage.create(started.data_object_key, segment.blocks)
             if not still_leader():  # revoked during the data upload: do not go on
@@ -155,34 +198,61 @@ class SegmentCopier:
             if not still_leader():
                 raise CopyCancelledError(f"{tp} was revoked during the copy of {started.segment_id}")
             self.check_fence(tp, writer_epoch)
-            finished = started.with_state(SegmentState.COPY_SEGMENT_FINISHED, self.clock_ms())
-            # A rejected FINISHED: the objects are nobody's; the cleanup below deletes them.
-            self._publish_accepted(finished)
-            log.info("segment copied", extra=segment_fields(finished))
-            return finished
         except BaseException:
             self.delete_segment(started)
             raise
+        return started.with_state(SegmentState.COPY_SEGMENT_FINISHED, self.clock_ms())
 
-    def delete_segment(self, metadata: RemoteLogSegmentMetadata) -> bool:
-        """Delete a segment's objects and record it (DELETE_SEGMENT_STARTED, then _FINISHED).
-
-        Used for failed attempts and for dangling copies found on assignment. Best effort: returns
-        False if something failed; the segment then stays for the next cleanup.
-        """
+    def _delete_objects(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Delete the objects of an attempt whose FINISHED the readers rejected (best effort: what is
+        left is found by the owner's sweep of unreferenced objects)."""
         try:
-            deleting = metadata.with_state(SegmentState.DELETE_SEGMENT_STARTED, self.clock_ms())
+            sid = metadata.segment_id
+            data, index = metadata.data_object_key, metadata.index_object_key
+            keys = self.keys.owned_objects(sid.topic, sid.partition, sid.id, sid.topic_id, data, index)
+            self.storage.delete(keys.data)
+            self.storage.delete(keys.index)
+        except ProcessorError as exc:
+            log.warning("could not delete the objects of rejected copy %s: %s", metadata.segment_id, exc)
+
+    def delete_segment(self, metadata: RemoteLogSegmentMetadata, writer_epoch: int | None = None) -> bool:
+        """Delete a segment's objects and record it (DELETE_SEGMENT_STARTED, then _FINISHED), the
+        records stamped with this writer and ``writer_epoch`` (default: the record's own epoch).
+
+        Used for failed attempts and for dangling copies found on assignment (never for a segment
+        that is served). Only objects that are the segment's own are deleted
+        (:meth:`ObjectKeyFactory.owned_objects`). Best effort: returns False if something failed;
+        the segment then stays for the owner's next cleanup.
+        """
+        epoch = metadata.writer_epoch if writer_epoch is None else writer_epoch
+        try:
+            sid = metadata.segment_id
+            keys = self.keys.owned_objects(
+                sid.topic,
+                sid.partition,
+                sid.id,
+                sid.topic_id,
+                metadata.data_object_key,
+                metadata.index_object_key,
+            )
+            deleting = replace(
+                metadata,
+                state=SegmentState.DELETE_SEGMENT_STARTED,
+                event_timestamp_ms=self.clock_ms(),
+                writer_id=self.writer_id,
+                writer_epoch=epoch,
+            )
             if metadata.state != SegmentState.DELETE_SEGMENT_STARTED:
                 self.sink.publish(deleting)
-            self.storage.delete(metadata.data_object_key)
-            self.storage.delete(metadata.index_object_key)
+            self.storage.delete(keys.data)
+            self.storage.delete(keys.index)
             deleted = deleting.with_state(SegmentState.DELETE_SEGMENT_FINISHED, self.clock_ms())
             self.sink.publish(deleted)
             log.info("segment deleted", extra=segment_fields(deleted))
             return True
         except ProcessorError as exc:
             log.warning(
-                "could not clean up segment %s (%s); it is retried on the next assignment",
+                "could not clean up segment %s (%s); the owner's next cleanup retries it",
                 metadata.segment_id,
                 exc,
             )

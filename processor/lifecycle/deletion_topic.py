@@ -17,7 +17,7 @@ import logging
 from confluent_kafka import KafkaException
 
 from processor.errors import MetadataTopicError
-from processor.kafka_clients import ensure_topic, new_admin
+from processor.kafka_clients import KafkaTarget, ensure_topic, new_admin
 from processor.metadata.codec import encode_value, metadata_partition_for, segment_key
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
 from processor.metadata.topic_io import DurableProducer, read_partitions
@@ -45,9 +45,9 @@ class DeletionTopic:
     """Failed deletions, published and resolved; read back for retries."""
 
     def __init__(
-        self, bootstrap_servers: str, topic: str, num_partitions: int, producer: DurableProducer
+        self, kafka: KafkaTarget, topic: str, num_partitions: int, producer: DurableProducer
     ) -> None:
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka = kafka
         self.topic = topic
         self.num_partitions = num_partitions
         self.producer = producer
@@ -55,7 +55,7 @@ class DeletionTopic:
     @classmethod
     def ensure(
         cls,
-        bootstrap_servers: str,
+        kafka: KafkaTarget,
         topic: str,
         num_partitions: int,
         replication: int,
@@ -63,7 +63,7 @@ class DeletionTopic:
     ) -> DeletionTopic:
         try:
             ensure_topic(
-                new_admin(bootstrap_servers, "processor-admin"),
+                new_admin(kafka, "processor-admin"),
                 topic,
                 num_partitions,
                 replication,
@@ -71,7 +71,7 @@ class DeletionTopic:
             )
         except KafkaException as exc:
             raise MetadataTopicError(f"cannot create deletion topic {topic}: {exc.args[0]}") from None
-        return cls(bootstrap_servers, topic, num_partitions, producer)
+        return cls(kafka, topic, num_partitions, producer)
 
     def _partition(self, tp: TopicPartition) -> int:
         return metadata_partition_for(tp, self.num_partitions)
@@ -95,7 +95,7 @@ class DeletionTopic:
     def pending(self, wanted: set[TopicPartition] | None = None) -> list[RemoteLogSegmentMetadata]:
         """Entries not yet resolved (latest value per key is not a tombstone), oldest first."""
         latest: dict[bytes, RemoteLogSegmentMetadata | None] = {}
-        for msg in read_partitions(self.bootstrap_servers, self.topic, list(range(self.num_partitions))):
+        for msg in read_partitions(self.kafka, self.topic, list(range(self.num_partitions))):
             key = msg.key or b""
             if msg.record is None:
                 if msg.error != "tombstone":

@@ -35,7 +35,7 @@ def offload_now(
         time.sleep(0.2)
         status = engine.status()
     led = [tp for tp in led if tp in status]
-    consumer = new_consumer(settings.bootstrap_servers, f"{settings.worker_id}-offload")
+    consumer = new_consumer(settings.kafka, f"{settings.worker_id}-offload")
     try:
         targets = {
             tp: max(

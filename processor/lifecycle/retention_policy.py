@@ -19,11 +19,13 @@ Size, unlike Kafka: Kafka counts the local log too and never deletes a segment t
 total below retention.bytes; here only remote data counts (the source cluster keeps its own
 retention), and the oldest segments go until the remote total is at or below the limit.
 
-Copies in progress: the leader copies a partition's segments one at a time, in offset order, so its
-copy in progress starts after the highest finished end and stops the pass. A COPY_SEGMENT_STARTED
-that starts at or below the highest finished end cannot be in progress: it is an attempt left by a
-crash or a fenced writer (KAFKA-17062) and is deleted as "dangling" without stopping the walk; so
-is a finished segment that an overlapping segment of a newer writer epoch replaced (unreferenced).
+Copies in progress: a COPY_SEGMENT_STARTED is in progress only if it carries the partition's current
+claim epoch (the planning leader's own) and the leader has it in flight: it stops the pass. Any other
+COPY_SEGMENT_STARTED can never finish (an older claim's records are rejected; the leader's own attempt
+that is not in flight failed) and is deleted as "dangling" without stopping the walk (KAFKA-17062);
+so is a finished segment that is not served (unreferenced). For partitions without claims (written
+by versions before claims), a COPY_SEGMENT_STARTED that starts at or below the highest finished end
+is dangling and any other is taken as in progress.
 """
 
 from __future__ import annotations
@@ -95,14 +97,17 @@ def plan_retention(
     log_start_offset: int = 0,
     requested_start_offset: int | None = None,
     served: Set[uuid.UUID] | None = None,
+    current_epoch: int | None = None,
+    in_flight: Set[uuid.UUID] = frozenset(),
 ) -> RetentionPlan:
     """Plan one retention pass over one partition's segments (any states).
 
     ``log_start_offset`` is the partition's current remote log start offset; ``requested_start_offset``
     a new one asked for (delete-before). Neither ever moves back. ``served``: the ids of the finished
-    segments readers serve (the newest epoch lineage, see processor/metadata/fencing.py); a finished
-    segment outside it was replaced by an overlapping newer one and is deleted as unreferenced
-    (KAFKA-16890), without counting towards size. None: every finished segment is served.
+    segments readers serve (see processor/metadata/fold.py); a finished segment outside it is deleted
+    as unreferenced (KAFKA-16890), without counting towards size. None: every finished segment is
+    served. ``current_epoch``: the planning leader's claim epoch (None: the partition has no claims);
+    ``in_flight``: the ids of the copies the leader has in progress.
     """
     by_id = {s.segment_id.id: s for s in segments}  # each segment once
     ordered = sorted(by_id.values(), key=lambda s: (s.start_offset, s.end_offset, str(s.segment_id.id)))
@@ -124,19 +129,30 @@ def plan_retention(
 
     expired: list[tuple[RemoteLogSegmentMetadata, DeleteReason]] = []
     dangling: list[RemoteLogSegmentMetadata] = list(unreferenced)
+    walking = True  # until the first finished segment that breaches nothing
     for s in ordered:
         if s.state is SegmentState.COPY_SEGMENT_STARTED:
+            if current_epoch is not None:
+                # under claims a copy can finish only if it is the claim holder's and in flight;
+                # every other one is dangling wherever it lies, and none stops the walk
+                if s.writer_epoch != current_epoch or s.segment_id.id not in in_flight:
+                    dangling.append(s)
+                continue
             if s.start_offset <= highest_finished:
                 dangling.append(s)
                 continue
             break  # a copy in progress: nothing after it is looked at
         if s.state is not SegmentState.COPY_SEGMENT_FINISHED:
             continue
-        reason = breach(s, limits, now_ms, target_start, cutoff, remaining_bytes)
-        if reason is None:
-            break
-        expired.append((s, reason))
-        remaining_bytes -= s.segment_size_in_bytes
+        if walking:
+            reason = breach(s, limits, now_ms, target_start, cutoff, remaining_bytes)
+            if reason is None:
+                walking = False
+                if current_epoch is None:
+                    break
+                continue
+            expired.append((s, reason))
+            remaining_bytes -= s.segment_size_in_bytes
 
     new_start = max([target_start] + [s.end_offset + 1 for s, _ in expired])
     return RetentionPlan(

@@ -15,15 +15,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from processor.errors import ProcessorError
+from processor.errors import FencedWriterError, ProcessorError
 from processor.health import HEALTH
 from processor.lifecycle.deletion_topic import DeletionTopic
 from processor.lifecycle.remote_log_gauges import RemoteLogGauges
 from processor.lifecycle.retention_config import RetentionConfig
-from processor.lifecycle.retention_policy import plan_retention
+from processor.lifecycle.retention_policy import RetentionLimits, RetentionPlan, plan_retention
 from processor.lifecycle.segment_deleter import DeletionOutcome, SegmentDeleter
-from processor.metadata.model import TopicPartition
+from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
+
+_FINISHED_DELETE = SegmentState.DELETE_SEGMENT_FINISHED
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +69,96 @@ class StateView:
         return self.partitions.get(tp) or PartitionRemoteState()
 
 
+def clean_partition(
+    tp: TopicPartition,
+    part: PartitionRemoteState,
+    deleter: SegmentDeleter,
+    epoch: int,
+    limits: RetentionLimits,
+    now_ms: int,
+    in_flight: frozenset[uuid.UUID] = frozenset(),
+    skip: frozenset[uuid.UUID] = frozenset(),
+) -> tuple[RetentionPlan, DeletionOutcome]:
+    """One owner's pass over one partition, with the claim ``epoch`` it holds: re-publish what
+    rejected records shadow, remove what rejected records left, then retention (Kafka's order,
+    :func:`plan_retention`) including dangling copies, unfinished deletes and unserved segments.
+
+    Acts only on a view that shows ``epoch`` as the partition's current claim: a view where another
+    claim is current means this writer was taken over (FencedWriterError), and a view that does not
+    show its claim yet is not one to delete by. Records go out with ``epoch`` exactly."""
+    if part.current_epoch != epoch:
+        raise FencedWriterError(
+            f"{tp}: the metadata shows claim {part.current_epoch}, not this writer's {epoch}; not cleaning"
+        )
+    for segment in part.repairs():
+        deleter.repair(segment, epoch)
+    if part.log_start_shadowed():
+        deleter.repair_log_start(tp, part.log_start_offset, epoch)
+    out = DeletionOutcome()
+    for orphan in part.orphans.values():
+        error = deleter.delete_orphan(orphan)
+        if error is not None:
+            out.failed.append((orphan, error))
+    plan = plan_retention(
+        [s for s in part.segments.values() if s.segment_id.id not in skip],
+        limits,
+        now_ms,
+        part.log_start_offset,
+        served={s.segment_id.id for s in part.finished()},
+        current_epoch=epoch,
+        in_flight=in_flight,
+    )
+    if not plan.empty:
+        out.merge(deleter.execute(tp, plan, epoch))
+    return plan, out
+
+
+UNREFERENCED_MIN_AGE_MS = 10 * 60 * 1000  # objects younger than this are never swept (uploads in flight)
+
+
+def sweep_unreferenced(
+    tp: TopicPartition,
+    part: PartitionRemoteState,
+    deleter: SegmentDeleter,
+    now_ms: int,
+    in_flight: frozenset[uuid.UUID] = frozenset(),
+    min_age_ms: int = UNREFERENCED_MIN_AGE_MS,
+) -> list[str]:
+    """Delete the objects in ``tp``'s folders (any topic id) that no segment the fold still lists
+    references: what a writer uploaded and could not record (a zombie whose attempt was cleaned up
+    while it uploaded, a crash between an upload and its FINISHED). Objects of copies in flight and
+    objects younger than ``min_age_ms`` stay. Returns the keys deleted."""
+    keys = deleter.keys
+    referenced = {
+        k
+        for s in part.segments.values()
+        if s.state is not _FINISHED_DELETE
+        for k in (s.data_object_key, s.index_object_key)
+    }
+    deleted: list[str] = []
+    for info in list(deleter.storage.list(keys.topic_listing_prefix(tp.topic))):
+        folder = keys.folder_of(tp.topic, info.key)
+        if folder is None or folder[1] != tp.partition or info.key in referenced:
+            continue
+        if not keys.is_project_key(info.key):
+            continue
+        name = info.key.rsplit("/", 1)[-1]
+        if any(str(sid) in name for sid in in_flight):
+            continue
+        if info.modified_ms is None or now_ms - info.modified_ms < min_age_ms:
+            continue
+        deleter.storage.delete(info.key)
+        deleted.append(info.key)
+    if deleted:
+        log.info("%s: deleted %d objects no segment references", tp, len(deleted))
+    return deleted
+
+
 @dataclass
 class PassResult:
     outcome: DeletionOutcome = field(default_factory=DeletionOutcome)
     partitions: int = 0
+    fenced: list[TopicPartition] = field(default_factory=list)  # another claim holds them now
 
     @property
     def ok(self) -> bool:
@@ -85,7 +173,10 @@ class RetentionService:
         deleter: SegmentDeleter,
         deletion_topic: DeletionTopic | None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        in_flight: Callable[[TopicPartition], frozenset[uuid.UUID]] = lambda tp: frozenset(),
     ) -> None:
+        self.in_flight = in_flight  # the ids of the copies the leader has in progress
+        self._swept: dict[TopicPartition, int] = {}  # partition -> the claim its objects were swept under
         self.config = config
         self.view = view
         self.deleter = deleter
@@ -96,34 +187,44 @@ class RetentionService:
         self.gauges = RemoteLogGauges()
 
     def run_pass(self, led: Mapping[TopicPartition, int]) -> PassResult:
-        """One pass over the led partitions (partition -> the writer epoch this worker holds)."""
+        """One pass over the led partitions (partition -> the claim epoch this worker holds there).
+        A partition whose metadata shows another claim is skipped and reported in ``fenced``."""
         result = PassResult(partitions=len(led))
         try:
             if self.deletion_topic is not None and led:
-                pending = self.deletion_topic.pending(set(led))
-                for segment in pending:
+                for segment in self.deletion_topic.pending(set(led)):
                     tp = segment.topic_partition
-                    epoch = max(led.get(tp, 0), self.view.state(tp).max_epoch)
-                    result.outcome.merge(self.deleter.retry_failed([segment], epoch))
+                    part = self.view.state(tp)
+                    if part.current_epoch != led[tp]:
+                        continue  # not ours to act on now: the claim holder retries it
+                    result.outcome.merge(self.deleter.retry_failed([segment], led[tp], part.accepted_state))
             now = self.clock_ms()
             self._forget_old(time.monotonic())
-            for tp, led_epoch in sorted(led.items()):
+            for tp, epoch in sorted(led.items()):
                 part = self.view.state(tp)
-                segments = [
-                    s for s in part.segments.values() if s.segment_id.id not in self._recently_deleted
-                ]
-                plan = plan_retention(
-                    segments, self.config.limits(tp.topic), now, part.log_start_offset, served=part.served
-                )
-                if plan.empty:
-                    self.gauges.partition(tp, part, None, None)
+                try:
+                    plan, outcome = clean_partition(
+                        tp,
+                        part,
+                        self.deleter,
+                        epoch,
+                        self.config.limits(tp.topic),
+                        now,
+                        self.in_flight(tp),
+                        frozenset(self._recently_deleted),
+                    )
+                except FencedWriterError as exc:
+                    log.warning("retention pass: %s", exc)
+                    result.fenced.append(tp)
                     continue
-                # the newest epoch seen for the partition: records of an older one would be fenced
-                outcome = self.deleter.execute(tp, plan, max(led_epoch, part.max_epoch))
+                if self._swept.get(tp) != epoch and not outcome.failed:
+                    # once per claim: objects nobody recorded (the fold cannot know them)
+                    sweep_unreferenced(tp, part, self.deleter, now, self.in_flight(tp))
+                    self._swept[tp] = epoch
                 for s in outcome.deleted:
                     self._recently_deleted[s.segment_id.id] = time.monotonic()
                 result.outcome.merge(outcome)
-                self.gauges.partition(tp, part, plan, outcome)
+                self.gauges.partition(tp, part, None if plan.empty else plan, outcome)
             self.gauges.publish()
         except ProcessorError as exc:
             self._failed(f"retention pass failed: {exc}")

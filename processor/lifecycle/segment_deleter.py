@@ -5,13 +5,22 @@ once), then for each segment, oldest first: DELETE_SEGMENT_STARTED (readers stop
 its data and index objects (a missing object is success), DELETE_SEGMENT_FINISHED, and a tombstone so
 the compacted metadata topic forgets the key.
 
+Ownership: every record carries the deleting writer's claim epoch, exactly (never a number it works
+out; see :mod:`processor.metadata.fold`). Before it deletes the objects of a segment that was
+finished (served), the deleter confirms through its follower that readers accepted its
+DELETE_SEGMENT_STARTED: a writer whose claim was taken over (paused past its session timeout, say)
+learns it there and stops (FencedWriterError) without touching an object readers still serve.
+Objects of copies that never finished and of deletes already started are not served by anyone, so
+those go without waiting.
+
+Object keys come from records of the metadata or deletion topic, input like any other: only objects
+that :meth:`ObjectKeyFactory.owned_objects` accepts as the segment's own are deleted; anything else
+is refused, logged and counted as a failed deletion.
+
 Failures: a storage error leaves the segment in DELETE_SEGMENT_STARTED, is counted
 (``processor_remote_delete_failures_total``) and is published to the deletion topic, from where the
 next pass retries it; the pass goes on with the other segments. A metadata topic error is raised:
 without its records the deletion cannot be made visible, and the next pass starts over.
-
-Epochs: state changes carry this writer's id and an epoch no lower than any epoch already written
-for the partition, so a fold that fences stale epochs accepts them.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from processor import metrics
-from processor.errors import StorageError
+from processor.errors import FencedWriterError, InvalidNameError, StorageError
 from processor.lifecycle.retention_policy import DeleteReason, RetentionPlan
 from processor.metadata.model import (
     MetadataRecord,
@@ -32,9 +41,13 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
+from processor.metadata.sink import Confirm
+from processor.segment.object_keys import ObjectKeyFactory, SegmentObjectKeys
 from processor.storage.chunk_storage import ChunkStorage
 
 log = logging.getLogger(__name__)
+
+_S = SegmentState
 
 
 class MetadataWriter(Protocol):
@@ -76,6 +89,8 @@ class SegmentDeleter:
         tombstones: Tombstones,
         failed: FailedDeletions,
         writer_id: str,
+        keys: ObjectKeyFactory,
+        confirm: Confirm,
         clock_ms: Callable[[], int] = _now_ms,
     ) -> None:
         self.storage = storage
@@ -83,18 +98,28 @@ class SegmentDeleter:
         self.tombstones = tombstones
         self.failed = failed
         self.writer_id = writer_id
+        self.keys = keys
+        self.confirm = confirm
         self.clock_ms = clock_ms
 
+    def _publish_confirmed(self, record: MetadataRecord, what: str) -> None:
+        offset = self.metadata.publish(record)
+        if self.confirm(record, offset) is not True:
+            raise FencedWriterError(
+                f"{what} (writer epoch {getattr(record, 'writer_epoch', '?')}) was not accepted by the "
+                f"metadata topic's readers: another claim holds {record.topic_partition}; stopping"
+            )
+
     def move_log_start_offset(self, tp: TopicPartition, offset: int, writer_epoch: int) -> None:
-        self.metadata.publish(RemoteLogStartOffset(tp, offset, self.clock_ms(), self.writer_id, writer_epoch))
+        record = RemoteLogStartOffset(tp, offset, self.clock_ms(), self.writer_id, writer_epoch)
+        self._publish_confirmed(record, f"remote log start offset {offset} of {tp}")
 
     def execute(self, tp: TopicPartition, plan: RetentionPlan, writer_epoch: int) -> DeletionOutcome:
-        """Carry out one partition's plan in order; see the module docstring."""
+        """Carry out one partition's plan in order; see the module docstring. Raises
+        FencedWriterError as soon as one of its records is not accepted."""
         out = DeletionOutcome()
-        everything = [*plan.requeue, *plan.dangling, *(s for s, _ in plan.expired)]
-        epoch = max([writer_epoch, *(s.writer_epoch for s in everything)])
         if plan.new_log_start_offset is not None:
-            self.move_log_start_offset(tp, plan.new_log_start_offset, epoch)
+            self.move_log_start_offset(tp, plan.new_log_start_offset, writer_epoch)
             out.log_start_offset = plan.new_log_start_offset
         work: list[tuple[RemoteLogSegmentMetadata, DeleteReason]] = [
             *((s, DeleteReason.RETRY) for s in plan.requeue),
@@ -102,7 +127,7 @@ class SegmentDeleter:
             *plan.expired,
         ]
         for segment, reason in work:
-            error = self.delete_segment(segment, reason, epoch)
+            error = self.delete_segment(segment, reason, writer_epoch)
             if error is None:
                 out.deleted.append(segment)
             else:
@@ -113,20 +138,22 @@ class SegmentDeleter:
         self, segment: RemoteLogSegmentMetadata, reason: DeleteReason, writer_epoch: int
     ) -> str | None:
         """Delete one segment; returns None when done, or the storage error (recorded for retry)."""
-        epoch = max(writer_epoch, segment.writer_epoch)
         deleting = replace(
             segment,
-            state=SegmentState.DELETE_SEGMENT_STARTED,
+            state=_S.DELETE_SEGMENT_STARTED,
             event_timestamp_ms=self.clock_ms(),
             writer_id=self.writer_id,
-            writer_epoch=epoch,
+            writer_epoch=writer_epoch,
         )
-        if segment.state is not SegmentState.DELETE_SEGMENT_STARTED:
+        if segment.state is _S.COPY_SEGMENT_FINISHED:
+            # served until readers accept this record: confirm before any object goes
+            self._publish_confirmed(deleting, f"DELETE_SEGMENT_STARTED of {segment.segment_id}")
+        elif segment.state is not _S.DELETE_SEGMENT_STARTED:
             self.metadata.publish(deleting)
         error = self.delete_objects(deleting)
         if error is not None:
             return error
-        self.metadata.publish(deleting.with_state(SegmentState.DELETE_SEGMENT_FINISHED, self.clock_ms()))
+        self.metadata.publish(deleting.with_state(_S.DELETE_SEGMENT_FINISHED, self.clock_ms()))
         self.tombstones.tombstone(deleting)
         if reason is DeleteReason.RETRY:
             self.failed.resolve(segment)  # it may also wait on the deletion topic: done now
@@ -140,41 +167,93 @@ class SegmentDeleter:
         )
         return None
 
+    def owned_objects(self, segment: RemoteLogSegmentMetadata) -> SegmentObjectKeys:
+        """The segment's objects, if its record names objects that are its own (else InvalidNameError)."""
+        sid = segment.segment_id
+        return self.keys.owned_objects(
+            sid.topic, sid.partition, sid.id, sid.topic_id, segment.data_object_key, segment.index_object_key
+        )
+
     def delete_objects(self, segment: RemoteLogSegmentMetadata) -> str | None:
-        """Delete the segment's objects; on a storage error count it, record the segment on the
-        deletion topic and return the error."""
+        """Delete the segment's own objects; on a storage error (or keys that are not the segment's)
+        count it, record the segment on the deletion topic and return the error."""
         try:
-            self.storage.delete(segment.data_object_key)
-            self.storage.delete(segment.index_object_key)
-        except StorageError as exc:
+            keys = self.owned_objects(segment)
+            self.storage.delete(keys.data)
+            self.storage.delete(keys.index)
+        except (StorageError, InvalidNameError) as exc:
             metrics.DELETE_FAILURES.inc()
             log.warning("could not delete the objects of %s (%s); queued for retry", segment.segment_id, exc)
             self.failed.record_failed(segment)
             return str(exc)
         return None
 
-    def retry_failed(self, pending: Iterable[RemoteLogSegmentMetadata], writer_epoch: int) -> DeletionOutcome:
-        """Retry entries of the deletion topic: delete the objects, finish the segment's metadata,
-        resolve the entry. Entries that fail again stay (they are not published a second time)."""
+    def delete_orphan(self, segment: RemoteLogSegmentMetadata) -> str | None:
+        """Remove what a *rejected* record of a segment no accepted record knows left behind: its
+        objects (if the fenced writer uploaded any) and its key (so compaction forgets it)."""
+        try:
+            keys = self.owned_objects(segment)
+            self.storage.delete(keys.data)
+            self.storage.delete(keys.index)
+        except (StorageError, InvalidNameError) as exc:
+            metrics.DELETE_FAILURES.inc()
+            log.warning("could not remove what rejected segment %s left (%s)", segment.segment_id, exc)
+            return str(exc)
+        self.tombstones.tombstone(segment)
+        metrics.SEGMENTS_DELETED.labels(DeleteReason.DANGLING.value).inc()
+        return None
+
+    def retry_failed(
+        self,
+        pending: Iterable[RemoteLogSegmentMetadata],
+        writer_epoch: int,
+        known: Callable[[RemoteLogSegmentMetadata], RemoteLogSegmentMetadata | None],
+    ) -> DeletionOutcome:
+        """Retry entries of the deletion topic. An entry is input like any other: it is acted on only
+        if the metadata fold (``known``: the segment's accepted state) says the segment is being
+        deleted; an entry for a segment the fold no longer knows is resolved (already gone), one
+        for a segment the fold does not show as being deleted is resolved and never deleted."""
         out = DeletionOutcome()
-        for segment in pending:
+        for entry in pending:
+            state = known(entry)
+            if state is None or state.state is not _S.DELETE_SEGMENT_STARTED:
+                if state is not None:
+                    log.warning(
+                        "deletion topic entry for %s ignored: the metadata shows it %s, not being deleted",
+                        entry.segment_id,
+                        state.state.value,
+                    )
+                self.failed.resolve(entry)
+                continue
             try:
-                self.storage.delete(segment.data_object_key)
-                self.storage.delete(segment.index_object_key)
-            except StorageError as exc:
+                keys = self.owned_objects(state)
+                self.storage.delete(keys.data)
+                self.storage.delete(keys.index)
+            except (StorageError, InvalidNameError) as exc:
                 metrics.DELETE_FAILURES.inc()
-                out.failed.append((segment, str(exc)))
+                out.failed.append((state, str(exc)))
                 continue
             finished = replace(
-                segment,
-                state=SegmentState.DELETE_SEGMENT_FINISHED,
+                state,
+                state=_S.DELETE_SEGMENT_FINISHED,
                 event_timestamp_ms=self.clock_ms(),
                 writer_id=self.writer_id,
-                writer_epoch=max(writer_epoch, segment.writer_epoch),
+                writer_epoch=writer_epoch,
             )
             self.metadata.publish(finished)
             self.tombstones.tombstone(finished)
-            self.failed.resolve(segment)
+            self.failed.resolve(state)
             metrics.SEGMENTS_DELETED.labels(DeleteReason.RETRY.value).inc()
-            out.deleted.append(segment)
+            out.deleted.append(state)
         return out
+
+    def repair(self, segment: RemoteLogSegmentMetadata, writer_epoch: int) -> None:
+        """Re-publish a served segment's accepted state under this writer's claim: a rejected record
+        shadows its key, and compaction must never leave that record as the key's only one."""
+        record = replace(
+            segment, writer_id=self.writer_id, writer_epoch=writer_epoch, event_timestamp_ms=self.clock_ms()
+        )
+        self._publish_confirmed(record, f"repair of {segment.segment_id}")
+
+    def repair_log_start(self, tp: TopicPartition, offset: int, writer_epoch: int) -> None:
+        self.move_log_start_offset(tp, offset, writer_epoch)

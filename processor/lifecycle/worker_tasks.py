@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,16 +25,19 @@ from processor.lifecycle.retention_service import (
 )
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.model import TopicPartition
-from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.metadata.sink import Confirm
 from processor.metadata.topic_io import DurableProducer, MetadataPublisher
+from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 
 log = logging.getLogger(__name__)
 
-# The partitions this worker leads now, with their writer epoch.
+# The partitions this worker leads now, with the claim epoch it holds for each.
 LedPartitions = Callable[[], dict[TopicPartition, int]]
-# Reads the metadata topic for these partitions' remote state (a worker without a full follower).
-StateLoader = Callable[[list[TopicPartition]], dict[TopicPartition, PartitionRemoteState]]
+# The ids of a partition's copies in progress.
+InFlight = Callable[[TopicPartition], frozenset[uuid.UUID]]
+# Called with the partitions a pass found held by another claim: the worker stops writing them.
+OnFenced = Callable[[list[TopicPartition]], None]
 
 
 def retention_config(settings: Settings) -> RetentionConfig:
@@ -59,14 +63,22 @@ class Lifecycle:
 
 
 def build_retention(
-    settings: Settings, storage: ChunkStorage, metadata_partitions: int, cache: RemoteStateSource | None
+    settings: Settings,
+    storage: ChunkStorage,
+    metadata_partitions: int,
+    cache: RemoteStateSource | None,
+    confirm: Confirm,
+    in_flight: InFlight | None = None,
+    writer_id: str | None = None,
 ) -> Lifecycle:
-    producer = DurableProducer(settings.bootstrap_servers, f"{settings.worker_id}-lifecycle")
+    """The retention service and the deleter under it; ``confirm`` is read-your-write through a
+    follower (records of an owner that lost its claim must never delete a served segment)."""
+    producer = DurableProducer(settings.kafka, f"{settings.worker_id}-lifecycle")
     publisher = MetadataPublisher(
-        settings.bootstrap_servers, settings.metadata_topic, metadata_partitions, "processor-lifecycle"
+        settings.kafka, settings.metadata_topic, metadata_partitions, "processor-lifecycle"
     )
     deletion_topic = DeletionTopic.ensure(
-        settings.bootstrap_servers,
+        settings.kafka,
         settings.deletion_topic,
         metadata_partitions,
         settings.metadata_replication_factor,
@@ -77,18 +89,26 @@ def build_retention(
         publisher,
         MetadataTombstones(producer, settings.metadata_topic, metadata_partitions),
         deletion_topic,
-        settings.worker_id,
+        writer_id or settings.worker_id,
+        ObjectKeyFactory(settings.s3_prefix),
+        confirm,
     )
     view = CacheView(cache) if cache is not None else StateView({})
-    service = RetentionService(retention_config(settings), view, deleter, deletion_topic)
+    service = RetentionService(
+        retention_config(settings),
+        view,
+        deleter,
+        deletion_topic,
+        in_flight=in_flight if in_flight is not None else lambda tp: frozenset(),
+    )
     return Lifecycle(service, producer, publisher)
 
 
 class LifecycleTasks:
     """The retention pass (``run_once``, every PROCESSOR_RETENTION_CHECK_MS) and the multipart sweep
     (``sweep``: at start, then every SWEEP_INTERVAL_S from within ``run_once``). Blocking calls: the
-    caller runs them off its event loop. ``cache`` is the follower's, when it holds every led
-    partition; otherwise each pass reads the led partitions' state with ``load_states``."""
+    caller runs them off its event loop. ``cache`` is the worker's follower cache (it follows every
+    led partition); partitions a pass finds held by another claim go to ``on_fenced``."""
 
     def __init__(
         self,
@@ -96,21 +116,26 @@ class LifecycleTasks:
         storage: ChunkStorage,
         metadata_partitions: int,
         led_partitions: LedPartitions,
-        cache: RemoteStateSource | None,
-        load_states: StateLoader | None,
+        cache: RemoteStateSource,
+        in_flight: InFlight,
+        confirm: Confirm,
+        on_fenced: OnFenced,
     ) -> None:
         self.settings = settings
         self.storage = storage
         self.led_partitions = led_partitions
-        self.load_states = None if cache is not None else load_states
-        self.lifecycle = build_retention(settings, storage, metadata_partitions, cache)
+        self.on_fenced = on_fenced
+        self.lifecycle = build_retention(settings, storage, metadata_partitions, cache, confirm, in_flight)
         self._last_sweep = -SWEEP_INTERVAL_S
 
     def sweep(self) -> None:
         self._last_sweep = time.monotonic()
         try:
             aborted = sweep_multipart_uploads(
-                self.storage, bucket_prefix(self.settings), self.settings.multipart_abort_after_ms
+                self.storage,
+                ObjectKeyFactory(self.settings.s3_prefix),
+                bucket_prefix(self.settings),
+                self.settings.multipart_abort_after_ms,
             )
             if aborted:
                 log.info("aborted %d abandoned multipart uploads", aborted)
@@ -121,14 +146,13 @@ class LifecycleTasks:
         if time.monotonic() - self._last_sweep >= SWEEP_INTERVAL_S:
             self.sweep()
         led = self.led_partitions()
-        service = self.lifecycle.service
-        if self.load_states is not None:
-            service.view = StateView(self.load_states(list(led)) if led else {})
         try:
-            result = service.run_pass(led)
+            result = self.lifecycle.service.run_pass(led)
         except ProcessorError as exc:
             log.warning("retention pass failed: %s", exc)
             return
+        if result.fenced:
+            self.on_fenced(result.fenced)
         if result.outcome.deleted or result.outcome.failed:
             log.info(
                 "retention pass: %d segments deleted, %d deletions failed",

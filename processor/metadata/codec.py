@@ -4,12 +4,18 @@ Value framing (see schemas/README.md)::
 
     [framing_version u8 = 1][record_type u8][Avro binary body, schemaless]
     record_type 0: RemoteLogSegmentMetadata, 1: RemoteLogSegmentMetadataUpdate,
-                2: RemotePartitionDeleteMetadata, 3: RemoteLogStartOffset
+                2: RemotePartitionDeleteMetadata, 3: RemoteLogStartOffset, 4: PartitionClaim
 
 Key (UTF-8): ``{topic}/{partition}/{segment uuid}`` for segment records, ``{topic}/{partition}`` for
 partition records, ``{topic}/{partition}/log-start-offset`` for a partition's remote log start
-offset. Topic names cannot contain '/', so keys are unambiguous; one key per segment lets
-compaction keep each segment's latest state.
+offset, ``{topic}/{partition}/claim/{claim uuid}`` for claims. Topic names cannot contain '/', so
+keys are unambiguous; one key per segment lets compaction keep each segment's latest state, one key
+per claim keeps every claim.
+
+Schema evolution: a field added to a schema with a default keeps the framing version; the schema
+files of earlier versions stay in ``schemas/history/`` and a body that does not decode with the
+current schema is read with an earlier one (resolved to the current, defaults filled in). Decoded
+records are checked against :mod:`processor.metadata.validation` before anyone folds them.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import json
 import struct
 import uuid
 import zlib
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -29,7 +35,9 @@ import fastavro
 from processor.errors import FormatError
 from processor.metadata import segment_reader
 from processor.metadata.model import (
+    ClaimKind,
     MetadataRecord,
+    PartitionClaim,
     PartitionDeleteState,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -39,18 +47,26 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
+from processor.metadata.validation import check_key, check_record
 
 FRAMING_VERSION = 1
 TYPE_SEGMENT = 0
 TYPE_UPDATE = 1
 TYPE_PARTITION_DELETE = 2
 TYPE_LOG_START_OFFSET = 3
+TYPE_CLAIM = 4
 LOG_START_OFFSET_KEY_SUFFIX = "log-start-offset"
+CLAIM_KEY_PART = "claim"
 _SCHEMA_FILES = {
     TYPE_SEGMENT: "RemoteLogSegmentMetadata.avsc",
     TYPE_UPDATE: "RemoteLogSegmentMetadataUpdate.avsc",
     TYPE_PARTITION_DELETE: "RemotePartitionDeleteMetadata.avsc",
     TYPE_LOG_START_OFFSET: "RemoteLogStartOffset.avsc",
+    TYPE_CLAIM: "PartitionClaim.avsc",
+}
+# Earlier writer schemas still readable (schemas/history/), newest first.
+_SCHEMA_HISTORY: dict[int, tuple[str, ...]] = {
+    TYPE_PARTITION_DELETE: ("RemotePartitionDeleteMetadata.v1.avsc",),  # before writer_epoch
 }
 _FRAME = struct.Struct(">BB")
 
@@ -70,6 +86,12 @@ def parsed_schema(record_type: int) -> Any:
 
 
 @cache
+def _history_schema(name: str) -> Any:
+    text = (schema_dir() / "history" / name).read_text(encoding="utf-8")
+    return fastavro.parse_schema(json.loads(text), named_schemas={})
+
+
+@cache
 def _segment_reader_enabled() -> bool:
     return segment_reader.enabled(schema_dir())
 
@@ -80,7 +102,14 @@ def metadata_partition_for(tp: TopicPartition, num_partitions: int) -> int:
 
 
 def segment_key(segment_id: RemoteLogSegmentId) -> bytes:
-    return f"{segment_id.topic}/{segment_id.partition}/{segment_id.id}".encode()
+    return _segment_key(segment_id.topic, segment_id.partition, segment_id.id.int)
+
+
+@lru_cache(maxsize=65_536)
+def _segment_key(topic: str, partition: int, id_int: int) -> bytes:
+    """Cached (by plain values, hashed in C): a segment's records, their checks and the fold's
+    bookkeeping all ask for it, and the UUID's text form costs more than the lookup."""
+    return f"{topic}/{partition}/{uuid.UUID(int=id_int)}".encode()
 
 
 def partition_key(tp: TopicPartition) -> bytes:
@@ -91,6 +120,12 @@ def log_start_offset_key(tp: TopicPartition) -> bytes:
     """Its own key, so compaction keeps the latest start offset apart from segment and partition
     records (no segment UUID can equal the suffix)."""
     return f"{tp.topic}/{tp.partition}/{LOG_START_OFFSET_KEY_SUFFIX}".encode()
+
+
+def claim_key(claim: PartitionClaim) -> bytes:
+    """One key per claim: compaction keeps every claim, which the fold needs to judge old records."""
+    tp = claim.topic_partition
+    return f"{tp.topic}/{tp.partition}/{CLAIM_KEY_PART}/{claim.claim_id}".encode()
 
 
 def _id_to_avro(sid: RemoteLogSegmentId) -> dict[str, Any]:
@@ -137,6 +172,17 @@ def _to_avro(record: MetadataRecord) -> tuple[int, dict[str, Any]]:
             "state": record.state.value,
             "custom_metadata": record.custom_metadata,
         }
+    if isinstance(record, PartitionClaim):
+        return TYPE_CLAIM, {
+            "topic": record.topic_partition.topic,
+            "topic_id": record.topic_id,
+            "partition": record.topic_partition.partition,
+            "claim_id": str(record.claim_id),
+            "kind": record.kind.value,
+            "writer_id": record.writer_id,
+            "event_timestamp_ms": record.event_timestamp_ms,
+            "released_epoch": record.released_epoch,
+        }
     if isinstance(record, RemoteLogStartOffset):
         return TYPE_LOG_START_OFFSET, {
             "topic": record.topic_partition.topic,
@@ -154,6 +200,7 @@ def _to_avro(record: MetadataRecord) -> tuple[int, dict[str, Any]]:
         "state": record.state.value,
         "event_timestamp_ms": record.event_timestamp_ms,
         "writer_id": record.writer_id,
+        "writer_epoch": record.writer_epoch,
     }
 
 
@@ -192,6 +239,17 @@ def _from_avro(record_type: int, d: dict[str, Any]) -> MetadataRecord:
             state=_SEGMENT_STATES[d["state"]],
             custom_metadata=d["custom_metadata"],
         )
+    if record_type == TYPE_CLAIM:
+        raw = d["claim_id"]
+        return PartitionClaim(
+            topic_partition=TopicPartition(d["topic"], d["partition"]),
+            claim_id=raw if isinstance(raw, uuid.UUID) else uuid.UUID(raw),
+            kind=ClaimKind(d["kind"]),
+            writer_id=d["writer_id"],
+            event_timestamp_ms=d["event_timestamp_ms"],
+            topic_id=d["topic_id"],
+            released_epoch=d["released_epoch"],
+        )
     if record_type == TYPE_LOG_START_OFFSET:
         return RemoteLogStartOffset(
             topic_partition=TopicPartition(d["topic"], d["partition"]),
@@ -207,6 +265,7 @@ def _from_avro(record_type: int, d: dict[str, Any]) -> MetadataRecord:
         event_timestamp_ms=d["event_timestamp_ms"],
         writer_id=d["writer_id"],
         topic_id=d["topic_id"],
+        writer_epoch=d["writer_epoch"],
     )
 
 
@@ -215,6 +274,8 @@ def record_key(record: MetadataRecord) -> bytes:
         return partition_key(record.topic_partition)
     if isinstance(record, RemoteLogStartOffset):
         return log_start_offset_key(record.topic_partition)
+    if isinstance(record, PartitionClaim):
+        return claim_key(record)
     return segment_key(record.segment_id)
 
 
@@ -226,8 +287,25 @@ def encode_value(record: MetadataRecord) -> bytes:
     return out.getvalue()
 
 
+def decode_message(key: bytes | None, value: bytes | None) -> MetadataRecord:
+    """Decode one message of the metadata topic and check it lies within the sanity bounds, its key
+    included (:mod:`processor.metadata.validation`); anything else raises FormatError."""
+    record = check_record(_decode_unchecked(value))
+    expected = (
+        segment_key(record.segment_id) if type(record) is RemoteLogSegmentMetadata else record_key(record)
+    )
+    if key != expected:
+        check_key(key, record, expected)  # raises, naming both keys
+    return record
+
+
 def decode_value(value: bytes | None) -> MetadataRecord:
-    """Decode one metadata topic value; anything malformed raises FormatError."""
+    """Decode one metadata topic value and check its bounds; anything malformed or out of bounds
+    raises FormatError."""
+    return check_record(_decode_unchecked(value))
+
+
+def _decode_unchecked(value: bytes | None) -> MetadataRecord:
     if value is None or len(value) < _FRAME.size:
         raise FormatError("metadata record is empty or shorter than its framing")
     version, record_type = _FRAME.unpack_from(value, 0)
@@ -243,11 +321,24 @@ def decode_value(value: bytes | None) -> MetadataRecord:
 
 
 def decode_body_with_fastavro(value: bytes, record_type: int) -> MetadataRecord:
-    """The general decoder of a framed value (any encoding the schema allows); FormatError if bad."""
+    """The general decoder of a framed value (any encoding the schema allows, the current schema or
+    an earlier one in schemas/history/); FormatError if none reads it."""
+    try:
+        return _read_body(value, record_type, parsed_schema(record_type), None)
+    except FormatError as current_error:
+        for name in _SCHEMA_HISTORY.get(record_type, ()):
+            try:
+                return _read_body(value, record_type, _history_schema(name), parsed_schema(record_type))
+            except FormatError:
+                continue
+        raise current_error from None
+
+
+def _read_body(value: bytes, record_type: int, writer: Any, reader: Any) -> MetadataRecord:
     stream = io.BytesIO(value)
     stream.seek(_FRAME.size)
     try:
-        body = fastavro.schemaless_reader(stream, parsed_schema(record_type), None)
+        body = fastavro.schemaless_reader(stream, writer, reader)
         if stream.tell() != len(value):
             raise FormatError(f"metadata record has {len(value) - stream.tell()} trailing bytes")
         return _from_avro(record_type, body)  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import lru_cache
 
 
 class SegmentState(StrEnum):
@@ -12,6 +13,14 @@ class SegmentState(StrEnum):
     COPY_SEGMENT_FINISHED = "COPY_SEGMENT_FINISHED"
     DELETE_SEGMENT_STARTED = "DELETE_SEGMENT_STARTED"
     DELETE_SEGMENT_FINISHED = "DELETE_SEGMENT_FINISHED"
+
+
+class ClaimKind(StrEnum):
+    """What a claim record says (record type 4, see :class:`PartitionClaim`)."""
+
+    LEAD = "LEAD"  # a worker leads the partition (Faust assigned it)
+    ADMIN = "ADMIN"  # an operator command (delete-topic, delete-before) takes it for a while
+    RELEASE = "RELEASE"  # the holder of ``released_epoch`` gives the partition up
 
 
 class PartitionDeleteState(StrEnum):
@@ -24,6 +33,19 @@ class PartitionDeleteState(StrEnum):
 class TopicPartition:
     topic: str
     partition: int
+    # The hash, computed once: partitions key most of the follower's per-record dict lookups (about
+    # nine a record), and the generated dataclass hash re-hashes a tuple in Python each time.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.topic, self.partition)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[TopicPartition], tuple[str, int]]:
+        # never ship the hash: string hashes differ between processes (PYTHONHASHSEED)
+        return (TopicPartition, (self.topic, self.partition))
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
@@ -38,10 +60,16 @@ class RemoteLogSegmentId:
 
     @property
     def topic_partition(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
+        return _topic_partition(self.topic, self.partition)
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}/{self.id}"
+
+
+@lru_cache(maxsize=65_536)
+def _topic_partition(topic: str, partition: int) -> TopicPartition:
+    """One shared TopicPartition per partition: every record of a segment asks for it, several times."""
+    return TopicPartition(topic, partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +128,7 @@ class RemotePartitionDeleteMetadata:
     event_timestamp_ms: int
     writer_id: str
     topic_id: str | None = field(default=None)
+    writer_epoch: int = -1  # the writer's claim epoch (-1: written before claims existed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +151,31 @@ class RemoteLogStartOffset:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionClaim:
+    """Ownership of a source partition, taken by appending this record to the partition's metadata
+    partition (record type 4).
+
+    The claim's **epoch is the offset this record got** in its metadata partition: unique by
+    construction, and every reader of the topic sees the same claims in the same order. A ``LEAD``
+    or ``ADMIN`` claim makes its writer the partition's only writer from that point of the log on;
+    a ``RELEASE`` ends the claim whose epoch it names (an operator command hands the partition back).
+    See :mod:`processor.metadata.fold` for the rules every reader applies.
+    """
+
+    topic_partition: TopicPartition
+    claim_id: uuid.UUID  # new for every claim: the record's key, so compaction keeps every claim
+    kind: ClaimKind
+    writer_id: str
+    event_timestamp_ms: int
+    topic_id: str | None = None  # the broker's topic id when the claim was made
+    released_epoch: int = -1  # RELEASE only: the epoch of the claim it ends
+
+
 MetadataRecord = (
     RemoteLogSegmentMetadata
     | RemoteLogSegmentMetadataUpdate
     | RemotePartitionDeleteMetadata
     | RemoteLogStartOffset
+    | PartitionClaim
 )

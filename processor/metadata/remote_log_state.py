@@ -1,21 +1,11 @@
-"""Folding metadata records into the remote state of partitions. Pure.
+"""A partition's remote state as the leader, retention and the CLI use it. Pure.
 
-The leader uses it to resume (highest finished offset, segments to clean up); tests use it to check
-coverage. Every record goes through the state machine; an illegal one raises and changes nothing.
-
-Two fences sit in front of the state machine (the follower cache applies the same rules, see
-:mod:`processor.metadata.fencing`):
-
-- **Writer epoch.** A segment record whose ``writer_epoch`` is older than the newest epoch already
-  seen for the partition is rejected (a zombie writer that was paused past its session timeout).
-- **Topic id.** A topic deleted and re-created under the same name is a new partition history: a
-  COPY_SEGMENT_STARTED carrying a new topic id starts a new lineage, and segments of the old id
-  (and legacy segments without an id) are no longer served for the topic. Deletes of old-lineage
-  segments stay accepted, so retention can remove them.
-
-When segments overlap, the newest epoch's lineage is served and the older overlapping finished
-segments are *superseded*: never served, cleaned up by the next leader (Kafka serves the current
-leader-epoch lineage and deletes the other one).
+Everything here is *derived* from :mod:`processor.metadata.fold`, the one fold every reader applies:
+which records were accepted, which finished segments are served, the remote log start offset and the
+partition's current claim. On top of it this module answers the owner's questions: where to resume
+(the highest offset copied), what to clean up (copies and deletes a crashed or fenced writer left,
+finished segments no longer served, rejected records' objects), and what to re-publish so compaction
+cannot drop an accepted state (:meth:`PartitionRemoteState.repairs`).
 """
 
 from __future__ import annotations
@@ -24,76 +14,62 @@ import itertools
 import uuid
 from dataclasses import dataclass, field, replace
 
-from processor.metadata.fencing import Lineage
+from processor.errors import IllegalTransitionError
+from processor.metadata.codec import LOG_START_OFFSET_KEY_SUFFIX, segment_key
+from processor.metadata.fencing import Lineage, StaleRecordError
+from processor.metadata.fold import MetadataFold, PartitionHeader, PartitionView
 from processor.metadata.model import (
     MetadataRecord,
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
-    RemoteLogSegmentMetadataUpdate,
-    RemoteLogStartOffset,
-    RemotePartitionDeleteMetadata,
     SegmentState,
     TopicPartition,
 )
-from processor.metadata.state_machine import apply_snapshot, apply_update, check_partition_transition
 
-_CLEANUP_STATES = (SegmentState.COPY_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_STARTED)
-
-
-def _overlaps(a: RemoteLogSegmentMetadata, b: RemoteLogSegmentMetadata) -> bool:
-    return a.start_offset <= b.end_offset and b.start_offset <= a.end_offset
+_S = SegmentState
 
 
 @dataclass
 class PartitionRemoteState:
+    """A snapshot of one partition's state in the fold, with the owner's questions on top."""
+
     segments: dict[uuid.UUID, RemoteLogSegmentMetadata] = field(default_factory=dict)
-    log_start_offset: int = 0  # remote log start offset (retention, delete-before); only grows
-    delete_state: PartitionDeleteState | None = None  # of the whole partition (delete-topic)
-    lineage: Lineage = field(default_factory=Lineage)
-    # Finished segments served, decided as records arrive (as the follower cache does): a finished
-    # segment stops being served when a finished one of the same or a newer epoch overlaps it.
     served: set[uuid.UUID] = field(default_factory=set)
-    # Set by a leader about to resume: the topic id the broker reports now (None: unknown), and the
-    # epoch and writer id its cleanup records carry (a new leader's epoch is newer than any seen).
+    header: PartitionHeader = field(default_factory=PartitionHeader)
+    shadowed: set[bytes] = field(default_factory=set)
+    orphans: dict[uuid.UUID, RemoteLogSegmentMetadata] = field(default_factory=dict)
+    # Set by a leader about to resume: the topic id the broker reports now (None: unknown).
     current_topic_id: str | None = None
-    cleanup_epoch: int | None = None
-    cleanup_writer: str | None = None
+
+    @classmethod
+    def of(cls, view: PartitionView) -> PartitionRemoteState:
+        return cls(dict(view.segments), set(view.served), view.header, set(view.shadowed), dict(view.orphans))
+
+    @property
+    def lineage(self) -> Lineage:
+        return self.header.lineage
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.header.log_start_offset
+
+    @property
+    def delete_state(self) -> PartitionDeleteState | None:
+        return self.header.delete_state
+
+    @property
+    def current_epoch(self) -> int | None:
+        """The epoch of the partition's current claim (None: nobody holds it)."""
+        return self.header.current_epoch
 
     @property
     def max_epoch(self) -> int:
-        return self.lineage.max_epoch
+        """The newest writer epoch of records written before claims existed."""
+        return self.header.lineage.max_epoch
 
-    def apply(
-        self, record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate
-    ) -> RemoteLogSegmentMetadata:
-        """Apply one record; raises StaleRecordError (fenced) or IllegalTransitionError."""
-        current = self.segments.get(record.segment_id.id)
-        after = self.lineage.admit(record, current)
-        if isinstance(record, RemoteLogSegmentMetadata):
-            new = apply_snapshot(current, record)
-        else:
-            new = apply_update(current, record)
-        sid = record.segment_id.id
-        self.segments[sid] = new
-        if after.topic_id != self.lineage.topic_id and self.lineage.topic_id is not None:
-            self.served = {
-                x for x in self.served if after.serves(self.segments[x].segment_id.topic_id, after.topic_id)
-            }
-        self.lineage = after
-        if new.state == SegmentState.COPY_SEGMENT_FINISHED and after.serves(
-            new.segment_id.topic_id, after.topic_id
-        ):
-            self.served = {
-                x
-                for x in self.served
-                if x == sid
-                or not _overlaps(self.segments[x], new)
-                or self.segments[x].writer_epoch > new.writer_epoch
-            }
-            self.served.add(sid)
-        else:
-            self.served.discard(sid)
-        return new
+    def accepted_state(self, segment: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata | None:
+        """The fold's accepted state of ``segment`` (None: it does not know it)."""
+        return self.segments.get(segment.segment_id.id)
 
     def _topic_id(self) -> str | None:
         return self.current_topic_id if self.current_topic_id is not None else self.lineage.topic_id
@@ -102,25 +78,20 @@ class PartitionRemoteState:
         return self.lineage.serves(seg.segment_id.topic_id, self._topic_id())
 
     def finished(self) -> list[RemoteLogSegmentMetadata]:
-        """The finished segments served for the partition: the current topic id's, newest epoch
-        lineage where segments overlap; by start offset."""
+        """The finished segments served for the partition (of the current topic id), by start offset."""
         return sorted(
             (self.segments[x] for x in self.served if self.in_lineage(self.segments[x])),
             key=lambda s: s.start_offset,
         )
 
-    def set_log_start_offset(self, offset: int) -> None:
-        self.log_start_offset = max(self.log_start_offset, offset)
-
     def superseded(self) -> list[RemoteLogSegmentMetadata]:
-        """Finished segments of the current topic id that an overlapping newer epoch replaced."""
+        """Finished segments of the current topic id that are not served (replaced before claims
+        existed by an overlapping newer epoch)."""
         served = {s.segment_id.id for s in self.finished()}
         return [
             s
             for s in self.segments.values()
-            if s.state == SegmentState.COPY_SEGMENT_FINISHED
-            and self.in_lineage(s)
-            and s.segment_id.id not in served
+            if s.state is _S.COPY_SEGMENT_FINISHED and self.in_lineage(s) and s.segment_id.id not in served
         ]
 
     def highest_finished_offset(self) -> int | None:
@@ -133,52 +104,65 @@ class PartitionRemoteState:
             return self.log_start_offset - 1
         return highest
 
-    def dangling(self) -> list[RemoteLogSegmentMetadata]:
-        """Segments to clean up: copies that started and never finished, deletes that started and
-        never finished (a writer crashed, was revoked, or a delete failed), and finished segments
-        superseded by a newer epoch. Stamped with ``cleanup_epoch``/``cleanup_writer`` when set, so
-        the cleanup's records are not fenced as stale."""
-        out = [s for s in self.segments.values() if s.state in _CLEANUP_STATES]
+    def dangling(self, in_flight: frozenset[uuid.UUID] = frozenset()) -> list[RemoteLogSegmentMetadata]:
+        """Segments to clean up: copies that started and can never finish (another claim's, or this
+        claim's that are not in flight), deletes that started and never finished, finished segments
+        no longer served. Before claims existed: every copy started and not finished."""
+        epoch = self.current_epoch
+        out = [
+            s
+            for s in self.segments.values()
+            if s.state is _S.DELETE_SEGMENT_STARTED
+            or (
+                s.state is _S.COPY_SEGMENT_STARTED
+                and (epoch is None or s.writer_epoch != epoch or s.segment_id.id not in in_flight)
+            )
+        ]
         out.extend(self.superseded())
         out.sort(key=lambda s: (s.start_offset, str(s.segment_id.id)))
-        if self.cleanup_epoch is None:
-            return out
-        writer = self.cleanup_writer
-        return [
-            replace(
-                s,
-                writer_epoch=max(s.writer_epoch, self.cleanup_epoch),
-                writer_id=writer if writer is not None else s.writer_id,
-            )
-            for s in out
-        ]
+        return out
 
-    def next_writer_epoch(self, generation: int) -> int:
-        """The epoch a new leader writes with: its group generation, or newer than any epoch seen
-        for the partition (a group that was emptied and re-created restarts its generations)."""
-        return max(generation, self.lineage.max_epoch + 1)
+    def repairs(self) -> list[RemoteLogSegmentMetadata]:
+        """Served segments whose key a rejected record shadows: the owner re-publishes them under its
+        own epoch, so compaction can never leave the rejected record as the key's only one."""
+        served = {segment_key(s.segment_id): s for s in self.finished()}
+        return [served[k] for k in sorted(self.shadowed) if k in served]
+
+    def log_start_shadowed(self) -> bool:
+        """Whether a rejected record shadows the accepted remote log start offset (re-publish it)."""
+        suffix = b"/" + LOG_START_OFFSET_KEY_SUFFIX.encode()
+        return self.log_start_offset > 0 and any(k.endswith(suffix) for k in self.shadowed)
 
 
 @dataclass
 class RemoteLogState:
-    partitions: dict[TopicPartition, PartitionRemoteState] = field(default_factory=dict)
+    """The fold over a set of partitions, in memory (tests, the CLI, a leader without a follower)."""
 
-    def apply(self, record: MetadataRecord) -> None:
-        if isinstance(record, RemotePartitionDeleteMetadata):
-            part = self.partitions.setdefault(record.topic_partition, PartitionRemoteState())
-            check_partition_transition(part.delete_state, record.state, record.topic_partition)
-            part.delete_state = record.state
-            return
-        if isinstance(record, RemoteLogStartOffset):
-            self.partitions.setdefault(record.topic_partition, PartitionRemoteState()).set_log_start_offset(
-                record.start_offset
-            )
-            return
-        tp = record.segment_id.topic_partition
-        self.partitions.setdefault(tp, PartitionRemoteState()).apply(record)
+    fold: MetadataFold = field(default_factory=MetadataFold)
+
+    def apply(self, record: MetadataRecord) -> int:
+        """Apply ``record`` as the next message; returns the offset it got (a claim's epoch). Raises
+        StaleRecordError or IllegalTransitionError (with the fold's reason) when the fold rejects it."""
+        offset = self.fold._next_offset
+        verdict = self.fold.append(record)
+        if not verdict.accepted:
+            if verdict.reason == "illegal":
+                raise IllegalTransitionError(verdict.detail)
+            raise StaleRecordError(verdict.detail, verdict.reason or "rejected")
+        return offset
+
+    def apply_message(self, offset: int, key: bytes | None, value: bytes | None) -> str | None:
+        """Apply one message of the topic at ``offset``; returns the rejection reason or None."""
+        verdict = self.fold.apply_raw(offset, key, value)
+        return None if verdict.accepted else verdict.reason
+
+    @property
+    def partitions(self) -> dict[TopicPartition, PartitionRemoteState]:
+        """Every partition's state (snapshots)."""
+        return {tp: PartitionRemoteState.of(view) for tp, view in self.fold.partitions.items()}
 
     def partition(self, tp: TopicPartition) -> PartitionRemoteState:
-        return self.partitions.get(tp) or PartitionRemoteState()
+        return PartitionRemoteState.of(self.fold.partition(tp))
 
 
 def coverage_gaps_and_overlaps(segments: list[RemoteLogSegmentMetadata]) -> list[str]:
@@ -194,3 +178,10 @@ def coverage_gaps_and_overlaps(segments: list[RemoteLogSegmentMetadata]) -> list
         elif cur.start_offset != prev.end_offset + 1:
             problems.append(f"gap: {prev.end_offset + 1}..{cur.start_offset - 1} not covered")
     return problems
+
+
+def stamped(
+    segments: list[RemoteLogSegmentMetadata], epoch: int, writer_id: str
+) -> list[RemoteLogSegmentMetadata]:
+    """``segments`` as records of the writer holding claim ``epoch`` (cleanup and repairs)."""
+    return [replace(s, writer_epoch=epoch, writer_id=writer_id) for s in segments]

@@ -50,7 +50,7 @@ EXPECTED_LAYOUT: tuple[Any, ...] = (
         ("max_timestamp_ms", "long"),
         ("event_timestamp_ms", "long"),
         ("writer_id", "string"),
-        ("writer_epoch", "int"),
+        ("writer_epoch", "long"),
         ("segment_leader_epochs", ("array", ("record", (("epoch", "int"), ("start_offset", "long"))))),
         ("segment_size_in_bytes", "long"),
         (

@@ -12,22 +12,33 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor import metrics
-from processor.errors import FormatError, MetadataTopicError, ProcessorError
-from processor.kafka_clients import ensure_topic, new_admin, new_consumer, new_producer, partition_counts
+from processor.errors import FormatError, MetadataTopicError
+from processor.kafka_clients import (
+    KafkaTarget,
+    ensure_topic,
+    new_admin,
+    new_consumer,
+    new_producer,
+    partition_counts,
+)
 from processor.metadata.codec import decode_value, encode_value, metadata_partition_for, record_key
-from processor.metadata.fencing import StaleRecordError
+from processor.metadata.fold import MetadataFold
 from processor.metadata.model import MetadataRecord, TopicPartition
 from processor.metadata.read_to_end import EndSnapshot
 from processor.metadata.remote_log_state import RemoteLogState
 
 log = logging.getLogger(__name__)
 
-METADATA_TOPIC_CONFIG = {"cleanup.policy": "compact"}
+# min.compaction.lag.ms: the log cleaner never compacts a record younger than a day. A rejected record
+# that shadows an accepted state, or a rejected record of an unknown segment, must be neutralised by
+# the partition's owner (re-published, or tombstoned) before compaction reaches it (see
+# processor/metadata/fold.py, "Compaction"); owners do that on every retention pass (30 s).
+METADATA_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "86400000"}
 
 
-def ensure_metadata_topic(bootstrap_servers: str, topic: str, partitions: int, replication: int) -> int:
+def ensure_metadata_topic(kafka: KafkaTarget, topic: str, partitions: int, replication: int) -> int:
     """Create the compacted metadata topic if missing; return its partition count."""
-    admin = new_admin(bootstrap_servers, "processor-admin")
+    admin = new_admin(kafka, "processor-admin")
     try:
         created = ensure_topic(admin, topic, partitions, replication, METADATA_TOPIC_CONFIG)
         if created:
@@ -44,8 +55,8 @@ class DurableProducer:
     """Produces one message at a time and waits for its acknowledgement (acks=all, idempotent).
     Shared by the metadata publisher and the deletion path (tombstones, the deletion topic)."""
 
-    def __init__(self, bootstrap_servers: str, client_id: str) -> None:
-        self._producer = new_producer(bootstrap_servers, client_id, **{"enable.idempotence": True})
+    def __init__(self, kafka: KafkaTarget, client_id: str) -> None:
+        self._producer = new_producer(kafka, client_id, **{"enable.idempotence": True})
         self._lock = threading.Lock()
 
     def send(
@@ -85,11 +96,11 @@ class MetadataPublisher:
     """Publishes metadata records and waits until each is acknowledged (acks=all)."""
 
     def __init__(
-        self, bootstrap_servers: str, topic: str, num_partitions: int, client_id: str = "processor-meta"
+        self, kafka: KafkaTarget, topic: str, num_partitions: int, client_id: str = "processor-meta"
     ) -> None:
         self.topic = topic
         self.num_partitions = num_partitions
-        self._producer = DurableProducer(bootstrap_servers, client_id)
+        self._producer = DurableProducer(kafka, client_id)
 
     def publish(self, record: MetadataRecord, timeout_s: float = 30.0) -> int:
         """Publish one record durably; returns its offset. Raises MetadataTopicError."""
@@ -107,15 +118,16 @@ class MetadataMessage:
     key: bytes | None
     record: MetadataRecord | None  # None when the value did not decode (see error)
     error: str | None = None
+    value: bytes | None = None  # as read (None: a tombstone)
 
 
 def read_partitions(
-    bootstrap_servers: str, topic: str, partitions: list[int], timeout_s: float = 30.0
+    kafka: KafkaTarget, topic: str, partitions: list[int], timeout_s: float = 30.0
 ) -> Iterator[MetadataMessage]:
     """Read the given metadata partitions from the beginning up to their end (see
     :mod:`processor.metadata.read_to_end`: a snapshot of the high watermarks, re-queried once, and
     one absolute deadline). Records other writers publish meanwhile do not keep it reading."""
-    consumer = new_consumer(bootstrap_servers, "processor-meta-reader")
+    consumer = new_consumer(kafka, "processor-meta-reader")
     try:
         if not partitions:
             return
@@ -137,9 +149,9 @@ def read_partitions(
                     yield MetadataMessage(p, off, msg.key(), None, "tombstone")
                     continue
                 try:
-                    yield MetadataMessage(p, off, msg.key(), decode_value(value))
+                    yield MetadataMessage(p, off, msg.key(), decode_value(value), None, value)
                 except FormatError as exc:
-                    yield MetadataMessage(p, off, msg.key(), None, str(exc))
+                    yield MetadataMessage(p, off, msg.key(), None, str(exc), value)
     except KafkaException as exc:
         raise MetadataTopicError(f"reading {topic}: {exc.args[0]}") from None
     finally:
@@ -147,36 +159,24 @@ def read_partitions(
 
 
 def load_remote_state(
-    bootstrap_servers: str,
+    kafka: KafkaTarget,
     topic: str,
     partitions: list[int] | None = None,
     wanted: set[TopicPartition] | None = None,
 ) -> tuple[RemoteLogState, int]:
-    """Fold metadata partitions (default: all) into remote state; returns it and the skipped count.
-
-    Records that do not decode or break the state machine are skipped, logged and counted, never
-    applied: garbage on the topic cannot stop a leader from resuming.
-    """
+    """Fold metadata partitions (default: all) through the one fold into remote state; returns it
+    and the number of rejected records (each logged and counted by reason, never applied: garbage on
+    the topic cannot stop a leader from resuming). ``wanted``: keep only these partitions' topics."""
     if partitions is None:
-        admin = new_admin(bootstrap_servers, "processor-admin")
+        admin = new_admin(kafka, "processor-admin")
         count = partition_counts(admin, [topic]).get(topic, 0)
         partitions = list(range(count))
-    state = RemoteLogState()
-    skipped = 0
-    for msg in read_partitions(bootstrap_servers, topic, partitions):
-        if msg.record is None:
-            if msg.error != "tombstone":
-                skipped += 1
-                metrics.METADATA_SKIPPED.labels("undecodable").inc()
-                log.warning("metadata record %d@%d skipped: %s", msg.partition, msg.offset, msg.error)
-            continue
-        if wanted is not None and msg.record.topic_partition not in wanted:
-            continue
-        try:
-            state.apply(msg.record)
-        except ProcessorError as exc:
-            skipped += 1
-            reason = exc.reason if isinstance(exc, StaleRecordError) else "illegal"
-            metrics.METADATA_SKIPPED.labels(reason).inc()
-            log.warning("metadata record %d@%d skipped: %s", msg.partition, msg.offset, exc)
-    return state, skipped
+    state = RemoteLogState(MetadataFold(frozenset(tp.topic for tp in wanted) if wanted is not None else None))
+    rejected = 0
+    for msg in read_partitions(kafka, topic, partitions):
+        reason = state.apply_message(msg.offset, msg.key, msg.value)
+        if reason is not None:
+            rejected += 1
+            metrics.METADATA_REJECTED.labels(reason).inc()
+            log.warning("metadata record %d@%d rejected (%s)", msg.partition, msg.offset, reason)
+    return state, rejected

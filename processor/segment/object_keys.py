@@ -93,6 +93,12 @@ class ObjectKeyFactory:
         with ``topic``: keep only the keys :meth:`partition_of` recognises."""
         return self._join(validate_topic(topic))
 
+    def folder_of(self, topic: str, key: str) -> tuple[str | None, int] | None:
+        """(topic id or None for the legacy folder, partition) of ``key`` if it lies in one of
+        ``topic``'s partition folders, else None."""
+        m = re.match(re.escape(self._join(topic)) + r"(?:-(" + _TOPIC_ID.pattern + r"))?/(\d+)/", key)
+        return (m.group(1), int(m.group(2))) if m else None
+
     def partition_of(self, topic: str, key: str) -> int | None:
         """The partition of ``key`` if it lies in one of ``topic``'s partition folders (any topic
         id, or none), else None."""
@@ -113,6 +119,48 @@ class ObjectKeyFactory:
         name = f"{start_offset:020d}-{segment_id}-e{writer_epoch}.log"
         data = self.partition_prefix(topic, partition, topic_id) + name
         return SegmentObjectKeys(data, data + INDEX_SUFFIX)
+
+    def owned_objects(
+        self,
+        topic: str,
+        partition: int,
+        segment_id: uuid.UUID,
+        topic_id: str | None,
+        data_key: str,
+        index_key: str,
+    ) -> SegmentObjectKeys:
+        """The objects a segment record names, accepted only if they are that segment's own: under
+        the prefix, in the folder of the segment's topic id and partition, with the segment's UUID in
+        the name, the index being ``{data}-index``. Every delete goes through this: a record from the
+        metadata or deletion topic is input like any other, and a key it carries must never make a
+        writer delete another segment's, partition's or application's object."""
+        folder = self.partition_prefix(topic, partition, topic_id)
+        name = data_key[len(folder) :] if data_key.startswith(folder) else ""
+        m = _DATA_NAME.fullmatch(name)
+        if m is None or m.group(2) != str(segment_id) or index_key != data_key + INDEX_SUFFIX:
+            raise InvalidNameError(
+                f"object keys {data_key!r} / {index_key!r} are not the objects of segment {segment_id} "
+                f"in {folder!r}"
+            )
+        return SegmentObjectKeys(data_key, index_key)
+
+    def is_project_key(self, key: str) -> bool:
+        """Whether ``key`` is an object (or a multipart upload's key) of this project's layout under
+        the prefix: ``{prefix}/{topic}[-{topic_id}]/{partition}/{start}-{uuid}-e{epoch}.log[-index]``."""
+        head = self._join("")
+        if not key.startswith(head):
+            return False
+        parts = key[len(head) :].split("/")
+        if len(parts) != 3 or not parts[1].isdigit():
+            return False
+        folder, _, name = parts
+        topic = folder
+        if len(folder) > 37 and folder[-37] == "-" and _TOPIC_ID.fullmatch(folder[-36:]):
+            topic = folder[:-37]
+        if not _TOPIC.fullmatch(topic) or topic in {".", ".."}:
+            return False
+        name = name[: -len(INDEX_SUFFIX)] if name.endswith(INDEX_SUFFIX) else name
+        return _DATA_NAME.fullmatch(name) is not None
 
     def check_segment_key(self, key: str, topic: str, partition: int) -> str:
         """Accept a key read from the metadata topic only if it is one this factory would build.

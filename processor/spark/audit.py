@@ -109,14 +109,14 @@ class _DriverChecks:
             storage = conn.storage()
             try:
                 listed = list_objects(storage, keys)
-                state, _ = load_remote_state(conn.bootstrap_servers, conn.metadata_topic)
+                state, _ = load_remote_state(conn.kafka, conn.metadata_topic)
                 found.extend(check_storage(storage, keys, state, listed, self.options.sample_blocks))
             finally:
                 storage.close()
         if self.options.max_lag_records is not None:
-            state, _ = load_remote_state(conn.bootstrap_servers, conn.metadata_topic)
+            state, _ = load_remote_state(conn.kafka, conn.metadata_topic)
             topics = sorted({tp.topic for tp in state.partitions})
-            highs = live_ends(conn.bootstrap_servers, topics) if topics else {}
+            highs = live_ends(conn.kafka, topics) if topics else {}
             found.extend(check_lag(state, highs, self.options.max_lag_records))
         fresh = [f for f in found if f.key not in self.reported]
         self.reported.update(f.key for f in fresh)
@@ -153,6 +153,7 @@ def run_audit(spark: Any, options: AuditOptions) -> AuditRun:
     metadata = (
         spark.readStream.format("remote_log_metadata")
         .option("kafka.bootstrap.servers", conn.bootstrap_servers)
+        .options(**conn.kafka.security.spark_options())  # SASL/TLS of the audited cluster
         .option("metadata.topic", conn.metadata_topic)
         .option("startingOffsets", "earliest")
         .load()

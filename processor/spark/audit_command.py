@@ -72,14 +72,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
         raise ConfigError("the audit needs pyspark: pip install 'kafka-tiered-processor[spark]'") from None
     settings = load_settings()
     conn = Connection(
-        settings.bootstrap_servers,
+        settings.kafka,
         settings.metadata_topic,
         settings.s3_endpoint_url,
         settings.s3_bucket,
         settings.s3_prefix,
         settings.s3_region,
     )
-    admin = check_broker(settings.bootstrap_servers)
+    admin = check_broker(settings.kafka)
     if settings.metadata_topic not in partition_counts(admin, [settings.metadata_topic]):
         raise ConfigError(
             f"metadata topic {settings.metadata_topic} does not exist (PROCESSOR_METADATA_TOPIC)"

@@ -116,8 +116,8 @@ def check_lag(
     state: RemoteLogState, high_watermarks: dict[TopicPartition, tuple[int, int]], max_lag_records: int
 ) -> list[Finding]:
     out: list[Finding] = []
-    for tp, part in sorted(state.partitions.items()):
-        highest = part.highest_finished_offset()
+    for tp in sorted(state.partitions):
+        highest = state.partition(tp).highest_finished_offset()
         if tp not in high_watermarks or highest is None:
             continue
         lag = high_watermarks[tp][1] - (highest + 1)

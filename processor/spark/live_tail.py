@@ -17,7 +17,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.errors import ServiceUnavailableError
-from processor.kafka_clients import new_admin, new_consumer, partition_counts
+from processor.kafka_clients import KafkaTarget, new_admin, new_consumer, partition_counts
 from processor.metadata.model import TopicPartition
 from processor.spark.arrow_records import BATCH_ROWS, Row, rows_to_batch
 from processor.spark.planning import DataLossError, LiveSlice
@@ -25,11 +25,11 @@ from processor.spark.planning import DataLossError, LiveSlice
 STALL_TIMEOUT_S = 60.0
 
 
-def live_ends(bootstrap_servers: str, topics: list[str]) -> dict[TopicPartition, tuple[int, int]]:
+def live_ends(kafka: KafkaTarget, topics: list[str]) -> dict[TopicPartition, tuple[int, int]]:
     """(log start offset, high watermark) of every partition of ``topics``."""
     try:
-        counts = partition_counts(new_admin(bootstrap_servers, "processor-spark-live"), topics)
-        consumer = new_consumer(bootstrap_servers, "processor-spark-live")
+        counts = partition_counts(new_admin(kafka, "processor-spark-live"), topics)
+        consumer = new_consumer(kafka, "processor-spark-live")
         try:
             out: dict[TopicPartition, tuple[int, int]] = {}
             for topic in topics:
@@ -47,11 +47,11 @@ def _header_list(raw: list[tuple[str, bytes | None]] | None) -> list[tuple[str, 
     return list(raw) if raw else []
 
 
-def consume_range(bootstrap_servers: str, topic: str, partition: int, lo: int, hi: int) -> Iterator[Any]:
+def consume_range(kafka: KafkaTarget, topic: str, partition: int, lo: int, hi: int) -> Iterator[Any]:
     """Messages with offsets in ``[lo, hi)`` of one partition (absent offsets are skipped)."""
     if lo >= hi:
         return
-    consumer = new_consumer(bootstrap_servers, "processor-spark-range")
+    consumer = new_consumer(kafka, "processor-spark-range")
     try:
         consumer.assign([KafkaTP(topic, partition, lo)])
         deadline = time.monotonic() + STALL_TIMEOUT_S
@@ -82,12 +82,10 @@ def consume_range(bootstrap_servers: str, topic: str, partition: int, lo: int, h
 
 
 def read_live_slice(
-    bootstrap_servers: str, part: LiveSlice, fail_on_data_loss: bool = True
+    kafka: KafkaTarget, part: LiveSlice, fail_on_data_loss: bool = True
 ) -> Iterator[pa.RecordBatch]:
     """Offsets ``[from, until)`` of one partition from the broker, as Arrow batches."""
-    low = live_ends(bootstrap_servers, [part.topic]).get(TopicPartition(part.topic, part.partition), (0, 0))[
-        0
-    ]
+    low = live_ends(kafka, [part.topic]).get(TopicPartition(part.topic, part.partition), (0, 0))[0]
     if part.from_offset < low and fail_on_data_loss:
         raise DataLossError(
             f"offsets {part.from_offset}..{low - 1} of {part.topic}-{part.partition} are neither in the "
@@ -95,7 +93,7 @@ def read_live_slice(
         )
     rows: list[Row] = []
     for msg in consume_range(
-        bootstrap_servers, part.topic, part.partition, max(part.from_offset, low), part.until_offset
+        kafka, part.topic, part.partition, max(part.from_offset, low), part.until_offset
     ):
         ts_type, ts = msg.timestamp()
         rows.append(

@@ -20,6 +20,7 @@ from processor.errors import FormatError, ServiceUnavailableError
 from processor.metadata.codec import decode_value
 from processor.metadata.model import (
     MetadataRecord,
+    PartitionClaim,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogStartOffset,
@@ -110,6 +111,18 @@ def record_row(
             writer_epoch=record.writer_epoch,
         )
         return tuple(row[c] for c in COLUMNS)
+    if isinstance(record, PartitionClaim):
+        row.update(
+            record_type="claim",
+            topic=record.topic_partition.topic,
+            partition=record.topic_partition.partition,
+            topic_id=record.topic_id,
+            event_timestamp_ms=record.event_timestamp_ms,
+            writer_id=record.writer_id,
+            state=record.kind.value,
+            segment_id=str(record.claim_id),
+        )
+        return tuple(row[c] for c in COLUMNS)
     sid = record.segment_id
     row.update(
         segment_id=str(sid.id),
@@ -166,7 +179,7 @@ def metadata_options(options: Mapping[str, str]) -> MetadataOptions:
 
 
 def _bounds(conn: Connection) -> dict[TopicPartition, tuple[int, int]]:
-    return live_ends(conn.bootstrap_servers, [conn.metadata_topic])
+    return live_ends(conn.kafka, [conn.metadata_topic])
 
 
 def _resolve(spec: OffsetSpec, bounds: Mapping[TopicPartition, tuple[int, int]]) -> dict[TopicPartition, int]:
@@ -182,7 +195,7 @@ def _resolve(spec: OffsetSpec, bounds: Mapping[TopicPartition, tuple[int, int]])
 def read_slice(conn: Connection, part: MetaSlice) -> Iterator[tuple[Any, ...]]:
     try:
         for msg in consume_range(
-            conn.bootstrap_servers, conn.metadata_topic, part.partition, part.from_offset, part.until_offset
+            conn.kafka, conn.metadata_topic, part.partition, part.from_offset, part.until_offset
         ):
             _type, ts = msg.timestamp()
             yield record_row(part.partition, int(msg.offset()), int(ts), msg.key(), msg.value())

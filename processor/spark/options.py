@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from processor.errors import ConfigError
+from processor.kafka_security import KafkaConnection, KafkaSecurity
 from processor.segment.object_keys import validate_prefix, validate_topic
 from processor.storage.s3 import S3ChunkStorage, S3Options
 
@@ -29,12 +30,16 @@ DEFAULT_PARTITION_BYTES = 64 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Connection:
-    bootstrap_servers: str
+    kafka: KafkaConnection  # bootstrap servers and security (kafka.security.protocol, kafka.sasl.*, ...)
     metadata_topic: str
     s3_endpoint: str | None
     s3_bucket: str
     s3_prefix: str
     s3_region: str | None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka.bootstrap_servers
 
     def storage(self) -> S3ChunkStorage:
         """A new storage client (the caller closes it)."""
@@ -69,8 +74,13 @@ def connection_from(options: Mapping[str, str], environ: Mapping[str, str] | Non
 
     settings = load_settings(os.environ if environ is None else environ)
     bucket = _get(options, "s3.bucket") or settings.s3_bucket
+    # Spark's Kafka-source security options (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*), or
+    # else the process's PROCESSOR_* security settings.
+    security = KafkaSecurity.from_spark_options(options, settings.kafka_security)
     return Connection(
-        bootstrap_servers=_get(options, "kafka.bootstrap.servers") or settings.bootstrap_servers,
+        kafka=KafkaConnection(
+            _get(options, "kafka.bootstrap.servers") or settings.bootstrap_servers, security
+        ),
         metadata_topic=validate_topic(_get(options, "metadata.topic") or settings.metadata_topic),
         s3_endpoint=_get(options, "s3.endpoint") or settings.s3_endpoint_url,
         s3_bucket=bucket,

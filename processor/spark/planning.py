@@ -57,7 +57,7 @@ class LiveSlice:
 
 
 def load_catalog(conn: Connection, options: RecordOptions) -> Catalog:
-    state, _skipped = load_remote_state(conn.bootstrap_servers, conn.metadata_topic)
+    state, _skipped = load_remote_state(conn.kafka, conn.metadata_topic)
     catalog: Catalog = {}
     for tp, part in state.partitions.items():
         if options.wants(tp.topic, tp.partition):

@@ -153,7 +153,7 @@ class _Planner:
 def read_partition(options: RecordOptions, value: Any) -> Iterator[pa.RecordBatch]:
     """Executor side: one slice of the archive, or of the live topic, as Arrow batches."""
     if isinstance(value, LiveSlice):
-        yield from read_live_slice(options.connection.bootstrap_servers, value, options.fail_on_data_loss)
+        yield from read_live_slice(options.connection.kafka, value, options.fail_on_data_loss)
         return
     if not isinstance(value, SegmentSlice):
         return  # the empty placeholder partition
@@ -285,7 +285,7 @@ class TieredRecordsStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             self._live = {
                 tp: bounds
                 for tp, bounds in live_ends(
-                    self.options.connection.bootstrap_servers, list(self.options.wanted_topics)
+                    self.options.connection.kafka, list(self.options.wanted_topics)
                 ).items()
                 if self.options.wants(tp.topic, tp.partition)
             }

@@ -32,6 +32,7 @@ Buffer = bytes | bytearray | memoryview
 class ChunkInfo:
     key: str
     size: int
+    modified_ms: int | None = None  # when the object was written (listings give it; None: unknown)
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,7 +93,8 @@ class FilesystemChunkStorage(ChunkStorage):
                 full = Path(dirpath) / name
                 key = full.relative_to(self.root).as_posix()
                 if key.startswith(prefix):
-                    keys.append(ChunkInfo(key, full.stat().st_size))
+                    st = full.stat()
+                    keys.append(ChunkInfo(key, st.st_size, int(st.st_mtime * 1000)))
         yield from sorted(keys, key=lambda c: c.key)
 
     def concat(self, target: str, sources: Sequence[str]) -> ChunkInfo:

@@ -365,7 +365,10 @@ class S3ChunkStorage(ChunkStorage):
                 Bucket=self.bucket, Prefix=prefix
             ):
                 for obj in page.get("Contents", []):
-                    yield ChunkInfo(obj["Key"], int(obj["Size"]))
+                    modified = obj.get("LastModified")
+                    yield ChunkInfo(
+                        obj["Key"], int(obj["Size"]), int(modified.timestamp() * 1000) if modified else None
+                    )
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("list", prefix, exc) from exc
 

@@ -5,13 +5,13 @@
 - On the worker, Faust owns the web server: the same handlers are registered as Faust views by the
   composition root (processor/wiring/faust_views.py), the only package that knows Faust.
 
-Blocking work (RocksDB lookups, S3 reads) runs in the default executor, never on the event loop, so
-``/livez`` keeps answering while a read waits on S3.
+Blocking work (RocksDB lookups, S3 reads) runs on the reads' own bounded pool
+(:mod:`processor.web.request_executor`), never on the event loop nor in its default executor, so
+``/livez`` keeps answering while a read waits on S3 and a burst of reads gets 503, not a queue.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,6 +20,7 @@ from aiohttp import web
 from processor.reader.remote_reader import RemoteReader
 from processor.web import handlers
 from processor.web.handlers import FailureCheck, Reply
+from processor.web.request_executor import RequestExecutor
 
 ExtraStatus = Callable[[], Mapping[str, Any]]
 
@@ -47,14 +48,14 @@ def follower_web_app(
     async def metrics(request: web.Request) -> web.Response:
         return _aiohttp_response(handlers.metrics_reply())
 
+    executor = RequestExecutor("read-api")  # the reads' own bounded pool
+
     def guarded(handler: Callable[[RemoteReader, Mapping[str, str]], Reply]) -> Any:
         async def route(request: web.Request) -> web.Response:
             denied = handlers.authorized(token, request.headers)
             if denied is not None:
                 return _aiohttp_response(denied)
-            query = dict(request.query)
-            reply = await asyncio.get_running_loop().run_in_executor(None, handler, reader, query)
-            return _aiohttp_response(reply)
+            return _aiohttp_response(await executor.run(handler, reader, dict(request.query)))
 
         return route
 

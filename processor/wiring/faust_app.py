@@ -8,6 +8,7 @@ import faust
 
 from processor.config import Settings
 from processor.follower.materializer import Materializer
+from processor.kafka_clients import faust_broker_settings
 from processor.leader.leadership import Leadership
 from processor.leader.offload_engine import OffloadEngine
 from processor.reader.remote_reader import RemoteReader
@@ -23,16 +24,24 @@ def build_app(
     settings: Settings,
     engine: OffloadEngine,
     leadership: Leadership,
+    token: str | None,
     reader: RemoteReader | None = None,
     materializer: Materializer | None = None,
 ) -> faust.App:
     app = ProcessorApp(
         settings.app_id,
-        broker=f"kafka://{settings.bootstrap_servers}",
+        **faust_broker_settings(settings.kafka),
         datadir=str(settings.data_dir / "faust"),
         web_enabled=settings.web_enabled,
         web_port=settings.web_port,
         web_bind=settings.web_host,
+        # Faust's own pages (/router, /table, /graph, /stats, /performance) are not needed here:
+        # off, so the web server serves only health, metrics and the read API.
+        web_router_enabled=False,
+        web_tables_enabled=False,
+        web_graph_enabled=False,
+        web_stats_enabled=False,
+        web_metrics_enabled=False,
         broker_session_timeout=settings.session_timeout_ms / 1000,
         broker_rebalance_timeout=REBALANCE_TIMEOUT_S,
         broker_heartbeat_interval=1.0,
@@ -52,7 +61,7 @@ def build_app(
     connect_rebalance(app, leadership, app.source_topics)
     if materializer is not None:
         materializer.listeners.append(leadership.on_metadata)
-    add_data_path_timers(app, engine, materializer)
+    add_data_path_timers(app, engine, materializer, leadership)
 
     def data_path() -> str | None:
         return None if engine.failure is None else f"data path failed: {engine.failure}"
@@ -63,7 +72,6 @@ def build_app(
         checks["follower"] = lambda: (
             None if follower.failure is None else f"metadata follower failed: {follower.failure}"
         )
-    token = settings.web_token.get_secret_value() if settings.web_token else None
     register_faust_views(
         app,
         checks,

@@ -1,24 +1,25 @@
 """The HTTP views of the worker, on its Faust app (Faust owns the worker's web server).
 
 The handlers are :mod:`processor.web.handlers` (framework-free, shared with the read-only follower's
-aiohttp server). Blocking work (RocksDB lookups, S3 reads, an offload) runs in the default executor,
-never on the event loop, so ``/livez`` keeps answering while a read waits on S3.
+aiohttp server). Blocking work (RocksDB lookups, S3 reads, an offload) runs on the requests' own
+bounded pools (:mod:`processor.web.request_executor`), never on the event loop nor in its default
+executor, so ``/livez`` keeps answering while a read waits on S3 and a burst of requests never
+delays rebalance callbacks or retention (beyond the pool's queue: 503 with Retry-After).
 
 ``POST /offload?topic=T[&partition=P][&timeout_s=S]`` (``processor offload``) runs
 :func:`processor.lifecycle.offload_now.offload_now`. Answer:
 ``{"partitions": {"P": {"target": N, "remote_end": M, "done": bool}}}``, only partitions this worker
-leads (another worker answers for the others); 400 on bad input; 401 without the bearer token when
-PROCESSOR_WEB_TOKEN is set.
+leads (another worker answers for the others); 400 on bad input; 401 without the bearer token the
+reads need (see :func:`processor.wiring.startup.read_api_token`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import faust
-from faust.web import Request, Response, View
+from faust.web import Request, View
 
 from processor.config import Settings
 from processor.errors import InvalidNameError
@@ -28,6 +29,7 @@ from processor.reader.remote_reader import RemoteReader
 from processor.segment.object_keys import validate_topic
 from processor.web import handlers
 from processor.web.handlers import FailureCheck, Reply, authorized
+from processor.web.request_executor import RequestExecutor
 from processor.web.servers import ExtraStatus
 
 MAX_OFFLOAD_TIMEOUT_S = 3600.0
@@ -65,13 +67,16 @@ def register_faust_views(
     if reader is None:
         return
 
+    # The reads' own bounded pool (process lifetime): never the default executor that rebalance
+    # callbacks, retention and the S3 client share.
+    executor = RequestExecutor("read-api")
+
     def guarded(handler: Callable[[RemoteReader, Mapping[str, str]], Reply]) -> Any:
         async def page(view: Any, request: Any) -> Any:
             denied = handlers.authorized(token, request.headers)
             if denied is not None:
                 return _faust_response(view, denied)
-            query = dict(request.query)
-            reply = await asyncio.get_running_loop().run_in_executor(None, handler, reader, query)
+            reply = await executor.run(handler, reader, dict(request.query))
             return _faust_response(view, reply)
 
         return page
@@ -80,29 +85,29 @@ def register_faust_views(
     app.page("/fetch")(guarded(handlers.fetch))
 
 
-def add_offload_view(app: faust.App, engine: OffloadEngine, settings: Settings) -> None:
-    token = settings.web_token.get_secret_value() if settings.web_token else None
+def add_offload_view(app: faust.App, engine: OffloadEngine, settings: Settings, token: str | None) -> None:
+    # Its own small pool: an offload request waits up to timeout_s for its copies to finish.
+    executor = RequestExecutor("offload", workers=2, queued=4)
+
+    def offload(topic: str, partition: int | None, timeout_s: float) -> Reply:
+        return Reply(200, {"partitions": offload_now(engine, settings, topic, partition, timeout_s)})
 
     class OffloadView(View):
-        async def post(self, request: Request, **kwargs: Any) -> Response:
-            denied = authorized(token, request.headers)  # PROCESSOR_WEB_TOKEN guards it like the reads
+        async def post(self, request: Request, **kwargs: Any) -> Any:  # a faust Response
+            denied = authorized(token, request.headers)  # the same token as the reads
             if denied is not None:
-                assert isinstance(denied.body, dict)
-                return self.json(denied.body, status=denied.status, headers=denied.headers)
+                return _faust_response(self, denied)
             try:
                 topic = validate_topic(request.query.get("topic", ""))
                 raw_partition = request.query.get("partition")
                 partition = None if raw_partition is None else int(raw_partition)
                 timeout_s = float(request.query.get("timeout_s", "120"))
-                if (partition is not None and partition < 0) or not 0 < timeout_s <= MAX_OFFLOAD_TIMEOUT_S:
-                    raise ValueError(
-                        f"partition must be >= 0 and timeout_s in (0, {MAX_OFFLOAD_TIMEOUT_S:.0f}]"
-                    )
+                if partition is not None and not 0 <= partition <= handlers.INT32_MAX:
+                    raise ValueError(f"partition must be between 0 and {handlers.INT32_MAX}")
+                if not 0 < timeout_s <= MAX_OFFLOAD_TIMEOUT_S:  # also false for nan
+                    raise ValueError(f"timeout_s must be in (0, {MAX_OFFLOAD_TIMEOUT_S:.0f}]")
             except (ValueError, InvalidNameError) as exc:
                 return self.json({"error": str(exc)}, status=400)
-            result = await asyncio.get_running_loop().run_in_executor(
-                None, offload_now, engine, settings, topic, partition, timeout_s
-            )
-            return self.json({"partitions": result})
+            return _faust_response(self, await executor.run(offload, topic, partition, timeout_s))
 
     app.page("/offload")(OffloadView)

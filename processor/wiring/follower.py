@@ -18,9 +18,14 @@ from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 
 
-def followed_partitions(settings: Settings, metadata_partitions: int) -> list[int]:
-    """Metadata partitions this worker follows: the configured ones, those holding the configured
-    source topics, or (by default) all of them."""
+def followed_partitions(settings: Settings, metadata_partitions: int, own_topics: bool = False) -> list[int]:
+    """Metadata partitions this process follows: the configured ones, those holding the configured
+    source topics, or (by default) all of them; with ``own_topics`` (a worker) also those holding
+    its source topics, whose claims and records it must read back."""
+    if own_topics and (settings.follow_metadata_partitions or settings.follow_topics):
+        own = settings.model_copy(update={"follow_metadata_partitions": (), "follow_topics": settings.topics})
+        extra = set(followed_partitions(own, metadata_partitions))
+        return sorted(extra | set(followed_partitions(settings, metadata_partitions)))
     if settings.follow_metadata_partitions:
         bad = [p for p in settings.follow_metadata_partitions if p >= metadata_partitions]
         if bad:
@@ -30,9 +35,7 @@ def followed_partitions(settings: Settings, metadata_partitions: int) -> list[in
             )
         return sorted(set(settings.follow_metadata_partitions))
     if settings.follow_topics:
-        counts = partition_counts(
-            new_admin(settings.bootstrap_servers, "processor-admin"), list(settings.follow_topics)
-        )
+        counts = partition_counts(new_admin(settings.kafka, "processor-admin"), list(settings.follow_topics))
         return sorted(
             {
                 metadata_partition_for(TopicPartition(topic, p), metadata_partitions)
@@ -54,14 +57,20 @@ class Follower:
         self.cache.close()
 
 
-def build_follower(settings: Settings, metadata_partitions: int, cache_dir: Path | None = None) -> Follower:
+def build_follower(
+    settings: Settings, metadata_partitions: int, cache_dir: Path | None = None, own_topics: bool = False
+) -> Follower:
+    """The follower; ``own_topics`` (a worker): it also keeps the worker's own source topics."""
     cache = MetadataCache(cache_dir or settings.data_dir / "metadata-cache")
+    kept = frozenset(settings.follow_topics) or None
+    if own_topics and kept is not None:
+        kept |= frozenset(settings.topics)
     materializer = Materializer(
         cache,
-        lambda: new_consumer(settings.bootstrap_servers, f"{settings.app_id}-{settings.worker_id}-follower"),
+        lambda: new_consumer(settings.kafka, f"{settings.app_id}-{settings.worker_id}-follower"),
         settings.metadata_topic,
-        followed_partitions(settings, metadata_partitions),
-        frozenset(settings.follow_topics) or None,
+        followed_partitions(settings, metadata_partitions, own_topics),
+        kept,
     )
     return Follower(cache, materializer, RemoteLogMetadataManager(cache))
 

@@ -19,7 +19,7 @@ from processor.storage.chunk_storage import ChunkStorage
 from processor.web.servers import follower_web_app
 from processor.wiring.follower import Follower, build_follower, build_reader
 from processor.wiring.readiness import build_readiness_watch
-from processor.wiring.startup import check_shared
+from processor.wiring.startup import check_shared, read_api_token
 from processor.wiring.storage import build_storage
 
 log = logging.getLogger("processor.follower")
@@ -38,6 +38,7 @@ class FollowerServer:
 
     @classmethod
     def build(cls, settings: Settings) -> FollowerServer:
+        token = read_api_token(settings)  # before anything connects: a config error exits 2
         started = check_shared(settings)
         storage = started.storage
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -52,7 +53,6 @@ class FollowerServer:
                 None if materializer.failure is None else f"metadata follower failed: {materializer.failure}"
             )
 
-        token = settings.web_token.get_secret_value() if settings.web_token else None
         web_app = follower_web_app(
             {"follower": follower_failure},
             reader,

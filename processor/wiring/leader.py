@@ -8,7 +8,7 @@ from processor import metrics
 from processor.config import Settings
 from processor.follower.materializer import Materializer
 from processor.kafka_clients import latest_offsets, new_admin
-from processor.leader.batch_source import BatchSource, OnFetched, OnLost, SourceSecurity
+from processor.leader.batch_source import BatchSource, OnFetched, OnLost
 from processor.leader.high_watermarks import HighWatermarks
 from processor.leader.offload_engine import EngineOptions, OffloadEngine
 from processor.leader.resume import ResumePlanner
@@ -18,23 +18,13 @@ from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.rate_limited import rate_limited
 from processor.wiring.fetch_sizes import fetch_options
-from processor.wiring.read_your_write import accepted_by_follower
+from processor.wiring.read_your_write import confirm_by_follower
 from processor.wiring.resume import remote_state_loader
 
 # Faust's broker_rebalance_timeout; a revocation waits at most 80 % of it for running copies.
 REBALANCE_TIMEOUT_S = 5.0
 # How often the source partitions' high watermarks are asked of the brokers for the copy lag.
 HIGH_WATERMARK_INTERVAL_S = 5.0
-
-
-def source_security(settings: Settings) -> SourceSecurity:
-    return SourceSecurity(
-        settings.security_protocol,
-        settings.sasl_mechanism,
-        settings.sasl_username,
-        settings.sasl_password,
-        settings.ssl_cafile,
-    )
 
 
 def build_engine(
@@ -44,7 +34,7 @@ def build_engine(
     planner: ResumePlanner | None = None,
     materializer: Materializer | None = None,
 ) -> OffloadEngine:
-    publisher = MetadataPublisher(settings.bootstrap_servers, settings.metadata_topic, metadata_partitions)
+    publisher = MetadataPublisher(settings.kafka, settings.metadata_topic, metadata_partitions)
     uploads = rate_limited(storage, settings.upload_bytes_per_second)  # PROCESSOR_UPLOAD_BYTES_PER_SECOND
     copier = SegmentCopier(
         uploads,
@@ -52,20 +42,14 @@ def build_engine(
         ObjectKeyFactory(settings.s3_prefix),
         settings.worker_id,
         topic_ids=planner.topic_ids if planner is not None else None,
-        newest_epoch=materializer.cache.max_epoch if materializer is not None else None,
-        accepted=accepted_by_follower(materializer, metadata_partitions) if materializer else None,
+        current_claim=materializer.current_epoch if materializer is not None else None,
+        confirm=confirm_by_follower(materializer, metadata_partitions) if materializer else None,
     )
-    security = source_security(settings)
     fetch = fetch_options(settings)
 
     def source_factory(on_fetched: OnFetched, on_lost: OnLost) -> BatchSource:
         return BatchSource(
-            settings.bootstrap_servers,
-            f"{settings.app_id}-{settings.worker_id}-source",
-            on_fetched,
-            on_lost,
-            fetch,
-            security,
+            settings.kafka, f"{settings.app_id}-{settings.worker_id}-source", on_fetched, on_lost, fetch
         )
 
     metrics.BUFFER_BOUND.set(settings.buffer_bytes)
@@ -87,7 +71,7 @@ def build_engine(
         high_watermarks=HighWatermarks(
             functools.partial(
                 latest_offsets,
-                new_admin(settings.bootstrap_servers, f"{settings.app_id}-{settings.worker_id}-watermarks"),
+                new_admin(settings.kafka, f"{settings.app_id}-{settings.worker_id}-watermarks"),
             ),
             HIGH_WATERMARK_INTERVAL_S,
         ),

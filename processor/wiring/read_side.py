@@ -34,7 +34,7 @@ class ReadSide:
 def open_read_side(settings: Settings, topic: str, partition: int | None) -> ReadSide:
     """Materialize only the metadata partitions that hold the topic's partitions into a temporary
     cache, then read through it. Works whether or not a worker runs."""
-    admin = check_broker(settings.bootstrap_servers)
+    admin = check_broker(settings.kafka)
     counts = partition_counts(admin, [settings.metadata_topic, topic])
     if settings.metadata_topic not in counts:
         raise ProcessorError(

@@ -1,33 +1,35 @@
-"""The segment copier's read-your-write policy on the metadata topic, through the worker's follower."""
+"""Read-your-write on the metadata topic through the worker's own follower (the copier, the deleter
+and the claims confirm their records this way)."""
 
 from __future__ import annotations
 
 import logging
 
 from processor.follower.materializer import Materializer
-from processor.leader.ports import AcceptedByFollower
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import RemoteLogSegmentMetadata
+from processor.metadata.model import MetadataRecord
+from processor.metadata.sink import Confirm
 
 log = logging.getLogger(__name__)
 
+# How long a writer waits for its follower to apply its own record before it gives the partition
+# up. Long: the follower normally applies a record within milliseconds, and giving up costs a
+# re-claim; but never "go on as if accepted".
+CONFIRM_TIMEOUT_S = 60.0
 
-def accepted_by_follower(materializer: Materializer, metadata_partitions: int) -> AcceptedByFollower:
-    """Wait (briefly) for the worker's follower to apply the record published at ``offset`` and tell
-    whether it was accepted. Records the follower does not follow, or a follower that lags past the
-    wait, count as accepted (the old behaviour)."""
 
-    def accepted(record: RemoteLogSegmentMetadata, offset: int) -> bool:
+def confirm_by_follower(
+    materializer: Materializer, metadata_partitions: int, timeout_s: float = CONFIRM_TIMEOUT_S
+) -> Confirm:
+    """True when the follower applied the record published at ``offset`` and the fold accepted it,
+    False when the fold rejected it, None when that is not known in time (the follower lags, stopped,
+    or does not follow the partition): the writer then stops (it never fails open)."""
+
+    def confirm(record: MetadataRecord, offset: int) -> bool | None:
         tp = record.topic_partition
-        if materializer.source_topics is not None and tp.topic not in materializer.source_topics:
-            return True
-        if not materializer.wait_applied(metadata_partition_for(tp, metadata_partitions), offset):
-            log.info("%s: follower did not confirm %s in time; going on", tp, record.segment_id)
-            return True
-        stored = materializer.cache.segment(record.segment_id.id)
-        return stored is not None and (stored.state, stored.writer_epoch) == (
-            record.state,
-            record.writer_epoch,
-        )
+        outcome = materializer.outcome(metadata_partition_for(tp, metadata_partitions), offset, timeout_s)
+        if outcome is None:
+            log.warning("%s: the follower did not confirm the record at %d in %.0f s", tp, offset, timeout_s)
+        return outcome
 
-    return accepted
+    return confirm

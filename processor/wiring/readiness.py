@@ -12,7 +12,7 @@ from processor.storage.chunk_storage import ChunkStorage
 def build_readiness_watch(
     settings: Settings, materializer: Materializer | None, probe_storage: ChunkStorage
 ) -> ReadinessWatch:
-    admin = new_admin(settings.bootstrap_servers, f"{settings.app_id}-{settings.worker_id}-probe")
+    admin = new_admin(settings.kafka, f"{settings.app_id}-{settings.worker_id}-probe")
     probes = [
         storage_probe(probe_storage.check_bucket),
         kafka_probe(lambda timeout: admin.list_topics(timeout=timeout), settings.bootstrap_servers),

@@ -10,7 +10,7 @@ from processor.leader.resume import ResumePlanner
 from processor.metadata.codec import metadata_partition_for
 from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
-from processor.metadata.topic_io import load_remote_state
+from processor.metadata.topic_io import MetadataPublisher, load_remote_state
 
 
 def remote_state_loader(settings: Settings, metadata_partitions: int) -> RemoteStateLoader:
@@ -18,9 +18,7 @@ def remote_state_loader(settings: Settings, metadata_partitions: int) -> RemoteS
 
     def load(tps: list[TopicPartition]) -> dict[TopicPartition, PartitionRemoteState]:
         partitions = sorted({metadata_partition_for(tp, metadata_partitions) for tp in tps})
-        state, _skipped = load_remote_state(
-            settings.bootstrap_servers, settings.metadata_topic, partitions, set(tps)
-        )
+        state, _skipped = load_remote_state(settings.kafka, settings.metadata_topic, partitions, set(tps))
         return {tp: state.partition(tp) for tp in tps}
 
     return load
@@ -29,13 +27,17 @@ def remote_state_loader(settings: Settings, metadata_partitions: int) -> RemoteS
 def build_planner(
     settings: Settings, metadata_partitions: int, follower: CachedRemoteState | None = None
 ) -> ResumePlanner:
-    """Resume points, topic ids and writer epochs of newly assigned partitions (see
-    processor/leader/resume.py); resumes from the follower's cache when it is caught up."""
-    admin = new_admin(settings.bootstrap_servers, "processor-admin")
+    """Claims, topic ids and resume points of newly assigned partitions (see
+    processor/leader/resume.py); reads back through the follower's cache when it is caught up."""
+    admin = new_admin(settings.kafka, "processor-admin")
+    claims = MetadataPublisher(
+        settings.kafka, settings.metadata_topic, metadata_partitions, "processor-claims"
+    )
     return ResumePlanner(
         settings.worker_id,
         metadata_partitions,
         remote_state_loader(settings, metadata_partitions),
         lambda topics: topic_ids(admin, topics),
+        claims,
         follower,
     )

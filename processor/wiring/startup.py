@@ -11,6 +11,7 @@ from processor.errors import ConfigError
 from processor.kafka_clients import check_broker, partition_counts
 from processor.metadata.topic_io import ensure_metadata_topic
 from processor.storage.chunk_storage import ChunkStorage
+from processor.web.handlers import read_api_token as web_access_token
 from processor.wiring.storage import build_storage
 
 log = logging.getLogger(__name__)
@@ -27,11 +28,11 @@ class Started:
 
 def check_shared(settings: Settings) -> Started:
     """The checks every long-running role shares (worker, read-only follower)."""
-    admin = check_broker(settings.bootstrap_servers)
+    admin = check_broker(settings.kafka)
     storage = build_storage(settings)
     storage.check_bucket()
     metadata_partitions = ensure_metadata_topic(
-        settings.bootstrap_servers,
+        settings.kafka,
         settings.metadata_topic,
         settings.metadata_partitions,
         settings.metadata_replication_factor,
@@ -39,10 +40,14 @@ def check_shared(settings: Settings) -> Started:
     return Started(storage, metadata_partitions, admin)
 
 
-def check_worker(settings: Settings) -> Started:
-    """The worker's start-up checks: the shared ones, plus source topics configured."""
+def require_topics(settings: Settings) -> None:
     if not settings.topics:
         raise ConfigError("PROCESSOR_TOPICS: no source topics configured (comma-separated list)")
+
+
+def check_worker(settings: Settings) -> Started:
+    """The worker's start-up checks: the shared ones, plus source topics configured."""
+    require_topics(settings)
     started = check_shared(settings)
     missing = set(settings.topics) - set(partition_counts(started.admin, list(settings.topics)))
     if missing:
@@ -51,3 +56,13 @@ def check_worker(settings: Settings) -> Started:
             ", ".join(sorted(missing)),
         )
     return started
+
+
+def read_api_token(settings: Settings) -> str | None:
+    """The bearer token /fetch, /segments and POST /offload require (None: open), decided before
+    anything connects: a worker or follower that would serve them open off loopback without
+    PROCESSOR_WEB_AUTH=none refuses to start (ConfigError naming the settings to choose from)."""
+    if not settings.web_enabled:
+        return None
+    token = settings.web_token.get_secret_value() if settings.web_token else None
+    return web_access_token(settings.web_host, token, settings.web_auth)

@@ -8,9 +8,11 @@ import logging
 
 import faust
 
+from processor.errors import ProcessorError
 from processor.follower.materializer import Materializer
 from processor.health import HEALTH
 from processor.leader.engine_gauges import publish_engine_gauges
+from processor.leader.leadership import Leadership
 from processor.leader.offload_engine import OffloadEngine
 from processor.lifecycle.retention_service import HEALTH_COMPONENT
 from processor.lifecycle.worker_tasks import LifecycleTasks
@@ -21,7 +23,15 @@ WATCH_INTERVAL_S = 5.0
 GAUGES_INTERVAL_S = 2.0
 
 
-def add_data_path_timers(app: faust.App, engine: OffloadEngine, materializer: Materializer | None) -> None:
+RECLAIM_INTERVAL_S = 5.0
+
+
+def add_data_path_timers(
+    app: faust.App,
+    engine: OffloadEngine,
+    materializer: Materializer | None,
+    leadership: Leadership | None = None,
+) -> None:
     @app.timer(WATCH_INTERVAL_S)  # type: ignore[untyped-decorator]
     async def watch_engine() -> None:
         failure = engine.failure or (materializer.failure if materializer else None)
@@ -32,6 +42,16 @@ def add_data_path_timers(app: faust.App, engine: OffloadEngine, materializer: Ma
     @app.timer(GAUGES_INTERVAL_S)  # type: ignore[untyped-decorator]
     async def publish_segment_states() -> None:
         publish_engine_gauges(engine)
+
+    if leadership is not None:
+
+        @app.timer(RECLAIM_INTERVAL_S)  # type: ignore[untyped-decorator]
+        async def reclaim() -> None:
+            """Claim again what Faust assigns here and another claim released or left quiet."""
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, leadership.reclaim)
+            except ProcessorError as exc:  # Kafka unreachable now: the next tick tries again
+                log.warning("claiming partitions again failed: %s", exc)
 
 
 def add_lifecycle_timers(app: faust.App, tasks: LifecycleTasks, retention_check_ms: int) -> None:

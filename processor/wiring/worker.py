@@ -18,19 +18,24 @@ from processor.leader.leadership import Leadership
 from processor.leader.offload_engine import OffloadEngine
 from processor.lifecycle.worker_tasks import LifecycleTasks
 from processor.logs import faust_logging_options
-from processor.metadata.model import TopicPartition
 from processor.probes import ReadinessWatch
 from processor.storage.chunk_storage import ChunkStorage
 from processor.wiring.faust_app import build_app
 from processor.wiring.faust_views import add_offload_view
 from processor.wiring.follower import Follower, build_follower, build_reader
 from processor.wiring.leader import build_engine
+from processor.wiring.read_your_write import confirm_by_follower
 from processor.wiring.readiness import build_readiness_watch
-from processor.wiring.rebalance import generation
-from processor.wiring.resume import build_planner, remote_state_loader
-from processor.wiring.startup import check_worker
+from processor.wiring.resume import build_planner
+from processor.wiring.startup import check_worker, read_api_token, require_topics
 from processor.wiring.storage import build_storage
 from processor.wiring.timers import add_lifecycle_timers
+
+
+def reclaim_after_s(settings: Settings) -> float:
+    """How long another claim of a partition Faust assigns here must be quiet before this worker
+    claims it again: twice the session timeout, at least 30 s."""
+    return max(30.0, 2 * settings.session_timeout_ms / 1000)
 
 
 @dataclass
@@ -39,7 +44,7 @@ class Worker:
 
     settings: Settings
     storage: ChunkStorage
-    follower: Follower | None
+    follower: Follower
     engine: OffloadEngine
     app: faust.App
     lifecycle: LifecycleTasks
@@ -48,35 +53,30 @@ class Worker:
 
     @classmethod
     def build(cls, settings: Settings) -> Worker:
+        require_topics(settings)  # the configuration first: a config error exits 2 before any connection
+        token = read_api_token(settings)
         (settings.data_dir / "faust").mkdir(parents=True, exist_ok=True)
         started = check_worker(settings)
         storage, metadata_partitions = started.storage, started.metadata_partitions
-        follower = None
-        reader = None
-        if settings.follower_enabled:
-            follower = build_follower(settings, metadata_partitions)
-            reader = build_reader(settings, storage, follower.rlmm)
-        materializer = follower.materializer if follower is not None else None
+        # Every worker follows the metadata of its own source topics: it reads its claims and
+        # records back through it (PROCESSOR_FOLLOWER_ENABLED only decides whether it serves reads).
+        follower = build_follower(settings, metadata_partitions, own_topics=True)
+        reader = build_reader(settings, storage, follower.rlmm) if settings.follower_enabled else None
+        materializer = follower.materializer
         planner = build_planner(settings, metadata_partitions, materializer)
         engine = build_engine(settings, storage, metadata_partitions, planner, materializer)
-        app = build_app(settings, engine, Leadership(engine, planner), reader, materializer)
-        add_offload_view(app, engine, settings)  # POST /offload (processor offload)
-
-        def led_partitions() -> dict[TopicPartition, int]:
-            epoch = generation(app)
-            return {tp: epoch for tp in engine.status() if isinstance(tp, TopicPartition)}
-
-        # the follower's cache holds every led partition only when it follows everything
-        use_cache = (
-            follower is not None and not settings.follow_topics and not settings.follow_metadata_partitions
-        )
+        leadership = Leadership(engine, planner, materializer, reclaim_after_s(settings))
+        app = build_app(settings, engine, leadership, token, reader, materializer)
+        add_offload_view(app, engine, settings, token)  # POST /offload (processor offload)
         lifecycle = LifecycleTasks(
             settings,
             storage,
             metadata_partitions,
-            led_partitions,
-            follower.cache if use_cache and follower is not None else None,
-            remote_state_loader(settings, metadata_partitions),
+            leadership.led,
+            follower.cache,
+            engine.copier.in_flight,
+            confirm_by_follower(materializer, metadata_partitions),
+            leadership.fence,
         )
         add_lifecycle_timers(app, lifecycle, settings.retention_check_ms)
         probe_storage = build_storage(settings, probe=True)
@@ -85,8 +85,7 @@ class Worker:
 
     def start(self) -> None:
         self.engine.start()
-        if self.follower is not None:
-            self.follower.materializer.start()
+        self.follower.materializer.start()
         self.watch.start()
 
     def close(self) -> None:
@@ -94,8 +93,7 @@ class Worker:
         self.probe_storage.close()
         self.engine.stop()
         self.lifecycle.close()
-        if self.follower is not None:
-            self.follower.close()
+        self.follower.close()
         self.storage.close()
 
     def run(self) -> int:

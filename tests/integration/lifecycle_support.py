@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import new_producer
+from processor.kafka_clients import new_admin, new_producer, partition_counts
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
-from processor.metadata.remote_log_state import PartitionRemoteState
-from processor.metadata.topic_io import load_remote_state
+from processor.metadata.remote_log_state import PartitionRemoteState, RemoteLogState
+from processor.metadata.topic_io import read_partitions
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.s3 import S3ChunkStorage, S3Options
 
@@ -52,6 +52,7 @@ def storage_for(info: StackInfo, endpoint_url: str | None = None) -> S3ChunkStor
 class PartitionView:
     part: PartitionRemoteState
     objects: set[str]
+    history: list[RemoteLogSegmentMetadata]  # every accepted DELETE_SEGMENT_FINISHED of the partition
 
     @property
     def finished(self) -> list[RemoteLogSegmentMetadata]:
@@ -63,18 +64,38 @@ class PartitionView:
 
     @property
     def deleted(self) -> list[RemoteLogSegmentMetadata]:
-        return sorted(
-            (s for s in self.part.segments.values() if s.state is SegmentState.DELETE_SEGMENT_FINISHED),
-            key=lambda s: s.start_offset,
-        )
+        """Segments whose deletion finished (their keys are tombstoned: the topic's history tells)."""
+        return sorted(self.history, key=lambda s: s.start_offset)
 
     @property
     def referenced(self) -> set[str]:
         return {k for s in self.live for k in (s.data_object_key, s.index_object_key)}
 
 
+def fold_with_history(
+    bootstrap: str, meta: str
+) -> tuple[RemoteLogState, dict[TopicPartition, list[RemoteLogSegmentMetadata]]]:
+    """The metadata topic folded, and each partition's segments whose DELETE_SEGMENT_FINISHED was
+    accepted (the fold forgets them at their tombstones, as compaction does)."""
+    admin = new_admin(bootstrap, "lifecycle-tests")
+    partitions = list(range(partition_counts(admin, [meta]).get(meta, 0)))
+    state = RemoteLogState()
+    deleted: dict[TopicPartition, list[RemoteLogSegmentMetadata]] = {}
+    for msg in read_partitions(bootstrap, meta, partitions):
+        accepted = state.apply_message(msg.offset, msg.key, msg.value) is None
+        record = msg.record
+        finished = (
+            isinstance(record, RemoteLogSegmentMetadata)
+            and record.state is SegmentState.DELETE_SEGMENT_FINISHED
+        )
+        if accepted and finished:
+            assert isinstance(record, RemoteLogSegmentMetadata)
+            deleted.setdefault(record.topic_partition, []).append(record)
+    return state, deleted
+
+
 def view(info: StackInfo, meta: str, tp: TopicPartition, prefix: str) -> PartitionView:
-    state, _ = load_remote_state(info.bootstrap_servers, meta)
+    state, history = fold_with_history(info.bootstrap_servers, meta)
     storage = storage_for(info)
     try:
         keys = ObjectKeyFactory(prefix)
@@ -85,7 +106,7 @@ def view(info: StackInfo, meta: str, tp: TopicPartition, prefix: str) -> Partiti
         }
     finally:
         storage.close()
-    return PartitionView(state.partition(tp), objects)
+    return PartitionView(state.partition(tp), objects, history.get(tp, []))
 
 
 def wait_for(

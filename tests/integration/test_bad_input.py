@@ -15,6 +15,7 @@ from processor.devstack.stack import StackInfo
 def run_worker(env_overrides: dict[str, str], timeout_s: float = 90) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
     env.update({"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1"})
+    env["PROCESSOR_WEB_HOST"] = "127.0.0.1"  # the read API may stay open on loopback: no token needed
     env.update(env_overrides)
     return subprocess.run(
         [sys.executable, "-m", "processor", "worker"],

@@ -67,7 +67,7 @@ def test_buffer_bound_holds_while_s3_is_stalled(local_stack: StackInfo, tmp_path
     try:
         sampler.start()
         engine.start()
-        engine.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], epoch=1)
+        engine.assign({TopicPartition(TOPIC, p): 1 for p in range(PARTITIONS)})
         deadline = time.monotonic() + 60
         while not engine.paused and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -17,13 +17,14 @@ from processor.kafka_clients import ensure_topic, new_admin
 from processor.leader.batch_source import BatchSource
 from processor.leader.offload_engine import EngineOptions, OffloadEngine
 from processor.leader.segment_copier import SegmentCopier
-from processor.metadata.model import SegmentState, TopicPartition
+from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic, load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import Buffer, ChunkInfo
 from processor.storage.filesystem import FilesystemChunkStorage
 from processor.wiring.resume import remote_state_loader
+from tests.integration.lifecycle_support import fold_with_history
 from tests.integration.worker_process import wait_engine_offloaded
 from tests.support.segment_v1_writer import SegmentBuilder
 
@@ -89,7 +90,7 @@ def test_failed_copies_are_retried_in_order_and_dangling_copies_cleaned(
     failures_before = metrics.COPY_ERRORS.labels(TOPIC)._value.get()
     engine.start()
     try:
-        engine.assign([TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)], epoch=3)
+        engine.assign({TopicPartition(TOPIC, 0): 3, TopicPartition(TOPIC, 1): 3})
         ends = {p: sum(1 for r in produced if r.partition == p) - 1 for p in (0, 1)}
         wait_engine_offloaded(engine, {TopicPartition(TOPIC, p): e for p, e in ends.items()}, 120)
     finally:
@@ -106,15 +107,11 @@ def test_failed_copies_are_retried_in_order_and_dangling_copies_cleaned(
         assert finished[-1].end_offset == end
         assert part.dangling() == []
     # the crashed writer's segment was deleted, objects and all
-    gone = state.partition(TopicPartition(TOPIC, 0)).segments[dangling.segment_id.id]
-    assert gone.state is SegmentState.DELETE_SEGMENT_FINISHED
+    _state, history = fold_with_history(local_stack.bootstrap_servers, META)
+    assert dangling.segment_id.id in {s.segment_id.id for s in history[TopicPartition(TOPIC, 0)]}
     assert not storage.exists(dangling.data_object_key)
     # each failed attempt of partition 1 is recorded as deleted, under its own segment id
-    deleted = [
-        s
-        for s in state.partition(TopicPartition(TOPIC, 1)).segments.values()
-        if s.state is SegmentState.DELETE_SEGMENT_FINISHED
-    ]
+    deleted = history[TopicPartition(TOPIC, 1)]
     assert len(deleted) == 3 and len({s.segment_id for s in deleted}) == 3
     # ... all for the first segment: nothing later was copied before it succeeded
     first = state.partition(TopicPartition(TOPIC, 1)).finished()[0]

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -120,7 +121,7 @@ def test_delete_topic_resumes_after_a_crash_half_way_and_ends_empty(
     fault_proxy.add_rule(FaultRule("delay", frozenset({"delete"}), delay_s=0.1))
     slow_env = {**env, "PROCESSOR_S3_ENDPOINT_URL": fault_proxy.endpoint_url}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "processor", "delete-topic", "--topic", topic],
+        [sys.executable, "-m", "processor", "delete-topic", "--topic", topic, "--include-live"],
         env=slow_env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -142,8 +143,9 @@ def test_delete_topic_resumes_after_a_crash_half_way_and_ends_empty(
     assert PartitionDeleteState.DELETE_PARTITION_FINISHED not in states or len(states) > 1
     assert PartitionDeleteState.DELETE_PARTITION_STARTED in states
 
-    rerun = run_cli(env, "delete-topic", "--topic", topic)
+    rerun = run_cli(env, "delete-topic", "--topic", topic, "--include-live")
     assert rerun.returncode == 0, rerun.stderr + rerun.stdout
+    assert "deleting everything" in rerun.stdout
     assert list(storage.list(topic_prefix)) == [], "the topic's prefix ends empty"
     state, skipped = load_remote_state(local_stack.bootstrap_servers, META)
     assert skipped == 0
@@ -154,31 +156,30 @@ def test_delete_topic_resumes_after_a_crash_half_way_and_ends_empty(
     storage.close()
 
 
-def test_multipart_sweep_aborts_only_old_uploads_under_the_prefix(
+def test_multipart_sweep_aborts_only_old_uploads_of_the_projects_objects(
     local_stack: StackInfo, tmp_path: Path
 ) -> None:
     storage = storage_for(local_stack)
     client = storage.client
-    mine = client.create_multipart_upload(Bucket=local_stack.bucket, Key=f"{PREFIX}/mp/0/abandoned.log")
+    key = ObjectKeyFactory(PREFIX).segment("mp", 0, 0, uuid.uuid4(), 1).data
+    mine = client.create_multipart_upload(Bucket=local_stack.bucket, Key=key)
     client.upload_part(
-        Bucket=local_stack.bucket,
-        Key=f"{PREFIX}/mp/0/abandoned.log",
-        UploadId=mine["UploadId"],
-        PartNumber=1,
-        Body=b"x" * 1024,
+        Bucket=local_stack.bucket, Key=key, UploadId=mine["UploadId"], PartNumber=1, Body=b"x" * 1024
     )
+    foreign_key = f"{PREFIX}/mp/0/backup-of-something.tar"  # under the prefix, not this project's layout
+    foreign = client.create_multipart_upload(Bucket=local_stack.bucket, Key=foreign_key)
     other = client.create_multipart_upload(Bucket=local_stack.bucket, Key="elsewhere/mp/x.log")
     env = env_for(local_stack, tmp_path, "unused")
     try:
         young = run_cli(env, "abort-multipart")  # default threshold (1 h): an upload in flight stays
         assert young.returncode == 0 and "aborted 0" in young.stdout
-        assert [u.upload_id for u in storage.list_multipart_uploads(f"{PREFIX}/mp/")] == [mine["UploadId"]]
         old = run_cli(env, "abort-multipart", "--older-than-ms", "0")
         assert old.returncode == 0 and "aborted 1" in old.stdout, old.stderr
-        assert storage.list_multipart_uploads(f"{PREFIX}/mp/") == []
+        assert [u.upload_id for u in storage.list_multipart_uploads(f"{PREFIX}/mp")] == [foreign["UploadId"]]
         assert [u.upload_id for u in storage.list_multipart_uploads("elsewhere/")] == [other["UploadId"]]
     finally:
         storage.abort_multipart_upload("elsewhere/mp/x.log", other["UploadId"])
+        storage.abort_multipart_upload(foreign_key, foreign["UploadId"])
         storage.close()
 
 

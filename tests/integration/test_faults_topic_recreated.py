@@ -18,6 +18,7 @@ from processor.metadata.topic_io import load_remote_state
 from processor.wiring.follower import build_follower, build_reader
 from processor.wiring.storage import build_storage
 from tests.integration.invariants import running_worker
+from tests.integration.lifecycle_support import run_cli, storage_for
 from tests.integration.worker_process import worker_env
 
 pytestmark = pytest.mark.integration
@@ -97,3 +98,20 @@ def test_recreated_topic_is_offloaded_from_zero_and_never_served_the_old_records
     finally:
         follower.close()
         storage.close()
+
+    # delete-topic, by default, deletes the earlier topic's archive only; the live one stays
+    deleted = run_cli(env, "delete-topic", "--topic", TOPIC)
+    assert deleted.returncode == 0, deleted.stderr + deleted.stdout
+    assert f"live topic id {new_id}" in deleted.stdout and f"deleting topic id {old_id}" in deleted.stdout
+    storage = storage_for(local_stack)
+    try:
+        keys = {o.key for o in storage.list(f"recreated/{TOPIC}")}
+    finally:
+        storage.close()
+    assert not any(f"{TOPIC}-{old_id}/" in k for k in keys), "the earlier topic's objects are gone"
+    assert {k for s in served for k in (s.data_object_key, s.index_object_key)} <= keys
+    after, _ = load_remote_state(local_stack.bootstrap_servers, META)
+    now = after.partition(TP)
+    now.current_topic_id = new_id
+    assert [s.segment_id for s in now.finished()] == [s.segment_id for s in served]
+    assert not [s for s in now.segments.values() if s.segment_id.topic_id == old_id]

@@ -18,13 +18,16 @@ from processor.metadata.model import (
     TopicPartition,
 )
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic, load_remote_state
+from processor.segment.object_keys import ObjectKeyFactory
 
 pytestmark = pytest.mark.integration
 
 
 def meta(tp: TopicPartition, start: int, end: int, state: SegmentState) -> RemoteLogSegmentMetadata:
+    sid = RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4())
+    keys = ObjectKeyFactory("p").segment(tp.topic, tp.partition, start, sid.id, 0)
     return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4()),
+        sid,
         start,
         end,
         1,
@@ -34,8 +37,8 @@ def meta(tp: TopicPartition, start: int, end: int, state: SegmentState) -> Remot
         ((0, start),),
         10,
         state,
-        "k",
-        "k-index",
+        keys.data,
+        keys.index,
         1,
         end - start + 1,
         0,

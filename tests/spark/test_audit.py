@@ -58,7 +58,7 @@ def planted(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory):
     for p in range(3):
         segments[p] = [copier.copy(TopicPartition(SRC, p), build(p, s, s + 49), 0) for s in (0, 50, 100)]
     conn = Connection(
-        local_stack.bootstrap_servers,
+        local_stack.kafka,
         AUDIT_META,
         local_stack.s3_endpoint_url,
         local_stack.bucket,

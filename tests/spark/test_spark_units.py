@@ -16,6 +16,7 @@ from processor.metadata.model import (
 )
 from processor.segment.block_header import BlockInfo
 from processor.segment.index_format import SegmentIndex
+from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.records import KafkaRecord, TimestampType
 from processor.spark.arrow_records import ARROW_SCHEMA, records_to_batch
 from processor.spark.audit_rules import PartitionAudit, audit_partition
@@ -74,6 +75,7 @@ def test_offsets_are_json_with_sorted_keys_and_caps_spread_over_partitions() -> 
 
 def seg(start: int, end: int, blocks: int) -> tuple[RemoteLogSegmentMetadata, SegmentIndex]:
     sid = uuid.uuid4()
+    keys = ObjectKeyFactory("p").segment("t", 0, start, sid, 0)
     meta = RemoteLogSegmentMetadata(
         RemoteLogSegmentId("t", 0, sid),
         start,
@@ -85,8 +87,8 @@ def seg(start: int, end: int, blocks: int) -> tuple[RemoteLogSegmentMetadata, Se
         ((0, start),),
         100 * blocks,
         SegmentState.COPY_SEGMENT_FINISHED,
-        "k",
-        "k-index",
+        keys.data,
+        keys.index,
         1,
         end - start + 1,
         0,
@@ -188,7 +190,13 @@ def test_metadata_rows_decode_records_and_keep_garbage_and_tombstones_as_rows() 
     from processor.spark.metadata_source import COLUMNS, record_row
 
     meta, _ = seg(0, 9, 1)
-    good = dict(zip(COLUMNS, record_row(1, 7, 1000, b"t/0/x", encode_value(meta)), strict=True))
+    good = dict(
+        zip(
+            COLUMNS,
+            record_row(1, 7, 1000, f"t/0/{meta.segment_id.id}".encode(), encode_value(meta)),
+            strict=True,
+        )
+    )
     assert (good["record_type"], good["segment_id"], good["start_offset"], good["end_offset"]) == (
         "segment",
         str(meta.segment_id.id),

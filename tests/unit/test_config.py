@@ -36,3 +36,12 @@ def test_settings_are_frozen() -> None:
     s = load_settings({})
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises its own ValidationError
         s.segment_bytes = 5
+
+
+def test_settings_validate_the_source_variables() -> None:
+    s = load_settings({"PROCESSOR_ARCHIVE_COMPRESSION": "zstd", "PROCESSOR_SASL_MECHANISM": "SCRAM-SHA-512"})
+    assert (s.archive_compression, s.sasl_mechanism, s.fetch_concurrency) == ("zstd", "SCRAM-SHA-512", 4)
+    with pytest.raises(ConfigError, match="PROCESSOR_ARCHIVE_COMPRESSION"):
+        load_settings({"PROCESSOR_ARCHIVE_COMPRESSION": "brotli"})
+    with pytest.raises(ConfigError, match="PROCESSOR_SECURITY_PROTOCOL"):
+        load_settings({"PROCESSOR_SECURITY_PROTOCOL": "TLS"})

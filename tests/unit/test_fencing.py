@@ -1,10 +1,12 @@
-"""Epoch fencing, topic-id lineages and the cleanup list of the remote-state fold. Pure."""
+"""The fold's rules for partitions written before claims existed (the newest writer epoch wins),
+topic-id lineages and the cleanup list of the remote state. Pure. (Claims: test_claims.py.)"""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import uuid
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -17,7 +19,8 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
-from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.metadata.remote_log_state import PartitionRemoteState, RemoteLogState, stamped
+from processor.segment.object_keys import ObjectKeyFactory
 
 TP = TopicPartition("t", 0)
 S = SegmentState
@@ -32,8 +35,10 @@ def seg(
     epoch: int = 0,
     topic_id: str | None = None,
 ) -> RemoteLogSegmentMetadata:
+    sid = RemoteLogSegmentId(TP.topic, TP.partition, uuid.uuid4(), topic_id)
+    keys = ObjectKeyFactory("p").segment(TP.topic, TP.partition, start, sid.id, epoch, topic_id)
     return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(TP.topic, TP.partition, uuid.uuid4(), topic_id),
+        sid,
         start,
         end,
         0,
@@ -43,8 +48,8 @@ def seg(
         ((0, start),),
         1,
         state,
-        "d",
-        "i",
+        keys.data,
+        keys.index,
         1,
         end - start + 1,
         0,
@@ -58,8 +63,27 @@ def to(
     return dataclasses.replace(s, state=state, writer_epoch=s.writer_epoch if epoch is None else epoch)
 
 
-def fold(*records: RemoteLogSegmentMetadata) -> PartitionRemoteState:
-    state = PartitionRemoteState()
+class Folded:
+    """One partition folded through the one fold; reads its remote state as the leader would."""
+
+    def __init__(self) -> None:
+        self.log = RemoteLogState()
+        self.current_topic_id: str | None = None
+
+    def apply(self, record: RemoteLogSegmentMetadata) -> None:
+        self.log.apply(record)
+
+    def view(self) -> PartitionRemoteState:
+        part = self.log.partition(TP)
+        part.current_topic_id = self.current_topic_id
+        return part
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.view(), name)
+
+
+def fold(*records: RemoteLogSegmentMetadata) -> Folded:
+    state = Folded()
     for r in records:
         state.apply(r)
     return state
@@ -105,17 +129,9 @@ def test_the_newer_epoch_lineage_is_served_and_overlapped_older_segments_are_cle
 def test_cleanup_records_carry_the_new_leaders_epoch_and_id() -> None:
     zombie = seg(0, 9, S.COPY_SEGMENT_STARTED, epoch=1)
     state = fold(zombie)
-    state.cleanup_epoch, state.cleanup_writer = state.next_writer_epoch(0), "new-leader"
-    (cleanup,) = state.dangling()
+    (cleanup,) = stamped(state.view().dangling(), 2, "new-leader")
     assert cleanup.writer_epoch == 2 and cleanup.writer_id == "new-leader"
     state.apply(to(cleanup, S.DELETE_SEGMENT_STARTED))
-
-
-def test_next_writer_epoch_is_newer_than_any_seen() -> None:
-    state = fold(seg(0, 9, epoch=7))
-    assert state.next_writer_epoch(3) == 8  # the group's generation restarted
-    assert state.next_writer_epoch(12) == 12
-    assert PartitionRemoteState().next_writer_epoch(0) == 0
 
 
 def test_a_recreated_topic_is_a_new_history() -> None:
@@ -153,7 +169,7 @@ intervals = st.lists(
 
 @given(intervals)
 def test_served_segments_never_overlap_and_newer_epochs_win(raw: list[tuple[int, int, int, bool]]) -> None:
-    state = PartitionRemoteState()
+    state = Folded()
     for start, length, epoch, finish in raw:
         started = seg(start, start + length, S.COPY_SEGMENT_STARTED, epoch=epoch)
         for record in (started, to(started, S.COPY_SEGMENT_FINISHED)) if finish else (started,):

@@ -20,6 +20,7 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
+from processor.segment.object_keys import ObjectKeyFactory
 
 TP = TopicPartition("orders", 3)
 S = SegmentState
@@ -32,8 +33,10 @@ def seg(
     tp: TopicPartition = TP,
     max_ts: int = 0,
 ):
+    sid = RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4())
+    keys = ObjectKeyFactory("p").segment(tp.topic, tp.partition, start, sid.id, 0)
     return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4()),
+        sid,
         start,
         end,
         max_ts,
@@ -43,8 +46,8 @@ def seg(
         ((0, start),),
         100,
         state,
-        "d",
-        "d-index",
+        keys.data,
+        keys.index,
         1,
         end - start + 1,
         0,
@@ -120,7 +123,9 @@ def test_state_changes_move_segments_in_and_out_of_the_offset_index(tmp_path: Pa
     assert cache.finished_segment_for_offset(TP, 3) is None
     assert [s.state for s in cache.listed_segments(TP)] == [S.DELETE_SEGMENT_STARTED]
     cache.apply_batch(msgs(steps[3:], first=3))
-    assert list(cache.listed_segments(TP)) == [] and cache.segment(started.segment_id.id) is None
+    assert list(cache.listed_segments(TP)) == []
+    gone = cache.segment(started.segment_id.id)  # kept (for the state machine) until its tombstone
+    assert gone is not None and gone.state is S.DELETE_SEGMENT_FINISHED
     cache.close()
 
 

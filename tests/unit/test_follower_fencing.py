@@ -16,7 +16,7 @@ from processor import metrics
 from processor.follower.metadata_cache import MetadataCache
 from processor.metadata.fencing import StaleRecordError
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
-from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.metadata.remote_log_state import RemoteLogState
 from tests.unit.test_fencing import NEW_ID, OLD_ID, TP, seg, to
 from tests.unit.test_follower_cache import msgs
 
@@ -24,7 +24,7 @@ S = SegmentState
 
 
 def skipped(reason: str) -> float:
-    return float(metrics.METADATA_SKIPPED.labels(reason)._value.get())
+    return float(metrics.METADATA_REJECTED.labels(reason)._value.get())
 
 
 @pytest.fixture
@@ -48,9 +48,8 @@ def test_records_from_an_older_epoch_are_skipped_and_counted(cache: MetadataCach
     )
     assert (result.applied, result.skipped) == (2, 3)
     assert skipped("stale_epoch") - before == 3
-    assert result.epochs == {TP: 4}
     assert cache.finished_segment_for_offset(TP, 5) is None
-    assert cache.max_epoch(TP) == 4
+    assert cache.header(TP).lineage.max_epoch == 4
     assert cache.segment(zombie.segment_id.id) == zombie  # still dangling: the leader cleans it
 
 
@@ -96,7 +95,7 @@ def test_the_lineage_survives_a_restart(tmp_path: Path) -> None:
     cache.apply_batch(msgs([seg(0, 9, epoch=5, topic_id=OLD_ID)]))
     cache.close()
     again = MetadataCache(tmp_path / "c")
-    assert again.max_epoch(TP) == 5 and again.lineage(TP).topic_id == OLD_ID
+    assert again.header(TP).lineage.max_epoch == 5 and again.header(TP).lineage.topic_id == OLD_ID
     assert again.apply_batch(msgs([seg(10, 19, epoch=4)], first=1)).skipped == 1
     again.close()
 
@@ -117,7 +116,7 @@ records = st.lists(
 @given(records, st.integers(1, 5))
 def test_cache_and_fold_agree(tmp_path: Path, raw: list[tuple], batch_size: int) -> None:  # type: ignore[type-arg]
     cache = MetadataCache(tmp_path / f"c{uuid.uuid4()}")
-    fold = PartitionRemoteState()
+    fold = RemoteLogState()
     stream: list[RemoteLogSegmentMetadata] = []
     for start, length, epoch, tid, state in raw:
         started = seg(start, start + length, S.COPY_SEGMENT_STARTED, epoch, tid)
@@ -130,6 +129,6 @@ def test_cache_and_fold_agree(tmp_path: Path, raw: list[tuple], batch_size: int)
         with contextlib.suppress(StaleRecordError):
             fold.apply(r)
     served_by_cache = [s.segment_id for s in cache.finished_segments(TP)]
-    assert served_by_cache == [s.segment_id for s in fold.finished()]
-    assert cache.lineage(TP) == fold.lineage
+    assert served_by_cache == [s.segment_id for s in fold.partition(TP).finished()]
+    assert cache.header(TP) == fold.partition(TP).header
     cache.close()

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from processor import logs
 
@@ -80,3 +82,36 @@ def test_faust_gets_the_same_logging_config() -> None:
     config = options["logging_config"]
     assert config["root"]["level"] == logging.WARNING
     assert config["formatters"]["processor"]["()"] is logs.JsonFormatter
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=60)
+@given(
+    secret=st.text(alphabet=st.sampled_from('ab"\\\n/é{}'), min_size=4, max_size=12).filter(
+        lambda s: '"' in s or "\\" in s
+    )
+)
+def test_json_lines_redact_before_escaping(monkeypatch: pytest.MonkeyPatch, secret: str) -> None:
+    """A secret holding a quote or a backslash is masked in the message, the fields and the traceback."""
+    monkeypatch.setenv("PROCESSOR_SASL_PASSWORD", secret)
+    logs._Redacting.secrets = logs.secret_values()
+    try:
+        formatter = logs.JsonFormatter()
+        try:
+            raise RuntimeError(f"bad password {secret}")
+        except RuntimeError:
+            record = logging.makeLogRecord(
+                {"msg": "login with %s", "args": (secret,), "levelname": "ERROR", "detail": f"pw={secret}"}
+            )
+            record.exc_info = sys.exc_info()
+        line = formatter.format(record)
+        entry = json.loads(line)
+        assert secret not in entry["message"] and secret not in entry["detail"]
+        assert secret not in entry["exception"]
+        assert json.dumps(secret, ensure_ascii=False)[1:-1] not in line
+    finally:
+        logs._Redacting.secrets = []
+
+
+def test_url_credentials_are_secrets() -> None:
+    env = {"PROCESSOR_S3_ENDPOINT_URL": "https://minio:canary-url-pw@s3.local:9000", "OTHER": "http://h/x"}
+    assert logs.secret_values(env) == ["canary-url-pw"]

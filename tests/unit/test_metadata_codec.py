@@ -69,6 +69,7 @@ def test_schemas_are_valid_avro() -> None:
         "RemoteLogSegmentMetadataUpdate.avsc",
         "RemotePartitionDeleteMetadata.avsc",
         "RemoteLogStartOffset.avsc",
+        "PartitionClaim.avsc",
         "RestoreProgress.avsc",  # the restore progress topic (processor/restore/progress_record.py)
     }
     for f in files:

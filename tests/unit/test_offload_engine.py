@@ -82,7 +82,7 @@ def run_engine(tmp_path: Path, script: list[Response]) -> tuple[ListSink, Filesy
     )
     engine.start()
     try:
-        engine.assign([TP], epoch=1)
+        engine.assign({TP: 1})
         time.sleep(0.3)
         engine.roll_all()
         deadline = time.monotonic() + 5

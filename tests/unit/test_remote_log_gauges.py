@@ -9,9 +9,7 @@ from prometheus_client import REGISTRY
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits
 from processor.lifecycle.retention_service import RetentionService, StateView
-from processor.lifecycle.segment_deleter import SegmentDeleter
-from processor.metadata.remote_log_state import RemoteLogState
-from tests.unit.test_segment_deleter import TP, FailingDeletes, Journal, copy_segments
+from tests.unit.test_segment_deleter import TP, FailingDeletes, Journal, claimed, copy_segments, deleter_for
 
 
 def _gauge(name: str, **labels: str) -> float | None:
@@ -21,19 +19,17 @@ def _gauge(name: str, **labels: str) -> float | None:
 def test_size_and_delete_lag_follow_the_passes(tmp_path: Path) -> None:
     storage = FailingDeletes(tmp_path)
     segs = copy_segments(storage, 3)
-    state = RemoteLogState()
-    for s in segs:
-        state.apply(s)
+    state, epoch = claimed(segs)
     journal = Journal()
     total = sum(s.segment_size_in_bytes for s in segs)
     kept = RetentionService(
         RetentionConfig(RetentionLimits(), ()),
         StateView(state.partitions),
-        SegmentDeleter(storage, journal, journal, journal, "w"),
+        deleter_for(storage, journal),
         None,
         clock_ms=lambda: 10_000,
     )
-    kept.run_pass({TP: 1})  # unlimited retention: all served, nothing to delete
+    kept.run_pass({TP: epoch})  # unlimited retention: all served, nothing to delete
     assert _gauge("processor_remote_log_size_bytes", topic="orders") == total
     assert _gauge("processor_remote_log_segments", topic="orders") == 3
     assert _gauge("processor_remote_delete_lag_segments", topic="orders", partition="0") == 0
@@ -41,16 +37,16 @@ def test_size_and_delete_lag_follow_the_passes(tmp_path: Path) -> None:
     service = RetentionService(
         RetentionConfig(RetentionLimits(), (("orders", "bytes", 0),)),  # orders: keep nothing
         StateView(state.partitions),
-        SegmentDeleter(storage, journal, journal, journal, "w"),
+        deleter_for(storage, journal),
         None,
         clock_ms=lambda: 10_000,
     )
     storage.fail = True
-    service.run_pass({TP: 1})  # every deletion fails: all three wait
+    service.run_pass({TP: epoch})  # every deletion fails: all three wait
     assert _gauge("processor_remote_delete_lag_segments", topic="orders", partition="0") == 3
     assert _gauge("processor_remote_delete_lag_bytes", topic="orders", partition="0") == total
     storage.fail = False
-    service.run_pass({TP: 1})
+    service.run_pass({TP: epoch})
     assert _gauge("processor_remote_delete_lag_segments", topic="orders", partition="0") == 0
     assert _gauge("processor_remote_log_segments", topic="orders") == 0
     service.run_pass({})  # no longer the leader: this worker's figures of orders are dropped

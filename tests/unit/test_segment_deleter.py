@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from processor import metrics
 from processor.errors import StorageError
@@ -13,7 +14,9 @@ from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, 
 from processor.lifecycle.retention_service import RetentionService, StateView
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.model import (
+    ClaimKind,
     MetadataRecord,
+    PartitionClaim,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogStartOffset,
@@ -99,19 +102,42 @@ def copy_segments(
     return out
 
 
+def accept_all(record: MetadataRecord, offset: int) -> bool:
+    return True
+
+
+def deleter_for(storage: FailingDeletes, journal: Journal, **kw: Any) -> SegmentDeleter:
+    return SegmentDeleter(
+        storage, journal, journal, journal, "w-ret", ObjectKeyFactory("p"), accept_all, **kw
+    )
+
+
+def claimed(
+    segs: list[RemoteLogSegmentMetadata], *more: RemoteLogSegmentMetadata
+) -> tuple[RemoteLogState, int]:
+    """The segments folded, then a claim of the partition: the state and the claim's epoch."""
+    state = RemoteLogState()
+    for s in [*segs, *more]:
+        state.apply(s)
+    return state, state.apply(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w-ret", 1))
+
+
 def test_deletes_in_kafka_order_and_leaves_no_objects(tmp_path: Path) -> None:
     storage = FailingDeletes(tmp_path)
     segs = copy_segments(storage, 3)
     journal = Journal()
-    deleter = SegmentDeleter(storage, journal, journal, journal, "w-ret", clock_ms=lambda: 9_000)
+    deleter = deleter_for(storage, journal, clock_ms=lambda: 9_000)
+    state, epoch = claimed(segs)
     plan = plan_retention(segs, RetentionLimits(retention_ms=1_000), now_ms=10_000)
     before = metrics.SEGMENTS_DELETED.labels("time")._value.get()
-    out = deleter.execute(TP, plan, writer_epoch=1)
+    out = deleter.execute(TP, plan, writer_epoch=epoch)
     assert out.deleted == segs and out.failed == [] and out.log_start_offset == 30
     kinds = [(k, type(v).__name__ if k == "publish" else None) for k, v in journal.events]
     assert kinds[0] == ("publish", "RemoteLogStartOffset"), "the start offset moves before anything goes"
     start = journal.events[0][1]
-    assert isinstance(start, RemoteLogStartOffset) and start.start_offset == 30 and start.writer_epoch == 2
+    assert (
+        isinstance(start, RemoteLogStartOffset) and start.start_offset == 30 and start.writer_epoch == epoch
+    )
     per_segment = journal.events[1:]
     for i, seg in enumerate(segs):
         started, finished, tomb = per_segment[3 * i : 3 * i + 3]
@@ -124,9 +150,6 @@ def test_deletes_in_kafka_order_and_leaves_no_objects(tmp_path: Path) -> None:
     assert list(storage.list("")) == []
     assert metrics.SEGMENTS_DELETED.labels("time")._value.get() - before == 3
     # the records fold: every segment ends DELETE_SEGMENT_FINISHED, the start offset is 30
-    state = RemoteLogState()
-    for s in segs:
-        state.apply(s)
     for _k, v in journal.events:
         if isinstance(v, (RemoteLogSegmentMetadata, RemoteLogStartOffset)):
             state.apply(v)
@@ -138,7 +161,7 @@ def test_failed_deletes_are_queued_counted_and_retried(tmp_path: Path) -> None:
     storage = FailingDeletes(tmp_path)
     segs = copy_segments(storage, 2)
     journal = Journal()
-    deleter = SegmentDeleter(storage, journal, journal, journal, "w-ret")
+    deleter = deleter_for(storage, journal)
     storage.fail = True
     failures = metrics.DELETE_FAILURES._value.get()
     out = deleter.execute(TP, plan_retention(segs, RetentionLimits(retention_bytes=0), 10_000), 2)
@@ -162,12 +185,13 @@ def test_retry_from_the_deletion_topic_finishes_the_segment(tmp_path: Path) -> N
     storage = FailingDeletes(tmp_path)
     (seg,) = copy_segments(storage, 1)
     journal = Journal()
-    deleter = SegmentDeleter(storage, journal, journal, journal, "w-ret")
+    deleter = deleter_for(storage, journal)
+    stuck = seg.with_state(S.DELETE_SEGMENT_STARTED, 2)
     storage.fail = True
-    assert deleter.retry_failed([seg], 3).failed
+    assert deleter.retry_failed([seg], 3, lambda s: stuck).failed
     storage.fail = False
-    out = deleter.retry_failed([seg], 3)
-    assert out.deleted == [seg] and list(storage.list("")) == []
+    out = deleter.retry_failed([seg], 3, lambda s: stuck)
+    assert out.deleted == [stuck] and list(storage.list("")) == []
     assert [k for k, _ in journal.events] == ["publish", "tombstone", "resolved"]
     finished = journal.events[0][1]
     assert isinstance(finished, RemoteLogSegmentMetadata) and finished.state is S.DELETE_SEGMENT_FINISHED
@@ -180,11 +204,9 @@ def test_service_deletes_only_led_partitions_and_reports_persistent_failures(tmp
     HEALTH.reset()
     storage = FailingDeletes(tmp_path)
     segs = copy_segments(storage, 2)
-    state = RemoteLogState()
-    for s in segs:
-        state.apply(s)
+    state, epoch = claimed(segs)
     journal = Journal()
-    deleter = SegmentDeleter(storage, journal, journal, journal, "w-ret")
+    deleter = deleter_for(storage, journal)
     service = RetentionService(
         RetentionConfig(RetentionLimits(), (("orders", "bytes", 0),)),
         StateView(state.partitions),
@@ -196,15 +218,12 @@ def test_service_deletes_only_led_partitions_and_reports_persistent_failures(tmp
     assert journal.events == []
     storage.fail = True
     for _ in range(3):
-        service.run_pass({TP: 1})
+        service.run_pass({TP: epoch})
     assert [p.component for p in HEALTH.problems()] == ["retention"]
     storage.fail = False
-    stuck = RemoteLogState()
-    for s in segs:
-        stuck.apply(s)
-        stuck.apply(s.with_state(S.DELETE_SEGMENT_STARTED, 2))
+    stuck, epoch = claimed(segs, *(s.with_state(S.DELETE_SEGMENT_STARTED, 2) for s in segs))
     service.view = StateView(stuck.partitions)
-    result = service.run_pass({TP: 1})
+    result = service.run_pass({TP: epoch})
     assert len(result.outcome.deleted) == 2 and result.ok
     assert HEALTH.problems() == []
     assert {r for r in DeleteReason} >= {DeleteReason.RETRY}

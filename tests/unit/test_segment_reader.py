@@ -29,6 +29,7 @@ from processor.metadata.model import (
     RemoteLogSegmentMetadata,
     SegmentState,
 )
+from processor.metadata.validation import check_record
 from tests.unit.metadata_samples import segment_metadata
 
 FRAME = 2
@@ -84,7 +85,14 @@ def test_corrupted_records_are_read_the_same_or_left_to_fastavro(
         with pytest.raises(FormatError):
             decode_value(value)
     else:
-        assert decode_value(value) == want
+        # decodes the same either way; the bounds check (validation.py) then decides
+        try:
+            check_record(want)
+        except FormatError:
+            with pytest.raises(FormatError, match="invalid metadata record"):
+                decode_value(value)
+        else:
+            assert decode_value(value) == want
 
 
 @given(st.binary(max_size=200))
@@ -125,9 +133,13 @@ def test_valid_encodings_the_reader_does_not_handle_go_to_fastavro() -> None:
     assert decode_value(odd) == meta
 
 
+TOPIC_ID = "5a1b0c6e-0000-4000-8000-00000000000a"
+DATA_KEY = f"bucket-prefix/{'p' * 200}/orders-{TOPIC_ID}/7/00000000000000000010-{uuid.UUID(int=5)}-e3.log"
+
+
 def _sample() -> RemoteLogSegmentMetadata:
     return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId("orders", 7, uuid.UUID(int=5), "tid"),
+        RemoteLogSegmentId("orders", 7, uuid.UUID(int=5), TOPIC_ID),
         10,
         99,
         1_700_000_000_000,
@@ -137,8 +149,8 @@ def _sample() -> RemoteLogSegmentMetadata:
         ((3, 10),),
         64 << 20,
         SegmentState.COPY_SEGMENT_FINISHED,
-        "bucket/prefix/orders/7/00000000000000000010-" + "a" * 40,
-        "i",
+        DATA_KEY,
+        DATA_KEY + "-index",
         2,
         90,
         2**32 - 1,

@@ -1,0 +1,383 @@
+"""Ownership by claims on the metadata log, one test per defect the claim protocol fixes (the model
+test, test_ownership_model.py, checks the invariants over every interleaving). Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from processor.errors import FencedWriterError, InvalidNameError
+from processor.follower.cache_writes import RawMessage
+from processor.follower.materializer import Materializer
+from processor.follower.metadata_cache import MetadataCache
+from processor.lifecycle.retention_config import RetentionConfig
+from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, plan_retention
+from processor.lifecycle.retention_service import RetentionService, StateView, clean_partition
+from processor.lifecycle.segment_deleter import SegmentDeleter
+from processor.metadata.codec import encode_value, record_key, segment_key
+from processor.metadata.fencing import STALE_EPOCH
+from processor.metadata.fold import INTERNAL, INVALID, NO_CLAIM, OVERLAP, Fold, MemoryStore, MetadataFold
+from processor.metadata.model import (
+    ClaimKind,
+    MetadataRecord,
+    PartitionClaim,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogStartOffset,
+    SegmentState,
+    TopicPartition,
+)
+from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.segment.object_keys import ObjectKeyFactory
+from processor.storage.filesystem import FilesystemChunkStorage
+from processor.wiring.read_your_write import confirm_by_follower
+
+TP = TopicPartition("orders", 0)
+KEYS = ObjectKeyFactory("archive")
+S = SegmentState
+
+
+class Log:
+    """One metadata partition: what writers publish is appended, folded live, and confirmable."""
+
+    def __init__(self) -> None:
+        self.fold = MetadataFold()
+        self.messages: list[tuple[int, bytes, bytes | None]] = []
+        self.accepted: dict[int, bool] = {}
+        self.failed: list[RemoteLogSegmentMetadata] = []
+
+    def publish(self, record: MetadataRecord) -> int:
+        return self._append(record_key(record), encode_value(record))
+
+    def tombstone(self, segment: RemoteLogSegmentMetadata) -> int:
+        return self._append(segment_key(segment.segment_id), None)
+
+    def _append(self, key: bytes, value: bytes | None) -> int:
+        offset = len(self.messages)
+        self.messages.append((offset, key, value))
+        self.accepted[offset] = self.fold.apply_raw(offset, key, value).accepted
+        return offset
+
+    def confirm(self, record: MetadataRecord, offset: int) -> bool:
+        return self.accepted.get(offset, False)
+
+    def claim(self, writer: str, kind: ClaimKind = ClaimKind.LEAD) -> int:
+        return self.publish(PartitionClaim(TP, uuid.uuid4(), kind, writer, 0))
+
+    def state(self) -> PartitionRemoteState:
+        return PartitionRemoteState.of(self.fold.partition(TP))
+
+    def record_failed(self, segment: RemoteLogSegmentMetadata) -> None:
+        self.failed.append(segment)
+
+    def resolve(self, segment: RemoteLogSegmentMetadata) -> None:
+        pass
+
+
+def segment(
+    start: int, end: int, epoch: int, state: SegmentState = S.COPY_SEGMENT_FINISHED, writer: str = "w"
+) -> RemoteLogSegmentMetadata:
+    sid = RemoteLogSegmentId(TP.topic, TP.partition, uuid.uuid4())
+    keys = KEYS.segment(TP.topic, TP.partition, start, sid.id, epoch)
+    return RemoteLogSegmentMetadata(
+        sid, start, end, 1_000, 1, writer, epoch, ((0, start),), 100, state,
+        keys.data, keys.index, 2, end - start + 1, 0, 10,
+    )  # fmt: skip
+
+
+def copy(
+    log: Log, start: int, end: int, epoch: int, writer: str = "w"
+) -> tuple[bool, RemoteLogSegmentMetadata]:
+    started = segment(start, end, epoch, S.COPY_SEGMENT_STARTED, writer)
+    log.publish(started)
+    finished = started.with_state(S.COPY_SEGMENT_FINISHED, 2)
+    return log.confirm(finished, log.publish(finished)), finished
+
+
+def deleter(log: Log, storage: FilesystemChunkStorage, writer: str = "w") -> SegmentDeleter:
+    return SegmentDeleter(storage, log, log, log, writer, KEYS, log.confirm)
+
+
+def test_retention_writes_with_the_lanes_claim_and_never_fences_its_own_worker(tmp_path: Path) -> None:
+    """Defect 1: retention stamped its records with the group generation, newer than a kept
+    partition's epoch, and the worker's own follower then revoked the partition. Records now carry
+    the claim epoch the lane holds, whatever the generation, and every one is accepted."""
+    log = Log()
+    epoch = log.claim("w")
+    for i in range(3):
+        assert copy(log, i * 10, i * 10 + 9, epoch)[0]
+    generation = epoch + 7  # the group went through rebalances; the partition stayed here
+    service = RetentionService(
+        RetentionConfig(RetentionLimits(retention_ms=10), ()),
+        StateView({TP: log.state()}),
+        deleter(log, FilesystemChunkStorage(tmp_path)),
+        None,
+        clock_ms=lambda: 1_000_000,
+    )
+    result = service.run_pass({TP: epoch})
+    assert len(result.outcome.deleted) == 3 and result.fenced == []
+    assert all(log.accepted.values()), "a record of the claim holder was rejected"
+    assert log.state().current_epoch == epoch != generation
+
+
+def test_two_owners_never_share_an_epoch_and_no_acknowledged_offset_is_lost() -> None:
+    """Defect 2: with epochs from group generations two owners could hold the same number; B
+    finishes 100..249, A 100..199, B 250..399 left 200..249 unserved and retention then deleted
+    B's only copy. Claims are offsets in the log: unique, and A's late copy is rejected."""
+    log = Log()
+    a = log.claim("A")
+    assert copy(log, 0, 99, a, "A")[0]
+    b = log.claim("B")
+    assert a != b
+    assert copy(log, 100, 249, b, "B")[0]
+    ok, late = copy(log, 100, 199, a, "A")  # A paused past its session timeout, then went on
+    assert not ok
+    assert copy(log, 250, 399, b, "B")[0]
+    served = [(s.start_offset, s.end_offset) for s in log.state().finished()]
+    assert served == [(0, 99), (100, 249), (250, 399)]
+    plan = plan_retention(
+        log.state().segments.values(),
+        RetentionLimits(),
+        10_000,
+        served={s.segment_id.id for s in log.state().finished()},
+        current_epoch=b,
+    )
+    assert plan.expired == () and all(
+        s.state is not S.COPY_SEGMENT_FINISHED or s.segment_id == late.segment_id for s in plan.dangling
+    )
+
+
+def test_read_your_write_never_fails_open(tmp_path: Path) -> None:
+    """Defect 3: a follower that did not confirm within 10 s counted as "accepted". Now a record not
+    confirmed is not accepted: the writer stops."""
+    cache = MetadataCache(tmp_path / "cache")
+    materializer = Materializer(cache, lambda: None, "meta", [0])  # type: ignore[arg-type, return-value]
+    confirm = confirm_by_follower(materializer, 1, timeout_s=0.1)
+    assert confirm(segment(0, 9, 5), 3) is None  # the follower is not running: unknown, never accepted
+    cache.close()
+
+
+def test_retention_never_deletes_the_leaders_copy_in_progress() -> None:
+    """Defect 4: a copy in progress of the new leader over a range an older epoch's finished segment
+    still covered was taken for dangling and deleted. Only copies that can never finish are."""
+    log = Log()
+    old = log.claim("old")
+    assert copy(log, 0, 99, old, "old")[0]
+    new = log.claim("new")
+    mine = segment(100, 199, new, S.COPY_SEGMENT_STARTED, "new")
+    log.publish(mine)
+    theirs = segment(100, 149, old, S.COPY_SEGMENT_STARTED, "old")  # the old owner's, written before
+    state = log.state()
+    segments = [*state.segments.values(), theirs]
+    plan = plan_retention(
+        segments, RetentionLimits(), 10_000, current_epoch=new, in_flight={mine.segment_id.id}
+    )
+    assert mine not in plan.dangling and theirs in plan.dangling
+    assert mine in plan_retention(segments, RetentionLimits(), 10_000, current_epoch=new).dangling
+
+
+def test_deletes_touch_only_the_segments_own_objects(tmp_path: Path) -> None:
+    """Defect 5: deletes trusted object keys from the metadata and deletion topics."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    epoch = log.claim("w")
+    _ok, served = copy(log, 0, 9, epoch)
+    for key in (served.data_object_key, served.index_object_key, "other-app/secret.log"):
+        storage.create(key, [b"x"])
+    d = deleter(log, storage)
+    hostile = dataclasses.replace(
+        segment(10, 19, epoch, S.DELETE_SEGMENT_STARTED),
+        data_object_key="other-app/secret.log",
+        index_object_key="other-app/secret.log-index",
+    )
+    assert d.delete_objects(hostile) is not None and log.failed == [hostile]  # refused, reported
+    with pytest.raises(InvalidNameError):
+        d.owned_objects(hostile)
+    other_segment = dataclasses.replace(
+        segment(10, 19, epoch, S.DELETE_SEGMENT_STARTED),
+        data_object_key=served.data_object_key,
+        index_object_key=served.index_object_key,
+    )
+    with pytest.raises(InvalidNameError):
+        d.owned_objects(other_segment)
+    # a deletion-topic entry naming a served segment is resolved, never acted on
+    entry = served.with_state(S.DELETE_SEGMENT_STARTED, 3)
+    out = d.retry_failed([entry], epoch, log.state().accepted_state)
+    assert out.deleted == [] and out.failed == []
+    assert served.data_object_key in {i.key for i in storage.list("")}
+    assert "other-app/secret.log" in {i.key for i in storage.list("")}
+
+
+class NoFailures:
+    def record_failed(self, segment: RemoteLogSegmentMetadata) -> None:
+        pass
+
+    def resolve(self, segment: RemoteLogSegmentMetadata) -> None:
+        pass
+
+
+def test_one_record_cannot_wipe_a_partition(tmp_path: Path) -> None:
+    """Defect 6: a FINISHED over [0, 2^63-1] at epoch 2^31-1 unserved every segment, fenced every
+    writer and retention deleted everything. Out of bounds it is invalid; within bounds it is not
+    the current claim and is rejected; either way nothing changes."""
+    log = Log()
+    epoch = log.claim("w")
+    for i in range(3):
+        copy(log, i * 10, i * 10 + 9, epoch)
+    before = [s.segment_id for s in log.state().finished()]
+    huge = segment(0, 2**62 - 1, 2**31 - 1, writer="mallory")
+    assert log.fold.apply_raw(99, record_key(huge), encode_value(huge)).reason == STALE_EPOCH
+    beyond = dataclasses.replace(huge, end_offset=2**63 - 1)
+    assert log.fold.apply_raw(100, record_key(beyond), encode_value(beyond)).reason == INVALID
+    forged = segment(0, 2**62 - 1, epoch, writer="mallory")  # even with the current epoch
+    assert log.fold.apply_raw(101, record_key(forged), encode_value(forged)).reason == OVERLAP
+    assert [s.segment_id for s in log.state().finished()] == before
+    assert log.state().current_epoch == epoch
+    _plan, out = clean_partition(
+        TP, log.state(), deleter(log, FilesystemChunkStorage(tmp_path)), epoch, RetentionLimits(), 10_000
+    )
+    assert all(s.state is not S.COPY_SEGMENT_FINISHED for s in out.deleted)
+
+
+def test_a_poison_record_is_contained_and_the_batch_commits(tmp_path: Path) -> None:
+    """Defect 7: a negative partition escaped as struct.error and crashed every follower. Every
+    failure while applying one record is that record's alone: rejected, counted, the batch written."""
+    cache = MetadataCache(tmp_path / "cache")
+    log = Log()
+    epoch = log.claim("w")
+    good = segment(0, 9, epoch)
+    negative = dataclasses.replace(
+        good, segment_id=dataclasses.replace(good.segment_id, partition=-1, id=uuid.uuid4())
+    )
+    nul = dataclasses.replace(
+        good, segment_id=dataclasses.replace(good.segment_id, topic="ord\x00ers", id=uuid.uuid4())
+    )
+    messages = [
+        RawMessage(0, 0, record_key(PartitionClaim(TP, uuid.UUID(int=1), ClaimKind.LEAD, "w", 0)),
+                   encode_value(PartitionClaim(TP, uuid.UUID(int=1), ClaimKind.LEAD, "w", 0))),
+        RawMessage(0, 1, record_key(negative), encode_value(negative)),
+        RawMessage(0, 2, record_key(nul), encode_value(nul)),
+        RawMessage(0, 3, b"orders/-1/x", None),
+        RawMessage(0, 4, record_key(good), encode_value(dataclasses.replace(good, writer_epoch=0))),
+    ]  # fmt: skip
+    result = cache.apply_batch(messages)
+    assert result.skipped == 3 and result.applied == 2
+    assert cache.consumed_offsets() == {0: 5}
+    assert [s.segment_id for s in cache.finished_segments(TP)] == [good.segment_id]
+    assert cache.topic_partitions() == [TP]
+    cache.close()
+
+
+def test_a_bug_in_the_store_is_contained_to_its_record() -> None:
+    class Broken(MemoryStore):
+        def served_overlapping(self, tp, start, end):
+            raise RuntimeError("a bug")
+
+    fold = Fold(Broken())
+    claim = PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0)
+    assert fold.apply_record(0, claim).accepted
+    bad = fold.apply_record(1, segment(0, 9, 0))
+    assert not bad.accepted and bad.reason == INTERNAL
+    assert fold.apply_record(2, segment(0, 9, 0, S.COPY_SEGMENT_STARTED)).accepted
+
+
+def test_an_admin_claim_fences_the_worker_and_its_release_hands_the_partition_back() -> None:
+    log = Log()
+    worker = log.claim("worker")
+    assert copy(log, 0, 9, worker, "worker")[0]
+    admin = log.claim("cli", ClaimKind.ADMIN)
+    assert not copy(log, 10, 19, worker, "worker")[0]  # the worker is fenced meanwhile
+    assert log.publish(RemoteLogStartOffset(TP, 5, 1, "cli", admin)) is not None
+    assert log.state().log_start_offset == 5
+    release = PartitionClaim(TP, uuid.uuid4(), ClaimKind.RELEASE, "cli", 1, released_epoch=admin)
+    log.publish(release)
+    assert log.state().current_epoch is None
+    assert log.fold.apply_record(99, segment(10, 19, worker)).reason == NO_CLAIM
+    again = log.claim("worker")
+    assert copy(log, 10, 19, again, "worker")[0]
+    stale_release = dataclasses.replace(release, claim_id=uuid.uuid4())
+    assert not log.confirm(stale_release, log.publish(stale_release))  # names a claim no longer current
+    assert log.state().current_epoch == again
+
+
+def test_a_claim_under_a_new_topic_id_starts_a_new_history() -> None:
+    old_id, new_id = str(uuid.UUID(int=1)), str(uuid.UUID(int=2))
+    log = Log()
+    first = log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, old_id))
+    started = segment(0, 9, first)
+    started = dataclasses.replace(
+        started,
+        segment_id=dataclasses.replace(started.segment_id, topic_id=old_id),
+        data_object_key=KEYS.segment(TP.topic, 0, 0, started.segment_id.id, first, old_id).data,
+        index_object_key=KEYS.segment(TP.topic, 0, 0, started.segment_id.id, first, old_id).index,
+    )
+    assert log.confirm(started, log.publish(started))
+    assert [s.segment_id for s in log.state().finished()] == [started.segment_id]
+    log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, new_id))
+    assert log.state().finished() == [] and log.state().lineage.topic_id == new_id
+
+
+def test_cleanup_acts_only_on_a_view_showing_its_own_claim(tmp_path: Path) -> None:
+    log = Log()
+    mine = log.claim("w")
+    log.claim("other")
+    with pytest.raises(FencedWriterError):
+        clean_partition(
+            TP, log.state(), deleter(log, FilesystemChunkStorage(tmp_path)), mine, RetentionLimits(), 0
+        )
+
+
+def test_orphans_are_removed_and_shadowed_states_re_published(tmp_path: Path) -> None:
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    zombie = log.claim("zombie")
+    ok, kept = copy(log, 0, 9, zombie, "zombie")
+    assert ok
+    owner = log.claim("owner")
+    # the zombie, unaware: a copy (its objects uploaded) and a delete of its served segment
+    late = segment(10, 19, zombie, S.COPY_SEGMENT_STARTED, "zombie")
+    storage.create(late.data_object_key, [b"d"])
+    storage.create(late.index_object_key, [b"i"])
+    log.publish(late)
+    log.publish(kept.with_state(S.DELETE_SEGMENT_STARTED, 3))
+    state = log.state()
+    assert set(state.orphans) == {late.segment_id.id}
+    assert [s.segment_id for s in state.repairs()] == [kept.segment_id]
+    clean_partition(TP, state, deleter(log, storage, "owner"), owner, RetentionLimits(), 0)
+    after = log.state()
+    assert after.orphans == {} and after.shadowed == set()
+    assert [s.segment_id for s in after.finished()] == [kept.segment_id]
+    assert list(storage.list("")) == []
+    assert DeleteReason.DANGLING
+
+
+def test_the_once_per_claim_sweep_deletes_only_old_objects_nobody_references(tmp_path: Path) -> None:
+    from processor.lifecycle.retention_service import sweep_unreferenced
+
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    epoch = log.claim("w")
+    _ok, served = copy(log, 0, 9, epoch)
+    lost = segment(10, 19, epoch)  # uploaded, never recorded (a writer crashed in between)
+    flying = segment(20, 29, epoch)  # a copy of this owner in progress
+    for key in (
+        served.data_object_key, served.index_object_key, lost.data_object_key, lost.index_object_key,
+        flying.data_object_key, "archive/orders/0/notes.txt", "other-app/x.bin",
+    ):  # fmt: skip
+        storage.create(key, [b"x"])
+    d = deleter(log, storage)
+    now = int(time.time() * 1000)
+    assert sweep_unreferenced(TP, log.state(), d, now) == []  # everything is younger than ten minutes
+    gone = sweep_unreferenced(TP, log.state(), d, now + 11 * 60_000, frozenset({flying.segment_id.id}))
+    assert sorted(gone) == sorted([lost.data_object_key, lost.index_object_key])
+    left = {i.key for i in storage.list("")}
+    assert {
+        served.data_object_key,
+        flying.data_object_key,
+        "archive/orders/0/notes.txt",
+        "other-app/x.bin",
+    } <= left

@@ -1,0 +1,582 @@
+"""A model of ownership by the metadata log, checked after every step (hypothesis stateful).
+
+Three owners claim one source partition, copy segments, pause (a paused owner simply takes no
+step while the others go on, then goes on with what it knew: a zombie), crash, run retention and
+their cleanup, in any interleaving hypothesis finds; the metadata topic is compacted at random
+points the way Kafka's log cleaner does (the latest record of each key before a cleaning point
+survives, tombstones vanish), as far as ``min.compaction.lag.ms`` lets it: never past a rejected
+record that still shadows an accepted state (the owner's cleanup re-publishes those first).
+
+The parts under test are the real ones: the codec and its bounds, the fold
+(:mod:`processor.metadata.fold`), the remote state on top of it, the retention planner and the
+segment deleter. The copier's steps (STARTED, confirm, upload, FINISHED, confirm) are the model's,
+one rule each, so a pause can fall between any two of them.
+
+Invariants, after every step:
+- every offset acknowledged to an owner (its FINISHED confirmed accepted) stays served until
+  retention deletes it, and retention deleted only segments past its limit;
+- no two served segments overlap, and no offset between the remote log start offset and the highest
+  served offset is unserved;
+- every served segment's objects are in the bucket;
+- every reader agrees: the fold that read the topic live, a fresh fold over the topic as it is now
+  (compacted), and the follower's RocksDB cache that applied it in batches, on the served segments,
+  the remote log start offset and the current claim.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import tempfile
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from processor.errors import FencedWriterError
+from processor.lifecycle.retention_policy import RetentionLimits
+from processor.lifecycle.retention_service import clean_partition
+from processor.lifecycle.segment_deleter import SegmentDeleter
+from processor.metadata.codec import encode_value, record_key, segment_key
+from processor.metadata.fold import MetadataFold
+from processor.metadata.model import (
+    ClaimKind,
+    MetadataRecord,
+    PartitionClaim,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    SegmentState,
+    TopicPartition,
+)
+from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.segment.object_keys import ObjectKeyFactory
+from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage
+
+TP = TopicPartition("orders", 0)
+TOPIC_ID = "6f1c1d5e-0000-4000-8000-000000000001"
+KEYS = ObjectKeyFactory("archive")
+S = SegmentState
+OWNERS = ("A", "B", "C")
+CHECK_CACHE = True
+HOSTILE = ["overlap", "huge", "garbage", "negative", "nul", "key", "outside"]
+
+
+class Bucket:
+    """The objects the model's owners upload; deletes of missing objects succeed (S3's rule)."""
+
+    def __init__(self) -> None:
+        self.objects: set[str] = set()
+
+    def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
+        self.objects.add(key)
+        return ChunkInfo(key, sum(len(p) for p in parts))
+
+    def delete(self, key: str) -> None:
+        self.objects.discard(key)
+
+
+@dataclass
+class Message:
+    offset: int
+    key: bytes
+    value: bytes | None
+
+
+class Topic:
+    """One metadata partition: appended messages, a fold that read them live, the verdicts, and
+    what the ownership rules forbid (checked by the model's invariants)."""
+
+    def __init__(self) -> None:
+        self.log: list[Message] = []
+        self.next_offset = 0
+        self.live = MetadataFold()
+        self.accepted: dict[int, bool] = {}
+        self.foreign_accepted: list[str] = []  # accepted records of a writer not holding the claim
+        self.self_fenced: list[str] = []  # a claim holder's own record rejected
+
+    def append(self, key: bytes, value: bytes | None) -> int:
+        offset = self.next_offset
+        self.next_offset += 1
+        self.log.append(Message(offset, key, value))
+        claim = self.live.partition(TP).header.claim
+        verdict = self.live.apply_raw(offset, key, value)
+        self.accepted[offset] = verdict.accepted
+        record = verdict.record
+        if record is None or isinstance(record, PartitionClaim) or claim is None:
+            return offset
+        writer = getattr(record, "writer_id", "")
+        if verdict.accepted and writer != claim.writer_id and writer in OWNERS:
+            self.foreign_accepted.append(f"{writer}'s record at {offset} under {claim.writer_id}'s claim")
+        if not verdict.accepted and writer in OWNERS and getattr(record, "writer_epoch", None) == claim.epoch:
+            self.self_fenced.append(
+                f"{writer}'s own record at {offset} rejected: {verdict.reason} {verdict.detail}"
+            )
+        return offset
+
+    def publish(self, record: MetadataRecord) -> int:
+        return self.append(record_key(record), encode_value(record))
+
+    def tombstone(self, segment: RemoteLogSegmentMetadata) -> int:
+        return self.append(segment_key(segment.segment_id), None)
+
+    def confirm(self, record: MetadataRecord, offset: int) -> bool:
+        return self.accepted.get(offset, False)
+
+    def fresh_fold(self) -> MetadataFold:
+        fold = MetadataFold()
+        for m in self.log:
+            fold.apply_raw(m.offset, m.key, m.value)
+        return fold
+
+    def compact(self, point: int) -> None:
+        """Kafka's cleaner up to ``point``: of the messages below it, only the latest of each key
+        survives, and tombstones go (as after ``delete.retention.ms``)."""
+        latest: dict[bytes, int] = {}
+        for m in self.log:
+            if m.offset < point:
+                latest[m.key] = m.offset
+        self.log = [
+            m for m in self.log if m.offset >= point or (latest[m.key] == m.offset and m.value is not None)
+        ]
+
+
+def _fields(seg: RemoteLogSegmentMetadata) -> dict[str, object]:
+    from dataclasses import fields
+
+    return {f.name: getattr(seg, f.name) for f in fields(seg)}
+
+
+def _with_id(seg: RemoteLogSegmentMetadata, sid: RemoteLogSegmentId) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(**{**_fields(seg), "segment_id": sid})  # type: ignore[arg-type]
+
+
+class NoFailedDeletions:
+    def record_failed(self, segment: RemoteLogSegmentMetadata) -> None:
+        raise AssertionError("the model's bucket never fails a delete")
+
+    def resolve(self, segment: RemoteLogSegmentMetadata) -> None:
+        pass
+
+
+@dataclass
+class Copy:
+    started: RemoteLogSegmentMetadata
+    phase: str  # started | confirmed | uploaded | finished
+    offset: int = -1  # of the last record published
+
+
+@dataclass
+class Owner:
+    name: str
+    epoch: int | None = None  # the claim it believes it holds
+    next_offset: int = 0
+    copy: Copy | None = None
+    in_flight: set[uuid.UUID] = field(default_factory=set)
+    view_at: int = 0  # how much of the topic its follower had applied when it last looked
+
+
+class OwnershipModel(RuleBasedStateMachine):
+    @initialize()
+    def setup(self) -> None:
+        self.topic = Topic()
+        self.bucket = Bucket()
+        self.source_end = 0  # offsets 0..source_end-1 exist in the source partition
+        self.owners = {n: Owner(n) for n in OWNERS}
+        self.acked: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        self.retention_deleted: dict[uuid.UUID, int] = {}  # segment -> the time cutoff that expired it
+        self._ids = 0
+        self.cache_dir = Path(tempfile.mkdtemp(prefix="ownership-model-"))
+        self.cache_applied = 0  # messages of the log the cache has applied
+        from processor.follower.metadata_cache import MetadataCache
+
+        self.cache = MetadataCache(self.cache_dir)
+
+    def teardown(self) -> None:
+        if hasattr(self, "cache"):
+            self.cache.close()
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+    def _uuid(self) -> uuid.UUID:
+        """Deterministic ids: hypothesis replays a run exactly (random ids would reorder work)."""
+        self._ids += 1
+        return uuid.UUID(int=(0x5EED << 64) + self._ids)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _deleter(self, owner: Owner) -> SegmentDeleter:
+        return SegmentDeleter(
+            cast(ChunkStorage, self.bucket),  # the deleter only deletes: the model's set of keys
+            self.topic,
+            self.topic,
+            NoFailedDeletions(),
+            owner.name,
+            KEYS,
+            self.topic.confirm,
+        )
+
+    def _state(self, fold: MetadataFold | None = None) -> PartitionRemoteState:
+        state = PartitionRemoteState.of((fold or self.topic.live).partition(TP))
+        state.current_topic_id = TOPIC_ID
+        return state
+
+    def _stale_fold(self, owner: Owner) -> MetadataFold:
+        """What the owner's follower had applied when it last looked (compaction aside)."""
+        fold = MetadataFold()
+        for m in self.topic.log:
+            if m.offset < owner.view_at:
+                fold.apply_raw(m.offset, m.key, m.value)
+        return fold
+
+    def _fenced(self, owner: Owner) -> None:
+        owner.epoch = None
+        owner.copy = None
+        owner.in_flight.clear()
+
+    # -- the source ------------------------------------------------------------------------------
+
+    @rule(n=st.integers(1, 6))
+    def produce(self, n: int) -> None:
+        self.source_end += n
+
+    # -- claiming (a new assignment) -------------------------------------------------------------
+
+    def claim(self, name: str) -> None:
+        owner = self.owners[name]
+        self._fenced(owner)  # an assignment starts from nothing the owner held before
+        claim = PartitionClaim(TP, self._uuid(), ClaimKind.LEAD, name, 0, TOPIC_ID)
+        epoch = self.topic.publish(claim)
+        # read back to the claim: the follower applied it, and the owner resumes from what it shows
+        owner.view_at = self.topic.next_offset
+        state = self._state()
+        if state.current_epoch != epoch:
+            return
+        owner.epoch = epoch
+        end = state.highest_finished_offset()
+        owner.next_offset = 0 if end is None else end + 1
+
+    def crash(self, name: str) -> None:
+        self._fenced(self.owners[name])
+
+    def follower_notices(self, name: str) -> None:
+        """The owner's follower applies what is new; a newer claim revokes the partition at once."""
+        owner = self.owners[name]
+        owner.view_at = self.topic.next_offset
+        if owner.epoch is not None and self._state().current_epoch != owner.epoch:
+            self._fenced(owner)
+
+    # -- copying, one step per rule ----------------------------------------------------------------
+
+    def start_copy(self, name: str, length: int) -> None:
+        owner = self.owners[name]
+        if owner.epoch is None or owner.copy is not None or owner.next_offset >= self.source_end:
+            return
+        start = owner.next_offset
+        end = min(self.source_end - 1, start + length - 1)
+        sid = RemoteLogSegmentId(TP.topic, TP.partition, self._uuid(), TOPIC_ID)
+        keys = KEYS.segment(TP.topic, TP.partition, start, sid.id, owner.epoch, TOPIC_ID)
+        record = RemoteLogSegmentMetadata(
+            sid, start, end, end, 0, name, owner.epoch, ((0, start),), 100, S.COPY_SEGMENT_STARTED,
+            keys.data, keys.index, 2, end - start + 1, 0, 10,
+        )  # fmt: skip
+        owner.in_flight.add(sid.id)
+        owner.copy = Copy(record, "started", self.topic.publish(record))
+
+    def confirm_started(self, name: str) -> None:
+        owner = self.owners[name]
+        if owner.copy is None or owner.copy.phase != "started":
+            return
+        owner.view_at = max(owner.view_at, owner.copy.offset + 1)  # its follower applied that far
+        if self.topic.confirm(owner.copy.started, owner.copy.offset):
+            owner.copy.phase = "confirmed"
+        else:  # fenced before uploading anything: clean up the attempt's records and stop
+            self._abandon(owner, delete_objects=False)
+
+    def upload(self, name: str) -> None:
+        owner = self.owners[name]
+        if owner.copy is None or owner.copy.phase != "confirmed":
+            return
+        self.bucket.create(owner.copy.started.data_object_key, [b"d"])
+        self.bucket.create(owner.copy.started.index_object_key, [b"i"])
+        owner.copy.phase = "uploaded"
+
+    def finish(self, name: str) -> None:
+        owner = self.owners[name]
+        if owner.copy is None or owner.copy.phase != "uploaded":
+            return
+        finished = owner.copy.started.with_state(S.COPY_SEGMENT_FINISHED, 1)
+        owner.copy = Copy(finished, "finished", self.topic.publish(finished))
+
+    def confirm_finished(self, name: str) -> None:
+        owner = self.owners[name]
+        if owner.copy is None or owner.copy.phase != "finished":
+            return
+        seg = owner.copy.started
+        owner.view_at = max(owner.view_at, owner.copy.offset + 1)
+        if self.topic.confirm(seg, owner.copy.offset):
+            self.acked[seg.segment_id.id] = seg  # acknowledged: from now on it must stay served
+            owner.next_offset = seg.end_offset + 1
+            owner.in_flight.discard(seg.segment_id.id)
+            owner.copy = None
+        else:  # rejected: its objects are nobody's; delete them, then stop
+            self._abandon(owner, delete_objects=True)
+
+    def _abandon(self, owner: Owner, delete_objects: bool) -> None:
+        assert owner.copy is not None
+        seg = owner.copy.started
+        if delete_objects:
+            self.bucket.delete(seg.data_object_key)
+            self.bucket.delete(seg.index_object_key)
+        deleting = seg.with_state(S.DELETE_SEGMENT_STARTED, 2)
+        self.topic.publish(deleting)
+        self.topic.publish(deleting.with_state(S.DELETE_SEGMENT_FINISHED, 3))
+        self._fenced(owner)
+
+    # -- retention and cleanup, through the real planner and deleter ----------------------------
+
+    def retention(self, name: str, keep: int) -> None:
+        """A retention pass (time: a segment's time is its end offset, 'now' the source end) with
+        the owner's cleanup, through the real pass function; the owner plans with what its
+        follower had applied when it last looked (possibly stale: a zombie)."""
+        owner = self.owners[name]
+        assert owner.epoch is not None
+        part = self._state(self._stale_fold(owner))
+        cutoff = self.source_end - keep
+        try:
+            _plan, out = clean_partition(
+                TP,
+                part,
+                self._deleter(owner),
+                owner.epoch,
+                RetentionLimits(retention_ms=keep),
+                self.source_end,
+                frozenset(owner.in_flight),
+            )
+        except FencedWriterError:
+            self._fenced(owner)
+            return
+        for seg in out.deleted:
+            if seg.state is S.COPY_SEGMENT_FINISHED and seg.segment_id.id in part.served:
+                assert seg.max_timestamp_ms <= cutoff, "retention deleted a segment inside its limit"
+                self.retention_deleted[seg.segment_id.id] = cutoff
+
+    def cleanup(self, name: str) -> None:
+        """The owner's cleanup on assignment: the same pass with unlimited retention."""
+        owner = self.owners[name]
+        assert owner.epoch is not None
+        try:
+            clean_partition(
+                TP,
+                self._state(self._stale_fold(owner)),
+                self._deleter(owner),
+                owner.epoch,
+                RetentionLimits(),
+                self.source_end,
+                frozenset(owner.in_flight),
+            )
+        except FencedWriterError:
+            self._fenced(owner)
+
+    def copy_whole(self, name: str, length: int) -> None:
+        """A copy from STARTED to confirmed FINISHED with no other step in between."""
+        self.start_copy(name, length)
+        for step in (self.confirm_started, self.upload, self.finish, self.confirm_finished):
+            step(name)
+
+    # -- hostile records: contained, whatever they say -----------------------------------------
+
+    @precondition(lambda self: self.topic.live.partition(TP).header.claimed)
+    @rule(
+        kind=st.sampled_from(["overlap", "huge", "garbage", "negative", "nul", "key", "outside"]),
+        data=st.data(),
+    )
+    def hostile(self, kind: str, data: st.DataObject) -> None:
+        part = self._state()
+        served = part.finished()
+        epoch = part.current_epoch if part.current_epoch is not None else 0
+        sid = RemoteLogSegmentId(TP.topic, TP.partition, self._uuid(), TOPIC_ID)
+        if kind == "garbage":
+            self.topic.append(segment_key(sid), data.draw(st.binary(max_size=40), label="garbage"))
+            return
+        start, end = (0, 2**63 - 1) if kind == "huge" else (0, 3)
+        if kind == "overlap" and not served:
+            return  # a forged record of the current claim over nothing served is the claim holder's word
+        if kind == "overlap":
+            victim = data.draw(st.sampled_from(served), label="victim")
+            start, end = victim.start_offset, victim.end_offset + data.draw(st.integers(0, 3))
+        keys = KEYS.segment(TP.topic, TP.partition, start, sid.id, max(epoch, 0), TOPIC_ID)
+        data_key = "other-app/secret.log" if kind == "outside" else keys.data
+        seg = RemoteLogSegmentMetadata(
+            sid, start, max(start, min(end, 2**62 - 1)), 0, 0, "mallory",
+            2**31 - 1 if kind == "huge" else epoch,
+            ((0, start),), 1, S.COPY_SEGMENT_FINISHED, data_key, data_key + "-index", 2, 1, 0, 1,
+        )  # fmt: skip
+        value = encode_value(seg)
+        key = record_key(seg)
+        if kind == "negative":
+            value = encode_value(_with_id(seg, RemoteLogSegmentId(TP.topic, -1, sid.id, TOPIC_ID)))
+        elif kind == "nul":
+            value = encode_value(_with_id(seg, RemoteLogSegmentId("ord\x00ers", 0, sid.id, TOPIC_ID)))
+        elif kind == "key":
+            key = b"orders/1/" + str(sid.id).encode()
+        self.topic.append(key, value)
+
+    # -- compaction ----------------------------------------------------------------------------
+
+    @precondition(lambda self: len(self.topic.log) > 0)
+    @rule(data=st.data())
+    def compact(self, data: st.DataObject) -> None:
+        # min.compaction.lag.ms: the cleaner never passes a rejected record the owner has not
+        # neutralised yet (a shadow not re-published, an orphan not tombstoned): their verdicts
+        # depend on records compaction may remove
+        view = self.topic.live.partition(TP)
+        pending = set(view.shadowed) | {segment_key(o.segment_id) for o in view.orphans.values()}
+        guard = self.topic.next_offset
+        for key in pending:
+            offsets = [m.offset for m in self.topic.log if m.key == key]
+            accepted = [o for o in offsets if self.topic.accepted[o]]
+            after = [o for o in offsets if o > max(accepted, default=-1)]
+            if after:
+                guard = min(guard, after[0])
+        point = data.draw(st.integers(0, guard), label="cleaning point")
+        self.topic.compact(point)
+
+    # -- invariants ----------------------------------------------------------------------------
+
+    def _served(self, fold: MetadataFold) -> dict[uuid.UUID, tuple[int, int, str]]:
+        part = fold.partition(TP)
+        return {
+            sid: (s.start_offset, s.end_offset, s.state.value)
+            for sid, s in part.segments.items()
+            if sid in part.served
+        }
+
+    @invariant()
+    def acknowledged_stays_served(self) -> None:
+        part = self._state()
+        served = {s.segment_id.id for s in part.finished()}
+        for sid, seg in self.acked.items():
+            if sid in served:
+                continue
+            assert sid in self.retention_deleted, (
+                f"acknowledged {seg.start_offset}..{seg.end_offset} unserved"
+            )
+            assert seg.max_timestamp_ms <= self.retention_deleted[sid]
+
+    @invariant()
+    def served_is_contiguous_and_disjoint(self) -> None:
+        part = self._state()
+        live = [s for s in part.finished() if s.end_offset >= part.log_start_offset]
+        for a, b in itertools.pairwise(live):
+            assert a.end_offset < b.start_offset, (
+                f"overlap {a.start_offset}..{a.end_offset} / {b.start_offset}"
+            )
+            assert b.start_offset == a.end_offset + 1, f"gap {a.end_offset + 1}..{b.start_offset - 1}"
+        if live and part.log_start_offset > 0:
+            assert live[0].start_offset <= part.log_start_offset
+
+    @invariant()
+    def only_the_claim_holder_writes(self) -> None:
+        assert self.topic.foreign_accepted == []
+        assert self.topic.self_fenced == []
+
+    @invariant()
+    def served_objects_exist(self) -> None:
+        for seg in self._state().finished():
+            assert seg.data_object_key in self.bucket.objects, f"served {seg.segment_id} lost its data"
+            assert seg.index_object_key in self.bucket.objects
+
+    @invariant()
+    def every_reader_agrees(self) -> None:
+        live = self.topic.live
+        fresh = self.topic.fresh_fold()
+        for reader in (fresh,):
+            assert self._served(reader) == self._served(live)
+            assert reader.partition(TP).log_start_offset == live.partition(TP).log_start_offset
+            assert reader.partition(TP).current_epoch == live.partition(TP).current_epoch
+        if not CHECK_CACHE:
+            return
+        # the follower cache applies the messages it has not seen yet, in one batch
+        from processor.follower.cache_writes import RawMessage
+
+        new = [
+            RawMessage(0, m.offset, m.key, m.value) for m in self.topic.log if m.offset >= self.cache_applied
+        ]
+        self.cache.apply_batch(new)
+        self.cache_applied = self.topic.next_offset
+        cached = self.cache.remote_state(TP)
+        assert {s.segment_id.id for s in cached.finished()} == set(self._served(live))
+        assert cached.log_start_offset == live.partition(TP).log_start_offset
+        assert cached.current_epoch == live.partition(TP).current_epoch
+
+
+def _holds(name: str) -> object:
+    return lambda self: self.owners[name].epoch is not None
+
+
+def _phase(name: str, phase: str) -> object:
+    return lambda self: self.owners[name].copy is not None and self.owners[name].copy.phase == phase
+
+
+def _can_start(name: str) -> object:
+    return lambda self: (
+        self.owners[name].epoch is not None
+        and self.owners[name].copy is None
+        and self.owners[name].next_offset < self.source_end
+    )
+
+
+def _register_owner_rules() -> None:
+    """One rule per owner and step, each with its precondition, so hypothesis only draws steps that
+    can happen (drawing an owner as an argument wasted most steps on no-ops)."""
+    lengths = st.integers(1, 5)
+    for n in OWNERS:
+        table: list[tuple[str, object | None, dict[str, st.SearchStrategy[int]]]] = [
+            ("claim", None, {}),
+            ("crash", _holds(n), {}),
+            ("follower_notices", None, {}),
+            ("start_copy", _can_start(n), {"length": lengths}),
+            ("copy_whole", _can_start(n), {"length": lengths}),
+            ("confirm_started", _phase(n, "started"), {}),
+            ("upload", _phase(n, "confirmed"), {}),
+            ("finish", _phase(n, "uploaded"), {}),
+            ("confirm_finished", _phase(n, "finished"), {}),
+            ("retention", _holds(n), {"keep": st.integers(0, 12)}),
+            ("cleanup", _holds(n), {}),
+        ]
+        for step, pre, args in table:
+
+            def method(self: OwnershipModel, _step: str = step, _n: str = n, **kw: int) -> None:
+                getattr(self, _step)(_n, **kw)
+
+            method.__name__ = f"{step}_{n}"
+            decorated = rule(**args)(method)  # type: ignore[call-overload]
+            if pre is not None:
+                decorated = precondition(pre)(decorated)  # type: ignore[arg-type]
+            setattr(OwnershipModel, method.__name__, decorated)
+
+
+_register_owner_rules()
+
+OwnershipModel.TestCase.settings = settings(
+    max_examples=300,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+test_ownership_model = OwnershipModel.TestCase
+
+
+@pytest.mark.slow
+def test_ownership_model_long() -> None:
+    """The same model, many more examples and longer runs (``make test-all``)."""
+    run = OwnershipModel.TestCase("runTest")
+    run.settings = settings(  # type: ignore[misc]
+        max_examples=5_000, stateful_step_count=80, deadline=None, suppress_health_check=list(HealthCheck)
+    )
+    run.runTest()
