@@ -81,7 +81,9 @@ def new_producer(target: KafkaTarget, client_id: str, **extra: Any) -> Producer:
     return Producer(cfg)
 
 
-def new_transactional_producer(target: KafkaTarget, client_id: str, transactional_id: str, **extra: Any) -> Producer:
+def new_transactional_producer(
+    target: KafkaTarget, client_id: str, transactional_id: str, **extra: Any
+) -> Producer:
     """An idempotent, transactional producer (exactly-once writes; ``init_transactions`` fences
     every earlier producer with the same ``transactional_id`` and aborts its open transaction)."""
     return new_producer(

@@ -18,7 +18,13 @@ from datetime import datetime
 from processor.commands.progress import progress
 from processor.config import load_settings
 from processor.errors import ConfigError
-from processor.leader.batch_source import SourceSecurity
+from processor.kafka_security import (
+    ENV_NAMES,
+    KafkaConnection,
+    KafkaSecurity,
+    SaslMechanism,
+    SecurityProtocol,
+)
 from processor.restore.archive import ArchiveTopic
 from processor.restore.plan import PARTITIONERS, range_from, range_to
 from processor.restore.progress_record import validate_restore_id
@@ -27,8 +33,6 @@ from processor.restore.state import DEFAULT_TRANSACTION_MS, DEFAULT_TRANSACTION_
 from processor.restore.target import DEFAULT_PROGRESS_TOPIC, TargetCluster
 from processor.segment.object_keys import validate_topic
 from processor.wiring.read_side import open_read_side
-
-TARGET_PASSWORD_ENV = "PROCESSOR_TARGET_SASL_PASSWORD"
 
 
 def timestamp_ms(text: str) -> int:
@@ -48,21 +52,42 @@ def timestamp_ms(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
+# The target's security: every KafkaSecurity setting as PROCESSOR_TARGET_* (secrets stay out of
+# the command line); the common non-secret ones also as options, which win.
+TARGET_ENV_NAMES = {
+    field: name.replace("PROCESSOR_", "PROCESSOR_TARGET_", 1) for field, name in ENV_NAMES.items()
+}
+_TARGET_OPTIONS = {
+    "target_security_protocol": "protocol",
+    "target_sasl_mechanism": "sasl_mechanism",
+    "target_sasl_username": "sasl_username",
+    "target_ssl_cafile": "ssl_cafile",
+}
+
+
 def add_target_arguments(p: argparse.ArgumentParser) -> None:
-    """The target cluster and its security settings (the password comes from the environment)."""
-    p.add_argument("--target-bootstrap", help="the target cluster (default: PROCESSOR_BOOTSTRAP_SERVERS)")
+    """The target cluster and its security settings (also PROCESSOR_TARGET_* variables)."""
+    p.add_argument(
+        "--target-bootstrap",
+        help="the target cluster (default: PROCESSOR_BOOTSTRAP_SERVERS, with its security settings)",
+    )
     p.add_argument(
         "--target-security-protocol",
-        default="PLAINTEXT",
-        choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"],
+        choices=[v.value for v in SecurityProtocol],
+        help="or PROCESSOR_TARGET_SECURITY_PROTOCOL",
     )
     p.add_argument(
-        "--target-sasl-mechanism", default="PLAIN", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        "--target-sasl-mechanism",
+        choices=[v.value for v in SaslMechanism],
+        help="or PROCESSOR_TARGET_SASL_MECHANISM",
     )
     p.add_argument(
-        "--target-sasl-username", help=f"SASL user of the target (password: ${TARGET_PASSWORD_ENV})"
+        "--target-sasl-username",
+        help="or PROCESSOR_TARGET_SASL_USERNAME (the password only as PROCESSOR_TARGET_SASL_PASSWORD)",
     )
-    p.add_argument("--target-ssl-cafile", help="CA bundle for the target's TLS")
+    p.add_argument(
+        "--target-ssl-cafile", help="CA bundle for the target's TLS, or PROCESSOR_TARGET_SSL_CAFILE"
+    )
     p.add_argument(
         "--progress-topic",
         default=DEFAULT_PROGRESS_TOPIC,
@@ -70,21 +95,15 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def target_from_args(args: argparse.Namespace, default_bootstrap: str) -> TargetCluster:
-    security = SourceSecurity(
-        args.target_security_protocol,
-        args.target_sasl_mechanism,
-        args.target_sasl_username,
-        os.environ.get(TARGET_PASSWORD_ENV),
-        args.target_ssl_cafile,
-    )
-    try:
-        security.client_kwargs()
-    except ConfigError as exc:
-        raise ConfigError(
-            f"target security: {exc} (for the target: --target-sasl-username, ${TARGET_PASSWORD_ENV})"
-        ) from None
-    return TargetCluster(args.target_bootstrap or default_bootstrap, security)
+def target_from_args(args: argparse.Namespace, source: KafkaConnection) -> TargetCluster:
+    """The target: ``--target-bootstrap`` with the target's own security settings, or, without
+    either, the source cluster as it is configured (PROCESSOR_BOOTSTRAP_SERVERS and its security)."""
+    values: dict[str, str] = {f: os.environ[n] for f, n in TARGET_ENV_NAMES.items() if os.environ.get(n)}
+    values.update({field: getattr(args, opt) for opt, field in _TARGET_OPTIONS.items() if getattr(args, opt)})
+    if args.target_bootstrap is None and not values:
+        return TargetCluster(source)
+    security = KafkaSecurity.from_values(values, TARGET_ENV_NAMES)
+    return TargetCluster(KafkaConnection(args.target_bootstrap or source.bootstrap_servers, security))
 
 
 def default_restore_id(topic: str, to_topic: str) -> str:
@@ -163,10 +182,10 @@ def producer_properties(items: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def request_from_args(args: argparse.Namespace, default_bootstrap: str) -> RestoreRequest:
+def request_from_args(args: argparse.Namespace, source: KafkaConnection) -> RestoreRequest:
     topic = validate_topic(args.topic)
-    target = target_from_args(args, default_bootstrap)
-    if args.to_topic is None and target.bootstrap_servers == default_bootstrap:
+    target = target_from_args(args, source)
+    if args.to_topic is None and target.bootstrap_servers == source.bootstrap_servers:
         raise ConfigError(
             f"restoring {topic} into the cluster it was archived from needs --to-topic "
             f"(give --to-topic {topic} "
@@ -215,13 +234,13 @@ def print_summary(summary: RestoreSummary) -> None:
     )
     print(
         f"{verb} {summary.records} records ({summary.bytes} bytes) of {summary.source_topic} into "
-        f"{summary.target_topic} at {summary.target_bootstrap} in {summary.seconds:.1f} s{rate}"
+        f"{summary.target_topic} at {summary.target} in {summary.seconds:.1f} s{rate}"
     )
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
     settings = load_settings()
-    request = request_from_args(args, settings.bootstrap_servers)
+    request = request_from_args(args, settings.kafka)
     # the whole topic's metadata, also for one partition: a target topic created here gets the
     # source's partition count
     side = open_read_side(settings, request.topic, None)

@@ -84,7 +84,7 @@ def cmd_restore_groups(args: argparse.Namespace) -> int:
     groups: list[str] = args.group
     if args.to_group is not None and len(groups) != 1:
         raise ConfigError("--to-group needs exactly one --group")
-    target = target_from_args(args, settings.bootstrap_servers)
+    target = target_from_args(args, settings.kafka)
     restore_id = validate_restore_id(args.restore_id or default_restore_id(topic, to_topic))
     if args.offsets_file is not None:
         try:
@@ -93,8 +93,8 @@ def cmd_restore_groups(args: argparse.Namespace) -> int:
             raise ConfigError(f"--offsets-file {args.offsets_file}: {exc.strerror}") from None
         committed = parse_offsets_csv(text, topic, groups)
     else:
-        source_admin = check_broker(settings.bootstrap_servers)
-        committed = {g: committed_offsets(source_admin, settings.bootstrap_servers, g, topic) for g in groups}
+        source_admin = check_broker(settings.kafka)
+        committed = {g: committed_offsets(source_admin, settings.kafka.describe(), g, topic) for g in groups}
     maps = _maps(args, target, topic, restore_id)
     if not maps:
         raise ConfigError(
@@ -113,7 +113,7 @@ def cmd_restore_groups(args: argparse.Namespace) -> int:
                 and t.target_partition is not None
                 and t.target_offset is not None
             }
-            commit_offsets(target_admin, target.bootstrap_servers, args.to_group or g, to_topic, moved)
+            commit_offsets(target_admin, target.describe(), args.to_group or g, to_topic, moved)
     _print(translations, topic, to_topic, args)
     return 1 if any(t.problem for t in translations) else 0
 

@@ -21,7 +21,8 @@ from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition as KafkaTP
 
 from processor.errors import ServiceUnavailableError
-from processor.leader.batch_source import SourceSecurity
+from processor.kafka_clients import KafkaTarget, aiokafka_client_kwargs, connection
+from processor.kafka_security import KafkaConnection
 from processor.metadata.model import TopicPartition
 from processor.segment.entries_v2 import BatchHeader, split_batches
 
@@ -50,30 +51,24 @@ _RETRIABLE = (
 
 
 def read_partition_log(
-    bootstrap_servers: str,
-    tp: TopicPartition,
-    security: SourceSecurity | None = None,
-    start: int = 0,
-    last: int | None = None,
+    target: KafkaTarget, tp: TopicPartition, start: int = 0, last: int | None = None
 ) -> list[tuple[BatchHeader, memoryview]]:
     """The batches of ``tp`` holding offsets ``start..last`` (default: from the log start to the
     high watermark of the first answer). An unknown topic or partition reads as an empty log.
     ``start`` must be the base offset of a batch (or 0): Tansu answers a fetch from inside a batch
     with the batches after it, where Kafka includes the batch holding the offset."""
-    return asyncio.run(_read(bootstrap_servers, tp, security or SourceSecurity(), start, last))
+    return asyncio.run(_read(connection(target), tp, start, last))
 
 
 async def _read(
-    bootstrap_servers: str, tp: TopicPartition, security: SourceSecurity, start: int, last: int | None
+    target: KafkaConnection, tp: TopicPartition, start: int, last: int | None
 ) -> list[tuple[BatchHeader, memoryview]]:
-    client = AIOKafkaClient(
-        bootstrap_servers=bootstrap_servers, client_id="processor-log-reader", **security.client_kwargs()
-    )
+    client = AIOKafkaClient(client_id="processor-log-reader", **aiokafka_client_kwargs(target))
     try:
         await client.bootstrap()
     except (kafka_errors.KafkaError, OSError) as exc:
         await client.close()
-        raise ServiceUnavailableError(f"Kafka at {bootstrap_servers} is unreachable: {exc}") from None
+        raise ServiceUnavailableError(f"Kafka at {target.describe()} is unreachable: {exc}") from None
     try:
         await client.add_topic(tp.topic)
         out: list[tuple[BatchHeader, memoryview]] = []

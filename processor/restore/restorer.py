@@ -113,9 +113,7 @@ class Restorer:
                 start = min(s.first for s in spans if s.first is not None)
                 end = max(s.last for s in spans if s.last is not None)
                 tp = TopicPartition(self.source.target_topic, target_partition)
-                batches = read_partition_log(
-                    self.target.bootstrap_servers, tp, self.target.security, start, end
-                )
+                batches = read_partition_log(self.target.connection, tp, start, end)
                 logs[target_partition] = [(h.base_offset, h.last_offset, h.producer_id) for h, _b in batches]
             return offsets_in_range(logs[target_partition], first, last)
 

@@ -75,7 +75,7 @@ class RestoreSummary:
     restore_id: str
     source_topic: str
     target_topic: str
-    target_bootstrap: str
+    target: str  # the target cluster: where and how (never a secret)
     dry_run: bool
     partitions: list[PartitionSummary]
     seconds: float = 0.0
@@ -206,7 +206,7 @@ class PreparedRestore:
         self.started = time.monotonic()
         target = request.target
         self.summary = RestoreSummary(
-            request.restore_id, request.topic, request.to_topic, target.bootstrap_servers, request.dry_run, []
+            request.restore_id, request.topic, request.to_topic, target.describe(), request.dry_run, []
         )
         self.producer: Any = None  # the target's transactional producer (none in a dry run)
         try:

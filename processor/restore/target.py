@@ -1,21 +1,27 @@
 """The target cluster of a restore: its clients, topics, and the restore's progress partition.
 
-Every client is built by the factory functions of ``processor/kafka_clients.py``; the target's
-security settings travel as librdkafka properties (confluent-kafka clients) and as aiokafka keyword
-arguments (the raw log reader).
+Every client is built by the factory functions of ``processor/kafka_clients.py`` from the target's
+``KafkaConnection`` (its address and ``KafkaSecurity``).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
 from processor.errors import ServiceUnavailableError
-from processor.kafka_clients import check_broker, ensure_topic, new_transactional_producer, partition_counts
-from processor.leader.batch_source import SourceSecurity
+from processor.kafka_clients import (
+    KafkaTarget,
+    check_broker,
+    connection,
+    ensure_topic,
+    new_transactional_producer,
+    partition_counts,
+)
+from processor.kafka_security import KafkaConnection
 from processor.metadata.model import TopicPartition
 from processor.restore.log_reader import read_partition_log
 from processor.restore.progress_log import PartitionProgress, committed_progress
@@ -29,30 +35,25 @@ PROGRESS_TOPIC_PARTITIONS = 4
 TRANSACTION_TIMEOUT_MS = 60_000
 
 
-def librdkafka_security(security: SourceSecurity) -> dict[str, Any]:
-    """The librdkafka properties of ``security`` (checked the same way as for aiokafka)."""
-    security.client_kwargs()  # validates protocol, mechanism and credentials
-    cfg: dict[str, Any] = {"security.protocol": security.protocol}
-    if security.protocol.startswith("SASL"):
-        cfg.update(
-            {
-                "sasl.mechanism": security.sasl_mechanism,
-                "sasl.username": security.sasl_username,
-                "sasl.password": security.sasl_password,
-            }
-        )
-    if security.protocol in ("SSL", "SASL_SSL") and security.ssl_cafile:
-        cfg["ssl.ca.location"] = security.ssl_cafile
-    return cfg
-
-
 @dataclass(frozen=True)
 class TargetCluster:
-    bootstrap_servers: str
-    security: SourceSecurity = field(default_factory=SourceSecurity)
+    """The target cluster: its address and security (a bare string: a PLAINTEXT bootstrap list)."""
+
+    target: KafkaTarget
+
+    @property
+    def connection(self) -> KafkaConnection:
+        return connection(self.target)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.connection.bootstrap_servers
+
+    def describe(self) -> str:
+        return self.connection.describe()
 
     def admin(self) -> Any:
-        return check_broker(self.bootstrap_servers, **librdkafka_security(self.security))
+        return check_broker(self.connection)
 
     def cluster_id(self) -> str:
         return str(self.admin().list_topics(timeout=10).cluster_id or "unknown-cluster")
@@ -92,7 +93,7 @@ class TargetCluster:
 
     def transactional_producer(self, transactional_id: str, **extra: Any) -> Producer:
         return new_transactional_producer(
-            self.bootstrap_servers,
+            self.connection,
             f"processor-restore-{transactional_id}",
             transactional_id,
             **{
@@ -100,7 +101,6 @@ class TargetCluster:
                 "linger.ms": 5,
                 "batch.size": 1024 * 1024,
                 "queue.buffering.max.messages": 1_000_000,
-                **librdkafka_security(self.security),
                 **extra,
             },
         )
@@ -111,5 +111,5 @@ class TargetCluster:
         """The restore's progress as committed transactions left it (read from the markers, so it
         is right on brokers that do not filter aborted transactions too)."""
         tp = TopicPartition(topic, progress_partition(restore_id, partitions))
-        view = resolve(read_partition_log(self.bootstrap_servers, tp, self.security))
+        view = resolve(read_partition_log(self.connection, tp))
         return committed_progress(view.batches, restore_id)
