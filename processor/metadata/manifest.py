@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from processor.errors import FormatError
 from processor.metadata.codec import decode_value, encode_value
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
+from processor.segment.object_keys import MANIFEST_SUFFIX
 
 MAGIC = b"KTSM"
 VERSION = 1
-MANIFEST_SUFFIX = "-manifest"
 _HEAD = struct.Struct(">4sBBH16sI")
 _CRC = struct.Struct(">I")
 _NO_CLAIM = bytes(16)
