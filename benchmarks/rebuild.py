@@ -1,5 +1,6 @@
-"""Metadata rebuilt from the bucket: the time for N segments (listing, one manifest GET each in
-parallel, the fold's verdict, publishing), next to a bare boto3 listing plus GETs of the same
+"""Metadata rebuilt from the bucket: the time ``processor rebuild-metadata`` takes for N segments
+(listing, one manifest GET each in parallel, the fold's verdict, publishing claims and records, and
+folding the published topic back to check it), next to a bare boto3 listing plus GETs of the same
 manifests in the same run (the S3 work alone)."""
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ from pathlib import Path
 import boto3
 
 from benchmarks.report import Figure, Report
+from processor.commands.rebuild_metadata import rebuild
 from processor.config import load_settings
 from processor.devstack import stack
 from processor.metadata.manifest import SegmentManifest, encode_manifest, manifest_key
 from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
-from processor.rebuild.inventory import take_inventory
-from processor.rebuild.manifests import READ_THREADS, read_manifests
-from processor.rebuild.resolve import plan_rebuild
+from processor.rebuild.manifests import READ_THREADS
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 from processor.wiring.storage import build_storage
@@ -67,6 +67,7 @@ def bench_rebuild(report: Report, info: stack.StackInfo, workdir: Path, segments
         "PROCESSOR_S3_PREFIX": prefix,
         "PROCESSOR_S3_REGION": "us-east-1",
         "PROCESSOR_S3_UPLOAD_CONCURRENCY": str(READ_THREADS),
+        "PROCESSOR_METADATA_PARTITIONS": "4",
     }
     settings = load_settings(env)
     storage = build_storage(settings)
@@ -78,12 +79,10 @@ def bench_rebuild(report: Report, info: stack.StackInfo, workdir: Path, segments
         list(pool.map(lambda s: _write(storage, s), made))
     try:
         t0 = time.perf_counter()
-        inventory = take_inventory((i.key, i.size) for i in storage.list(prefix + "/"))
-        manifests, problems = read_manifests(storage, keys, inventory.complete)
-        plan = plan_rebuild(manifests, {}, int(time.time() * 1000))
+        done = rebuild(settings, f"__bench_rebuilt_{tag}", dry_run=False)
         rebuilt = time.perf_counter() - t0
-        served = sum(len(p.served) for p in plan.values())
-        assert served == segments and not problems, (served, problems[:3])
+        served = sum(len(p.served) for p in done.plan.values())
+        assert served == segments and not done.bad_manifests and not done.mismatches, done.mismatches[:3]
         baseline = _bare_list_and_get(info, prefix)
     finally:
         storage.close()

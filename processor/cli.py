@@ -19,6 +19,7 @@ from processor.commands import (
     fetch,
     follower,
     offload,
+    rebuild_metadata,
     restore,
     restore_groups,
     segments,
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_audit_parser(sub)
     for command in (delete_before, delete_topic, abort_multipart, offload):  # lifecycle
         command.register(sub)
-    for command in (restore, restore_groups):  # backup
+    for command in (restore, restore_groups, rebuild_metadata):  # backup
         command.register(sub)
     return parser
 

@@ -65,7 +65,7 @@ def _maps(
         partitions = target.partition_count(args.progress_topic)
         if not partitions:
             raise ConfigError(
-                f"no progress topic {args.progress_topic} on {target.bootstrap_servers}: nothing restored"
+                f"no progress topic {args.progress_topic} on {target.describe()}: nothing restored"
             )
         found = target.committed_progress(args.progress_topic, partitions, restore_id)
         return {p: progress.offset_map for p, progress in found.items()}

@@ -21,8 +21,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from processor.metadata.manifest import MANIFEST_SUFFIX
-from processor.segment.object_keys import INDEX_SUFFIX
+from processor.segment.object_keys import INDEX_SUFFIX, MANIFEST_SUFFIX
 
 _SEGMENT_NAME = re.compile(
     r"(?:^|/)\d{20}-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-e\d+\.log$"

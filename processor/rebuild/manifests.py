@@ -9,7 +9,7 @@ listing and the read is a problem too (a deletion ran meanwhile); an unreachable
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -64,7 +64,11 @@ def _read_one(
 
 
 def read_manifests(
-    storage: ChunkStorage, keys: ObjectKeyFactory, complete: list[SegmentObjects], threads: int = READ_THREADS
+    storage: ChunkStorage,
+    keys: ObjectKeyFactory,
+    complete: list[SegmentObjects],
+    threads: int = READ_THREADS,
+    on_read: Callable[[int], None] = lambda _n: None,
 ) -> tuple[list[SegmentManifest], list[Problem]]:
     manifests: list[SegmentManifest] = []
     problems: list[Problem] = []
@@ -73,6 +77,7 @@ def read_manifests(
             lambda o: _read_one(storage, keys, o), complete
         )
         for result in results:  # in listing order; a storage error is raised here, never lost
+            on_read(1)
             if isinstance(result, Problem):
                 problems.append(result)
             else:

@@ -3,24 +3,23 @@
 A rebuild publishes, per partition, its own claim and then the FINISHED record of each manifested
 segment stamped with that claim's epoch. What readers will serve is what the metadata fold makes of
 exactly that log, so this module builds the same log in memory and asks the fold
-(:func:`fold_served` is the one place that talks to it). Segments are offered in offset order
-(earlier copies first where two overlap); a segment of another topic id than the partition's current
-one (a topic deleted and re-created) is not served, nor is one the fold refuses.
+(:func:`fold_served`). Segments are offered in offset order (the earlier copy first where two
+overlap: the fold serves the first finished segment of a range); a segment of another topic id than
+the partition's current one (a topic deleted and re-created) is refused (``old_topic_id``), as is
+anything else the fold refuses.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from processor.errors import IllegalTransitionError
-from processor.metadata.fencing import StaleRecordError
+from processor.metadata.fold import MetadataFold
 from processor.metadata.manifest import SegmentManifest
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
-from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.metadata.model import ClaimKind, PartitionClaim, RemoteLogSegmentMetadata, TopicPartition
 
 REBUILD_WRITER = "rebuild-metadata"
-OLD_TOPIC_ID = "old_topic_id"
 
 
 @dataclass
@@ -48,25 +47,24 @@ def current_topic_ids(
 def fold_served(
     tp: TopicPartition, topic_id: str | None, segments: list[RemoteLogSegmentMetadata]
 ) -> tuple[set[int], dict[int, str]]:
-    """The fold's verdict on ``segments`` published in this order under one writer epoch: the
-    indexes served, and the reason of each one refused.
-
-    Until the claim fold lands this is the remote state fold (``remote_log_state``) of the same
-    records; the one place to switch."""
-    state = PartitionRemoteState(current_topic_id=topic_id)
+    """The metadata fold's verdict on the log a rebuild publishes for ``tp``: one ``ADMIN`` claim
+    (carrying the partition's current topic id), then ``segments`` in this order, each stamped with
+    the claim's epoch. Returns the indexes served and the reason each refused one was refused."""
+    fold = MetadataFold(frozenset({tp.topic}))
+    claim = PartitionClaim(tp, uuid.uuid4(), ClaimKind.ADMIN, REBUILD_WRITER, 0, topic_id=topic_id)
+    epoch = 0  # the offset the claim gets in this one-partition log
+    if not fold.append(claim).accepted:
+        raise AssertionError("a first claim is always accepted")
     refused: dict[int, str] = {}
     for i, segment in enumerate(segments):
-        try:
-            state.apply(segment)
-        except StaleRecordError as exc:
-            refused[i] = exc.reason
-        except IllegalTransitionError:
-            refused[i] = "illegal"
-    served_ids = {s.segment_id.id for s in state.finished()}
+        verdict = fold.append(replace(segment, writer_epoch=epoch))
+        if not verdict.accepted:
+            refused[i] = verdict.reason or "rejected"
+    served_ids = {s.segment_id.id for s in fold.partition(tp).finished()}
     served = {i for i, s in enumerate(segments) if s.segment_id.id in served_ids}
-    for i, segment in enumerate(segments):
-        if i not in served and i not in refused:
-            refused[i] = OLD_TOPIC_ID if segment.segment_id.topic_id != topic_id else "overlap"
+    for i in range(len(segments)):
+        if i not in served and i not in refused:  # accepted, then replaced by a later record
+            refused[i] = "not served"
     return served, refused
 
 

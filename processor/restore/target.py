@@ -67,16 +67,14 @@ class TargetCluster:
             return ensure_topic(self.admin(), topic, partitions, -1, config or {})
         except KafkaException as exc:
             raise ServiceUnavailableError(
-                f"creating topic {topic} on {self.bootstrap_servers} failed: {exc}"
+                f"creating topic {topic} on {self.describe()} failed: {exc}"
             ) from None
 
     def ensure_progress_topic(self, topic: str) -> int:
         self.create_topic(topic, PROGRESS_TOPIC_PARTITIONS, {"cleanup.policy": "compact"})
         count = self.partition_count(topic)
         if not count:
-            raise ServiceUnavailableError(
-                f"progress topic {topic} does not show up on {self.bootstrap_servers}"
-            )
+            raise ServiceUnavailableError(f"progress topic {topic} does not show up on {self.describe()}")
         return count
 
     def fenced_transactional_producer(self, transactional_id: str, **extra: Any) -> Producer:
@@ -87,7 +85,7 @@ class TargetCluster:
             producer.init_transactions(TRANSACTION_TIMEOUT_MS / 1000)
         except KafkaException as exc:
             raise ServiceUnavailableError(
-                f"transactions on {self.bootstrap_servers} failed to start: {exc.args[0].str()}"
+                f"transactions on {self.describe()} failed to start: {exc.args[0].str()}"
             ) from None
         return producer
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from processor.metadata.manifest import SegmentManifest
 from processor.metadata.model import TopicPartition
 from processor.rebuild.resolve import current_topic_ids, plan_rebuild
-from tests.unit.test_rebuild_inventory import TOPIC_ID, segment
+from tests.unit.test_rebuild_inventory import KEYS, TOPIC_ID, segment
 
 OTHER_ID = str(uuid.UUID(int=8))
 
@@ -17,7 +17,14 @@ def manifest(
     partition: int, start: int, end: int, when: int = 1, topic_id: str = TOPIC_ID
 ) -> SegmentManifest:
     seg = segment(partition, start, end)
-    seg = replace(seg, segment_id=replace(seg.segment_id, topic_id=topic_id), event_timestamp_ms=when)
+    keys = KEYS.segment("orders", partition, start, seg.segment_id.id, seg.writer_epoch, topic_id)
+    seg = replace(
+        seg,
+        segment_id=replace(seg.segment_id, topic_id=topic_id),
+        event_timestamp_ms=when,
+        data_object_key=keys.data,
+        index_object_key=keys.index,
+    )
     return SegmentManifest(seg, uuid.uuid4())
 
 
