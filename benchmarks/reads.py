@@ -31,6 +31,7 @@ from processor.wiring.follower import build_follower, build_reader
 from processor.wiring.storage import build_storage
 
 MiB = 1024 * 1024
+BENCH_KEYS = ObjectKeyFactory("bench")  # the object keys of the follower benchmark's made-up segments
 
 
 def bench_read_latency(
@@ -107,8 +108,10 @@ def bench_read_latency(
 
 
 def _segment(tp: TopicPartition, start: int, end: int, state: SegmentState) -> RemoteLogSegmentMetadata:
+    """A segment's metadata within the fold's record bounds (its object keys name it), so every
+    reader accepts it."""
     sid = RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4())
-    keys = ObjectKeyFactory("x").segment(tp.topic, tp.partition, start, sid.id, 1)
+    keys = BENCH_KEYS.segment(tp.topic, tp.partition, start, sid.id, 1)
     return RemoteLogSegmentMetadata(
         sid,
         start,

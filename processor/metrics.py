@@ -224,3 +224,35 @@ COPY_BLOCKED = Counter(
 FETCH_ERRORS = Counter(
     "processor_source_fetch_errors_total", "Failed fetches of source record batches, by error", ["error"]
 )
+
+# -- the Spark sources (counted in the process that skipped: the driver while planning, a Python
+# worker while reading) -----------------------------------------------------------------------------
+
+SPARK_DATA_LOSS = Counter(
+    "processor_spark_data_loss_total",
+    "Data losses a tiered_records read skipped with failOnDataLoss=false, by reason",
+    ["reason"],
+)
+SPARK_DATA_LOSS_OFFSETS = Counter(
+    "processor_spark_data_loss_offsets_total",
+    "Offsets a tiered_records read skipped as lost with failOnDataLoss=false, by reason (where known)",
+    ["reason"],
+)
+
+# -- the audit (processor audit: the Spark driver's process; --metrics-port serves them) --------------
+
+AUDIT_SEGMENTS_CHECKED = Counter(
+    "processor_audit_segments_checked_total", "Segments whose objects the audit's storage checks read"
+)
+AUDIT_BYTES_READ = Counter("processor_audit_bytes_read_total", "Object bytes the audit's storage checks read")
+AUDIT_REQUESTS = Counter("processor_audit_requests_total", "Storage requests the audit's checks sent")
+AUDIT_OPEN_PROBLEMS = Gauge(
+    "processor_audit_open_problems", "Problems the audit has open, by severity", ["severity"]
+)
+AUDIT_SCRUB_PROGRESS = Gauge(
+    "processor_audit_scrub_progress", "Share of the current storage scrub cycle's segments checked (0..1)"
+)
+AUDIT_LAST_COMPLETE_SCRUB = Gauge(
+    "processor_audit_last_complete_scrub_timestamp_seconds",
+    "When the audit last finished checking every segment's objects (a full scrub cycle)",
+)

@@ -29,8 +29,7 @@ from processor.errors import FormatError, ObjectNotFoundError
 from processor.kafka_clients import check_broker, partition_counts
 from processor.metadata.manifest import decode_manifest, manifest_key
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
-from processor.segment.blocks import iter_blocks
-from processor.segment.index_format import decode_index
+from processor.reader.segment_check import check_segment
 from processor.segment.object_keys import ObjectKeyFactory, validate_topic
 from processor.storage.chunk_storage import ChunkStorage
 from processor.wiring.read_side import open_read_side
@@ -54,36 +53,16 @@ class VerifyReport:
         return {**asdict(self), "clean": self.clean}
 
 
-def check_segment(storage: ChunkStorage, segment: RemoteLogSegmentMetadata, report: VerifyReport) -> None:
-    """Check one finished segment's objects: presence, sizes, index CRC, every block's CRCs."""
-    sid = str(segment.segment_id.id)
-    base = {"segment_id": sid, "partition": segment.segment_id.partition}
-    data_info = storage.stat(segment.data_object_key)
-    index_info = storage.stat(segment.index_object_key)
-    for key, info, size in (
-        (segment.data_object_key, data_info, segment.segment_size_in_bytes),
-        (segment.index_object_key, index_info, segment.index_size_in_bytes),
-    ):
-        if info is None:
-            report.missing.append({**base, "key": key, "problem": "object is missing"})
-        elif info.size != size:
-            report.missing.append({**base, "key": key, "problem": f"size {info.size}, metadata says {size}"})
-    if data_info is None or index_info is None or data_info.size != segment.segment_size_in_bytes:
-        return
-    try:
-        raw_index = storage.read(segment.index_object_key, 0, segment.index_size_in_bytes)
-        if int.from_bytes(raw_index[-4:], "big") != segment.index_crc32:
-            raise FormatError("index CRC differs from the one in the segment's metadata")
-        index = decode_index(raw_index, where=segment.index_object_key)
-        data = storage.read(segment.data_object_key, 0, segment.segment_size_in_bytes)
-        records = sum(len(block) for block in iter_blocks(data, where=segment.data_object_key))
-        if records != segment.record_count or len(data) != index.data_object_length:
-            raise FormatError(f"{records} records in the data object, metadata says {segment.record_count}")
-        report.bytes_checked += len(data) + len(raw_index)
-    except ObjectNotFoundError as exc:  # deleted between the listing and the read
-        report.missing.append({**base, "key": str(exc), "problem": "object is missing"})
-    except FormatError as exc:
-        report.corrupt.append({**base, "key": segment.data_object_key, "problem": str(exc)})
+def check_finished(
+    storage: ChunkStorage, keys: ObjectKeyFactory, segment: RemoteLogSegmentMetadata, report: VerifyReport
+) -> None:
+    """Check one finished segment's objects with the one checker (:func:`check_segment`): presence,
+    sizes, the index, every block's CRCs, the record count."""
+    base = {"segment_id": str(segment.segment_id.id), "partition": segment.segment_id.partition}
+    found = check_segment(storage, keys, segment, blocks="all")
+    report.missing += [{**base, "key": key, "problem": problem} for key, problem in found.missing]
+    report.corrupt += [{**base, "key": key, "problem": problem} for key, problem in found.corrupt]
+    report.bytes_checked += found.bytes_read
 
 
 def check_manifest(storage: ChunkStorage, segment: RemoteLogSegmentMetadata, report: VerifyReport) -> None:
@@ -123,7 +102,7 @@ def verify_partition(
             (segment.data_object_key, segment.index_object_key, manifest_key(segment.data_object_key))
         )
         if segment.state == SegmentState.COPY_SEGMENT_FINISHED:
-            check_segment(storage, segment, report)
+            check_finished(storage, keys, segment, report)
             check_manifest(storage, segment, report)
             report.segments_checked += 1
             if advance is not None:

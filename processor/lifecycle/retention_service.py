@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -50,6 +50,11 @@ class RemoteStateSource(Protocol):
     """The follower cache (processor/follower/metadata_cache.py), as the retention pass reads it."""
 
     def remote_state(self, tp: TopicPartition) -> PartitionRemoteState: ...
+
+
+# Waits until the view holds every metadata record published for these partitions before the call
+# (the worker's follower reaching the metadata topic's end); False when it does not in time.
+CaughtUp = Callable[[Iterable[TopicPartition]], bool]
 
 
 class CacheView:
@@ -191,10 +196,11 @@ class PassResult:
     outcome: DeletionOutcome = field(default_factory=DeletionOutcome)
     partitions: int = 0
     fenced: list[TopicPartition] = field(default_factory=list)  # another claim holds them now
+    not_caught_up: bool = False  # the view lagged the metadata topic: the pass did nothing
 
     @property
     def ok(self) -> bool:
-        return not self.outcome.failed
+        return not self.outcome.failed and not self.not_caught_up
 
 
 class RetentionService:
@@ -206,8 +212,10 @@ class RetentionService:
         deletion_topic: DeletionTopic | None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         in_flight: Callable[[TopicPartition], frozenset[uuid.UUID]] = lambda tp: frozenset(),
+        caught_up: CaughtUp | None = None,
     ) -> None:
-        self.in_flight = in_flight  # the ids of the copies the leader has in progress
+        self.in_flight = in_flight
+        self.caught_up = caught_up  # the ids of the copies the leader has in progress
         self._swept: dict[TopicPartition, int] = {}  # partition -> the claim its objects were swept under
         self.config = config
         self.view = view
@@ -222,6 +230,15 @@ class RetentionService:
         """One pass over the led partitions (partition -> the claim epoch this worker holds there).
         A partition whose metadata shows another claim is skipped and reported in ``fenced``."""
         result = PassResult(partitions=len(led))
+        # Plan on a view that holds everything published so far: a rejected record is then
+        # neutralised (its objects removed, its key tombstoned, what it shadows re-published) before
+        # this pass changes a segment its verdict depended on. Were the deletion first, compaction
+        # could keep the rejected record and drop that segment's FINISHED, and a follower reading
+        # the compacted topic would accept what the live fold rejected.
+        if led and self.caught_up is not None and not self.caught_up(led):
+            result.not_caught_up = True
+            self._failed("the follower has not reached the metadata topic's end; nothing deleted this pass")
+            return result
         try:
             if self.deletion_topic is not None and led:
                 for segment in self.deletion_topic.pending(set(led)):

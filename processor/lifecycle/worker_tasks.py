@@ -19,6 +19,7 @@ from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits
 from processor.lifecycle.retention_service import (
     CacheView,
+    CaughtUp,
     RemoteStateSource,
     RetentionService,
     StateView,
@@ -70,6 +71,7 @@ def build_retention(
     confirm: Confirm,
     in_flight: InFlight | None = None,
     writer_id: str | None = None,
+    caught_up: CaughtUp | None = None,
 ) -> Lifecycle:
     """The retention service and the deleter under it; ``confirm`` is read-your-write through a
     follower (records of an owner that lost its claim must never delete a served segment)."""
@@ -100,6 +102,7 @@ def build_retention(
         deleter,
         deletion_topic,
         in_flight=in_flight if in_flight is not None else lambda tp: frozenset(),
+        caught_up=caught_up,
     )
     return Lifecycle(service, producer, publisher)
 
@@ -120,12 +123,15 @@ class LifecycleTasks:
         in_flight: InFlight,
         confirm: Confirm,
         on_fenced: OnFenced,
+        caught_up: CaughtUp | None = None,
     ) -> None:
         self.settings = settings
         self.storage = storage
         self.led_partitions = led_partitions
         self.on_fenced = on_fenced
-        self.lifecycle = build_retention(settings, storage, metadata_partitions, cache, confirm, in_flight)
+        self.lifecycle = build_retention(
+            settings, storage, metadata_partitions, cache, confirm, in_flight, caught_up=caught_up
+        )
         self._last_sweep = -SWEEP_INTERVAL_S
 
     def sweep(self) -> None:

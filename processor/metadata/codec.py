@@ -139,29 +139,37 @@ def _id_from_avro(d: dict[str, Any]) -> RemoteLogSegmentId:
     )
 
 
+@cache
+def schema_fields(record_type: int) -> tuple[str, ...]:
+    """The field names of a record type's schema, in order: the one list of a record's fields (the
+    model, the codec, the fast reader and the Spark columns follow it; a test keeps the model equal)."""
+    text = (schema_dir() / _SCHEMA_FILES[record_type]).read_text(encoding="utf-8")
+    return tuple(f["name"] for f in json.loads(text)["fields"])
+
+
+_SEGMENT_STATES = {s.value: s for s in SegmentState}
+_PARTITION_STATES = {s.value: s for s in PartitionDeleteState}
+
+
+# Segment fields whose Avro form is not the model's value as it is.
+_SEGMENT_TO_AVRO: dict[str, Any] = {
+    "segment_id": _id_to_avro,
+    "segment_leader_epochs": lambda epochs: [{"epoch": e, "start_offset": o} for e, o in epochs],
+    "state": lambda state: state.value,
+}
+_SEGMENT_FROM_AVRO: dict[str, Any] = {
+    "segment_id": _id_from_avro,
+    "segment_leader_epochs": lambda epochs: tuple((e["epoch"], e["start_offset"]) for e in epochs),
+    "state": lambda name: _SEGMENT_STATES[name],
+}
+
+
 def _to_avro(record: MetadataRecord) -> tuple[int, dict[str, Any]]:
     if isinstance(record, RemoteLogSegmentMetadata):
+        plain = _identity
         return TYPE_SEGMENT, {
-            "segment_id": _id_to_avro(record.segment_id),
-            "start_offset": record.start_offset,
-            "end_offset": record.end_offset,
-            "max_timestamp_ms": record.max_timestamp_ms,
-            "event_timestamp_ms": record.event_timestamp_ms,
-            "writer_id": record.writer_id,
-            "writer_epoch": record.writer_epoch,
-            "segment_leader_epochs": [
-                {"epoch": e, "start_offset": o} for e, o in record.segment_leader_epochs
-            ],
-            "segment_size_in_bytes": record.segment_size_in_bytes,
-            "state": record.state.value,
-            "custom_metadata": record.custom_metadata,
-            "txn_index_empty": record.txn_index_empty,
-            "data_object_key": record.data_object_key,
-            "index_object_key": record.index_object_key,
-            "segment_format_version": record.segment_format_version,
-            "record_count": record.record_count,
-            "index_crc32": record.index_crc32,
-            "index_size_in_bytes": record.index_size_in_bytes,
+            name: _SEGMENT_TO_AVRO.get(name, plain)(getattr(record, name))
+            for name in schema_fields(TYPE_SEGMENT)
         }
     if isinstance(record, RemoteLogSegmentMetadataUpdate):
         return TYPE_UPDATE, {
@@ -204,31 +212,14 @@ def _to_avro(record: MetadataRecord) -> tuple[int, dict[str, Any]]:
     }
 
 
-_SEGMENT_STATES = {s.value: s for s in SegmentState}
-_PARTITION_STATES = {s.value: s for s in PartitionDeleteState}
+def _identity(value: Any) -> Any:
+    return value
 
 
 def _from_avro(record_type: int, d: dict[str, Any]) -> MetadataRecord:
     if record_type == TYPE_SEGMENT:
         return RemoteLogSegmentMetadata(
-            segment_id=_id_from_avro(d["segment_id"]),
-            start_offset=d["start_offset"],
-            end_offset=d["end_offset"],
-            max_timestamp_ms=d["max_timestamp_ms"],
-            event_timestamp_ms=d["event_timestamp_ms"],
-            writer_id=d["writer_id"],
-            writer_epoch=d["writer_epoch"],
-            segment_leader_epochs=tuple((e["epoch"], e["start_offset"]) for e in d["segment_leader_epochs"]),
-            segment_size_in_bytes=d["segment_size_in_bytes"],
-            state=_SEGMENT_STATES[d["state"]],
-            custom_metadata=d["custom_metadata"],
-            txn_index_empty=d["txn_index_empty"],
-            data_object_key=d["data_object_key"],
-            index_object_key=d["index_object_key"],
-            segment_format_version=d["segment_format_version"],
-            record_count=d["record_count"],
-            index_crc32=d["index_crc32"],
-            index_size_in_bytes=d["index_size_in_bytes"],
+            **{name: _SEGMENT_FROM_AVRO.get(name, _identity)(d[name]) for name in schema_fields(TYPE_SEGMENT)}
         )
     if record_type == TYPE_UPDATE:
         return RemoteLogSegmentMetadataUpdate(

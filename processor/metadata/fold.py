@@ -313,6 +313,12 @@ def decide_log_start(store: FoldStore, record: RemoteLogStartOffset) -> Change:
         _check_epoch(header, record.writer_epoch, record)
     change = Change()
     key = log_start_offset_key(record.topic_partition)
+    if record.start_offset < header.log_start_offset:
+        # The claim holder's own record from a view that lagged: accepted (it is the holder's) but
+        # it moves nothing, and once compacted it would be the key's only record and move the
+        # start back. It shadows the key until the owner re-publishes the start it holds.
+        change.shadow = (key, True)
+        return change
     if store.is_shadowed(record.topic_partition, key):
         change.shadow = (key, False)
     if record.start_offset > header.log_start_offset:

@@ -23,15 +23,14 @@ from processor import metrics
 from processor.errors import (
     CorruptObjectError,
     FormatError,
-    InvalidNameError,
     ObjectNotFoundError,
     OffsetNotInRemoteError,
     SegmentObjectMissingError,
 )
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
-from processor.reader.segment_blocks import check_block_matches_index
+from processor.reader.segment_blocks import check_block, fetch_index
 from processor.segment.blocks import decode_block
-from processor.segment.index_format import SegmentIndex, decode_index
+from processor.segment.index_format import SegmentIndex
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.records import KafkaRecord
 from processor.storage.chunk_storage import ChunkStorage
@@ -146,28 +145,12 @@ class RemoteReader:
             if cached is not None:
                 self._indexes.move_to_end(sid)
                 return cached
-        tp = segment.topic_partition
-        where = {"object_key": segment.index_object_key, "segment": str(segment.segment_id)}
-        try:
-            self.keys.check_segment_key(segment.data_object_key, tp.topic, tp.partition)
-            self.keys.check_segment_key(segment.index_object_key, tp.topic, tp.partition)
-        except InvalidNameError as exc:
-            raise CorruptObjectError(
-                f"metadata names an object outside the segment's prefix: {exc}", **where
-            ) from exc
-        raw = self._get(segment, segment.index_object_key, 0, segment.index_size_in_bytes)
-        try:
-            index = decode_index(raw, where=segment.index_object_key)
-        except FormatError as exc:
-            raise CorruptObjectError(str(exc), **where) from exc
-        if int.from_bytes(raw[-4:], "big") != segment.index_crc32:
-            raise CorruptObjectError("index CRC differs from the one in the segment's metadata", **where)
-        if (
-            index.segment_id != sid
-            or index.data_object_length != segment.segment_size_in_bytes
-            or (index.start_offset, index.end_offset) != (segment.start_offset, segment.end_offset)
-        ):
-            raise CorruptObjectError("index does not describe this segment", **where)
+        index = fetch_index(
+            self.storage,
+            self.keys,
+            segment,
+            lambda key, start, length: self._get(segment, key, start, length),
+        )
         with self._lock:
             self._indexes[sid] = index
             while len(self._indexes) > self._index_cache_entries:
@@ -254,7 +237,7 @@ class RemoteReader:
             where = f"{segment.data_object_key} block {number}"
             block = data[rel : rel + info.length]
             try:
-                check_block_matches_index(block, info, where)
+                check_block(block, info, where)
                 records = decode_block(block, where=where, min_offset=min_offset)
             except FormatError as exc:
                 raise CorruptObjectError(

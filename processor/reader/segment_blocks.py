@@ -1,4 +1,5 @@
-"""Block-level access to one finished segment: its verified index, and a chosen range of its blocks.
+"""Block-level access to one finished segment: its verified index (``fetch_index``), the check that a
+block is the one its index entry names (``check_block``), and a chosen range of its blocks.
 
 The ``RemoteReader`` walks segments for a position; bulk readers (Spark, the audit) plan their own
 work from the index and fetch exactly blocks ``first..last`` of a segment with one ranged GET. The
@@ -10,7 +11,9 @@ raises SegmentObjectMissingError.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -33,6 +36,9 @@ from processor.segment.records import KafkaRecord
 from processor.storage.chunk_storage import ChunkStorage
 
 T = TypeVar("T")
+# (object key, start, length) -> bytes; raises ObjectNotFoundError. The remote reader passes its own
+# (it counts requests and bytes); the default reads the storage directly.
+Get = Callable[[str, int, int], bytes]
 
 
 def _get(storage: ChunkStorage, segment_name: str, key: str, start: int, length: int) -> bytes:
@@ -42,12 +48,19 @@ def _get(storage: ChunkStorage, segment_name: str, key: str, start: int, length:
         raise SegmentObjectMissingError("object is missing", object_key=key, segment=segment_name) from exc
 
 
-def read_segment_index(
-    storage: ChunkStorage, keys: ObjectKeyFactory, segment: RemoteLogSegmentMetadata
+def _where(segment: RemoteLogSegmentMetadata, key: str) -> dict[str, str]:
+    return {"object_key": key, "segment": str(segment.segment_id)}
+
+
+def fetch_index(
+    storage: ChunkStorage, keys: ObjectKeyFactory, segment: RemoteLogSegmentMetadata, get: Get | None = None
 ) -> SegmentIndex:
-    """Fetch and verify a segment's index object (one GET)."""
+    """Fetch and verify a segment's index object (one GET, through ``get`` when given): its keys are
+    ones the key factory would build for this segment's partition, the bytes match the CRC and size
+    the metadata carries, and the index describes this segment (id, offsets, data object length).
+    Raises CorruptObjectError, or SegmentObjectMissingError when the object is gone."""
     tp = segment.topic_partition
-    where = {"object_key": segment.index_object_key, "segment": str(segment.segment_id)}
+    where = _where(segment, segment.index_object_key)
     try:
         keys.check_segment_key(segment.data_object_key, tp.topic, tp.partition)
         keys.check_segment_key(segment.index_object_key, tp.topic, tp.partition)
@@ -55,7 +68,10 @@ def read_segment_index(
         raise CorruptObjectError(
             f"metadata names an object outside the segment's prefix: {exc}", **where
         ) from exc
-    raw = _get(storage, str(segment.segment_id), segment.index_object_key, 0, segment.index_size_in_bytes)
+    try:
+        raw = (get or storage.read)(segment.index_object_key, 0, segment.index_size_in_bytes)
+    except ObjectNotFoundError as exc:
+        raise SegmentObjectMissingError("object is missing", **where) from exc
     try:
         index = decode_index(raw, where=segment.index_object_key)
     except FormatError as exc:
@@ -71,12 +87,60 @@ def read_segment_index(
     return index
 
 
-def check_block_matches_index(block: memoryview, info: BlockInfo, where: str) -> None:
+def check_block(block: memoryview, info: BlockInfo, where: str) -> None:
     """The block header names the block's first and last offsets: a block that is not the one its
     index entry describes is corrupt, whatever it holds. Raises FormatError."""
     header = decode_block_header(block, where=where)
     if (header.first_entry_id, header.last_entry_id) != (info.first_offset, info.last_offset):
         raise FormatError(f"{where}: does not hold the offsets its index entry names")
+
+
+def chunk_runs(blocks: tuple[BlockInfo, ...] | list[BlockInfo], chunk_bytes: int) -> list[tuple[int, int]]:
+    """``[i, j)`` runs of consecutive blocks of at most ``chunk_bytes`` (at least one block each)."""
+    runs: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for i, info in enumerate(blocks):
+        if size and size + info.length > chunk_bytes:
+            runs.append((start, i))
+            start, size = i, 0
+        size += info.length
+    runs.append((start, len(blocks)))
+    return runs
+
+
+def _fetched(
+    storage: ChunkStorage,
+    data_object_key: str,
+    segment_name: str,
+    blocks: tuple[BlockInfo, ...] | list[BlockInfo],
+    chunk_bytes: int | None,
+) -> Iterator[tuple[int, memoryview]]:
+    """(index of its first block, bytes) of each chunk of the blocks' range. With ``chunk_bytes``,
+    the range is fetched in ranged GETs of about that size and the next one is already on its way
+    while the caller decodes the current one (the GET waits on the network and the store, not on
+    this interpreter); without, in one GET."""
+    runs = chunk_runs(blocks, chunk_bytes) if chunk_bytes else [(0, len(blocks))]
+
+    def get(run: tuple[int, int]) -> memoryview:
+        first, last = blocks[run[0]], blocks[run[1] - 1]
+        length = last.position + last.length - first.position
+        return memoryview(_get(storage, segment_name, data_object_key, first.position, length))
+
+    if len(runs) == 1:
+        yield 0, get(runs[0])
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="block-prefetch") as pool:
+        ahead = pool.submit(get, runs[0])
+        try:
+            for n, run in enumerate(runs):
+                data = ahead.result()
+                if n + 1 < len(runs):
+                    ahead = pool.submit(get, runs[n + 1])
+                yield run[0], data
+        finally:
+            ahead.cancel()  # the caller stopped early: do not start the next GET
+            with contextlib.suppress(Exception):  # its failure no longer matters to anyone
+                ahead.result()
 
 
 def _verified_blocks(
@@ -86,23 +150,26 @@ def _verified_blocks(
     blocks: tuple[BlockInfo, ...] | list[BlockInfo],
     first_number: int,
     decode: Callable[[memoryview, str], T],
+    chunk_bytes: int | None = None,
 ) -> Iterator[T]:
     if not blocks:
         return
-    start = blocks[0].position
-    end = blocks[-1].position + blocks[-1].length
-    data = memoryview(_get(storage, segment_name, data_object_key, start, end - start))
-    for i, info in enumerate(blocks):
-        number = first_number + i
-        rel = info.position - start
-        where = f"{data_object_key} block {number}"
-        block = data[rel : rel + info.length]
-        try:
-            check_block_matches_index(block, info, where)
-            decoded = decode(block, where)
-        except FormatError as exc:
-            raise CorruptObjectError(str(exc), object_key=data_object_key, segment=segment_name) from exc
-        yield decoded
+    runs = chunk_runs(blocks, chunk_bytes) if chunk_bytes else [(0, len(blocks))]
+    ends = {start: end for start, end in runs}
+    for first, data in _fetched(storage, data_object_key, segment_name, blocks, chunk_bytes):
+        base = blocks[first].position
+        for i in range(first, ends[first]):
+            info = blocks[i]
+            number = first_number + i
+            rel = info.position - base
+            where = f"{data_object_key} block {number}"
+            block = data[rel : rel + info.length]
+            try:
+                check_block(block, info, where)
+                decoded = decode(block, where)
+            except FormatError as exc:
+                raise CorruptObjectError(str(exc), object_key=data_object_key, segment=segment_name) from exc
+            yield decoded
 
 
 def read_block_range(
@@ -164,9 +231,12 @@ def read_block_range_columns(
     *,
     min_offset: int | None = None,
     max_offset: int | None = None,
+    with_headers: bool = True,
+    chunk_bytes: int | None = None,
 ) -> Iterator[RecordColumns]:
     """``read_block_range`` in columns (``decode_block_columns``), only offsets in
-    ``[min_offset, max_offset]``: what bulk readers (Spark) use."""
+    ``[min_offset, max_offset]``, headers only if ``with_headers``: what bulk readers (Spark) use.
+    ``chunk_bytes``: fetch in ranged GETs of about that size, the next while this one decodes."""
     yield from _verified_blocks(
         storage,
         data_object_key,
@@ -174,6 +244,7 @@ def read_block_range_columns(
         blocks,
         first_number,
         lambda block, where: decode_block_columns(
-            block, where=where, min_offset=min_offset, max_offset=max_offset
+            block, where=where, min_offset=min_offset, max_offset=max_offset, with_headers=with_headers
         ),
+        chunk_bytes,
     )

@@ -17,7 +17,7 @@ from typing import Protocol
 from processor.errors import OffsetNotInRemoteError
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.reader.remote_reader import RemoteReader
-from processor.reader.segment_blocks import read_block_range_batches, read_segment_index
+from processor.reader.segment_blocks import fetch_index, read_block_range_batches
 from processor.restore.plan import ArchivedRange
 from processor.segment.entries_v2 import batch_records
 from processor.segment.records import KafkaRecord
@@ -164,7 +164,7 @@ class ChunkStream:
         for segment in self._catalog.finished_segments(tp, position):
             if segment.start_offset >= stop or self._closed.is_set():
                 break
-            index = read_segment_index(storage, keys, segment)
+            index = fetch_index(storage, keys, segment)
             number = index.block_for_offset(max(position, segment.start_offset))
             while (
                 number is not None and number < len(index.blocks) and index.blocks[number].first_offset < stop

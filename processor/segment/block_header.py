@@ -23,10 +23,10 @@ gaps and the index records each block's byte position. A block holds whole entri
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 
 from processor.errors import FormatError
+from processor.segment.checksums import crc32
 
 BLOCK_MAGIC = 0x26A66D32
 BLOCK_HEADER_LEN = 128
@@ -72,7 +72,7 @@ def check_header_crc_and_padding(
     """The checks every version makes: the header CRC (over the ``struct_size`` bytes before it),
     the header length, and zero padding after the CRC up to byte 128."""
     (header_crc,) = HEADER_CRC.unpack_from(data, struct_size)
-    if zlib.crc32(memoryview(data)[:struct_size]) != header_crc:
+    if crc32(memoryview(data)[:struct_size]) != header_crc:
         raise FormatError(f"{where}: block header CRC mismatch")
     if header_len != BLOCK_HEADER_LEN:
         raise FormatError(f"{where}: unsupported block header length {header_len}")

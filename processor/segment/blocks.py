@@ -8,7 +8,6 @@ new version is one module and one branch below.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator
 
 import cramjam
@@ -26,6 +25,7 @@ from processor.segment.block_header import (
 )
 from processor.segment.blocks_v1 import decode_header_v1, decode_records_v1
 from processor.segment.blocks_v2 import decode_header_v2, decode_records_v2
+from processor.segment.checksums import crc32
 from processor.segment.records import KafkaRecord
 
 
@@ -56,14 +56,15 @@ def block_payload(
     if len(data) != header.block_len:
         raise FormatError(f"{where}: expected {header.block_len} bytes, got {len(data)}")
     payload = memoryview(data)[BLOCK_HEADER_LEN:]
-    if zlib.crc32(payload) != header.payload_crc32:
+    if crc32(payload) != header.payload_crc32:
         raise FormatError(f"{where}: payload CRC mismatch")
     if header.payload_codec == CODEC_ZSTD:
         try:
-            raw = bytes(cramjam.zstd.decompress(payload))
+            # the decompressed buffer itself, not a bytes copy of it
+            raw = memoryview(cramjam.zstd.decompress(payload))
         except Exception as exc:  # cramjam raises DecompressionError; any failure is bad bytes
             raise FormatError(f"{where}: zstd payload does not decompress: {exc}") from exc
-        payload = memoryview(raw)
+        payload = raw
     if header.format_version == BLOCK_FORMAT_V2 and len(payload) != header.raw_payload_len:
         raise FormatError(f"{where}: payload is {len(payload)} bytes, header says {header.raw_payload_len}")
     return header, payload

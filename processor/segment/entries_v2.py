@@ -39,6 +39,7 @@ from typing import Any
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from processor.errors import FormatError
+from processor.segment.checksums import batch_crc_ok
 from processor.segment.records import KafkaRecord, TimestampType
 
 BATCH_HEADER = struct.Struct(">qiiBIhiqqqhii")
@@ -149,9 +150,9 @@ def batch_records(batch: bytes | bytearray | memoryview, *, where: str = "batch"
     """
     raw = bytes(batch)
     try:
-        decoded = DefaultRecordBatch(raw)
-        if not decoded.validate_crc():
+        if not batch_crc_ok(raw):
             raise FormatError(f"{where}: record batch CRC-32C mismatch")
+        decoded = DefaultRecordBatch(raw)
         if decoded.is_control_batch:
             return []
         ts_type = _LOG_APPEND_TIME if decoded.timestamp_type else _CREATE_TIME

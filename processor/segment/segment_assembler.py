@@ -20,7 +20,6 @@ smaller; blocks of already compressed batches stay as fetched (recompressing gai
 from __future__ import annotations
 
 import dataclasses
-import zlib
 
 import cramjam
 
@@ -34,6 +33,7 @@ from processor.segment.block_header import (
     BlockInfo,
 )
 from processor.segment.blocks_v2 import encode_header_v2
+from processor.segment.checksums import crc32
 from processor.segment.entries_v2 import ATTR_CODEC_MASK, ENTRY_HEAD, BatchHeader
 from processor.segment.sealed_segment import SealedSegment
 
@@ -153,7 +153,7 @@ class SegmentAssembler:
         if raw_len > MAX_RAW_PAYLOAD:
             raise ValueError(f"block payload of {raw_len} bytes exceeds the format's u32 length")
         stored = block
-        payload_crc = zlib.crc32(memoryview(stored)[BLOCK_HEADER_LEN:])
+        payload_crc = crc32(memoryview(stored)[BLOCK_HEADER_LEN:])
         stored[:BLOCK_HEADER_LEN] = encode_header_v2(
             BlockHeader(
                 len(stored),
@@ -236,7 +236,7 @@ def compress_segment(segment: SealedSegment) -> SealedSegment:
                         segment.partition,
                         int.from_bytes(view[38:42], "big"),
                         info.last_offset,
-                        zlib.crc32(packed),
+                        crc32(packed),
                         BLOCK_FORMAT_V2,
                         CODEC_ZSTD,
                         len(payload),

@@ -9,14 +9,40 @@ from __future__ import annotations
 from typing import Any
 
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+# The Python data source API the readers need: admission control (latestOffset(start, limit),
+# getDefaultReadLimit) and Trigger.AvailableNow came in 4.2. On 4.1 a capped stream could rewind
+# after a restart and repeat rows, so older versions are refused rather than read differently.
+MIN_PYSPARK = (4, 2)
+
+
+def check_pyspark_version(version: str | None = None) -> None:
+    """Raise ConfigError unless pyspark (or ``version``) is at least MIN_PYSPARK."""
+    import re
+
+    from processor.errors import ConfigError
+
+    if version is None:
+        import pyspark
+
+        version = pyspark.__version__
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is None or (int(match.group(1)), int(match.group(2))) < MIN_PYSPARK:
+        wanted = ".".join(map(str, MIN_PYSPARK))
+        raise ConfigError(
+            f"pyspark {version} is too old for the tiered_records and remote_log_metadata sources: "
+            f"they need pyspark >= {wanted} (admission control and Trigger.AvailableNow for Python "
+            f"data sources); pip install 'pyspark>={wanted}'"
+        )
 
 
 def register_data_sources(spark: Any) -> None:
     """Register ``tiered_records`` and ``remote_log_metadata`` on a SparkSession.
 
     Also turns on Python data source filter pushdown for the session: pyspark refuses to plan a
-    reader that implements ``pushFilters`` while that setting is off (its default).
+    reader that implements ``pushFilters`` while that setting is off (its default). Raises
+    ConfigError on a pyspark older than MIN_PYSPARK.
     """
+    check_pyspark_version()
     from processor.spark.metadata_source import RemoteLogMetadataDataSource
     from processor.spark.tiered_records import TieredRecordsDataSource
 
@@ -52,4 +78,4 @@ def local_session(app_name: str, master: str = "local[2]", **conf: str) -> Any:
     return spark
 
 
-__all__ = ["local_session", "register_data_sources"]
+__all__ = ["MIN_PYSPARK", "check_pyspark_version", "local_session", "register_data_sources"]

@@ -4,11 +4,15 @@
 project's block reader (``processor.reader.segment_blocks.read_block_range_columns``, every CRC
 checked there) for the rows of blocks ``i..j`` of one segment as columns
 (``processor.segment.block_columns``: no Python object per record) and builds each Arrow column
-from its list in one call, headers as a list array over flat key/value arrays. Rows are gathered
-across blocks into batches of ``BATCH_ROWS`` rows (or ``BATCH_BYTES`` of payload). The offset range
-is applied while decoding (only batches that straddle a bound are filtered row by row); a pushed
-timestamp range is applied to the Arrow batch. ``rows_to_batch``/``records_to_batch`` are the
-per-row path of the live tail and of tests.
+from its list in one call. A block of ``BLOCK_BATCH_BYTES`` or more is one Arrow batch; smaller
+ones are gathered into batches of ``BATCH_ROWS`` rows (or ``BATCH_BYTES`` of payload). The offset
+range is applied while decoding (only batches that straddle a bound are filtered row by row); a
+pushed timestamp range is applied to the Arrow batch.
+``rows_to_batch``/``records_to_batch`` are the per-row path of the live tail and of tests.
+
+The schema is Spark's: 7 columns, and ``headers`` as an 8th only with ``includeHeaders=true``
+(building it costs as much as the rest of the row on Spark's Python data source path). As in
+Spark's Kafka source, a record without headers has ``headers = null``, never an empty array.
 
 Kafka numbers timestamp types -1 none, 0 CreateTime, 1 LogAppendTime (what Spark's Kafka source
 shows); the archive stores the consumer's 0/1/2, hence ``- 1``.
@@ -30,12 +34,13 @@ from processor.segment.block_header import BlockInfo
 from processor.segment.records import Header, KafkaRecord
 from processor.storage.chunk_storage import ChunkStorage
 
-SCHEMA_DDL = (
+SCHEMA_DDL_NO_HEADERS = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, headers array<struct<key:string,value:binary>>"
+    "timestampType int"
 )
+SCHEMA_DDL = SCHEMA_DDL_NO_HEADERS + ", headers array<struct<key:string,value:binary>>"
 HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
-ARROW_SCHEMA = pa.schema(
+ARROW_SCHEMA_NO_HEADERS = pa.schema(
     [
         pa.field("key", pa.binary()),
         pa.field("value", pa.binary()),
@@ -44,11 +49,27 @@ ARROW_SCHEMA = pa.schema(
         pa.field("offset", pa.int64()),
         pa.field("timestamp", pa.timestamp("us", tz="UTC")),
         pa.field("timestampType", pa.int32()),
-        pa.field("headers", pa.list_(HEADER_TYPE)),
     ]
 )
+ARROW_SCHEMA = ARROW_SCHEMA_NO_HEADERS.append(pa.field("headers", pa.list_(HEADER_TYPE)))
+
+
+def schema_ddl(include_headers: bool) -> str:
+    return SCHEMA_DDL if include_headers else SCHEMA_DDL_NO_HEADERS
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    return ARROW_SCHEMA if include_headers else ARROW_SCHEMA_NO_HEADERS
+
+
 BATCH_ROWS = 8192
 BATCH_BYTES = 32 * 1024 * 1024  # payload bytes per Arrow batch (binary arrays must stay < 2 GiB)
+# A block this big becomes an Arrow batch of its own (no copying into a gathered batch first).
+# A slice is fetched in ranged GETs of about this size, the next already on its way while one
+# decodes (one GET of a whole 64 MiB slice left the task idle until all of it had arrived).
+CHUNK_BYTES = 8 * 1024 * 1024
+BLOCK_BATCH_ROWS = 2048
+BLOCK_BATCH_BYTES = 512 * 1024
 
 
 class BlockCounter:
@@ -78,19 +99,28 @@ class Row:
     headers: Sequence[Header]
 
 
+def _headers_column(counts: Sequence[int], names: Sequence[str], values: Sequence[bytes | None]) -> pa.Array:
+    """``headers``: a list per row over flat key/value arrays; null for rows without headers."""
+    items = pa.StructArray.from_arrays(
+        [pa.array(names, pa.string()), pa.array(values, pa.binary())], fields=list(HEADER_TYPE)
+    )
+    counts_np = np.asarray(counts, dtype=np.int32)
+    offsets = np.zeros(len(counts_np) + 1, dtype=np.int32)
+    np.cumsum(counts_np, out=offsets[1:])
+    mask = pa.array(counts_np == 0) if len(counts_np) else None
+    return pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()), items, mask=mask, type=pa.list_(HEADER_TYPE)
+    )
+
+
 def _headers_array(all_headers: Sequence[Sequence[Header]]) -> pa.Array:
-    offsets = [0]
     names: list[str] = []
     values: list[bytes | None] = []
     for headers in all_headers:
         for name, hvalue in headers:
             names.append(name)
             values.append(hvalue)
-        offsets.append(len(names))
-    items = pa.StructArray.from_arrays(
-        [pa.array(names, pa.string()), pa.array(values, pa.binary())], fields=list(HEADER_TYPE)
-    )
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), items, type=pa.list_(HEADER_TYPE))
+    return _headers_column([len(h) for h in all_headers], names, values)
 
 
 def to_record_batch(
@@ -101,26 +131,28 @@ def to_record_batch(
     timestamp_types: Sequence[int],
     keys: Sequence[bytes | None],
     values: Sequence[bytes | None],
-    headers: Sequence[Sequence[Header]],
+    headers: Sequence[Sequence[Header]] | None,
 ) -> pa.RecordBatch:
+    """One Arrow batch; ``headers`` None leaves the column out."""
     n = len(offsets)
     ts = pc.multiply(pa.array(timestamps_ms, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array([topic] * n, pa.string()),
-            pa.array([partition] * n, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            ts,
-            pa.array(timestamp_types, pa.int32()),
-            _headers_array(headers),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    columns = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array(offsets, pa.int64()),
+        ts,
+        pa.array(timestamp_types, pa.int32()),
+    ]
+    if headers is None:
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA_NO_HEADERS)
+    return pa.RecordBatch.from_arrays([*columns, _headers_array(headers)], schema=ARROW_SCHEMA)
 
 
-def records_to_batch(topic: str, partition: int, records: Sequence[KafkaRecord]) -> pa.RecordBatch:
+def records_to_batch(
+    topic: str, partition: int, records: Sequence[KafkaRecord], include_headers: bool = True
+) -> pa.RecordBatch:
     return to_record_batch(
         topic,
         partition,
@@ -129,11 +161,13 @@ def records_to_batch(topic: str, partition: int, records: Sequence[KafkaRecord])
         [int(r.timestamp_type) - 1 for r in records],
         [r.key for r in records],
         [r.value for r in records],
-        [r.headers for r in records],
+        [r.headers for r in records] if include_headers else None,
     )
 
 
-def rows_to_batch(topic: str, partition: int, rows: Sequence[Row]) -> pa.RecordBatch:
+def rows_to_batch(
+    topic: str, partition: int, rows: Sequence[Row], include_headers: bool = True
+) -> pa.RecordBatch:
     return to_record_batch(
         topic,
         partition,
@@ -142,40 +176,31 @@ def rows_to_batch(topic: str, partition: int, rows: Sequence[Row]) -> pa.RecordB
         [r.timestamp_type for r in rows],
         [r.key for r in rows],
         [r.value for r in rows],
-        [r.headers for r in rows],
+        [r.headers for r in rows] if include_headers else None,
     )
 
 
-def _header_offsets(counts: Sequence[int]) -> pa.Array:
-    offsets = np.zeros(len(counts) + 1, dtype=np.int32)
-    np.cumsum(np.asarray(counts, dtype=np.int32), out=offsets[1:])
-    return pa.array(offsets, pa.int32())
-
-
-def columns_to_batch(topic: str, partition: int, cols: RecordColumns) -> pa.RecordBatch:
+def columns_to_batch(
+    topic: str, partition: int, cols: RecordColumns, include_headers: bool = True
+) -> pa.RecordBatch:
     """Decoded columns as one Arrow batch: every column built from its list in one call; headers
-    as a list array over flat key/value arrays (no per-row Python objects)."""
+    (when included) as a list array over flat key/value arrays (no per-row Python objects)."""
     n = len(cols)
-    items = pa.StructArray.from_arrays(
-        [pa.array(cols.header_keys, pa.string()), pa.array(cols.header_values, pa.binary())],
-        fields=list(HEADER_TYPE),
-    )
-    headers = pa.ListArray.from_arrays(_header_offsets(cols.header_counts), items, type=pa.list_(HEADER_TYPE))
     timestamps = np.asarray(cols.timestamps, dtype=np.int64) * 1000
     types = np.asarray(cols.timestamp_types, dtype=np.int32) - 1  # archive 1/2 -> Spark's 0/1
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(cols.keys, pa.binary()),
-            pa.array(cols.values, pa.binary()),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
-            pa.array(cols.offsets, pa.int64()),
-            pa.array(timestamps, pa.timestamp("us", tz="UTC")),
-            pa.array(types, pa.int32()),
-            headers,
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    columns = [
+        pa.array(cols.keys, pa.binary()),
+        pa.array(cols.values, pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array(cols.offsets, pa.int64()),
+        pa.array(timestamps, pa.timestamp("us", tz="UTC")),
+        pa.array(types, pa.int32()),
+    ]
+    if not include_headers:
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA_NO_HEADERS)
+    headers = _headers_column(cols.header_counts, cols.header_keys, cols.header_values)
+    return pa.RecordBatch.from_arrays([*columns, headers], schema=ARROW_SCHEMA)
 
 
 def _time_filtered(
@@ -204,14 +229,16 @@ def read_slice_as_arrow(
     until_offset: int,
     min_timestamp: int | None = None,
     max_timestamp: int | None = None,
+    include_headers: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """Blocks ``first_block..`` of one segment as Arrow batches, only offsets in
     ``[from_offset, until_offset)`` and timestamps in ``[min_timestamp, max_timestamp]``.
 
-    Blocks are decoded into columns (CRCs checked there), gathered until a batch holds
-    ``BATCH_ROWS`` rows or ``BATCH_BYTES`` of payload, and converted in one go."""
+    Blocks are decoded into columns (CRCs checked there; headers only if asked for). A block large
+    enough is one Arrow batch of its own; smaller ones are gathered until a batch holds
+    ``BATCH_ROWS`` rows or ``BATCH_BYTES`` of payload."""
     timed = min_timestamp is not None or max_timestamp is not None
-    pending = RecordColumns()
+    pending = RecordColumns(with_headers=include_headers)
     for cols in read_block_range_columns(
         storage,
         data_object_key,
@@ -220,13 +247,20 @@ def read_slice_as_arrow(
         first_block,
         min_offset=from_offset,
         max_offset=until_offset - 1,
+        with_headers=include_headers,
+        chunk_bytes=CHUNK_BYTES,
     ):
         BLOCKS_READ.add(1)
+        big = len(cols) >= BLOCK_BATCH_ROWS or cols.payload_bytes >= BLOCK_BATCH_BYTES
+        if big and not len(pending):
+            batch = columns_to_batch(topic, partition, cols, include_headers)
+            yield _time_filtered(batch, min_timestamp, max_timestamp) if timed else batch
+            continue
         pending.extend(cols)
         if len(pending) >= BATCH_ROWS or pending.payload_bytes >= BATCH_BYTES:
-            batch = columns_to_batch(topic, partition, pending)
+            batch = columns_to_batch(topic, partition, pending, include_headers)
             yield _time_filtered(batch, min_timestamp, max_timestamp) if timed else batch
-            pending = RecordColumns()
+            pending = RecordColumns(with_headers=include_headers)
     if len(pending):
-        batch = columns_to_batch(topic, partition, pending)
+        batch = columns_to_batch(topic, partition, pending, include_headers)
         yield _time_filtered(batch, min_timestamp, max_timestamp) if timed else batch

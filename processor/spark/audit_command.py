@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.errors import ConfigError, ProcessorError, ServiceUnavailableError
+from processor.units import parse_size
 
 log = logging.getLogger(__name__)
 
@@ -22,24 +23,61 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _bytes(text: str) -> int:
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1 byte")
+    return value
+
+
 def add_audit_parser(sub: Any) -> None:
     from processor.spark.audit_rules import FORMATS
 
     audit = sub.add_parser(
-        "audit", help="check the archive's metadata (and objects) with a Spark Structured Streaming query"
+        "audit",
+        help="scrub the archive: metadata, objects and offsets, as a Spark Structured Streaming query",
     )
     audit.add_argument(
-        "--once", action="store_true", help="process what is there, then exit 0 clean / 1 findings"
+        "--once",
+        action="store_true",
+        help="one pass over what is there, then exit 0 clean / 1 while a problem is open",
     )
     audit.add_argument(
         "--checkpoint", help="checkpoint folder (default: $PROCESSOR_DATA_DIR/audit/checkpoint)"
     )
-    audit.add_argument("--output", help="findings folder (default: $PROCESSOR_DATA_DIR/audit/findings)")
     audit.add_argument(
-        "--format", choices=FORMATS, default="parquet", help="findings format (default parquet)"
+        "--output", help="findings and problems folder (default: $PROCESSOR_DATA_DIR/audit/findings)"
+    )
+    audit.add_argument("--format", choices=FORMATS, default="parquet", help="output format (default parquet)")
+    audit.add_argument(
+        "--verify-objects",
+        action="store_true",
+        help="check objects too: sizes, CRCs, counts, orphans (bounded per pass)",
     )
     audit.add_argument(
-        "--verify-objects", action="store_true", help="HEAD objects, check sampled block CRCs, find orphans"
+        "--full-crc", action="store_true", help="with --verify-objects: read every block, not samples"
+    )
+    audit.add_argument(
+        "--max-bytes-per-pass",
+        type=_bytes,
+        default=1 << 30,
+        help="object bytes one pass may read (default 1GiB)",
+    )
+    audit.add_argument(
+        "--max-requests-per-pass",
+        type=_positive,
+        default=10_000,
+        help="storage requests one pass may send (10000)",
     )
     audit.add_argument(
         "--stuck-after-ms", type=_non_negative, default=600_000, help="default 600000 (10 min)"
@@ -50,7 +88,10 @@ def add_audit_parser(sub: Any) -> None:
     audit.add_argument(
         "--sample-blocks", type=_non_negative, default=3, help="blocks read per segment (>= 2)"
     )
-    audit.add_argument("--interval-s", type=float, default=30.0, help="micro-batch interval without --once")
+    audit.add_argument("--interval-s", type=float, default=30.0, help="seconds between passes without --once")
+    audit.add_argument(
+        "--metrics-port", type=_positive, help="serve the audit's Prometheus metrics on this port"
+    )
     audit.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     audit.set_defaults(func=cmd_audit)
 
@@ -87,22 +128,29 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.verify_objects:
         storage = conn.storage()
         try:
-            next(iter(storage.list(settings.s3_prefix + "/" if settings.s3_prefix else "")), None)
+            storage.check_bucket()
         finally:
             storage.close()
+    if args.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(args.metrics_port)
     from processor.spark.audit import AuditOptions, run_audit
 
     options = AuditOptions(
         connection=conn,
         checkpoint=Path(args.checkpoint) if args.checkpoint else settings.data_dir / "audit" / "checkpoint",
-        output=Path(args.output) if args.output else settings.data_dir / "audit" / "findings",
+        output=Path(args.output) if args.output else settings.data_dir / "audit",
         format=args.format,
         once=args.once,
         verify_objects=args.verify_objects,
+        full_crc=args.full_crc,
         stuck_after_ms=args.stuck_after_ms,
         max_lag_records=args.max_lag_records,
         sample_blocks=max(2, args.sample_blocks),
         interval_s=args.interval_s,
+        max_bytes_per_pass=args.max_bytes_per_pass,
+        max_requests_per_pass=args.max_requests_per_pass,
     )
     spark = spark_session(args.master)
     try:
@@ -118,8 +166,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         raise
     finally:
         spark.stop()
+    opened, resolved = len(run.outcome.opened), len(run.outcome.resolved)
     print(
-        f"audit: {len(run.findings)} finding(s)"
-        + (f" written to {options.output}" if run.findings and args.format != "console" else "")
+        f"audit: {len(run.open_problems)} open problem(s) ({opened} new, {resolved} resolved)"
+        + (f"; see {options.output}/problems" if args.format != "console" else "")
     )
-    return 1 if run.findings else 0
+    return 1 if run.open_problems else 0

@@ -1,63 +1,133 @@
-"""The audit's per-partition rules. Pure: no pyspark, no I/O (the Spark query only carries the state).
+"""The audit's findings and its checks over the metadata. Pure: no pyspark, no I/O.
 
-One ``PartitionAudit`` per source partition folds that partition's metadata records in metadata
-topic order and finds:
+Every rule here looks at what the project's fold says (``processor.spark.fold_adapter``): which
+records it rejects and why, which segments it serves, which claim holds a partition, what is left
+to clean up. None decides those things itself, so a legitimate takeover (a newer claim, or before
+claims a newer epoch) is never reported as a problem.
 
-- ``illegal_transition``: a state change the KIP-405 state machine forbids (the project's
-  ``check_transition``), an update for a segment never seen, or a snapshot changing a segment's
-  offsets; the record is not applied;
-- ``undecodable_record``: a metadata message that does not decode;
-- ``offset_gap`` / ``offset_overlap`` between consecutive COPY_SEGMENT_FINISHED segments (a gap that
-  a copy in progress will fill is not reported: that copy is reported as stuck if it never finishes);
-- ``stuck_copy`` / ``stuck_delete``: COPY_SEGMENT_STARTED / DELETE_SEGMENT_STARTED older than the
-  threshold.
+- ``RecordVerdicts`` folds one source partition's metadata messages (a Spark stateful query keeps
+  it between micro-batches) and reports each message the fold rejects as a finding named by the
+  fold's reason (``processor.metadata.fold.REASONS``): ``undecodable``, ``invalid`` (out of bounds,
+  or a key that does not name the record), ``stale_epoch`` (not the partition's current claim),
+  ``no_claim`` (after a release), ``old_topic_id``, ``illegal`` (the state machine forbids it),
+  ``overlap`` (a finished segment over a served one), ``internal_error``; and counts them by
+  reason. A later accepted record or a tombstone for the same key (the owner's repair or cleanup)
+  fixes it.
+- ``state_findings`` checks each partition's archive: ``offset_gap`` between served segments (not
+  while a copy in progress covers it), ``offset_overlap`` between served ones (the fold never
+  serves two; reported if it ever did), and what the fold says is left to clean up, still there
+  after the threshold: ``stuck_copy`` / ``stuck_delete`` (STARTED and never finished),
+  ``superseded_segment`` (replaced by a newer epoch before claims existed: the next leader should
+  have deleted it), ``past_retention`` (wholly below the remote log start offset).
 
-Each finding has a key; the audit remembers the keys it reported (in its checkpointed state), so a
-problem is reported once, and a restarted audit does not report it again.
+Each finding has a stable ``key`` (the same problem on the next pass has the same key) and a
+``scope``: what a pass must have looked at to say the problem is gone.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from processor.errors import IllegalTransitionError
-from processor.metadata.model import SegmentState
-from processor.metadata.state_machine import check_transition
-
-FINDINGS_DDL = (
-    "kind string, topic string, partition int, start_offset long, end_offset long, segment_id string, "
-    "detail string, detected_at timestamp"
+from processor.errors import FormatError
+from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH
+from processor.metadata.fold import (
+    ILLEGAL,
+    INTERNAL,
+    INVALID,
+    NO_CLAIM,
+    OVERLAP,
+    REASONS,
+    UNDECODABLE,
+    Verdict,
 )
-FINDING_COLUMNS = ("kind", "topic", "partition", "start_offset", "end_offset", "segment_id", "detail")
-STATE_VERSION = 1
+from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.spark.fold_adapter import PartitionArchive, PartitionFold
+
 FORMATS = ("parquet", "json", "console")  # where findings can go
+# The fold's reasons for rejecting a record, each a finding kind of its own. Warnings: a writer that
+# lost its claim (or a copy of a re-created topic's old incarnation) was fenced out as designed; the
+# owner cleans up after it. Errors: bytes nobody should have written.
+RECORD_KINDS: dict[str, str] = {
+    UNDECODABLE: "error",
+    INVALID: "error",
+    STALE_EPOCH: "warning",
+    NO_CLAIM: "warning",
+    OLD_TOPIC_ID: "warning",
+    ILLEGAL: "error",
+    OVERLAP: "error",
+    INTERNAL: "error",
+}
+KINDS: dict[str, str] = {  # kind -> severity
+    **RECORD_KINDS,
+    "offset_gap": "error",
+    "offset_overlap": "error",
+    "stuck_copy": "warning",
+    "stuck_delete": "warning",
+    "superseded_segment": "warning",
+    "past_retention": "warning",
+    "missing_object": "error",
+    "size_mismatch": "error",
+    "crc_mismatch": "error",
+    "truncated_object": "error",
+    "count_mismatch": "error",
+    "timestamp_mismatch": "error",
+    "orphan_object": "warning",
+    "offload_lag": "warning",
+    "expired_before_offload": "error",
+}
+FINDING_COLUMNS = (
+    "key",
+    "kind",
+    "severity",
+    "scope",
+    "topic",
+    "partition",
+    "start_offset",
+    "end_offset",
+    "segment_id",
+    "object_key",
+    "detail",
+)
+FINDINGS_DDL = (
+    "key string, kind string, severity string, scope string, topic string, partition int, "
+    "start_offset long, end_offset long, segment_id string, object_key string, detail string, "
+    "detected_at timestamp, pass_id string"
+)
+VERDICTS_VERSION = 2
+MARKER = "_evaluated"  # a row telling the driver which scope a stateful group evaluated
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
+    key: str
     kind: str
-    topic: str | None
-    partition: int | None
-    start_offset: int | None
-    end_offset: int | None
-    segment_id: str | None
+    scope: str
     detail: str
-    key: str  # what makes two findings the same problem
+    topic: str | None = None
+    partition: int | None = None
+    start_offset: int | None = None
+    end_offset: int | None = None
+    segment_id: str | None = None
+    object_key: str | None = None
+
+    @property
+    def severity(self) -> str:
+        return KINDS.get(self.kind, "error")
 
     def row(self) -> tuple[Any, ...]:
         return tuple(getattr(self, c) for c in FINDING_COLUMNS)
 
-
-@dataclass
-class _Segment:
-    state: str
-    start: int
-    end: int
-    event_ts: int
-    topic_id: str | None = None  # a re-created topic is a new history: checked on its own
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Finding:
+        values = {c: _none(row.get(c)) for c in FINDING_COLUMNS if c != "severity"}
+        for name in ("partition", "start_offset", "end_offset"):
+            if values[name] is not None:
+                values[name] = int(values[name])
+        return cls(**values)
 
 
 def _none(value: Any) -> Any:
@@ -72,171 +142,244 @@ def _none(value: Any) -> Any:
     return value
 
 
-@dataclass
-class PartitionAudit:
-    topic: str | None
-    partition: int | None
-    segments: dict[str, _Segment] = field(default_factory=dict)
-    reported: set[str] = field(default_factory=set)
+def records_scope(tp: TopicPartition | None) -> str:
+    return f"records:{tp}" if tp is not None else "records:?"
 
-    # -- state (JSON, versioned, kept by Spark in the checkpoint) -----------------------------------
 
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "v": STATE_VERSION,
-                "segments": {k: asdict(s) for k, s in self.segments.items()},
-                "reported": sorted(self.reported),
-            }
-        )
+STATE_SCOPE = "state"  # every partition's archive is looked at on every pass
+
+
+def segment_scope(segment_id: str) -> str:
+    return f"segment:{segment_id}"
+
+
+# -- record verdicts (kept by the stateful query per source partition) ---------------------------------
+
+
+class RecordVerdicts:
+    """One source partition's fold (``fold_adapter.PartitionFold``), the messages it rejected (by
+    message key: the open record problems) and how many it rejected by reason.
+
+    State layout (JSON, version 2)::
+
+        {"v": 2, "fold": <PartitionFold.to_json> | null,
+         "rejected": {"<message key>": {"kind": <reason>, "detail": str, "where": str,
+                                        "segment_id": str|null, "start_offset": int|null,
+                                        "end_offset": int|null}},
+         "counts": {"<reason>": int}}
+
+    Version 1 (before claims; kinds ``undecodable_record``, ``illegal_transition``,
+    ``fenced_record`` with the fold's reason in the detail) is still read.
+    """
+
+    def __init__(
+        self,
+        tp: TopicPartition | None,
+        fold: PartitionFold,
+        rejected: dict[str, dict[str, Any]],
+        counts: dict[str, int] | None = None,
+    ) -> None:
+        self.tp = tp
+        self.fold = fold
+        self.rejected = rejected
+        self.counts: dict[str, int] = dict(counts or {})  # every rejection of the partition, by reason
+        self.new_counts: dict[str, int] = {}  # those of this micro-batch
 
     @classmethod
-    def from_json(cls, topic: str | None, partition: int | None, text: str | None) -> PartitionAudit:
-        audit = cls(topic, partition)
-        if text:
-            doc = json.loads(text)
-            if doc.get("v") != STATE_VERSION:
-                raise ValueError(f"audit state version {doc.get('v')} is not {STATE_VERSION}")
-            audit.segments = {k: _Segment(**v) for k, v in doc["segments"].items()}
-            audit.reported = set(doc["reported"])
-        return audit
-
-    # -- folding records ------------------------------------------------------------------------------
-
-    def _finding(
-        self, kind: str, key: str, detail: str, start: Any = None, end: Any = None, sid: Any = None
-    ) -> Finding:
-        return Finding(kind, self.topic, self.partition, start, end, sid, detail, f"{kind}:{key}")
-
-    def apply_row(self, row: Mapping[str, Any]) -> list[Finding]:
-        """Fold one metadata message (a row of ``remote_log_metadata``)."""
-        where = f"metadata partition {row.get('meta_partition')} offset {row.get('meta_offset')}"
-        error = _none(row.get("decode_error"))
-        kind = _none(row.get("record_type"))
-        if error is not None:
-            return [self._finding("undecodable_record", where, f"{where}: {error}")]
-        sid = _none(row.get("segment_id"))
-        if kind == "tombstone":
-            if sid is not None:
-                self.segments.pop(str(sid), None)
-            return []
-        if kind not in {"segment", "segment_update"} or sid is None:
-            return []  # partition deletion records are not audited here
-        new_state = SegmentState(str(row["state"]))
-        current = self.segments.get(sid)
-        event_ts = int(_none(row.get("event_timestamp_ms")) or 0)
+    def from_json(cls, tp: TopicPartition | None, text: str | None) -> RecordVerdicts:
+        if not text:
+            return cls(tp, PartitionFold(tp), {})
         try:
-            if kind == "segment_update" and current is None:
-                raise IllegalTransitionError(f"update {new_state.value} for unknown segment {sid}")
-            if current is not None:
-                check_transition(SegmentState(current.state), new_state, sid)
-            if kind == "segment":
-                start, end = int(row["start_offset"]), int(row["end_offset"])
-                if current is not None and (current.start, current.end) != (start, end):
-                    raise IllegalTransitionError(
-                        f"segment {sid} changed its offsets {current.start}..{current.end} to {start}..{end}"
-                    )
-        except IllegalTransitionError as exc:
-            return [
-                self._finding(
-                    "illegal_transition",
-                    f"{sid}:{where}",
-                    f"{where}: {exc}",
-                    current.start if current else _none(row.get("start_offset")),
-                    current.end if current else _none(row.get("end_offset")),
-                    sid,
-                )
-            ]
-        if current is None:
-            self.segments[sid] = _Segment(new_state.value, start, end, event_ts, _none(row.get("topic_id")))
-        else:
-            current.state, current.event_ts = new_state.value, event_ts
-        return []
+            doc = json.loads(text)
+            version = doc.get("v")
+            if version not in (1, VERDICTS_VERSION):
+                raise FormatError(f"audit verdict state version {version!r} is not {VERDICTS_VERSION} or 1")
+            fold = PartitionFold.from_json(tp, doc["fold"])
+            rejected = {k: dict(v) for k, v in doc["rejected"].items()}
+            if version == 1:
+                rejected = {k: _verdict_v1(v) for k, v in rejected.items()}
+            counts = {str(k): int(n) for k, n in doc.get("counts", {}).items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise FormatError(f"audit verdict state does not decode: {exc!r}") from exc
+        return cls(tp, fold, rejected, counts)
 
-    # -- checks over the folded state -----------------------------------------------------------------
+    def to_json(self) -> str:
+        fold = self.fold.to_json() if self.tp is not None else None
+        return json.dumps(
+            {"v": VERDICTS_VERSION, "fold": fold, "rejected": self.rejected, "counts": self.counts}
+        )
 
-    def _coverage(self, finished: list[tuple[str, _Segment]], started: list[_Segment]) -> list[Finding]:
-        """Gaps and overlaps between the finished segments of one topic id, in offset order."""
-        out: list[Finding] = []
-        high_end: int | None = None  # the highest end so far, and the segment that has it
-        high_sid = ""
-        for sid_b, b in finished:
-            if high_end is not None and b.start > high_end + 1:
-                lo, hi = high_end + 1, b.start - 1
-                if not any(
-                    s.start <= lo and s.end >= hi for s in started
-                ):  # else a copy in progress fills it
+    def apply(self, row: Mapping[str, Any]) -> Verdict:
+        """Fold one metadata message (a row of ``remote_log_metadata``, in topic order): its offset,
+        its key's bytes and its value's bytes, as they are on the topic."""
+        offset = int(row["meta_offset"])
+        where = f"metadata partition {row.get('meta_partition')} offset {offset}"
+        raw_key = _none(row.get("raw_key"))
+        value = _none(row.get("value"))
+        verdict = self.fold.apply(
+            offset,
+            bytes(raw_key) if raw_key is not None else None,
+            bytes(value) if value is not None else None,
+        )
+        name = _none(row.get("key")) or where
+        if verdict.accepted:  # an accepted record or tombstone under the key fixes the key's problem
+            self.rejected.pop(name, None)
+            return verdict
+        reason = verdict.reason or INTERNAL
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        self.new_counts[reason] = self.new_counts.get(reason, 0) + 1
+        record = verdict.record
+        seg = record if isinstance(record, RemoteLogSegmentMetadata) else None
+        sid = getattr(getattr(record, "segment_id", None), "id", None)
+        self.rejected[name] = {
+            "kind": reason,
+            "detail": f"{where}: {verdict.detail or reason}",
+            "where": where,
+            "segment_id": str(sid) if sid is not None else None,
+            "start_offset": seg.start_offset if seg is not None else None,
+            "end_offset": seg.end_offset if seg is not None else None,
+        }
+        return verdict
+
+    def findings(self) -> list[Finding]:
+        tp = self.tp
+        return [
+            Finding(
+                key=f"{v['kind']}:{key}",
+                kind=v["kind"],
+                scope=records_scope(tp),
+                detail=v["detail"],
+                topic=tp.topic if tp else None,
+                partition=tp.partition if tp else None,
+                start_offset=v.get("start_offset"),
+                end_offset=v.get("end_offset"),
+                segment_id=v.get("segment_id"),
+            )
+            for key, v in sorted(self.rejected.items())
+        ]
+
+
+_V1_KINDS = {"undecodable_record": UNDECODABLE, "illegal_transition": ILLEGAL}
+
+
+def _verdict_v1(v: dict[str, Any]) -> dict[str, Any]:
+    """A version 1 record problem under its reason's name (``fenced_record`` kept the reason in its
+    detail: "... (stale_epoch)")."""
+    kind = _V1_KINDS.get(v["kind"])
+    if kind is None:
+        found = re.search(r"\((\w+)\)$", v.get("detail", ""))
+        kind = found.group(1) if found and found.group(1) in REASONS else STALE_EPOCH
+    return {**v, "kind": kind}
+
+
+def fold_group(
+    tp: TopicPartition | None, state_json: str | None, rows: Iterable[Mapping[str, Any]]
+) -> tuple[str, list[Finding], dict[str, int]]:
+    """The stateful query's step for one group: its new state, its current record problems and the
+    records the fold rejected in these rows, by reason."""
+    verdicts = RecordVerdicts.from_json(tp, state_json)
+    for row in rows:
+        verdicts.apply(row)
+    return verdicts.to_json(), verdicts.findings(), verdicts.new_counts
+
+
+# -- checks over each partition's archive ---------------------------------------------------------------
+
+
+def segment_finding(
+    kind: str, seg: RemoteLogSegmentMetadata, detail: str, scope: str, object_key: str | None = None
+) -> Finding:
+    """A finding about one segment, keyed by its kind and segment id."""
+    sid = str(seg.segment_id.id)
+    return Finding(
+        key=f"{kind}:{sid}",
+        kind=kind,
+        scope=scope,
+        detail=detail,
+        topic=seg.segment_id.topic,
+        partition=seg.segment_id.partition,
+        start_offset=seg.start_offset,
+        end_offset=seg.end_offset,
+        segment_id=sid,
+        object_key=object_key or seg.data_object_key,
+    )
+
+
+def _seg_finding(kind: str, a: PartitionArchive, seg: RemoteLogSegmentMetadata, detail: str) -> Finding:
+    return segment_finding(kind, seg, detail, STATE_SCOPE)
+
+
+def state_findings(archives: Iterable[PartitionArchive], now_ms: int, stuck_after_ms: int) -> list[Finding]:
+    out: list[Finding] = []
+    for a in archives:
+        started = [s for s in a.listed if s.state == SegmentState.COPY_SEGMENT_STARTED]
+        previous = None
+        for first, nxt, seg in a.intervals():
+            if previous is not None:
+                end, prev = previous
+                if first > end:
+                    lo, hi = end, first - 1
+                    if not any(s.start_offset <= lo and s.end_offset >= hi for s in started):
+                        out.append(
+                            Finding(
+                                key=f"offset_gap:{a.tp}:{lo}-{hi}",
+                                kind="offset_gap",
+                                scope=STATE_SCOPE,
+                                detail=f"offsets {lo}..{hi} are in no served segment (between "
+                                f"{prev.segment_id.id} and {seg.segment_id.id})",
+                                topic=a.tp.topic,
+                                partition=a.tp.partition,
+                                start_offset=lo,
+                                end_offset=hi,
+                                segment_id=str(seg.segment_id.id),
+                            )
+                        )
+                elif first < end:
                     out.append(
-                        self._finding(
-                            "offset_gap",
-                            f"{high_sid}:{sid_b}",
-                            f"offsets {lo}..{hi} are in no finished segment (between {high_sid} and {sid_b})",
-                            lo,
-                            hi,
-                            sid_b,
+                        _seg_finding(
+                            "offset_overlap",
+                            a,
+                            seg,
+                            f"served segments {prev.segment_id.id} and {seg.segment_id.id} both hold "
+                            f"offsets {first}..{min(end, nxt) - 1}",
                         )
                     )
-            elif high_end is not None and b.start <= high_end:
-                out.append(
-                    self._finding(
-                        "offset_overlap",
-                        f"{high_sid}:{sid_b}",
-                        f"offsets {b.start}..{min(high_end, b.end)} are in {high_sid} and in {sid_b}",
-                        b.start,
-                        min(high_end, b.end),
-                        sid_b,
-                    )
-                )
-            if high_end is None or b.end > high_end:
-                high_end, high_sid = b.end, sid_b
-        return out
-
-    def check(self, now_ms: int, stuck_after_ms: int) -> list[Finding]:
-        out: list[Finding] = []
-        started = [s for s in self.segments.values() if s.state == SegmentState.COPY_SEGMENT_STARTED]
-        histories: dict[str | None, list[tuple[str, _Segment]]] = {}
-        for sid, seg in self.segments.items():
-            if seg.state == SegmentState.COPY_SEGMENT_FINISHED:
-                histories.setdefault(seg.topic_id, []).append((sid, seg))
-        for history in histories.values():
-            out.extend(self._coverage(sorted(history, key=lambda x: (x[1].start, x[1].end)), started))
-        for sid, s in self.segments.items():
-            age = now_ms - s.event_ts
-            if age <= stuck_after_ms:
-                continue
-            kind = {
-                SegmentState.COPY_SEGMENT_STARTED.value: "stuck_copy",
-                SegmentState.DELETE_SEGMENT_STARTED.value: "stuck_delete",
-            }.get(s.state)
-            if kind is not None:
-                out.append(
-                    self._finding(
-                        kind,
-                        sid,
-                        f"{s.state} for {age // 1000} s (threshold {stuck_after_ms // 1000} s)",
-                        s.start,
-                        s.end,
-                        sid,
-                    )
-                )
-        return out
-
-    def take_new(self, findings: Iterable[Finding]) -> list[Finding]:
-        """The findings not reported before (and remember them)."""
-        fresh: list[Finding] = []
-        for f in findings:
-            if f.key not in self.reported:
-                self.reported.add(f.key)
-                fresh.append(f)
-        return fresh
+            if previous is None or nxt > previous[0]:
+                previous = (nxt, seg)
+        out.extend(_cleanup_findings(a, now_ms, stuck_after_ms))
+    return out
 
 
-def audit_partition(
-    audit: PartitionAudit, rows: Iterable[Mapping[str, Any]], now_ms: int, stuck_after_ms: int
-) -> list[Finding]:
-    """Fold ``rows`` (in metadata topic order), run the checks, return only new findings."""
-    found: list[Finding] = []
-    for row in rows:
-        found.extend(audit.apply_row(row))
-    found.extend(audit.check(now_ms, stuck_after_ms))
-    return audit.take_new(found)
+def _cleanup_findings(a: PartitionArchive, now_ms: int, stuck_after_ms: int) -> list[Finding]:
+    """What the fold says is left to clean up (``dangling``: copies that cannot finish or are not in
+    flight, deletes never finished, superseded segments) and finished segments wholly below the
+    remote log start offset, still there ``stuck_after_ms`` after their last change."""
+    out: list[Finding] = []
+    threshold_s = stuck_after_ms // 1000
+    finished = [s for s in a.listed if s.state == SegmentState.COPY_SEGMENT_FINISHED]
+    below = [s for s in finished if s.end_offset < a.log_start_offset]
+    for seg in [*a.dangling, *below]:
+        age = now_ms - seg.event_timestamp_ms
+        if age <= stuck_after_ms:
+            continue
+        if seg.state == SegmentState.COPY_SEGMENT_STARTED:
+            whose = (
+                f" (writer epoch {seg.writer_epoch}; the current claim is {a.claim_epoch})"
+                if a.claim_epoch is not None and seg.writer_epoch != a.claim_epoch
+                else ""
+            )
+            detail = f"{seg.state.value} for {age // 1000} s (threshold {threshold_s} s){whose}"
+            out.append(_seg_finding("stuck_copy", a, seg, detail))
+        elif seg.state == SegmentState.DELETE_SEGMENT_STARTED:
+            detail = f"{seg.state.value} for {age // 1000} s (threshold {threshold_s} s)"
+            out.append(_seg_finding("stuck_delete", a, seg, detail))
+        elif seg.end_offset < a.log_start_offset:
+            detail = (
+                f"wholly below the remote log start offset {a.log_start_offset} and not deleted "
+                f"{age // 1000} s after its last change"
+            )
+            out.append(_seg_finding("past_retention", a, seg, detail))
+        else:
+            detail = f"superseded by a newer writer epoch's segment and still there {age // 1000} s later"
+            out.append(_seg_finding("superseded_segment", a, seg, detail))
+    return list({f.key: f for f in out}.values())  # a superseded segment below the start: once

@@ -1,100 +1,60 @@
-"""The audit's checks against S3 and the source topic (driver side, no pyspark).
+"""The audit's checks of the objects behind the metadata, and of the source topic. No pyspark: the
+segment checks run inside Spark tasks (``processor.spark.audit``), the rest on the driver.
 
-- ``missing_object``: a finished segment whose data or index object is gone (HEAD); one finding per
-  segment, and its blocks are then not read (so no ``crc_mismatch`` for it too);
-- ``crc_mismatch``: the index and a sample of blocks (first, last, and ``sample_blocks - 2`` spread
-  between) read and checked by the project's block reader;
-- ``orphan_object``: an object under the prefix that no live segment (any state but
-  DELETE_SEGMENT_FINISHED) references. Objects are listed *before* the metadata is read, so a copy
-  starting in between cannot look orphaned;
-- ``offload_lag``: source high watermark - (highest finished offset + 1) above ``max_lag_records``.
+Per segment (``segment_findings``): the project's one segment check
+(:func:`processor.reader.segment_check.check_segment`, sampled blocks or, with ``full_crc``, every
+block), its problems as findings of the same kinds, every request and byte counted.
+
+On the driver: ``orphan_findings`` (objects under the prefix no listed segment references; objects
+are listed before the metadata is read, so a copy starting in between cannot look orphaned) and
+``lag_findings`` (``offload_lag``: the topic holds more than ``max_lag_records`` past the archive;
+``expired_before_offload``: the topic's log start is above the archive's end, so records expired
+from Kafka before they were offloaded).
 """
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from processor.errors import CorruptObjectError, StorageError
-from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
-from processor.metadata.remote_log_state import RemoteLogState
-from processor.reader.segment_blocks import read_block_range, read_segment_index
+from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.reader.segment_check import check_segment
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.spark.audit_rules import Finding
+from processor.spark.audit_rules import Finding, segment_finding, segment_scope
+from processor.spark.fold_adapter import PartitionArchive
 from processor.storage.chunk_storage import ChunkStorage
 
-log = logging.getLogger(__name__)
+
+@dataclass
+class ScrubStats:
+    segments: int = 0
+    requests: int = 0
+    bytes_read: int = 0
+
+    def add(self, other: ScrubStats) -> None:
+        self.segments += other.segments
+        self.requests += other.requests
+        self.bytes_read += other.bytes_read
 
 
-def _finding(
-    kind: str,
-    tp: TopicPartition | None,
-    key: str,
-    detail: str,
-    segment: RemoteLogSegmentMetadata | None = None,
-) -> Finding:
-    return Finding(
-        kind,
-        tp.topic if tp else None,
-        tp.partition if tp else None,
-        segment.start_offset if segment else None,
-        segment.end_offset if segment else None,
-        str(segment.segment_id.id) if segment else None,
-        detail,
-        f"{kind}:{key}",
-    )
-
-
-def _sample(count: int, sample_blocks: int) -> list[int]:
-    if count <= sample_blocks:
-        return list(range(count))
-    step = (count - 1) / (sample_blocks - 1)
-    return sorted({round(i * step) for i in range(sample_blocks)})
-
-
-def check_segment_objects(
-    storage: ChunkStorage, keys: ObjectKeyFactory, segment: RemoteLogSegmentMetadata, sample_blocks: int = 3
-) -> Finding | None:
-    tp = segment.topic_partition
-    sid = str(segment.segment_id.id)
-    missing = [k for k in (segment.data_object_key, segment.index_object_key) if storage.stat(k) is None]
-    if missing:
-        return _finding("missing_object", tp, sid, f"missing: {', '.join(missing)}", segment)
-    try:
-        index = read_segment_index(storage, keys, segment)
-        for number in _sample(len(index.blocks), max(2, sample_blocks)):
-            for _records in read_block_range(
-                storage, segment.data_object_key, str(segment.segment_id), [index.blocks[number]], number
-            ):
-                pass
-    except CorruptObjectError as exc:
-        return _finding("crc_mismatch", tp, sid, str(exc), segment)
-    return None
-
-
-def check_storage(
+def segment_findings(
     storage: ChunkStorage,
     keys: ObjectKeyFactory,
-    state: RemoteLogState,
-    listed: list[str],
+    seg: RemoteLogSegmentMetadata,
+    *,
+    full_crc: bool = False,
     sample_blocks: int = 3,
-) -> list[Finding]:
-    """missing_object / crc_mismatch per finished segment, orphan_object per unreferenced object.
+) -> tuple[list[Finding], ScrubStats]:
+    found = check_segment(storage, keys, seg, "all" if full_crc else "sample", sample_blocks=sample_blocks)
+    scope = segment_scope(str(seg.segment_id.id))
+    findings = [segment_finding(p.kind, seg, p.detail, scope, p.object_key) for p in found.problems]
+    return findings, ScrubStats(1, found.requests, found.bytes_read)
 
-    ``listed`` are the object keys under the prefix, listed before ``state`` was read."""
-    out: list[Finding] = []
-    referenced: set[str] = set()
-    for _tp, part in sorted(state.partitions.items()):
-        for segment in part.segments.values():
-            if segment.state != SegmentState.DELETE_SEGMENT_FINISHED:
-                referenced.update((segment.data_object_key, segment.index_object_key))
-        for segment in part.finished():
-            finding = check_segment_objects(storage, keys, segment, sample_blocks)
-            if finding is not None:
-                out.append(finding)
-    for key in listed:
-        if key not in referenced:
-            out.append(_finding("orphan_object", _tp_of(keys, key), key, f"no live segment references {key}"))
-    return out
+
+def list_objects(storage: ChunkStorage, keys: ObjectKeyFactory) -> tuple[list[str], int]:
+    """Every object key under the prefix, and the LIST requests it took (1000 keys a page)."""
+    listed = [c.key for c in storage.list(keys.prefix + "/" if keys.prefix else "")]
+    return listed, max(1, -(-len(listed) // 1000))
 
 
 def _tp_of(keys: ObjectKeyFactory, key: str) -> TopicPartition | None:
@@ -105,33 +65,60 @@ def _tp_of(keys: ObjectKeyFactory, key: str) -> TopicPartition | None:
     return None
 
 
-def list_objects(storage: ChunkStorage, keys: ObjectKeyFactory) -> list[str]:
-    try:
-        return [c.key for c in storage.list(keys.prefix + "/" if keys.prefix else "")]
-    except StorageError:
-        raise
-
-
-def check_lag(
-    state: RemoteLogState, high_watermarks: dict[TopicPartition, tuple[int, int]], max_lag_records: int
+def orphan_findings(
+    keys: ObjectKeyFactory, listed: Iterable[str], archives: Iterable[PartitionArchive]
 ) -> list[Finding]:
+    referenced = {k for a in archives for s in a.listed for k in (s.data_object_key, s.index_object_key)}
     out: list[Finding] = []
-    for tp in sorted(state.partitions):
-        highest = state.partition(tp).highest_finished_offset()
-        if tp not in high_watermarks or highest is None:
-            continue
-        lag = high_watermarks[tp][1] - (highest + 1)
-        if lag > max_lag_records:
+    for key in listed:
+        if key not in referenced:
+            tp = _tp_of(keys, key)
             out.append(
                 Finding(
-                    "offload_lag",
-                    tp.topic,
-                    tp.partition,
-                    highest + 1,
-                    high_watermarks[tp][1] - 1,
-                    None,
-                    f"{lag} records not offloaded (more than {max_lag_records})",
-                    f"offload_lag:{tp}:{highest}",
+                    key=f"orphan_object:{key}",
+                    kind="orphan_object",
+                    scope="objects",
+                    detail=f"no listed segment references {key}",
+                    topic=tp.topic if tp else None,
+                    partition=tp.partition if tp else None,
+                    object_key=key,
                 )
             )
+    return out
+
+
+def lag_findings(
+    archives: Iterable[PartitionArchive],
+    watermarks: Mapping[TopicPartition, tuple[int, int]],
+    max_lag_records: int | None,
+) -> list[Finding]:
+    out: list[Finding] = []
+    for a in archives:
+        if a.tp not in watermarks or a.earliest is None:
+            continue
+        low, high = watermarks[a.tp]
+        nxt = a.next_offset
+        if low > nxt:
+            kind, last = "expired_before_offload", low - 1
+            detail = (
+                f"offsets {nxt}..{low - 1} expired from Kafka (log start {low}) before they were "
+                f"offloaded (the archive ends at {nxt - 1})"
+            )
+        elif max_lag_records is not None and high - nxt > max_lag_records:
+            kind, last = "offload_lag", high - 1
+            detail = f"{high - nxt} records not offloaded (more than {max_lag_records})"
+        else:
+            continue
+        out.append(
+            Finding(
+                key=f"{kind}:{a.tp}",
+                kind=kind,
+                scope="lag",
+                detail=detail,
+                topic=a.tp.topic,
+                partition=a.tp.partition,
+                start_offset=nxt,
+                end_offset=last,
+            )
+        )
     return out

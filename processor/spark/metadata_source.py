@@ -1,10 +1,14 @@
 """Data source ``remote_log_metadata``: the metadata topic's records, one column per field.
 
 Every message becomes a row, decoded with the project's codec; a value that does not decode is a row
-with ``decode_error`` set (never a crash), a tombstone a row with ``record_type = 'tombstone'``.
-``meta_partition`` / ``meta_offset`` are the message's place on the metadata topic, and the stream's
-offsets are those: ``{metadata_topic: {partition: next_offset}}``. Batch reads default to earliest ..
-latest, streams start at latest unless ``startingOffsets`` says otherwise (as Spark's Kafka source).
+with ``decode_error`` set (never a crash), a tombstone a row with ``record_type = 'tombstone'``, a
+``PartitionClaim`` a row with ``record_type = 'claim'`` (its epoch is its ``meta_offset``; ``state``
+is its kind, ``segment_id`` its claim id, ``writer_epoch`` the epoch a RELEASE ends). ``raw_key``
+and ``value`` are the message's bytes as they are on the topic (the audit folds them with the
+project's fold, which checks both). ``meta_partition`` / ``meta_offset`` are the message's place
+on the metadata topic, and the stream's offsets are those: ``{metadata_topic: {partition:
+next_offset}}``. Batch reads default to earliest .. latest, streams start at latest unless
+``startingOffsets`` says otherwise (as Spark's Kafka source).
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from typing import Any
 from confluent_kafka import KafkaException
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from processor.errors import FormatError, ServiceUnavailableError
+from processor.errors import ConfigError, FormatError, ServiceUnavailableError
 from processor.metadata.codec import decode_value
+from processor.metadata.fold import parse_key
 from processor.metadata.model import (
     MetadataRecord,
     PartitionClaim,
@@ -27,26 +32,28 @@ from processor.metadata.model import (
     RemotePartitionDeleteMetadata,
     TopicPartition,
 )
-from processor.spark.live_tail import consume_range, live_ends
+from processor.spark.live_tail import consume_range, watermarks
 from processor.spark.options import (
     EARLIEST,
+    EARLIEST_BOUND,
     LATEST,
+    LATEST_BOUND,
+    Bound,
     Connection,
-    OffsetSpec,
-    _get,
+    _lowered,
     connection_from,
-    parse_offset_spec,
+    offsets_bound,
 )
-from processor.spark.tiered_records import decode_offsets, encode_offsets
+from processor.spark.stream_offsets import StreamOffsets
 
 SCHEMA_DDL = (
     "meta_partition int, meta_offset long, meta_timestamp timestamp, key string, record_type string, "
     "segment_id string, topic string, topic_id string, partition int, start_offset long, end_offset long, "
-    "max_timestamp_ms long, event_timestamp_ms long, state string, writer_id string, writer_epoch int, "
+    "max_timestamp_ms long, event_timestamp_ms long, state string, writer_id string, writer_epoch long, "
     "segment_size_in_bytes long, record_count long, segment_format_version int, data_object_key string, "
     "index_object_key string, index_crc32 long, index_size_in_bytes long, "
     "leader_epochs array<struct<epoch:int,start_offset:long>>, custom_metadata binary, "
-    "txn_index_empty boolean, decode_error string"
+    "txn_index_empty boolean, decode_error string, value binary, raw_key binary"
 )
 COLUMNS = [
     c.strip().split(" ")[0]
@@ -55,14 +62,13 @@ COLUMNS = [
 
 
 def _key_parts(key: bytes | None) -> tuple[str | None, int | None, str | None]:
-    """Best-effort topic, partition and segment id from a message key (for rows that do not decode)."""
-    try:
-        parts = (key or b"").decode("utf-8").split("/")
-        if len(parts) in (2, 3):
-            return parts[0], int(parts[1]), parts[2] if len(parts) == 3 else None
-    except (UnicodeDecodeError, ValueError):
-        pass
-    return None, None, None
+    """Topic, partition and the key's last part (a segment or claim id, ``log-start-offset``) from a
+    message key as the fold reads keys (for tombstones and rows that do not decode)."""
+    parsed = parse_key(key)
+    if parsed is None:
+        return None, None, None
+    tp, rest = parsed
+    return tp.topic, tp.partition, rest.rsplit("/", 1)[-1] or None
 
 
 def record_row(
@@ -77,6 +83,7 @@ def record_row(
         dt.datetime.fromtimestamp(meta_ts_ms / 1000, tz=dt.UTC) if meta_ts_ms and meta_ts_ms > 0 else None
     )
     row["key"] = key.decode("utf-8", "replace") if key is not None else None
+    row["raw_key"], row["value"] = key, value
     record: MetadataRecord | None = None
     if value is None:
         row["record_type"] = "tombstone"
@@ -97,6 +104,7 @@ def record_row(
             state=record.state.value,
             event_timestamp_ms=record.event_timestamp_ms,
             writer_id=record.writer_id,
+            writer_epoch=record.writer_epoch,
         )
         return tuple(row[c] for c in COLUMNS)
     if isinstance(record, RemoteLogStartOffset):
@@ -112,6 +120,7 @@ def record_row(
         )
         return tuple(row[c] for c in COLUMNS)
     if isinstance(record, PartitionClaim):
+        # The claim's own epoch is its meta_offset; writer_epoch is the epoch a RELEASE ends.
         row.update(
             record_type="claim",
             topic=record.topic_partition.topic,
@@ -121,6 +130,7 @@ def record_row(
             writer_id=record.writer_id,
             state=record.kind.value,
             segment_id=str(record.claim_id),
+            writer_epoch=record.released_epoch if record.released_epoch >= 0 else None,
         )
         return tuple(row[c] for c in COLUMNS)
     sid = record.segment_id
@@ -156,11 +166,14 @@ def record_row(
     return tuple(row[c] for c in COLUMNS)
 
 
+SUPPORTED_OPTIONS = ("kafka.bootstrap.servers", "metadata.topic", "startingOffsets", "endingOffsets")
+
+
 @dataclass(frozen=True, slots=True)
 class MetadataOptions:
     connection: Connection
-    starting: OffsetSpec | None
-    ending: OffsetSpec
+    starting: Bound | None
+    ending: Bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,23 +184,38 @@ class MetaSlice:
 
 
 def metadata_options(options: Mapping[str, str]) -> MetadataOptions:
+    known = {o.lower() for o in SUPPORTED_OPTIONS}
+    unknown = sorted(k for k in _lowered(options) if k not in known and not k.startswith("kafka."))
+    if unknown:
+        raise ConfigError(
+            f"remote_log_metadata does not know the option(s) {', '.join(unknown)}; supported: "
+            f"{', '.join(SUPPORTED_OPTIONS)}, and kafka.* client settings"
+        )
+
+    lowered = _lowered(options)
+    starting = lowered.get("startingoffsets")
+    ending = lowered.get("endingoffsets")
     return MetadataOptions(
         connection=connection_from(options),
-        starting=parse_offset_spec("startingOffsets", _get(options, "startingOffsets")),
-        ending=parse_offset_spec("endingOffsets", _get(options, "endingOffsets")) or "latest",
+        starting=offsets_bound("startingOffsets", starting) if starting is not None else None,
+        ending=offsets_bound("endingOffsets", ending) if ending is not None else LATEST_BOUND,
     )
 
 
 def _bounds(conn: Connection) -> dict[TopicPartition, tuple[int, int]]:
-    return live_ends(conn.kafka, [conn.metadata_topic])
+    from processor.spark.live_tail import broker_partitions
+    from processor.spark.options import Subscription
+
+    return watermarks(conn, broker_partitions(conn, Subscription(topics=(conn.metadata_topic,))))
 
 
-def _resolve(spec: OffsetSpec, bounds: Mapping[TopicPartition, tuple[int, int]]) -> dict[TopicPartition, int]:
+def _resolve(spec: Bound, bounds: Mapping[TopicPartition, tuple[int, int]]) -> dict[TopicPartition, int]:
+    given = spec.offset_map
     out: dict[TopicPartition, int] = {}
     for tp, (low, high) in bounds.items():
-        wanted = EARLIEST if spec == "earliest" else LATEST
-        if isinstance(spec, dict):
-            wanted = spec.get(tp.topic, {}).get(tp.partition, LATEST)
+        wanted = EARLIEST if spec.kind == "earliest" else LATEST
+        if spec.kind == "offsets":
+            wanted = given.get(tp, LATEST)
         out[tp] = low if wanted == EARLIEST else high if wanted == LATEST else wanted
     return out
 
@@ -195,7 +223,7 @@ def _resolve(spec: OffsetSpec, bounds: Mapping[TopicPartition, tuple[int, int]])
 def read_slice(conn: Connection, part: MetaSlice) -> Iterator[tuple[Any, ...]]:
     try:
         for msg in consume_range(
-            conn.kafka, conn.metadata_topic, part.partition, part.from_offset, part.until_offset
+            conn, conn.metadata_topic, part.partition, part.from_offset, part.until_offset
         ):
             _type, ts = msg.timestamp()
             yield record_row(part.partition, int(msg.offset()), int(ts), msg.key(), msg.value())
@@ -215,7 +243,7 @@ class MetadataReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         bounds = _bounds(self.options.connection)
-        start = _resolve(self.options.starting or "earliest", bounds)
+        start = _resolve(self.options.starting or EARLIEST_BOUND, bounds)
         end = _resolve(self.options.ending, bounds)
         return [InputPartition(s) for s in _slices(start, end)] or [InputPartition(None)]
 
@@ -227,19 +255,24 @@ class MetadataReader(DataSourceReader):
 class MetadataStreamReader(DataSourceStreamReader):
     def __init__(self, options: MetadataOptions) -> None:
         self.options = options
+        self._initial: dict[str, Any] | None = None
 
     def initialOffset(self) -> dict[str, Any]:
-        return encode_offsets(_resolve(self.options.starting or "latest", _bounds(self.options.connection)))
+        if self._initial is None:
+            offsets = _resolve(self.options.starting or LATEST_BOUND, _bounds(self.options.connection))
+            self._initial = StreamOffsets(offsets).to_json()
+        return self._initial
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
-        begin = decode_offsets(start)
+    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+        begin = StreamOffsets.from_json(start).offsets
         latest = {
             tp: max(high, begin.get(tp, 0)) for tp, (_low, high) in _bounds(self.options.connection).items()
         }
-        return encode_offsets(latest)
+        return start if latest == begin else StreamOffsets(latest).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return [InputPartition(s) for s in _slices(decode_offsets(start), decode_offsets(end))]
+        begin, until = StreamOffsets.from_json(start).offsets, StreamOffsets.from_json(end).offsets
+        return [InputPartition(s) for s in _slices(begin, until)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         yield from read_slice(self.options.connection, partition.value)

@@ -1,31 +1,91 @@
 """The data sources' options, parsed and validated on the driver. Pure (no pyspark).
 
-Names and meanings follow Spark's own Kafka source where the meaning is the same (``subscribe``,
-``assign``, ``startingOffsets``, ``endingOffsets``, ``startingTimestamp``, ``endingTimestamp``,
-``maxOffsetsPerTrigger``, ``failOnDataLoss``, ``includeHeaders``). Connection options
-(``kafka.bootstrap.servers``, ``metadata.topic``, ``s3.endpoint``, ``s3.bucket``, ``s3.prefix``,
-``s3.region``) fall back to the worker's ``PROCESSOR_*`` variables. The result is a small frozen
-value that pickles to the executors, so they never read the environment for where to connect.
-S3 credentials are never options: the standard AWS chain provides them on every node.
+``tiered_records`` takes the options of Spark's own Kafka source with Spark's meaning
+(``structured-streaming-kafka-integration``; the checks mirror ``KafkaSourceProvider``), plus the
+few an archive needs (where the metadata topic and the bucket are, ``tail``). An option nobody
+knows is an error that lists the supported ones; ``kafka.*`` settings pass through to the Kafka
+clients the source creates (minus the few Spark refuses too). Connection options
+(``kafka.bootstrap.servers``, ``metadata.topic``, ``s3.*``) fall back to the worker's
+``PROCESSOR_*`` variables. The result is a small frozen value that pickles to the executors, so
+they never read the environment for where to connect. S3 credentials are never options: the
+standard AWS chain provides them on every node.
+
+What the archive holds is what a ``read_committed`` consumer sees (the offloader reads that way):
+``kafka.isolation.level=read_uncommitted`` is refused rather than answered with other rows.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
+import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from processor.errors import ConfigError
 from processor.kafka_security import KafkaConnection, KafkaSecurity
+from processor.metadata.model import TopicPartition
 from processor.segment.object_keys import validate_prefix, validate_topic
 from processor.storage.s3 import S3ChunkStorage, S3Options
+from processor.units import parse_duration_ms
+
+log = logging.getLogger(__name__)
 
 EARLIEST = -2  # Spark's JSON offsets: -2 earliest, -1 latest
 LATEST = -1
 DEFAULT_PARTITION_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's "15m"
+DEFAULT_POLL_TIMEOUT_MS = 120_000  # spark.network.timeout's default
+Mode = Literal["batch", "stream"]
+
+# Every option tiered_records knows, with what it is (the error for an unknown option lists them;
+# pyspark matches them case-insensitively). kafka.* settings are not listed: they pass through.
+SUPPORTED_OPTIONS: dict[str, str] = {
+    "subscribe": "comma-separated topics",
+    "subscribePattern": "Java-style regex of topic names (the whole name must match)",
+    "assign": 'JSON {"topic":[0,1]}',
+    "startingOffsets": 'earliest, latest (streams) or JSON {"topic":{"0":23,"1":-2}}',
+    "endingOffsets": "latest or JSON (batch)",
+    "startingTimestamp": "ms, for every partition",
+    "startingOffsetsByTimestamp": 'JSON {"topic":{"0":1700000000000}}',
+    "startingOffsetsByTimestampStrategy": "error or latest",
+    "endingTimestamp": "ms, for every partition (batch)",
+    "endingOffsetsByTimestamp": "JSON (batch)",
+    "failOnDataLoss": "true or false",
+    "includeHeaders": "true or false",
+    "maxOffsetsPerTrigger": "records per micro-batch at most (streams)",
+    "minOffsetsPerTrigger": "records per micro-batch at least (streams)",
+    "maxTriggerDelay": "how long minOffsetsPerTrigger may hold a batch back, e.g. 15m (streams)",
+    "minPartitions": "Spark tasks at least",
+    "maxRecordsPerPartition": "records per Spark task at most",
+    "groupIdPrefix": "prefix of the consumer group ids generated for the Kafka clients",
+    "kafkaConsumer.pollTimeoutMs": "ms a live read may wait for the broker",
+    "fetchOffset.numRetries": "attempts to fetch a partition's offsets from the broker",
+    "fetchOffset.retryIntervalMs": "ms between those attempts",
+    "kafka.bootstrap.servers": "the Kafka cluster (default PROCESSOR_BOOTSTRAP_SERVERS)",
+    "metadata.topic": "the metadata topic (default PROCESSOR_METADATA_TOPIC)",
+    "metadata.cacheDir": "where planning keeps the materialized metadata view",
+    "s3.endpoint": "default PROCESSOR_S3_ENDPOINT_URL",
+    "s3.bucket": "default PROCESSOR_S3_BUCKET",
+    "s3.prefix": "default PROCESSOR_S3_PREFIX",
+    "s3.region": "default PROCESSOR_S3_REGION",
+    "tail": "live: continue on the live topic past the archive (and fill archive holes from it)",
+    "partitionBytes": "bytes of archive one Spark task reads at most",
+}
+_KNOWN = {name.lower() for name in SUPPORTED_OPTIONS}
+# Kafka settings Spark's source refuses, with its reasons.
+_REFUSED_KAFKA = {
+    "auto.offset.reset": "set startingOffsets to earliest or latest instead: the source decides "
+    "where to read, never the consumer",
+    "key.deserializer": "keys are bytes; deserialize them with DataFrame operations",
+    "value.deserializer": "values are bytes; deserialize them with DataFrame operations",
+    "enable.auto.commit": "the source commits nothing to Kafka",
+    "interceptor.classes": "interceptors could change what is read",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +96,9 @@ class Connection:
     s3_bucket: str
     s3_prefix: str
     s3_region: str | None
+    # The other kafka.* settings for every Kafka client the sources create (librdkafka names); the
+    # security ones are in ``kafka.security``. See kafka_client_settings.
+    kafka_settings: tuple[tuple[str, str], ...] = ()
 
     @property
     def bootstrap_servers(self) -> str:
@@ -55,17 +118,66 @@ class Connection:
         small slice. boto3 clients are thread-safe; it lives as long as the process."""
         return _shared_storage(self)
 
+    def consumer(self, client_id: str, **extra: Any) -> Any:
+        """A new assign-only consumer with this connection's Kafka settings and security (the caller
+        closes it)."""
+        from processor.kafka_clients import new_consumer
+
+        return new_consumer(self.kafka, client_id, **{**dict(self.kafka_settings), **extra})
+
+    def admin(self, client_id: str) -> Any:
+        from processor.kafka_clients import new_admin
+
+        return new_admin(self.kafka, client_id)
+
 
 @functools.cache
 def _shared_storage(conn: Connection) -> S3ChunkStorage:
     return conn.storage()
 
 
-def _get(options: Mapping[str, str], name: str) -> str | None:
+def _lowered(options: Mapping[str, str]) -> dict[str, str]:
     # pyspark hands options in a case-insensitive dict; plain dicts are matched case-insensitively too.
-    lowered = {k.lower(): v for k, v in options.items()}
-    value = lowered.get(name.lower())
-    return None if value is None or value == "" else str(value)
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None and str(v) != ""}
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    return _lowered(options).get(name.lower())
+
+
+# Option prefixes KafkaSecurity.from_spark_options owns.
+_SECURITY = ("kafka.security.", "kafka.sasl.", "kafka.ssl.")
+
+
+def kafka_client_settings(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The ``kafka.*`` options other than bootstrap and security, as librdkafka settings for the
+    sources' Kafka clients.
+
+    The one place where client settings enter. ``kafka.security.protocol``, ``kafka.sasl.*`` and
+    ``kafka.ssl.*`` are not passed through: ``KafkaSecurity.from_spark_options`` reads them (checked,
+    Spark's JAAS line mapped, Java keystores refused) into ``Connection.kafka``, from which every
+    client gets its security. Refused as Spark does: the settings in ``_REFUSED_KAFKA``; refused here:
+    ``isolation.level=read_uncommitted`` (the archive holds what a read_committed consumer sees).
+    ``kafka.group.id`` is used as the clients' group id (they join no group: the source assigns
+    partitions itself).
+    """
+    out: dict[str, str] = {}
+    for key, value in sorted(_lowered(options).items()):
+        if not key.startswith("kafka.") or key == "kafka.bootstrap.servers" or key.startswith(_SECURITY):
+            continue
+        name = key[len("kafka.") :]
+        if name in _REFUSED_KAFKA:
+            raise ConfigError(f"Kafka option '{name}' is not supported: {_REFUSED_KAFKA[name]}")
+        if name == "isolation.level":
+            if value.lower() != "read_committed":
+                raise ConfigError(
+                    f"option kafka.isolation.level={value}: the archive holds what a read_committed "
+                    "consumer sees (aborted transactions are not offloaded); only read_committed is "
+                    "supported"
+                )
+            continue  # the clients read committed anyway (librdkafka's default)
+        out[name] = value
+    return tuple(out.items())
 
 
 def connection_from(options: Mapping[str, str], environ: Mapping[str, str] | None = None) -> Connection:
@@ -86,36 +198,55 @@ def connection_from(options: Mapping[str, str], environ: Mapping[str, str] | Non
         s3_bucket=bucket,
         s3_prefix=validate_prefix(_get(options, "s3.prefix") or settings.s3_prefix),
         s3_region=_get(options, "s3.region") or settings.s3_region,
+        kafka_settings=kafka_client_settings(options),
     )
 
 
-OffsetSpec = str | dict[str, dict[int, int]]  # "earliest", "latest", or {topic: {partition: offset}}
+def check_known_options(options: Mapping[str, str]) -> None:
+    """An option nobody knows is an error naming the supported ones (a typo must not change rows)."""
+    unknown = sorted(k for k in _lowered(options) if k not in _KNOWN and not k.startswith("kafka."))
+    if unknown:
+        listed = ", ".join(sorted(SUPPORTED_OPTIONS, key=str.lower))
+        raise ConfigError(
+            f"tiered_records does not know the option(s) {', '.join(unknown)}; supported: {listed}, "
+            "and kafka.* client settings"
+        )
+
+
+# -- offset and timestamp bounds ------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class RecordOptions:
-    """What ``tiered_records`` reads."""
+class Bound:
+    """Where a read starts or ends (Spark's KafkaOffsetRangeLimit).
 
-    connection: Connection
-    topics: tuple[str, ...] = ()  # from subscribe
-    assign: dict[str, tuple[int, ...]] = field(default_factory=dict)  # from assign
-    starting: OffsetSpec | None = None  # None: the default (batch earliest, stream latest)
-    ending: OffsetSpec = "latest"
-    starting_timestamp: int | None = None
-    ending_timestamp: int | None = None
-    max_offsets_per_trigger: int | None = None
-    fail_on_data_loss: bool = True
-    tail_live: bool = False
-    partition_bytes: int = DEFAULT_PARTITION_BYTES
+    ``kind``: ``earliest`` | ``latest`` | ``offsets`` (``offsets`` per partition, -2 earliest,
+    -1 latest) | ``timestamps`` (``timestamps`` per partition) | ``timestamp`` (one for all)."""
 
-    def wants(self, topic: str, partition: int) -> bool:
-        if self.assign:
-            return partition in self.assign.get(topic, ())
-        return topic in self.topics
+    kind: Literal["earliest", "latest", "offsets", "timestamps", "timestamp"]
+    offsets: tuple[tuple[TopicPartition, int], ...] = ()
+    timestamps: tuple[tuple[TopicPartition, int], ...] = ()
+    timestamp: int | None = None
 
     @property
-    def wanted_topics(self) -> tuple[str, ...]:
-        return tuple(sorted(self.assign)) if self.assign else self.topics
+    def offset_map(self) -> dict[TopicPartition, int]:
+        return dict(self.offsets)
+
+    @property
+    def timestamp_map(self) -> dict[TopicPartition, int]:
+        return dict(self.timestamps)
+
+    def named_partitions(self) -> set[TopicPartition] | None:
+        """The partitions a JSON bound names (None for the others)."""
+        if self.kind == "offsets":
+            return {tp for tp, _ in self.offsets}
+        if self.kind == "timestamps":
+            return {tp for tp, _ in self.timestamps}
+        return None
+
+
+EARLIEST_BOUND = Bound("earliest")
+LATEST_BOUND = Bound("latest")
 
 
 def _json(name: str, raw: str) -> Any:
@@ -125,84 +256,305 @@ def _json(name: str, raw: str) -> Any:
         raise ConfigError(f"option {name}: not valid JSON ({exc.msg}): {raw!r}") from None
 
 
-def _int(name: str, raw: str | None, minimum: int = 0) -> int | None:
+def _partition_longs(name: str, raw: str, example: str) -> tuple[tuple[TopicPartition, int], ...]:
+    """``{"topic":{"0":23,...},...}`` as ((tp, value), ...) in topic, partition order."""
+    doc = _json(name, raw)
+    bad = ConfigError(f"option {name}: expected e.g. {example}, got {raw}")
+    if not isinstance(doc, dict):
+        raise bad
+    out: list[tuple[TopicPartition, int]] = []
+    for topic, parts in doc.items():
+        validate_topic(topic)
+        if not isinstance(parts, dict):
+            raise bad
+        for p, value in parts.items():
+            try:
+                partition = int(p)
+            except (TypeError, ValueError):
+                raise bad from None
+            if not isinstance(value, int) or isinstance(value, bool) or partition < 0:
+                raise bad
+            out.append((TopicPartition(topic, partition), value))
+    return tuple(sorted(out))
+
+
+def _long(name: str, raw: str | None, minimum: int | None = None) -> int | None:
     if raw is None:
         return None
     try:
-        value = int(raw)
+        value = int(raw.strip())
     except ValueError:
-        raise ConfigError(f"option {name}: expected an integer, got {raw!r}") from None
-    if value < minimum:
+        raise ConfigError(f"option {name}: expected a whole number, got {raw!r}") from None
+    if minimum is not None and value < minimum:
         raise ConfigError(f"option {name}: must be at least {minimum}, got {value}")
     return value
+
+
+def _long_or(lowered: Mapping[str, str], name: str, minimum: int, default: int) -> int:
+    value = _long(name, lowered.get(name.lower()), minimum)
+    return default if value is None else value
 
 
 def _bool(name: str, raw: str | None, default: bool) -> bool:
     if raw is None:
         return default
-    if raw.lower() in {"true", "false"}:
-        return raw.lower() == "true"
+    if raw.strip().lower() in {"true", "false"}:
+        return raw.strip().lower() == "true"
     raise ConfigError(f"option {name}: expected true or false, got {raw!r}")
 
 
-def parse_offset_spec(name: str, raw: str | None) -> OffsetSpec | None:
-    if raw is None:
-        return None
-    if raw.strip().lower() in {"earliest", "latest"}:
-        return raw.strip().lower()
-    doc = _json(name, raw)
-    if not isinstance(doc, dict):
-        raise ConfigError(f'option {name}: expected earliest, latest or JSON like {{"topic":{{"0":23}}}}')
-    out: dict[str, dict[int, int]] = {}
-    for topic, parts in doc.items():
-        validate_topic(topic)
-        if not isinstance(parts, dict):
-            raise ConfigError(f"option {name}: topic {topic!r} needs a JSON object of partition: offset")
-        try:
-            out[topic] = {int(p): int(o) for p, o in parts.items()}
-        except (TypeError, ValueError):
-            raise ConfigError(
-                f"option {name}: partitions and offsets of {topic!r} must be integers"
-            ) from None
-        if any(o < EARLIEST for o in out[topic].values()):
-            raise ConfigError(f"option {name}: offsets are >= 0, or -2 (earliest) / -1 (latest)")
-    return out
+def time_string_ms(name: str, raw: str) -> int:
+    """A time such as ``15m``, ``10s``, ``250ms``, ``2h`` or ``1d`` (a bare number is ms), as Spark's
+    time strings; ConfigError naming the option otherwise."""
+    try:
+        return parse_duration_ms(raw)
+    except ValueError as exc:
+        raise ConfigError(f"option {name}: {exc}") from None
 
 
-def record_options(options: Mapping[str, str], environ: Mapping[str, str] | None = None) -> RecordOptions:
-    subscribe = _get(options, "subscribe")
-    assign_raw = _get(options, "assign")
-    if (subscribe is None) == (assign_raw is None):
-        raise ConfigError("tiered_records needs exactly one of the options subscribe or assign")
+def parse_bound(
+    options: Mapping[str, str], *, timestamp_key: str, by_timestamp_key: str, offsets_key: str, default: Bound
+) -> Bound:
+    """The bound an option set asks for, by Spark's preference: a global timestamp, then
+    timestamps per partition, then offsets (earliest/latest/JSON), then ``default``."""
+    lowered = _lowered(options)
+    if timestamp_key.lower() in lowered:
+        return Bound("timestamp", timestamp=_long(timestamp_key, lowered[timestamp_key.lower()]))
+    if by_timestamp_key.lower() in lowered:
+        example = '{"topicA":{"0":1000,"1":1000},"topicB":{"0":2000}}'
+        return Bound(
+            "timestamps",
+            timestamps=_partition_longs(by_timestamp_key, lowered[by_timestamp_key.lower()], example),
+        )
+    raw = lowered.get(offsets_key.lower())
+    return default if raw is None else offsets_bound(offsets_key, raw)
+
+
+def offsets_bound(name: str, raw: str) -> Bound:
+    """``earliest``, ``latest`` or JSON ``{"topic":{"0":23}}`` (-2 earliest, -1 latest)."""
+    if raw.strip().lower() == "earliest":
+        return EARLIEST_BOUND
+    if raw.strip().lower() == "latest":
+        return LATEST_BOUND
+    offsets = _partition_longs(name, raw, '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}')
+    if any(o < EARLIEST for _tp, o in offsets):
+        raise ConfigError(f"option {name}: offsets are >= 0, or -2 (earliest) / -1 (latest)")
+    return Bound("offsets", offsets=offsets)
+
+
+# -- what tiered_records reads --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """Which partitions: ``subscribe`` (topics), ``subscribePattern`` (regex) or ``assign``."""
+
     topics: tuple[str, ...] = ()
-    assign: dict[str, tuple[int, ...]] = {}
-    if subscribe is not None:
-        topics = tuple(validate_topic(t.strip()) for t in subscribe.split(",") if t.strip())
+    pattern: str | None = None
+    assign: tuple[TopicPartition, ...] = ()
+
+    def matches_topic(self, topic: str) -> bool:
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        if self.assign:
+            return any(tp.topic == topic for tp in self.assign)
+        return topic in self.topics
+
+    def wants(self, tp: TopicPartition) -> bool:
+        if self.assign:
+            return tp in self.assign
+        return self.matches_topic(tp.topic)
+
+    def describe(self) -> str:
+        if self.pattern is not None:
+            return f"subscribePattern {self.pattern!r}"
+        if self.assign:
+            return "assign " + ", ".join(str(tp) for tp in self.assign)
+        return "subscribe " + ",".join(self.topics)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOptions:
+    """What ``tiered_records`` reads, validated for one mode (batch or stream)."""
+
+    connection: Connection
+    subscription: Subscription
+    mode: Mode = "batch"
+    starting: Bound = EARLIEST_BOUND
+    ending: Bound = LATEST_BOUND
+    no_match_latest: bool = False  # startingOffsetsByTimestampStrategy=latest
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    group_id: str = "spark-kafka-relation"
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    fetch_offset_retries: int = 3
+    fetch_offset_retry_interval_ms: int = 10
+    tail_live: bool = False
+    partition_bytes: int = DEFAULT_PARTITION_BYTES
+    metadata_cache_dir: str | None = None
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def wants(self, tp: TopicPartition) -> bool:
+        return self.subscription.wants(tp)
+
+
+def headers_requested(options: Mapping[str, str]) -> bool:
+    return _bool("includeHeaders", _get(options, "includeHeaders"), False)
+
+
+def _subscription(lowered: Mapping[str, str]) -> Subscription:
+    chosen = [k for k in ("assign", "subscribe", "subscribepattern") if k in lowered]
+    if len(chosen) != 1:
+        what = "One" if not chosen else "Only one"
+        raise ConfigError(
+            f"{what} of the options assign, subscribe, subscribePattern must be given to tiered_records"
+        )
+    value = lowered[chosen[0]]
+    if chosen[0] == "subscribe":
+        topics = tuple(validate_topic(t.strip()) for t in value.split(",") if t.strip())
         if not topics:
-            raise ConfigError("option subscribe: no topic named")
+            raise ConfigError(
+                f"No topics to subscribe to as specified value for option 'subscribe' is '{value}'"
+            )
+        return Subscription(topics=topics)
+    if chosen[0] == "subscribepattern":
+        pattern = value.strip()
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"option subscribePattern: not a valid regex ({exc}): {pattern!r}") from None
+        return Subscription(pattern=pattern)
+    doc = _json("assign", value)
+    if not isinstance(doc, dict) or not all(
+        isinstance(v, list) and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in v)
+        for v in doc.values()
+    ):
+        raise ConfigError(f'option assign: expected e.g. {{"topicA":[0,1],"topicB":[2,4]}}, got {value}')
+    assign = tuple(sorted({TopicPartition(validate_topic(t), p) for t, ps in doc.items() for p in ps}))
+    if not assign:
+        raise ConfigError(f"No topicpartitions to assign as specified value for option 'assign' is '{value}'")
+    return Subscription(assign=assign)
+
+
+def _check_batch_bounds(starting: Bound, ending: Bound) -> None:
+    for option, bound, refused, word in (
+        ("startingOffsets", starting, LATEST, "latest"),
+        ("endingOffsets", ending, EARLIEST, "earliest"),
+    ):
+        if bound.kind == word:
+            raise ConfigError(f"option {option}: {option} can't be {word} for batch queries")
+        for tp, offset in bound.offsets:
+            if offset == refused:
+                raise ConfigError(f"option {option}: {option} for {tp} can't be {word} for batch queries")
+    for kind, start_map, end_map in (
+        ("offsets", starting.offset_map, ending.offset_map),
+        ("timestamps", starting.timestamp_map, ending.timestamp_map),
+    ):
+        if starting.kind != kind or ending.kind != kind:
+            continue
+        if set(start_map) != set(end_map):
+            raise ConfigError(
+                f"the starting and ending {kind} name different partitions: "
+                f"{sorted(map(str, start_map))} and {sorted(map(str, end_map))}"
+            )
+        for tp, start in start_map.items():
+            end = end_map[tp]
+            if start >= 0 and end >= 0 and start > end:
+                raise ConfigError(f"the starting {kind[:-1]} {start} of {tp} is above the ending one {end}")
+
+
+def record_options(
+    options: Mapping[str, str], environ: Mapping[str, str] | None = None, mode: Mode = "batch"
+) -> RecordOptions:
+    """Parse and check ``options`` for a batch or a stream read; raises ConfigError naming what is wrong."""
+    check_known_options(options)
+    lowered = _lowered(options)
+    subscription = _subscription(lowered)
+    warnings: list[str] = []
+    starting = parse_bound(
+        options,
+        timestamp_key="startingTimestamp",
+        by_timestamp_key="startingOffsetsByTimestamp",
+        offsets_key="startingOffsets",
+        default=EARLIEST_BOUND if mode == "batch" else LATEST_BOUND,
+    )
+    ending = parse_bound(
+        options,
+        timestamp_key="endingTimestamp",
+        by_timestamp_key="endingOffsetsByTimestamp",
+        offsets_key="endingOffsets",
+        default=LATEST_BOUND,
+    )
+    strategy = lowered.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in {"error", "latest"}:
+        raise ConfigError(
+            f"option startingOffsetsByTimestampStrategy: expected error or latest, got {strategy!r}"
+        )
+    max_rows = _long("maxOffsetsPerTrigger", lowered.get("maxoffsetspertrigger"), 1)
+    min_rows = _long("minOffsetsPerTrigger", lowered.get("minoffsetspertrigger"), 1)
+    if max_rows is not None and min_rows is not None and min_rows > max_rows:
+        raise ConfigError(
+            f"The value of minOffsetPerTrigger({min_rows}) is higher than the "
+            f"maxOffsetsPerTrigger({max_rows})."
+        )
+    delay_raw = lowered.get("maxtriggerdelay")
+    delay_ms = (
+        DEFAULT_MAX_TRIGGER_DELAY_MS if delay_raw is None else time_string_ms("maxTriggerDelay", delay_raw)
+    )
+    if mode == "stream":
+        for key, name in (
+            ("endingoffsets", "endingOffsets"),
+            ("endingoffsetsbytimestamp", "endingOffsetsByTimestamp"),
+            ("endingtimestamp", "endingTimestamp"),
+        ):
+            if key in lowered:
+                raise ConfigError(f"option {name}: an ending bound is not valid in streaming queries")
     else:
-        doc = _json("assign", assign_raw or "")
-        if not isinstance(doc, dict) or not all(isinstance(v, list) for v in doc.values()):
-            raise ConfigError('option assign: expected JSON like {"topic":[0,1]}')
-        assign = {validate_topic(t): tuple(sorted(int(p) for p in ps)) for t, ps in doc.items()}
-    if _get(options, "subscribePattern") is not None:
-        raise ConfigError("option subscribePattern is not supported; name the topics in subscribe")
-    tail = (_get(options, "tail") or "").lower()
+        _check_batch_bounds(starting, ending)
+        for key, name in (
+            ("maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+            ("minoffsetspertrigger", "minOffsetsPerTrigger"),
+            ("maxtriggerdelay", "maxTriggerDelay"),
+        ):
+            if key in lowered:
+                warnings.append(f"{name} option ignored in batch queries")
+    if "kafka.group.id" in lowered:
+        group_id = lowered["kafka.group.id"]
+        if "groupidprefix" in lowered:
+            warnings.append("Option groupIdPrefix will be ignored as option kafka.group.id has been set.")
+    else:
+        default_prefix = "spark-kafka-relation" if mode == "batch" else "spark-kafka-source"
+        group_id = f"{lowered.get('groupidprefix', default_prefix)}-{uuid.uuid4()}"
+    tail = lowered.get("tail", "").strip().lower()
     if tail not in {"", "live"}:
         raise ConfigError(f"option tail: the only value is 'live', got {tail!r}")
-    ending = parse_offset_spec("endingOffsets", _get(options, "endingOffsets")) or "latest"
-    if ending == "earliest":
-        raise ConfigError("option endingOffsets: earliest is not allowed (as in Spark's Kafka source)")
+    for text in warnings:
+        log.warning("tiered_records: %s", text)
     return RecordOptions(
         connection=connection_from(options, environ),
-        topics=topics,
-        assign=assign,
-        starting=parse_offset_spec("startingOffsets", _get(options, "startingOffsets")),
+        subscription=subscription,
+        mode=mode,
+        starting=starting,
         ending=ending,
-        starting_timestamp=_int("startingTimestamp", _get(options, "startingTimestamp")),
-        ending_timestamp=_int("endingTimestamp", _get(options, "endingTimestamp")),
-        max_offsets_per_trigger=_int("maxOffsetsPerTrigger", _get(options, "maxOffsetsPerTrigger"), 1),
-        fail_on_data_loss=_bool("failOnDataLoss", _get(options, "failOnDataLoss"), True),
+        no_match_latest=strategy == "latest",
+        fail_on_data_loss=_bool("failOnDataLoss", lowered.get("failondataloss"), True),
+        include_headers=_bool("includeHeaders", lowered.get("includeheaders"), False),
+        max_offsets_per_trigger=max_rows,
+        min_offsets_per_trigger=min_rows,
+        max_trigger_delay_ms=delay_ms,
+        min_partitions=_long("minPartitions", lowered.get("minpartitions"), 1),
+        max_records_per_partition=_long("maxRecordsPerPartition", lowered.get("maxrecordsperpartition"), 1),
+        group_id=group_id,
+        poll_timeout_ms=_long_or(lowered, "kafkaConsumer.pollTimeoutMs", 1, DEFAULT_POLL_TIMEOUT_MS),
+        fetch_offset_retries=_long_or(lowered, "fetchOffset.numRetries", 1, 3),
+        fetch_offset_retry_interval_ms=_long_or(lowered, "fetchOffset.retryIntervalMs", 0, 10),
         tail_live=tail == "live",
-        partition_bytes=_int("partitionBytes", _get(options, "partitionBytes"), 1) or DEFAULT_PARTITION_BYTES,
+        partition_bytes=_long_or(lowered, "partitionBytes", 1, DEFAULT_PARTITION_BYTES),
+        metadata_cache_dir=lowered.get("metadata.cachedir"),
+        warnings=tuple(warnings),
     )

@@ -1,33 +1,40 @@
-"""Planning reads of the archive: which segments, which blocks, which offsets. Driver side.
+"""Planning reads of the archive: which offsets come from which segment blocks, which from the live
+topic, which are lost. Driver side; pure except ``read_indexes`` and ``archive_offset_for_timestamp``
+(they take the storage).
 
-The catalog is the metadata topic folded into finished segments (the project's own fold, through
-the KIP-405 state machine). Each finished segment's index object tells which blocks hold an offset
-or time range, so a query over a range fetches only those blocks; one input partition per segment,
-split into runs of consecutive blocks of at most ``partition_bytes`` for large segments.
+A partition's range ``[lo, hi)`` is cut by ``cover`` into archived pieces (served segments, cut at
+the remote log start offset), live pieces (with ``tail=live``: a hole in the archive, or the part
+past its end, that the topic still holds) and lost pieces (neither has them). Archived pieces become
+``SegmentSlice``s of consecutive blocks (the index says which blocks hold the offsets and times
+asked for), at most ``partition_bytes`` each; ``divvy`` then applies Spark's ``maxRecordsPerPartition``
+and ``minPartitions`` to the slices' offset ranges (``KafkaOffsetRangeCalculator``'s arithmetic).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from processor.errors import ProcessorError
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
-from processor.metadata.topic_io import load_remote_state
-from processor.reader.segment_blocks import read_block_range, read_segment_index
+from processor.reader.segment_blocks import fetch_index, read_block_range_columns
 from processor.segment.block_header import BlockInfo
 from processor.segment.index_format import SegmentIndex
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.spark.options import EARLIEST, LATEST, Connection, OffsetSpec, RecordOptions
+from processor.spark.fold_adapter import PartitionArchive
 from processor.storage.chunk_storage import ChunkStorage
 
-Catalog = dict[TopicPartition, list[RemoteLogSegmentMetadata]]  # finished segments in offset order
+FAIL_ON_DATA_LOSS_HINT = (
+    "Some data may have been lost because they are not available any more: retention removed them "
+    "or the topic was deleted before all of it was processed. If you want your query to go on "
+    'with a warning in such cases, set the source option "failOnDataLoss" to "false".'
+)
 
 
 class DataLossError(ProcessorError):
-    """Offsets a read asked for are not in the archive (failOnDataLoss=true)."""
+    """Offsets a read asked for are in neither the archive nor the topic (failOnDataLoss=true)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +52,10 @@ class SegmentSlice:
     min_timestamp: int | None = None
     max_timestamp: int | None = None
 
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
 
 @dataclass(frozen=True, slots=True)
 class LiveSlice:
@@ -55,146 +66,133 @@ class LiveSlice:
     from_offset: int
     until_offset: int
 
-
-def load_catalog(conn: Connection, options: RecordOptions) -> Catalog:
-    state, _skipped = load_remote_state(conn.kafka, conn.metadata_topic)
-    catalog: Catalog = {}
-    for tp, part in state.partitions.items():
-        if options.wants(tp.topic, tp.partition):
-            finished = part.finished()
-            if finished:
-                catalog[tp] = finished
-    return dict(sorted(catalog.items()))
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
 
 
-def archive_bounds(segments: list[RemoteLogSegmentMetadata]) -> tuple[int, int]:
-    """(earliest offset, next offset after the archive's end)."""
-    return segments[0].start_offset, max(s.end_offset for s in segments) + 1
+Slice = SegmentSlice | LiveSlice
 
 
-def resolve_offsets(
-    spec: OffsetSpec,
-    catalog: Catalog,
-    default: str,
-    live_ends: Mapping[TopicPartition, int] | None = None,
-) -> dict[TopicPartition, int]:
-    """Offsets per partition for ``earliest``/``latest``/JSON (-2/-1 inside JSON mean the same)."""
-    out: dict[TopicPartition, int] = {}
-    for tp, segments in catalog.items():
-        first, end = archive_bounds(segments)
-        if live_ends is not None and tp in live_ends:
-            end = max(end, live_ends[tp])
-        wanted: int = EARLIEST if default == "earliest" else LATEST
-        if isinstance(spec, str):
-            wanted = EARLIEST if spec == "earliest" else LATEST
-        elif tp.topic in spec:
-            if tp.partition not in spec[tp.topic]:
-                continue  # a JSON spec names the partitions it reads
-            wanted = spec[tp.topic][tp.partition]
-        elif isinstance(spec, dict) and spec:
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """Where the offsets of one range are: archived ``(lo, hi, segment)``, live ``(lo, hi)``, lost."""
+
+    archived: tuple[tuple[int, int, RemoteLogSegmentMetadata], ...] = ()
+    live: tuple[tuple[int, int], ...] = ()
+    lost: tuple[tuple[int, int], ...] = ()
+
+
+def cover(archive: PartitionArchive | None, lo: int, hi: int, live_low: int | None = None) -> Coverage:
+    """Cut ``[lo, hi)`` into archived, live and lost pieces. ``live_low`` is the topic's log start
+    offset with ``tail=live`` (None: the live topic is not read)."""
+    archived: list[tuple[int, int, RemoteLogSegmentMetadata]] = []
+    live: list[tuple[int, int]] = []
+    lost: list[tuple[int, int]] = []
+
+    def hole(a: int, b: int) -> None:
+        if a >= b:
+            return
+        if live_low is None:
+            lost.append((a, b))
+            return
+        if a < live_low:
+            lost.append((a, min(b, live_low)))
+        if max(a, live_low) < b:
+            live.append((max(a, live_low), b))
+
+    pos = lo
+    for first, nxt, seg in archive.intervals() if archive is not None else ():
+        if pos >= hi:
+            break
+        if nxt <= pos:
             continue
-        out[tp] = first if wanted == EARLIEST else end if wanted == LATEST else wanted
-    return out
+        hole(pos, min(first, hi))
+        a, b = max(first, pos), min(nxt, hi)
+        if a < b:
+            archived.append((a, b, seg))
+        pos = max(pos, b)
+    hole(pos, hi)
+    return Coverage(tuple(archived), tuple(live), tuple(lost))
 
 
 def read_indexes(
     storage: ChunkStorage, keys: ObjectKeyFactory, segments: Iterable[RemoteLogSegmentMetadata]
 ) -> dict[str, SegmentIndex]:
     """Indexes of many segments, fetched in parallel (small objects: latency, not bandwidth, bound)."""
-    todo = list(segments)
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="index-read") as pool:
-        indexes = list(pool.map(lambda s: read_segment_index(storage, keys, s), todo))
+    todo = list({str(s.segment_id.id): s for s in segments}.values())
+    if not todo:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(8, len(todo)), thread_name_prefix="index-read") as pool:
+        indexes = list(pool.map(lambda s: fetch_index(storage, keys, s), todo))
     return {str(s.segment_id.id): idx for s, idx in zip(todo, indexes, strict=True)}
 
 
-def offset_for_timestamp(
-    storage: ChunkStorage, keys: ObjectKeyFactory, segments: list[RemoteLogSegmentMetadata], timestamp: int
+def archive_offset_for_timestamp(
+    storage: ChunkStorage, keys: ObjectKeyFactory, archive: PartitionArchive, timestamp: int
 ) -> int | None:
-    """The first offset whose record timestamp is >= ``timestamp`` (Kafka's offsetsForTimes)."""
-    for segment in segments:
+    """The first served offset whose record timestamp is >= ``timestamp`` (Kafka's offsetsForTimes:
+    the earliest offset, in log order, at or after the time), or None."""
+    for first, nxt, segment in archive.intervals():
         if segment.max_timestamp_ms < timestamp:
             continue
-        index = read_segment_index(storage, keys, segment)
-        number = index.block_for_timestamp(timestamp)
-        if number is None:
+        index = fetch_index(storage, keys, segment)
+        start = index.block_for_timestamp(timestamp)
+        if start is None:
             continue
-        block = index.blocks[number]
-        for records in read_block_range(
-            storage, segment.data_object_key, str(segment.segment_id), [block], number
-        ):
-            for record in records:
-                if record.timestamp >= timestamp:
-                    return record.offset
+        for number in range(start, len(index.blocks)):
+            block = index.blocks[number]
+            if block.max_timestamp < timestamp or block.last_offset < first:
+                continue
+            for cols in read_block_range_columns(
+                storage,
+                segment.data_object_key,
+                str(segment.segment_id),
+                [block],
+                number,
+                min_offset=first,
+                max_offset=nxt - 1,
+            ):
+                for offset, ts in zip(cols.offsets, cols.timestamps, strict=True):
+                    if ts >= timestamp:
+                        return offset
     return None
 
 
-def _check_coverage(
-    tp: TopicPartition, segments: list[RemoteLogSegmentMetadata], lo: int, hi: int, fail: bool
-) -> None:
-    if not fail or lo >= hi:
-        return
-    expected = lo
-    for s in segments:
-        if s.end_offset < expected:
-            continue
-        if s.start_offset > expected and expected < hi:
-            raise DataLossError(
-                f"offsets {expected}..{min(s.start_offset, hi) - 1} of {tp} are not in the archive "
-                "(set failOnDataLoss=false to skip them)"
-            )
-        expected = s.end_offset + 1
-        if expected >= hi:
-            return
-    if expected < hi:
-        raise DataLossError(
-            f"offsets {expected}..{hi - 1} of {tp} are not in the archive "
-            "(set failOnDataLoss=false to skip them)"
-        )
-
-
-def plan_partition(
+def plan_archived(
     tp: TopicPartition,
-    segments: list[RemoteLogSegmentMetadata],
-    indexes: Mapping[str, SegmentIndex],
-    lo: int,
-    hi: int,
+    pieces: Sequence[tuple[int, int, RemoteLogSegmentMetadata]],
+    indexes: dict[str, SegmentIndex],
     *,
+    partition_bytes: int,
     min_ts: int | None = None,
     max_ts: int | None = None,
-    partition_bytes: int,
-    fail_on_data_loss: bool = True,
 ) -> list[SegmentSlice]:
-    """Slices reading offsets ``[lo, hi)`` of one partition (each offset from one segment only)."""
-    _check_coverage(tp, segments, lo, hi, fail_on_data_loss)
+    """Slices reading the archived pieces of one partition: runs of consecutive blocks holding the
+    offsets (and, when pushed, the times) asked for, each at most ``partition_bytes``."""
     slices: list[SegmentSlice] = []
-    covered = lo  # offsets below this are already planned (guards against overlapping segments)
-    for segment in segments:
-        seg_lo, seg_hi = max(covered, segment.start_offset), min(hi, segment.end_offset + 1)
-        if seg_lo >= seg_hi:
-            continue
-        covered = seg_hi
+    for lo, hi, segment in pieces:
         if min_ts is not None and segment.max_timestamp_ms < min_ts:
             continue
         index = indexes[str(segment.segment_id.id)]
         chosen = [
             (n, b)
             for n, b in enumerate(index.blocks)
-            if b.last_offset >= seg_lo
-            and b.first_offset < seg_hi
+            if b.last_offset >= lo
+            and b.first_offset < hi
             and (min_ts is None or b.max_timestamp >= min_ts)
             and (max_ts is None or b.min_timestamp <= max_ts)
         ]
-        # runs of consecutive block numbers, each cut at partition_bytes
         for _, run_iter in itertools.groupby(enumerate(chosen), key=lambda x: x[1][0] - x[0]):
             run = [nb for _, nb in run_iter]
             start = 0
             size = 0
             for i, (_, block) in enumerate(run):
                 if size and size + block.length > partition_bytes:
-                    slices.append(_slice(tp, segment, run[start:i], seg_lo, seg_hi, min_ts, max_ts))
+                    slices.append(_slice(tp, segment, run[start:i], lo, hi, min_ts, max_ts))
                     start, size = i, 0
                 size += block.length
-            slices.append(_slice(tp, segment, run[start:], seg_lo, seg_hi, min_ts, max_ts))
+            slices.append(_slice(tp, segment, run[start:], lo, hi, min_ts, max_ts))
     return slices
 
 
@@ -214,8 +212,71 @@ def _slice(
         data_object_key=segment.data_object_key,
         first_block=run[0][0],
         blocks=tuple(b for _, b in run),
-        from_offset=lo,
-        until_offset=hi,
+        from_offset=max(lo, run[0][1].first_offset),
+        until_offset=min(hi, run[-1][1].last_offset + 1),
         min_timestamp=min_ts,
         max_timestamp=max_ts,
     )
+
+
+def _size(piece: Slice) -> int:
+    return piece.until_offset - piece.from_offset
+
+
+def split_slice(piece: Slice, parts: int) -> list[Slice]:
+    """``piece`` cut into ``parts`` offset ranges of (nearly) equal size; a segment slice's parts
+    keep only the blocks their range needs."""
+    size = _size(piece)
+    parts = max(1, min(parts, size))
+    out: list[Slice] = []
+    remaining, start = size, piece.from_offset
+    for part in range(parts):
+        this = remaining // (parts - part)  # the last part takes the rounding, as Spark's does
+        remaining -= this
+        end = start + this
+        if isinstance(piece, LiveSlice):
+            out.append(replace(piece, from_offset=start, until_offset=end))
+        else:
+            keep = [i for i, b in enumerate(piece.blocks) if b.last_offset >= start and b.first_offset < end]
+            if keep:
+                out.append(
+                    replace(
+                        piece,
+                        first_block=piece.first_block + keep[0],
+                        blocks=piece.blocks[keep[0] : keep[-1] + 1],
+                        from_offset=start,
+                        until_offset=end,
+                    )
+                )
+        start = end
+    return out
+
+
+def divvy(slices: Sequence[Slice], min_partitions: int | None, max_records: int | None) -> list[Slice]:
+    """Spark's ``maxRecordsPerPartition`` (no task reads more offsets) then ``minPartitions`` (about
+    that many tasks: large ranges are split in proportion to their share, as Spark's
+    ``KafkaOffsetRangeCalculator`` does). Empty slices are dropped."""
+    out: list[Slice] = [s for s in slices if _size(s) > 0]
+    if max_records is not None:
+        out = [p for s in out for p in split_slice(s, -(-_size(s) // max_records))]
+    if min_partitions is None or len(out) >= min_partitions:
+        return out
+    total = sum(_size(s) for s in out)
+
+    def part_count(size: int, of_total: int, parts: int) -> int:
+        return max(round(size / of_total * parts), 1) if of_total else 1
+
+    unsplit = [s for s in out if part_count(_size(s), total, min_partitions) == 1]
+    split_total = total - sum(_size(s) for s in unsplit)
+    split_parts = max(min_partitions - len(unsplit), 1)
+    result: list[Slice] = []
+    for s in out:
+        if any(s is u for u in unsplit):
+            result.append(s)
+        else:
+            result.extend(split_slice(s, part_count(_size(s), split_total, split_parts)))
+    return [s for s in result if _size(s) > 0]
+
+
+def describe_lost(tp: TopicPartition, lo: int, hi: int, why: str) -> str:
+    return f"offsets {lo}..{hi - 1} of {tp} are {why}"

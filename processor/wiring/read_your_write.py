@@ -1,13 +1,16 @@
 """Read-your-write on the metadata topic through the worker's own follower (the copier, the deleter
-and the claims confirm their records this way)."""
+and the claims confirm their records this way), and the retention pass's wait for that follower to
+reach the topic's end before it plans."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from processor.follower.materializer import Materializer
+from processor.lifecycle.retention_service import CaughtUp
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import MetadataRecord
+from processor.metadata.model import MetadataRecord, TopicPartition
 from processor.metadata.sink import Confirm
 
 log = logging.getLogger(__name__)
@@ -33,3 +36,16 @@ def confirm_by_follower(
         return outcome
 
     return confirm
+
+
+def caught_up_by_follower(
+    materializer: Materializer, metadata_partitions: int, timeout_s: float = CONFIRM_TIMEOUT_S
+) -> CaughtUp:
+    """True once the follower holds every record the metadata partitions of ``tps`` had when this
+    was called; False when it does not within ``timeout_s`` (the pass then deletes nothing)."""
+
+    def caught_up(tps: Iterable[TopicPartition]) -> bool:
+        parts = sorted({metadata_partition_for(tp, metadata_partitions) for tp in tps})
+        return materializer.wait_caught_up(parts, timeout_s)
+
+    return caught_up

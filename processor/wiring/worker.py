@@ -24,7 +24,7 @@ from processor.wiring.faust_app import build_app
 from processor.wiring.faust_views import add_offload_view
 from processor.wiring.follower import Follower, build_follower, build_reader
 from processor.wiring.leader import build_engine
-from processor.wiring.read_your_write import confirm_by_follower
+from processor.wiring.read_your_write import caught_up_by_follower, confirm_by_follower
 from processor.wiring.readiness import build_readiness_watch
 from processor.wiring.resume import build_planner
 from processor.wiring.startup import check_worker, read_api_token, require_topics
@@ -77,6 +77,7 @@ class Worker:
             engine.copier.in_flight,
             confirm_by_follower(materializer, metadata_partitions),
             leadership.fence,
+            caught_up_by_follower(materializer, metadata_partitions),
         )
         add_lifecycle_timers(app, lifecycle, settings.retention_check_ms)
         probe_storage = build_storage(settings, probe=True)

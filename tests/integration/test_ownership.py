@@ -30,6 +30,7 @@ from processor.metadata.model import (
 from processor.metadata.topic_io import load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.live_tail import consume_range
+from processor.spark.options import connection_from
 from processor.wiring.read_side import open_read_side
 from tests.integration.invariants import check_invariants, running_worker, wait_for_log
 from tests.integration.lifecycle_support import produce, storage_for
@@ -92,6 +93,7 @@ def assert_reads_byte_exact(
     os.environ.update(env)
     try:
         side = open_read_side(load_settings(), topic, None)
+        broker_side = connection_from({})  # the same settings, as the Spark sources read them
     finally:
         for k, v in saved.items():
             if v is None:
@@ -104,7 +106,7 @@ def assert_reads_byte_exact(
                 continue
             broker = {
                 int(m.offset() or 0): (m.key(), m.value(), m.timestamp()[1], list(m.headers() or []))
-                for m in consume_range(info.bootstrap_servers, topic, tp.partition, first[tp], end + 1)
+                for m in consume_range(broker_side, topic, tp.partition, first[tp], end + 1)
             }
             remote: dict[int, tuple[object, ...]] = {}
             offset = first[tp]

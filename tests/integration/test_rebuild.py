@@ -28,11 +28,13 @@ import pytest
 from processor.commands.demo import wait_offloaded
 from processor.devstack.stack import StackInfo, free_port
 from processor.kafka_clients import ensure_topic, new_admin
+from processor.kafka_security import KafkaConnection
 from processor.metadata.manifest import manifest_key
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.metadata.topic_io import load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.live_tail import consume_range
+from processor.spark.options import Connection
 from tests.integration.invariants import running_worker, wait_for_log
 from tests.integration.lifecycle_support import storage_for
 from tests.integration.test_ownership import PARTITIONS, Produced, _env, assert_reads_byte_exact
@@ -221,9 +223,16 @@ def _bytes(value: str | None) -> bytes | None:
     return None if value is None else base64.b64decode(value)
 
 
+def _broker(bootstrap: str) -> Connection:
+    """The live tail's connection, for its Kafka reads only (no metadata topic, no bucket)."""
+    return Connection(KafkaConnection(bootstrap), "", None, "", "", None)
+
+
 def check_replica(base: str, bootstrap: str, topic: str, produced: Produced) -> None:
     for p, count in produced.counts.items():
-        broker = [(m.offset(), m.key(), m.value()) for m in consume_range(bootstrap, topic, p, 0, count)]
+        broker = [
+            (m.offset(), m.key(), m.value()) for m in consume_range(_broker(bootstrap), topic, p, 0, count)
+        ]
         got: list[tuple[int, bytes | None, bytes | None]] = []
         offset = 0
         while len(got) < count:

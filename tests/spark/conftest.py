@@ -195,7 +195,8 @@ def archive(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) ->
 def as_tuple(row: Any) -> tuple[Any, ...]:
     """A Spark row as (key, value, headers, timestamp ms, timestamp type), comparable to consume_all."""
     ms = round(row["timestamp"].timestamp() * 1000)  # naive local datetimes, as pyspark makes them
-    headers = [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in row["headers"]]
+    raw = row.asDict().get("headers")
+    headers = [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in raw or []]
     key = None if row["key"] is None else bytes(row["key"])
     value = None if row["value"] is None else bytes(row["value"])
     return (key, value, headers, ms, row["timestampType"])

@@ -1,233 +1,388 @@
-"""``processor audit`` on a hand-made archive: clean means nothing; each planted problem is exactly one
-finding; a restarted audit does not repeat them; the CLI's exit codes."""
+"""``processor audit`` as a scrubber, on hand-made archives: every planted problem is found once and
+stays open while it lasts; a fixed problem is resolved; a replayed micro-batch writes its findings
+once; bounded passes go on where the last one stopped; a truncated object is a finding; the CLI's
+exit codes (``--once`` exits 1 while a problem is open)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from processor.config import load_settings
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin, new_producer
 from processor.leader.segment_copier import SegmentCopier
-from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.metadata.codec import metadata_partition_for, segment_key
+from processor.metadata.model import (
+    ClaimKind,
+    PartitionClaim,
+    RemoteLogSegmentMetadata,
+    RemoteLogStartOffset,
+    SegmentState,
+    TopicPartition,
+)
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic
 from processor.segment.block_header import BLOCK_HEADER_LEN
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.audit import AuditOptions, run_audit
+from processor.spark.audit_problems import AuditState
+from processor.spark.audit_scrub import estimated_cost
 from processor.spark.options import Connection
 from processor.wiring.storage import build_storage
-from tests.spark.conftest import META
 from tests.support.segment_v1_writer import SegmentBuilder
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
-
-SRC = "audit-src"
-AUDIT_META = "__remote_log_metadata_audit"
-PREFIX = "audit"
+HOUR_MS = 3_600_000
 
 
-def build(partition: int, first: int, last: int, start: int | None = None):
-    b = SegmentBuilder(partition, first if start is None else start, 2048)
+def build(partition: int, first: int, last: int) -> Any:
+    b = SegmentBuilder(partition, first, 2048)
     for o in range(first, last + 1):
         b.append(o, 1, 1_700_000_000_000 + o, b"k%d" % o, bytes([o % 256]) * 300, [("h", b"v")])
     return b.seal()
 
 
-@pytest.fixture(scope="module")
-def planted(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory):
-    """Partitions 0..2 of SRC: three contiguous segments each, copied by the real copier."""
+@dataclasses.dataclass
+class World:
+    """A source topic, a metadata topic and a prefix of its own, and the real copier."""
+
+    stack: StackInfo
+    src: str
+    meta: str
+    prefix: str
+    tmp: Path
+    storage: Any
+    publisher: MetadataPublisher
+
+    def copier(self, clock_ms: int | None = None) -> SegmentCopier:
+        clock = (lambda: clock_ms) if clock_ms is not None else (lambda: int(time.time() * 1000))
+        return SegmentCopier(
+            self.storage, self.publisher, ObjectKeyFactory(self.prefix), "audit-test", clock_ms=clock
+        )
+
+    def copy(
+        self, partition: int, first: int, last: int, epoch: int = 0, clock_ms: int | None = None
+    ) -> RemoteLogSegmentMetadata:
+        return self.copier(clock_ms).copy(
+            TopicPartition(self.src, partition), build(partition, first, last), epoch
+        )
+
+    @property
+    def conn(self) -> Connection:
+        return Connection(
+            self.stack.kafka,
+            self.meta,
+            self.stack.s3_endpoint_url,
+            self.stack.bucket,
+            self.prefix,
+            "us-east-1",
+        )
+
+    def options(self, **extra: Any) -> AuditOptions:
+        base: dict[str, Any] = {
+            "connection": self.conn,
+            "checkpoint": self.tmp / "checkpoint",
+            "output": self.tmp / "out",
+            "once": True,
+            "verify_objects": True,
+            "stuck_after_ms": 60_000,
+        }
+        return AuditOptions(**{**base, **extra})
+
+    def env(self) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
+        return {
+            **base,
+            **self.stack.env(),
+            "PROCESSOR_METADATA_TOPIC": self.meta,
+            "PROCESSOR_S3_PREFIX": self.prefix,
+            "PROCESSOR_S3_REGION": "us-east-1",
+            "PROCESSOR_DATA_DIR": str(self.tmp / "data"),
+        }
+
+    def meta_partition(self, tp: TopicPartition) -> int:
+        return metadata_partition_for(tp, self.publisher.num_partitions)
+
+    def metadata_options(self) -> dict[str, str]:
+        return {"kafka.bootstrap.servers": self.stack.bootstrap_servers, "metadata.topic": self.meta}
+
+    def rewrite(self, key: str, data: bytes) -> None:
+        self.storage.delete(key)
+        self.storage.create(key, [data])
+
+
+@pytest.fixture
+def world(local_stack: StackInfo, tmp_path: Path) -> Iterator[World]:
+    tag = uuid.uuid4().hex[:6]
+    src, meta, prefix = f"audit-{tag}", f"__meta_audit_{tag}", f"audit-{tag}"
     env = {
         **{k: v for k, v in local_stack.env().items() if k.startswith("PROCESSOR_")},
-        "PROCESSOR_METADATA_TOPIC": AUDIT_META,
-        "PROCESSOR_S3_PREFIX": PREFIX,
         "PROCESSOR_S3_REGION": "us-east-1",
     }
-    settings = load_settings(env)
-    parts = ensure_metadata_topic(local_stack.bootstrap_servers, AUDIT_META, 2, 1)
-    ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), SRC, 6, 1, {})
-    storage = build_storage(settings)
-    publisher = MetadataPublisher(local_stack.bootstrap_servers, AUDIT_META, parts)
-    copier = SegmentCopier(storage, publisher, ObjectKeyFactory(PREFIX), "audit-test")
-    segments: dict[int, list[RemoteLogSegmentMetadata]] = {}
-    for p in range(3):
-        segments[p] = [copier.copy(TopicPartition(SRC, p), build(p, s, s + 49), 0) for s in (0, 50, 100)]
-    conn = Connection(
-        local_stack.kafka,
-        AUDIT_META,
-        local_stack.s3_endpoint_url,
-        local_stack.bucket,
-        PREFIX,
-        "us-east-1",
+    parts = ensure_metadata_topic(local_stack.bootstrap_servers, meta, 2, 1)
+    ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), src, 8, 1, {})
+    w = World(
+        local_stack,
+        src,
+        meta,
+        prefix,
+        tmp_path,
+        build_storage(load_settings(env)),
+        MetadataPublisher(local_stack.bootstrap_servers, meta, parts),
     )
-    tmp = tmp_path_factory.mktemp("audit")
-    yield {
-        "storage": storage,
-        "publisher": publisher,
-        "copier": copier,
-        "segments": segments,
-        "conn": conn,
-        "tmp": tmp,
-        "env": env,
-    }
-    publisher.close()
-    storage.close()
+    yield w
+    w.publisher.close()
+    w.storage.close()
 
 
-def options(planted, **extra) -> AuditOptions:
-    return AuditOptions(
-        connection=planted["conn"],
-        checkpoint=planted["tmp"] / "checkpoint",
-        output=planted["tmp"] / "findings",
-        once=True,
-        verify_objects=True,
-        stuck_after_ms=60_000,
-        **extra,
-    )
+def written_findings(out: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = pq.read_table(str(out / "findings")).to_pylist()
+    return rows
 
 
-def test_audit_of_a_clean_archive_finds_nothing(spark, planted) -> None:
-    run = run_audit(spark, options(planted, max_lag_records=10))
-    assert run.findings == []
+def open_kinds(run: Any) -> list[str]:
+    return sorted(p.kind for p in run.open_problems)
 
 
-def test_audit_reports_each_planted_problem_once_and_never_again(spark, planted, local_stack) -> None:
-    storage, publisher, copier, segs = (
-        planted["storage"],
-        planted["publisher"],
-        planted["copier"],
-        planted["segments"],
-    )
-    # deleted object: segment 1 of partition 0 loses its data object
-    deleted = segs[0][1]
-    storage.delete(deleted.data_object_key)
-    # corrupted block: one payload byte of block 0 of segment 2 of partition 1 flipped
-    corrupted = segs[1][2]
-    data = bytearray(storage.read_all(corrupted.data_object_key))
+def test_a_clean_archive_has_no_problem(spark, world) -> None:
+    for p in range(2):
+        for s in (0, 50):
+            world.copy(p, s, s + 49)
+    run = run_audit(spark, world.options(max_lag_records=10))
+    assert run.findings == [] and run.open_problems == [] and run.stats.segments == 4
+
+
+def test_planted_problems_are_found_stay_open_and_resolve_when_fixed(spark, world) -> None:
+    now = int(time.time() * 1000)
+    segs = {p: [world.copy(p, s, s + 49) for s in (0, 50, 100)] for p in range(3)}
+    # missing object: partition 0's middle segment loses its data object
+    gone = segs[0][1]
+    kept = world.storage.read_all(gone.data_object_key)
+    world.storage.delete(gone.data_object_key)
+    # corrupted block: one payload byte flipped
+    bad = segs[1][2]
+    data = bytearray(world.storage.read_all(bad.data_object_key))
     data[BLOCK_HEADER_LEN + 20] ^= 0xFF
-    storage.delete(corrupted.data_object_key)
-    storage.create(corrupted.data_object_key, [bytes(data)])
-    # illegal transition: a finished segment of partition 2 announced as started again
-    illegal = segs[2][0]
-    publisher.publish(illegal.with_state(SegmentState.COPY_SEGMENT_STARTED, int(time.time() * 1000)))
+    world.rewrite(bad.data_object_key, bytes(data))
+    # truncated object: partition 2's first segment cut short (a finding, never the end of the audit)
+    cut = segs[2][0]
+    world.rewrite(cut.data_object_key, world.storage.read_all(cut.data_object_key)[:-100])
+    # illegal: a finished segment of partition 2 announced as started again
+    world.publisher.publish(segs[2][1].with_state(SegmentState.COPY_SEGMENT_STARTED, now))
     # gap on partition 3: 0..49, then 100..149
-    gap_a = copier.copy(TopicPartition(SRC, 3), build(3, 0, 49), 0)
-    gap_b = copier.copy(TopicPartition(SRC, 3), build(3, 100, 149), 0)
-    # overlap on partition 4: 0..49, then 40..89
-    copier.copy(TopicPartition(SRC, 4), build(4, 0, 49), 0)
-    overlap_b = copier.copy(TopicPartition(SRC, 4), build(4, 40, 89), 0)
+    world.copy(3, 0, 49)
+    world.copy(3, 100, 149)
+    # a newer epoch takes over partition 4 over an older segment: superseded, never an overlap
+    world.copy(4, 0, 49, epoch=0, clock_ms=now - HOUR_MS)
+    world.copy(4, 40, 89, epoch=1)
+    # then a zombie of epoch 0 writes again: the fold fences it out (stale_epoch)
+    zombie, _index = world.copier().build_metadata(TopicPartition(world.src, 4), build(4, 90, 99), 0)
+    world.publisher.publish(zombie)
     # stuck copy on partition 5: STARTED an hour ago, never finished
-    stuck, _index = copier.build_metadata(TopicPartition(SRC, 5), build(5, 0, 9), 0)
-    stuck = stuck.with_state(SegmentState.COPY_SEGMENT_STARTED, int(time.time() * 1000) - 3_600_000)
-    publisher.publish(stuck)
-    # garbage on the metadata topic
-    producer = new_producer(local_stack.bootstrap_servers, "audit-test")
-    producer.produce(AUDIT_META, value=b"\x01\x07not avro", key=b"audit-src/0/garbage", partition=0)
+    stuck, _index = world.copier(now - HOUR_MS).build_metadata(
+        TopicPartition(world.src, 5), build(5, 0, 9), 0
+    )
+    world.publisher.publish(stuck)
+    # past retention on partition 6: the log start moved above a segment that is still there
+    old = world.copy(6, 0, 49, clock_ms=now - HOUR_MS)
+    world.copy(6, 50, 99, clock_ms=now - HOUR_MS)
+    world.publisher.publish(RemoteLogStartOffset(TopicPartition(world.src, 6), 50, now, "audit-test", 0))
+    # a metadata record that does not decode, and an object no segment references
+    producer = new_producer(world.stack.bootstrap_servers, "audit-test")
+    producer.produce(
+        world.meta, value=b"\x01\x07not avro", key=f"{world.src}/0/garbage".encode(), partition=0
+    )
     assert producer.flush(10) == 0
-    # an object no segment references
-    orphan_key = f"{PREFIX}/{SRC}/0/00000000000000099999-stray.log"
-    storage.create(orphan_key, [b"stray"])
-    # offload lag: partition 2's topic holds 200 records, the archive ends at 149
-    producer = new_producer(local_stack.bootstrap_servers, "audit-test")
-    for i in range(200):
-        producer.produce(SRC, value=b"x", partition=2)
-        if i >= 198:  # Tansu's high watermark is right only after a request that follows a batch
-            assert producer.flush(10) == 0
-    time.sleep(0.5)
+    world.storage.create(f"{world.prefix}/{world.src}/0/00000000000000099999-stray.log", [b"stray"])
+    # count mismatch on partition 7: the metadata says 5 fewer records than the index (more than its
+    # offsets hold would be out of bounds: the fold rejects that as invalid)
+    started, index = world.copier().build_metadata(TopicPartition(world.src, 7), build(7, 0, 19), 0)
+    world.storage.create(started.data_object_key, build(7, 0, 19).blocks)
+    world.storage.create(started.index_object_key, [index])
+    wrong = dataclasses.replace(started, record_count=started.record_count - 5)
+    world.publisher.publish(wrong)
+    world.publisher.publish(wrong.with_state(SegmentState.COPY_SEGMENT_FINISHED, now))
 
-    run = run_audit(spark, options(planted, max_lag_records=10))
-    by_kind = {r[0]: r for r in run.findings}
-    assert run.kinds == sorted(
+    run = run_audit(spark, world.options())
+    by_kind = {f.kind: f for f in run.findings}
+    assert sorted(by_kind) == sorted(
         [
+            "count_mismatch",
             "crc_mismatch",
-            "illegal_transition",
+            "illegal",
             "missing_object",
-            "offload_lag",
             "offset_gap",
-            "offset_overlap",
             "orphan_object",
+            "past_retention",
+            "stale_epoch",
             "stuck_copy",
-            "undecodable_record",
+            "superseded_segment",
+            "truncated_object",
+            "undecodable",
         ]
     ), run.findings
-    assert by_kind["missing_object"][5] == str(deleted.segment_id.id)
-    assert by_kind["crc_mismatch"][5] == str(corrupted.segment_id.id)
-    assert by_kind["illegal_transition"][5] == str(illegal.segment_id.id)
-    assert by_kind["offset_gap"][1:6] == (SRC, 3, 50, 99, str(gap_b.segment_id.id))
-    assert by_kind["offset_overlap"][1:6] == (SRC, 4, 40, 49, str(overlap_b.segment_id.id))
-    assert by_kind["stuck_copy"][5] == str(stuck.segment_id.id)
-    assert by_kind["orphan_object"][6].endswith("stray.log")
-    assert by_kind["offload_lag"][1:5] == (SRC, 2, 150, 199)
-    assert gap_a.end_offset == 49
+    assert len(run.findings) == len({f.key for f in run.findings})  # each problem once
+    assert by_kind["missing_object"].segment_id == str(gone.segment_id.id)
+    assert by_kind["crc_mismatch"].segment_id == str(bad.segment_id.id)
+    assert by_kind["truncated_object"].segment_id == str(cut.segment_id.id)
+    assert (
+        by_kind["offset_gap"].partition,
+        by_kind["offset_gap"].start_offset,
+        by_kind["offset_gap"].end_offset,
+    ) == (3, 50, 99)
+    assert by_kind["past_retention"].segment_id == str(old.segment_id.id)
+    assert by_kind["stuck_copy"].segment_id == str(stuck.segment_id.id)
+    assert "older than epoch 1" in by_kind["stale_epoch"].detail
+    assert run.rejected == {"illegal": 1, "stale_epoch": 1, "undecodable": 1}
+    assert "offset_overlap" not in by_kind  # the takeover by a newer epoch is the fold's to serve
+    assert open_kinds(run) == sorted(by_kind)
 
-    import pyarrow.parquet as pq
-
-    written = pq.read_table(str(planted["tmp"] / "findings"))
-    assert sorted(written.column("kind").to_pylist()) == run.kinds
-    assert written.schema.names == [
-        "kind",
-        "topic",
-        "partition",
-        "start_offset",
-        "end_offset",
-        "segment_id",
-        "detail",
-        "detected_at",
-    ]
-
-    again = run_audit(spark, options(planted, max_lag_records=10))
-    assert again.findings == []
-
-
-def test_remote_log_metadata_batch_has_a_row_per_message_and_garbage_as_rows(spark, planted) -> None:
-    conn = planted["conn"]
-    df = (
-        spark.read.format("remote_log_metadata")
-        .option("kafka.bootstrap.servers", conn.bootstrap_servers)
-        .option("metadata.topic", AUDIT_META)
-        .load()
+    again = run_audit(spark, world.options())  # the problems last: still open, none new
+    assert (
+        open_kinds(again) == sorted(by_kind) and again.outcome.opened == [] and again.outcome.resolved == []
     )
-    rows = df.collect()
-    positions = [(r["meta_partition"], r["meta_offset"]) for r in rows]
-    assert len(positions) == len(set(positions))
-    garbage = [r for r in rows if r["decode_error"] is not None]
-    assert len(garbage) == 1 and garbage[0]["key"] == "audit-src/0/garbage" and garbage[0]["topic"] == SRC
-    finished = [r for r in rows if r["state"] == "COPY_SEGMENT_FINISHED"]
-    first = planted["segments"][0][0]
-    mine = next(r for r in finished if r["segment_id"] == str(first.segment_id.id))
-    assert (mine["topic"], mine["partition"], mine["start_offset"], mine["end_offset"]) == (SRC, 0, 0, 49)
-    assert mine["data_object_key"] == first.data_object_key and mine["record_count"] == 50
-    epochs = [(e["epoch"], e["start_offset"]) for e in mine["leader_epochs"]]
-    assert epochs == list(first.segment_leader_epochs) and mine["record_type"] == "segment"
+
+    world.storage.create(gone.data_object_key, [kept])  # fixed: the object is back
+    world.copy(3, 50, 99)  # fixed: the gap is filled
+    fixed = run_audit(spark, world.options())
+    resolved = sorted(k.split(":")[0] for k in fixed.outcome.resolved)
+    assert resolved == ["missing_object", "offset_gap"]
+    assert "missing_object" not in open_kinds(fixed) and "offset_gap" not in open_kinds(fixed)
+    view = pq.read_table(str(world.tmp / "out" / "problems")).to_pylist()
+    statuses = {(r["kind"], r["status"]) for r in view}
+    assert ("missing_object", "resolved") in statuses and ("crc_mismatch", "open") in statuses
+    assert all(r["first_seen_ms"] <= r["last_seen_ms"] for r in view)
 
 
-def _cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def claim(world: World, partition: int) -> int:
+    """A LEAD claim of the source partition; its epoch is the offset it got."""
+    tp = TopicPartition(world.src, partition)
+    return world.publisher.publish(PartitionClaim(tp, uuid.uuid4(), ClaimKind.LEAD, "audit-test", 0))
+
+
+def test_a_takeover_by_claim_is_clean_and_rejected_records_are_named_by_the_folds_reason(
+    spark, world
+) -> None:
+    # partition 0: owned, taken over by a newer claim, the new owner goes on: nothing to report
+    first = claim(world, 0)
+    world.copy(0, 0, 49, epoch=first)
+    second = claim(world, 0)
+    world.copy(0, 50, 99, epoch=second)
+    # partition 1: after a takeover the old owner (a zombie) starts a copy; the owner finishes a
+    # segment over one already served
+    old = claim(world, 1)
+    world.copy(1, 0, 49, epoch=old)
+    owner = claim(world, 1)
+    world.copy(1, 50, 99, epoch=owner)
+    tp = TopicPartition(world.src, 1)
+    zombie, _index = world.copier().build_metadata(tp, build(1, 100, 109), old)
+    world.publisher.publish(zombie)
+    world.copy(1, 90, 119, epoch=owner)
+    run = run_audit(spark, world.options())
+    found = {f.kind: f for f in run.findings}
+    assert sorted(found) == ["overlap", "stale_epoch"], run.findings
+    assert run.rejected == {"overlap": 1, "stale_epoch": 1}
+    assert found["stale_epoch"].segment_id == str(zombie.segment_id.id)
+    assert f"the current claim is {owner}" in found["stale_epoch"].detail
+    assert (found["overlap"].partition, found["overlap"].start_offset, found["overlap"].end_offset) == (
+        1,
+        90,
+        119,
+    )
+    assert "overlaps served segment" in found["overlap"].detail
+    assert all(f.partition == 1 for f in run.findings)  # the takeover of partition 0 is no finding
+    # the owner's cleanup tombstones the zombie's key: that problem is resolved, the overlap stays
+    producer = new_producer(world.stack.bootstrap_servers, "audit-test")
+    producer.produce(
+        world.meta, key=segment_key(zombie.segment_id), value=None, partition=world.meta_partition(tp)
+    )
+    assert producer.flush(10) == 0
+    after = run_audit(spark, world.options())
+    assert [k.split(":")[0] for k in after.outcome.resolved] == ["stale_epoch"]
+    assert open_kinds(after) == ["overlap"] and after.rejected == {}
+    rows = spark.read.format("remote_log_metadata").options(**world.metadata_options()).load()
+    claims = rows.where("record_type = 'claim' AND partition = 1").orderBy("meta_offset").collect()
+    assert [(r["meta_offset"], r["state"]) for r in claims] == [(old, "LEAD"), (owner, "LEAD")]
+
+
+def test_a_replayed_micro_batch_writes_its_findings_once(spark, world, monkeypatch) -> None:
+    seg = world.copy(0, 0, 49)
+    world.copy(0, 100, 149)  # a gap: one finding
+    world.storage.delete(seg.data_object_key)  # and a missing object: another
+    crashed: list[bool] = []
+    real_save = AuditState.save
+
+    def crash_once(self: AuditState, path: Path) -> None:
+        if not crashed:
+            crashed.append(True)
+            raise RuntimeError("crash after the findings were written, before the state")
+        real_save(self, path)
+
+    monkeypatch.setattr(AuditState, "save", crash_once)
+    with pytest.raises(Exception, match="crash after the findings were written"):
+        run_audit(spark, world.options())
+    first = written_findings(world.tmp / "out")
+    assert sorted(r["kind"] for r in first) == ["missing_object", "offset_gap"]
+    run = run_audit(spark, world.options())  # Spark replays the batch that failed
+    assert run.passes == ["batch-0"]
+    rows = written_findings(world.tmp / "out")
+    assert sorted((r["pass_id"], r["kind"]) for r in rows) == [
+        ("batch-0", "missing_object"),
+        ("batch-0", "offset_gap"),
+    ]
+    assert open_kinds(run) == ["missing_object", "offset_gap"]
+
+
+def test_bounded_passes_go_on_where_the_last_stopped_and_full_crc_reads_everything(spark, world) -> None:
+    segs = [world.copy(p, s, s + 49) for p in range(3) for s in (0, 50)]
+    per_segment = max(estimated_cost(s, False, 3)[0] for s in segs)
+    small = world.options(max_requests_per_pass=1 + 2 * per_segment)  # the listing and two segments
+    checked: list[int] = []
+    for _ in range(3):
+        run = run_audit(spark, small)
+        checked.append(run.stats.segments)
+    state = AuditState.load(world.tmp / "checkpoint" / "audit-state.json")
+    assert checked == [2, 2, 2] and state.cursor.last_complete_ms is not None and state.cursor.cycle == 0
+    run = run_audit(spark, small)  # a new cycle starts from the first segment again
+    state = AuditState.load(world.tmp / "checkpoint" / "audit-state.json")
+    assert run.stats.segments == 2 and state.cursor.cycle == 1 and state.cursor.checked == 2
+    full = run_audit(spark, world.options(full_crc=True, checkpoint=world.tmp / "cp-full"))
+    assert full.stats.segments == len(segs)
+    assert full.stats.bytes_read == sum(s.segment_size_in_bytes + s.index_size_in_bytes for s in segs)
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "processor", "audit", *args],
         env=env,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=300,
     )
 
 
-def test_audit_cli_exit_codes(local_stack, archive, tmp_path: Path) -> None:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
-    env = {
-        **base,
-        **local_stack.env(),
-        "PROCESSOR_METADATA_TOPIC": META,
-        "PROCESSOR_S3_PREFIX": "spark",
-        "PROCESSOR_DATA_DIR": str(tmp_path),
-    }
+def test_audit_cli_exits_1_while_a_problem_is_open(world) -> None:
+    env = world.env()
     assert _cli(env, "--once", "--stuck-after-ms", "-5").returncode == 2
     down = _cli({**env, "PROCESSOR_BOOTSTRAP_SERVERS": "127.0.0.1:1"}, "--once")
     assert down.returncode == 3, down.stderr[-2000:]
-    clean = _cli(env, "--once", "--format", "json", "--verify-objects")
+    seg = world.copy(0, 0, 49)
+    clean = _cli(env, "--once", "--verify-objects")
     assert clean.returncode == 0, clean.stdout[-2000:] + clean.stderr[-3000:]
-    assert (tmp_path / "audit" / "checkpoint").is_dir()
+    kept = world.storage.read_all(seg.data_object_key)
+    world.storage.delete(seg.data_object_key)
+    assert _cli(env, "--once", "--verify-objects").returncode == 1
+    assert _cli(env, "--once", "--verify-objects").returncode == 1  # still open on the next run
+    world.storage.create(seg.data_object_key, [kept])
+    fixed = _cli(env, "--once", "--verify-objects")
+    assert fixed.returncode == 0 and "1 resolved" in fixed.stdout, fixed.stdout

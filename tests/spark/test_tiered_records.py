@@ -20,7 +20,7 @@ def read(spark: Any, archive: Any, **extra: str) -> Any:
 def test_batch_returns_every_archived_record_byte_exact(spark, archive) -> None:
     ends = archive.archive_ends()
     plain = consume_all(archive.info.bootstrap_servers)
-    rows = read(spark, archive).collect()
+    rows = read(spark, archive, includeHeaders="true").collect()
     assert collect_offsets(rows) == [(p, o) for p in range(PARTITIONS) for o in range(ends[p])]
     assert all(r["topic"] == TOPIC for r in rows)
     for r in rows:
@@ -34,6 +34,7 @@ def test_batch_returns_every_archived_record_byte_exact(spark, archive) -> None:
         for s in shapes
     )
     assert any(s[2] == [] for s in shapes)
+    assert all(r["headers"] is None for r in rows if not as_tuple(r)[2])  # no headers: null, as Spark
 
 
 def test_offset_and_timestamp_ranges(spark, archive) -> None:
@@ -173,7 +174,7 @@ def test_tail_live_crosses_the_archive_boundary_without_gap_or_duplicate(spark, 
         if all(highs[p] > ends[p] for p in range(PARTITIONS)):
             break
     assert all(highs[p] > ends[p] for p in range(PARTITIONS)), (highs, ends)
-    _run_available_now(spark, archive, out, cp, tail="live")
+    _run_available_now(spark, archive, out, cp, tail="live", includeHeaders="true")
     rows = spark.read.parquet(str(out)).collect()
     got = collect_offsets(rows)
     assert _contiguous(got, highs), (
@@ -185,7 +186,7 @@ def test_tail_live_crosses_the_archive_boundary_without_gap_or_duplicate(spark, 
     )
     assert all(as_tuple(r) == plain[(r["partition"], r["offset"])] for r in rows)
     archive.produce(10)
-    _run_available_now(spark, archive, out, cp, tail="live")
+    _run_available_now(spark, archive, out, cp, tail="live", includeHeaders="true")
     plain = consume_all(archive.info.bootstrap_servers)
     rows = spark.read.parquet(str(out)).collect()
     assert _contiguous(collect_offsets(rows), {p: highs[p] + 5 for p in range(PARTITIONS)})

@@ -23,7 +23,7 @@ from processor.segment.records import KafkaRecord, TimestampType
 from processor.segment.sealed_segment import SealedSegment
 from processor.segment.segment_assembler import SegmentAssembler, compress_segment
 from processor.spark import arrow_records
-from processor.spark.arrow_records import ARROW_SCHEMA, columns_to_batch
+from processor.spark.arrow_records import ARROW_SCHEMA, ARROW_SCHEMA_NO_HEADERS, columns_to_batch
 from processor.storage.filesystem import FilesystemChunkStorage
 from tests.batch_samples import CODECS, Rec, control_batch, make_batch
 from tests.support.segment_v1_writer import SegmentBuilder
@@ -209,11 +209,13 @@ def test_columns_become_the_spark_kafka_schema() -> None:
     assert rows[0]["key"] is None and rows[0]["value"] == b""
     assert rows[1]["key"] == b"" and rows[1]["value"] is None
     assert rows[0]["headers"] == [{"key": "h", "value": None}, {"key": "h", "value": b""}]
-    assert rows[1]["headers"] == []  # no headers: an empty list, not null
+    assert rows[1]["headers"] is None  # no headers: null, as in Spark's Kafka source
     assert rows[2]["headers"] == [{"key": "n\u00e9", "value": b"\x00\xff"}]
     assert batch.column(5).cast(pa.int64()).to_pylist() == [1000_000, 1001_000, 999_000] + [4242_000] * 3
     assert {r["topic"] for r in rows} == {"t"} and {r["partition"] for r in rows} == {3}
-    assert batch.column("headers").null_count == 0
+    assert batch.column("headers").null_count == sum(1 for r in rows if r["headers"] is None)
+    plain = columns_to_batch("t", 3, cols, include_headers=False)  # includeHeaders=false: 7 columns
+    assert plain.schema == ARROW_SCHEMA_NO_HEADERS and plain.column("offset") == batch.column("offset")
 
 
 def test_a_slice_reads_as_arrow_batches_with_offset_and_time_bounds(
@@ -249,6 +251,8 @@ def test_a_slice_reads_as_arrow_batches_with_offset_and_time_bounds(
     rows = [r for b in got for r in b.to_pylist()]
     wanted = [r for r in everything if 3 <= r.offset < 27]
     assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(r.offset, r.key, r.value) for r in wanted]
-    assert [[(h["key"], h["value"]) for h in r["headers"]] for r in rows] == [list(r.headers) for r in wanted]
+    assert [[(h["key"], h["value"]) for h in r["headers"] or []] for r in rows] == [
+        list(r.headers) for r in wanted
+    ]
     timed = [r["offset"] for b in read(0, 30, 102, 104) for r in b.to_pylist()]
     assert timed == [r.offset for r in everything if 102 <= r.timestamp <= 104]

@@ -381,3 +381,116 @@ def test_the_once_per_claim_sweep_deletes_only_old_objects_nobody_references(tmp
         "archive/orders/0/notes.txt",
         "other-app/x.bin",
     } <= left
+
+
+def test_a_retention_pass_waits_for_its_follower_to_reach_the_topics_end_and_deletes_nothing_before(
+    tmp_path: Path,
+) -> None:
+    """A rejected record published while the owner's view lagged must be neutralised before the
+    owner deletes the segment it was rejected against (else compaction can keep the rejected record
+    and drop that segment's FINISHED, and a fresh follower accepts it). The pass plans only once its
+    follower holds everything published so far; when it does not in time, nothing is deleted and
+    the pass counts as failed (health after three in a row)."""
+    log = Log()
+    epoch = log.claim("w")
+    assert copy(log, 0, 9, epoch)[0]
+    asked: list[set[TopicPartition]] = []
+
+    def lagging(tps: object) -> bool:
+        asked.append(set(tps))  # type: ignore[call-overload]
+        return False
+
+    service = RetentionService(
+        RetentionConfig(RetentionLimits(retention_ms=10), ()),
+        StateView({TP: log.state()}),
+        deleter(log, FilesystemChunkStorage(tmp_path)),
+        None,
+        clock_ms=lambda: 1_000_000,
+        caught_up=lagging,
+    )
+    before = len(log.messages)
+    for n in range(1, 4):
+        result = service.run_pass({TP: epoch})
+        assert result.not_caught_up and not result.ok and service.failed_passes == n
+        assert result.outcome.deleted == [] and len(log.messages) == before
+    assert asked == [{TP}] * 3
+    service.caught_up = lambda tps: True
+    result = service.run_pass({TP: epoch})
+    assert result.ok and len(result.outcome.deleted) == 1 and service.failed_passes == 0
+
+
+def test_compaction_between_a_deletion_and_a_late_neutraliser_is_what_the_pass_order_prevents() -> None:
+    """The sequence the ownership model found: a forged FINISHED overlapping a served segment is
+    rejected; when the owner deletes that segment before neutralising the forged record, a cleaner
+    pass that drops the deleted segment's records but keeps the forged one (its tombstone not yet
+    below the cleaning point) makes a fresh fold accept the forgery and reject the owner's next copy.
+    In the pass order (neutralise first: the pass sees the forged record because it waits for its
+    follower) no cleaning point makes a fresh fold differ from the live one."""
+
+    def history(neutralise_first: bool) -> tuple[Log, list[tuple[int, bytes, bytes | None]]]:
+        log = Log()
+        epoch = log.claim("w")
+        ok, served = copy(log, 0, 0, epoch)
+        assert ok
+        forged = dataclasses.replace(
+            segment(0, 1, epoch),
+            writer_id="mallory",
+            segment_id=RemoteLogSegmentId(TP.topic, 0, uuid.uuid4()),
+        )
+        forged = dataclasses.replace(
+            forged,
+            data_object_key=KEYS.segment(TP.topic, 0, 0, forged.segment_id.id, epoch).data,
+            index_object_key=KEYS.segment(TP.topic, 0, 0, forged.segment_id.id, epoch).index,
+        )
+        assert not log.accepted[log.publish(forged)]
+        if neutralise_first:
+            log.tombstone(forged)
+        deleting = served.with_state(S.DELETE_SEGMENT_STARTED, 3)
+        log.publish(deleting)
+        log.publish(deleting.with_state(S.DELETE_SEGMENT_FINISHED, 4))
+        log.tombstone(served)
+        assert copy(log, 1, 1, epoch)[0]
+        if not neutralise_first:  # the next pass
+            log.tombstone(forged)
+        return log, list(log.messages)
+
+    def fresh_after_cleaning(
+        messages: list[tuple[int, bytes, bytes | None]], point: int
+    ) -> set[tuple[int, int]]:
+        latest = {k: o for o, k, _ in messages if o < point}
+        kept = [(o, k, v) for o, k, v in messages if o >= point or (latest[k] == o and v is not None)]
+        fold = MetadataFold()
+        for o, k, v in kept:
+            fold.apply_raw(o, k, v)
+        return {
+            (s.start_offset, s.end_offset) for s in PartitionRemoteState.of(fold.partition(TP)).finished()
+        }
+
+    for neutralise_first in (False, True):
+        log, messages = history(neutralise_first)
+        live = {(s.start_offset, s.end_offset) for s in log.state().finished()}
+        assert live == {(1, 1)}
+        differs = [p for p in range(len(messages) + 1) if fresh_after_cleaning(messages, p) != live]
+        assert bool(differs) is not neutralise_first, (neutralise_first, differs)
+
+
+def test_a_lower_log_start_from_a_lagging_view_shadows_the_start_until_the_owner_republishes_it(
+    tmp_path: Path,
+) -> None:
+    """Found by the ownership model: a second retention pass on a view that had not applied the
+    first one's records published a lower remote log start. Accepted (the claim holder's) and moving
+    nothing, it would be the key's only record once compacted, and a fresh fold's start would go
+    back. It shadows the key; the owner's next pass re-publishes the start it holds."""
+    log = Log()
+    epoch = log.claim("w")
+    assert log.accepted[log.publish(RemoteLogStartOffset(TP, 20, 1, "w", epoch))]
+    assert log.accepted[log.publish(RemoteLogStartOffset(TP, 10, 2, "w", epoch))]  # from a lagging view
+    state = log.state()
+    assert state.log_start_offset == 20 and state.log_start_shadowed()
+    clean_partition(TP, state, deleter(log, FilesystemChunkStorage(tmp_path)), epoch, RetentionLimits(), 0)
+    assert not log.state().log_start_shadowed()
+    latest = {k: (o, v) for o, k, v in log.messages}
+    fresh = MetadataFold()
+    for o, k, v in sorted((o, k, v) for k, (o, v) in latest.items()):
+        fresh.apply_raw(o, k, v)
+    assert fresh.partition(TP).log_start_offset == 20

@@ -74,3 +74,14 @@ def test_schemas_are_valid_avro() -> None:
     }
     for f in files:
         fastavro.parse_schema(json.loads(f.read_text()), named_schemas={})
+
+
+def test_the_segment_model_has_exactly_the_schemas_fields() -> None:
+    """One list of a segment record's fields: the schema's. The model, the codec and the Spark columns
+    follow it; a field added to one and not the other fails here."""
+    import dataclasses
+
+    from processor.metadata.codec import TYPE_SEGMENT, schema_fields
+    from processor.metadata.model import RemoteLogSegmentMetadata
+
+    assert set(schema_fields(TYPE_SEGMENT)) == {f.name for f in dataclasses.fields(RemoteLogSegmentMetadata)}

@@ -10,7 +10,7 @@ import pytest
 from processor.errors import CorruptObjectError, SegmentObjectMissingError
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.model import MetadataRecord, TopicPartition
-from processor.reader.segment_blocks import read_block_range, read_segment_index
+from processor.reader.segment_blocks import fetch_index, read_block_range
 from processor.segment.block_header import BLOCK_HEADER_LEN
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.filesystem import FilesystemChunkStorage
@@ -32,7 +32,7 @@ def test_blocks_in_a_range_are_verified_and_corruption_is_caught(tmp_path: Path)
     for o in range(100):
         b.append(o, 1, 1000 + o, b"k", b"v" * 50, [("h", None)])
     seg = SegmentCopier(storage, ListSink(), keys, "w").copy(TopicPartition("t", 0), b.seal(), 0)
-    index = read_segment_index(storage, keys, seg)
+    index = fetch_index(storage, keys, seg)
     assert len(index.blocks) > 4
     got = list(read_block_range(storage, seg.data_object_key, "s", index.blocks[2:4], 2))
     assert [r.offset for blk in got for r in blk] == list(
@@ -51,4 +51,4 @@ def test_blocks_in_a_range_are_verified_and_corruption_is_caught(tmp_path: Path)
         list(read_block_range(storage, seg.data_object_key, "s", index.blocks[2:3], 2))
     storage.delete(seg.index_object_key)
     with pytest.raises(SegmentObjectMissingError):
-        read_segment_index(storage, keys, seg)
+        fetch_index(storage, keys, seg)
