@@ -25,7 +25,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 from processor.commands.demo import wait_offloaded
 from processor.config import load_settings
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin, new_producer
+from processor.kafka_clients import KafkaTarget, ensure_topic, new_admin, new_producer
 from processor.metadata.model import TopicPartition
 from processor.restore.archive import ArchiveTopic
 from processor.restore.log_reader import read_partition_log
@@ -205,7 +205,7 @@ def archived(env: dict[str, str], topic: str) -> dict[int, list[KafkaRecord]]:
         side.close()
 
 
-def committed_target(bootstrap: str, tp: TopicPartition) -> tuple[list[KafkaRecord], int]:
+def committed_target(bootstrap: KafkaTarget, tp: TopicPartition) -> tuple[list[KafkaRecord], int]:
     """The records of ``tp`` a read_committed consumer gets, and how many batches were aborted."""
     view = resolve(read_partition_log(bootstrap, tp))
     records = [r for b in view.visible() for r in batch_records(b.batch)]

@@ -17,7 +17,8 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.devstack import stack
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin
+from processor.kafka_clients import check_broker, ensure_topic, new_admin
+from processor.kafka_security import KafkaConnection, KafkaSecurity
 from processor.metadata.model import TopicPartition
 from tests.integration.restore_support import (
     RUNNER,
@@ -191,3 +192,49 @@ def test_s3_lost_mid_restore_is_exit_3_and_the_next_run_completes(
     for p, records in archived(archive, SRC).items():
         got, _ = target_records(local_stack.bootstrap_servers, TopicPartition("cli-s3-lost", p))
         assert content(got) == content(records)
+
+
+def test_restore_into_a_secured_cluster_with_its_groups(
+    local_stack: StackInfo, secured_stack: StackInfo, archive: dict[str, str]
+) -> None:
+    """Another cluster behind SASL_SSL: the target's settings as PROCESSOR_TARGET_* (the password
+    never on the command line, never in the output), records and groups moved there."""
+    secured = secured_stack.secured
+    assert secured is not None
+    target_env = {
+        k.replace("PROCESSOR_", "PROCESSOR_TARGET_", 1): v for k, v in secured.sasl_ssl_env().items()
+    }
+    env = {**archive, **target_env}
+    target = KafkaConnection(secured_stack.bootstrap_servers, KafkaSecurity.from_env(secured.sasl_ssl_env()))
+    done = run_cli(
+        ["restore", "--topic", SRC, "--target-bootstrap", secured_stack.bootstrap_servers, "--json"], env
+    )
+    assert done.returncode == 0, done.stderr
+    assert secured.password not in done.stdout + done.stderr
+    for p, records in archived(archive, SRC).items():
+        got, _ = target_records(target, TopicPartition(SRC, p))
+        assert content(got) == content(records)
+    admin = new_admin(local_stack.bootstrap_servers, "t")
+    request = ConsumerGroupTopicPartitions("cli-secure-group", [KafkaTP(SRC, 0, 10), KafkaTP(SRC, 1, 20)])
+    admin.alter_consumer_group_offsets([request])["cli-secure-group"].result(timeout=30)
+    moved = run_cli(
+        [
+            "restore-groups",
+            "--topic",
+            SRC,
+            "--group",
+            "cli-secure-group",
+            "--target-bootstrap",
+            secured_stack.bootstrap_servers,
+        ],
+        env,
+    )
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    target_admin = check_broker(target)  # kept: a dropped AdminClient never completes its futures
+    committed = target_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("cli-secure-group")])[
+        "cli-secure-group"
+    ].result(timeout=30)
+    assert {tp.partition: tp.offset for tp in committed.topic_partitions} == {
+        0: 10,
+        1: 20,
+    }  # a target that was empty
