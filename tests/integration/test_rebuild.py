@@ -77,8 +77,16 @@ def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str
     )
 
 
-def test_rebuild_after_losing_the_metadata_topic(local_stack: StackInfo, tmp_path: Path) -> None:
-    topic, meta = "rb-owners", "__remote_log_metadata_rb"
+@pytest.mark.parametrize(
+    "per_round", [60, pytest.param(5_000, marks=pytest.mark.slow)], ids=["small", "full"]
+)
+def test_rebuild_after_losing_the_metadata_topic(
+    local_stack: StackInfo, tmp_path: Path, per_round: int
+) -> None:
+    """``make test`` archives 60 records a partition per round; the ``slow`` run 5,000 (hundreds of
+    segments to rebuild)."""
+    topic, meta = f"rb-owners-{per_round}", f"__remote_log_metadata_rb_{per_round}"
+    wait_s = 1 if per_round <= 60 else 4  # the timeouts below grow with the records archived
     bootstrap = local_stack.bootstrap_servers
     ensure_topic(new_admin(bootstrap, "t"), topic, PARTITIONS, 1, {})
     envs = {w: _env(local_stack, tmp_path / w, topic, meta, f"rb-{w}") for w in ("a", "b")}
@@ -86,20 +94,20 @@ def test_rebuild_after_losing_the_metadata_topic(local_stack: StackInfo, tmp_pat
     produced = Produced(local_stack, topic)
     with running_worker(envs["a"], tmp_path / "a.log") as a:
         wait_for_log(a, "resuming at", 60)
-        produced.each(60, now)
-        wait_offloaded(bootstrap, meta, produced.ends(), 90, a.proc)
-        produced.each(60, now)
+        produced.each(per_round, now)
+        wait_offloaded(bootstrap, meta, produced.ends(), 90 * wait_s, a.proc)
+        produced.each(per_round, now)
         a.proc.send_signal(signal.SIGSTOP)  # a zombie to be: paused with records still to copy
         time.sleep(8)  # past its 3 s session timeout
         with running_worker(envs["b"], tmp_path / "b.log") as b:  # first owner change: all to b
             wait_for_log(b, "resuming at", 60)
             seen = len(a.log())
             a.proc.send_signal(signal.SIGCONT)  # the zombie goes on with what it believed ...
-            produced.each(60, now)
+            produced.each(per_round, now)
             wait_for_log(a, "resuming at", 60, after=seen)  # ... then rejoins: the second change
-            produced.each(60, now)
+            produced.each(per_round, now)
             ends = produced.ends()
-            wait_offloaded(bootstrap, meta, ends, 120, b.proc)
+            wait_offloaded(bootstrap, meta, ends, 120 * wait_s, b.proc)
     before = served(bootstrap, meta, topic)
     assert all(before.values())
     _state, rejected = load_remote_state(bootstrap, meta)
@@ -151,9 +159,9 @@ def test_rebuild_after_losing_the_metadata_topic(local_stack: StackInfo, tmp_pat
     # a worker goes on archiving on the rebuilt topic
     with running_worker(envs["a"], tmp_path / "a2.log") as again:
         wait_for_log(again, "resuming at", 60)
-        produced.each(30, now)
+        produced.each(per_round // 2, now)
         ends = produced.ends()
-        wait_offloaded(bootstrap, meta, ends, 120, again.proc)
+        wait_offloaded(bootstrap, meta, ends, 120 * wait_s, again.proc)
     assert_reads_byte_exact(local_stack, env, topic, {tp: 0 for tp in ends}, ends)
 
 
