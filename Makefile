@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-all test-unit test-contract test-integration test-spark lint bench lock clean
+.PHONY: install demo test test-slow test-all test-unit test-contract test-integration test-spark lint bench lock clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -27,6 +27,10 @@ PARALLEL := -n 2 --dist loadscope --no-loadscope-reorder
 # The suite without the slow soaks (what CI runs; pyproject's addopts: -m 'not slow', --durations=20).
 test: $(STAMP)
 	$(BIN)/pytest -q $(PARALLEL)
+
+# Only the slow soaks and full-scale runs.
+test-slow: $(STAMP)
+	$(BIN)/pytest -q $(PARALLEL) -m slow
 
 # Everything, the slow soaks at full count included.
 test-all: $(STAMP)

@@ -1,4 +1,5 @@
-"""Run the benchmarks: ``python -m benchmarks [--only offload,memory,reads,follower,scale,spark]``."""
+"""Run the benchmarks: ``python -m benchmarks [--only SECTION,...]``, sections: offload, memory, reads,
+follower, scale, spark, restore, rebuild."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from pathlib import Path
 
 from benchmarks.offload import bench_memory, bench_offload
 from benchmarks.reads import bench_follower, bench_read_latency, bench_scale
+from benchmarks.rebuild import bench_rebuild
 from benchmarks.report import Report
+from benchmarks.restore import bench_restore
 from benchmarks.spark import bench_spark
 from processor.devstack import stack
 from processor.runtime import tune_gc
 
-SECTIONS = ("offload", "memory", "reads", "follower", "scale", "spark")
+SECTIONS = ("offload", "memory", "reads", "follower", "scale", "spark", "restore", "rebuild")
 MiB = 1024 * 1024
 
 
@@ -35,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale-segments", type=int, default=1000, help="finished segments per partition")
     parser.add_argument("--reads", type=int, default=200, help="random remote reads in the reads section")
     parser.add_argument("--follower-records", type=int, default=200_000, help="metadata records applied")
+    parser.add_argument(
+        "--restore-records", type=int, default=1_000_000, help="records archived and restored"
+    )
+    parser.add_argument("--rebuild-segments", type=int, default=10_000, help="segments the rebuild reads")
     parser.add_argument("--out", default="bench-results.json")
     parser.add_argument(
         "--stack",
@@ -77,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
                 bench_spark(report, info, workdir, big)
         if info is not None and "follower" in only:
             bench_follower(report, info, workdir, records=args.follower_records)
+        if info is not None and "restore" in only:
+            bench_restore(report, info, workdir, records=args.restore_records)
+        if info is not None and "rebuild" in only:
+            bench_rebuild(report, info, workdir, segments=args.rebuild_segments)
         if "scale" in only:
             bench_scale(report, workdir, args.scale_partitions, args.scale_segments)
     finally:

@@ -19,6 +19,9 @@ from processor.commands import (
     fetch,
     follower,
     offload,
+    rebuild_metadata,
+    restore,
+    restore_groups,
     segments,
     verify,
     worker,
@@ -52,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.register(sub)
     add_audit_parser(sub)
     for command in (delete_before, delete_topic, abort_multipart, offload):  # lifecycle
+        command.register(sub)
+    for command in (restore, restore_groups, rebuild_metadata):  # backup
         command.register(sub)
     return parser
 

@@ -81,6 +81,16 @@ def new_producer(target: KafkaTarget, client_id: str, **extra: Any) -> Producer:
     return Producer(cfg)
 
 
+def new_transactional_producer(
+    target: KafkaTarget, client_id: str, transactional_id: str, **extra: Any
+) -> Producer:
+    """An idempotent, transactional producer (exactly-once writes; ``init_transactions`` fences
+    every earlier producer with the same ``transactional_id`` and aborts its open transaction)."""
+    return new_producer(
+        target, client_id, **{"transactional.id": transactional_id, "enable.idempotence": True, **extra}
+    )
+
+
 def new_admin(target: KafkaTarget, client_id: str, **extra: Any) -> AdminClient:
     return AdminClient({**base_config(target, client_id), **extra})
 

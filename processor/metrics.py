@@ -110,6 +110,14 @@ DELETE_FAILURES = Counter(
     "processor_remote_delete_failures_total",
     "Failed attempts to delete a remote segment's objects (each is retried)",
 )
+MANIFEST_WRITE_FAILURES = Counter(
+    "processor_manifest_write_failures_total",
+    "Segment manifests that could not be written after their copy (the owner writes them later)",
+)
+MANIFESTS_BACKFILLED = Counter(
+    "processor_manifests_backfilled_total",
+    "Missing segment manifests the partition's owner wrote for served segments",
+)
 
 COPY_LAG_SECONDS = Gauge(
     "processor_remote_copy_lag_seconds",

@@ -163,6 +163,7 @@ def delete_partition(ctx: DeletionContext, tp: TopicPartition, scope: Scope) -> 
             mark(P.DELETE_PARTITION_STARTED)
     ok = True
     live = sorted((s for s in part.segments.values() if scope.covers(s)), key=lambda s: s.start_offset)
+    ctx.deleter.forget_manifests(live)  # first: a rebuild never brings back a half-deleted topic
     for segment in live:
         reason = (
             DeleteReason.RETRY

@@ -4,9 +4,11 @@ For every partition of the topic (or the one given) it compares the follower's v
 topic with a listing of the partition's prefix in the bucket and reports:
 
 - ``missing``: a COPY_SEGMENT_FINISHED segment whose data or index object is absent (data loss for
-  readers) or has another size than the metadata records;
-- ``corrupt``: a finished segment whose index CRC differs from the metadata's, or whose data blocks
-  fail their CRCs or do not hold the recorded number of records;
+  readers) or has another size than the metadata records, or whose manifest is absent (the bucket
+  alone could not rebuild it; the partition's owner writes missing manifests once per claim);
+- ``corrupt``: a finished segment whose index CRC differs from the metadata's, whose data blocks
+  fail their CRCs or do not hold the recorded number of records, or whose manifest does not decode
+  or describes another segment;
 - ``unreferenced``: objects under the partition's prefix that no live segment names (leftovers of
   failed copies or of deletions that did not finish: storage that costs and serves nobody).
 
@@ -23,7 +25,9 @@ from typing import Any
 
 from processor.commands.progress import progress
 from processor.config import load_settings
+from processor.errors import FormatError, ObjectNotFoundError
 from processor.kafka_clients import check_broker, partition_counts
+from processor.metadata.manifest import decode_manifest, manifest_key
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
 from processor.reader.segment_check import check_segment
 from processor.segment.object_keys import ObjectKeyFactory, validate_topic
@@ -61,6 +65,27 @@ def check_finished(
     report.bytes_checked += found.bytes_read
 
 
+def check_manifest(storage: ChunkStorage, segment: RemoteLogSegmentMetadata, report: VerifyReport) -> None:
+    """A finished segment's manifest must be there and describe it: without it the bucket alone
+    cannot rebuild the segment's metadata (processor rebuild-metadata)."""
+    base = {"segment_id": str(segment.segment_id.id), "partition": segment.segment_id.partition}
+    key = manifest_key(segment.data_object_key)
+    try:
+        manifest = decode_manifest(storage.read_all(key), where=key)
+    except ObjectNotFoundError:
+        report.missing.append({**base, "key": key, "problem": "manifest is missing (not rebuildable)"})
+        return
+    except FormatError as exc:
+        report.corrupt.append({**base, "key": key, "problem": str(exc)})
+        return
+    if manifest.segment.segment_id.id != segment.segment_id.id or (
+        manifest.segment.start_offset,
+        manifest.segment.end_offset,
+        manifest.segment.index_crc32,
+    ) != (segment.start_offset, segment.end_offset, segment.index_crc32):
+        report.corrupt.append({**base, "key": key, "problem": "manifest describes another segment"})
+
+
 def verify_partition(
     storage: ChunkStorage,
     tp: TopicPartition,
@@ -73,9 +98,12 @@ def verify_partition(
     for segment in segments:
         if segment.state == SegmentState.DELETE_SEGMENT_FINISHED:
             continue
-        referenced.update((segment.data_object_key, segment.index_object_key))
+        referenced.update(
+            (segment.data_object_key, segment.index_object_key, manifest_key(segment.data_object_key))
+        )
         if segment.state == SegmentState.COPY_SEGMENT_FINISHED:
             check_finished(storage, keys, segment, report)
+            check_manifest(storage, segment, report)
             report.segments_checked += 1
             if advance is not None:
                 advance()

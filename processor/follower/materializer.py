@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -242,6 +243,12 @@ class Materializer:
     def current_epoch(self, tp: TopicPartition) -> int | None:
         """The partition's current claim, as this follower has applied it."""
         return self.cache.current_epoch(tp)
+
+    def claim_id(self, tp: TopicPartition, epoch: int) -> uuid.UUID | None:
+        """The id of the partition's claim with ``epoch``, if it is the current one (the leader's
+        ``ClaimId`` port: segment manifests record it)."""
+        claim = self.cache.header(tp).claim
+        return claim.claim_id if claim is not None and claim.epoch == epoch else None
 
     def quiet_s(self, tp: TopicPartition) -> float:
         """Seconds since this follower applied an accepted record of ``tp`` (since it started, if

@@ -8,11 +8,13 @@ that satisfy these, and the follower does not know it is used this way.
 - :class:`CachedRemoteState`: a caught-up follower's view of a partition's remote state, so a newly
   assigned partition resumes without re-reading the metadata topic (:class:`ResumePlanner`);
 - :data:`CurrentClaim`: the partition's current claim as the follower shows it (the copier and
-  leadership check it); read-your-write is :class:`processor.metadata.sink.Confirm`.
+  leadership check it); read-your-write is :class:`processor.metadata.sink.Confirm`;
+- :data:`ClaimId`: the id of that claim, which segment manifests record.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -49,3 +51,7 @@ class CachedRemoteState(Protocol):
 
 # The epoch of a partition's current claim as the follower shows it (None: nobody holds one).
 CurrentClaim = Callable[[TopicPartition], int | None]
+
+# The id of the partition's claim with this epoch, if it is the current one (None: it is not, or
+# unknown): what a segment manifest records as the claim the segment was written under.
+ClaimId = Callable[[TopicPartition, int], uuid.UUID | None]

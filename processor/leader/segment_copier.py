@@ -6,6 +6,8 @@
    confirmed in time: upload nothing, stop (FencedWriterError).
 2. Upload the data object, then the index object (conditional creates: never overwrite).
 3. Publish COPY_SEGMENT_FINISHED and confirm it the same way.
+4. Write the segment's manifest next to its objects (processor/metadata/manifest.py): only a segment
+   the readers accepted gets one, so a rebuild from the bucket admits nothing a fenced writer left.
 
 Before 1 and 3 the copier also checks the claim its follower shows for the partition: if it is not
 the worker's own any more, it publishes nothing. The attempt is registered as *in flight* before
@@ -21,15 +23,18 @@ the attempt is a dangling copy of a claim that is not current, and the partition
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from processor.errors import FencedWriterError, ProcessorError
-from processor.leader.ports import CurrentClaim
+from processor import metrics
+from processor.errors import FencedWriterError, ObjectExistsError, ProcessorError, StorageError
+from processor.leader.ports import ClaimId, CurrentClaim
 from processor.logs import segment_fields
+from processor.metadata.manifest import SegmentManifest, encode_manifest, manifest_key
 from processor.metadata.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -43,6 +48,8 @@ from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import ChunkStorage
 
 log = logging.getLogger(__name__)
+
+MANIFEST_ATTEMPTS = 4
 
 __all__ = ["CopyCancelledError", "FencedWriterError", "SegmentCopier"]
 
@@ -66,6 +73,7 @@ class SegmentCopier:
         topic_ids: Mapping[str, str] | None = None,
         current_claim: CurrentClaim | None = None,
         confirm: Confirm | None = None,
+        claim_id: ClaimId | None = None,
     ) -> None:
         self.storage = storage
         self.sink = sink
@@ -79,6 +87,8 @@ class SegmentCopier:
         # read-your-write: did the metadata topic's readers accept the record published at this
         # offset (the worker's own follower applies the same fold as every other reader)?
         self.confirm = confirm
+        # the id of the claim a segment was written under, for its manifest (None: not recorded)
+        self.claim_id = claim_id
         self._in_flight: dict[TopicPartition, set[uuid.UUID]] = {}
         self._lock = threading.Lock()
 
@@ -174,11 +184,39 @@ class SegmentCopier:
                 if exc.rejected:
                     self._delete_objects(finished)
                 raise
+            self.write_manifest(finished)
             log.info("segment copied", extra=segment_fields(finished))
             return finished
         finally:
             with self._lock:
                 self._in_flight.get(tp, set()).discard(sid)
+
+    def write_manifest(self, finished: RemoteLogSegmentMetadata) -> bool:
+        """Write the segment's manifest (processor/metadata/manifest.py) once its FINISHED was
+        accepted, so the bucket alone can rebuild the metadata. It never fails the copy (the segment
+        is served): a manifest that cannot be written is logged and counted, and the partition's
+        owner writes the missing ones once per claim (processor/lifecycle/retention_service.py)."""
+        tp = finished.topic_partition
+        claim = None if self.claim_id is None else self.claim_id(tp, finished.writer_epoch)
+        body = encode_manifest(SegmentManifest(finished, claim))
+        key = manifest_key(finished.data_object_key)
+        for attempt in range(MANIFEST_ATTEMPTS):
+            try:
+                self.storage.create(key, [body])
+                return True
+            except ObjectExistsError:
+                return True  # an earlier attempt's create went through
+            except StorageError as exc:
+                if not exc.retriable or attempt + 1 == MANIFEST_ATTEMPTS:
+                    metrics.MANIFEST_WRITE_FAILURES.inc()
+                    log.error(
+                        "could not write the manifest of %s (%s); the owner writes it later",
+                        finished.segment_id,
+                        exc,
+                    )
+                    return False
+                time.sleep(min(0.2 * 2**attempt, 5.0) * random.uniform(0.8, 1.2))
+        return False
 
     def _upload(
         self,
@@ -210,8 +248,8 @@ class SegmentCopier:
             sid = metadata.segment_id
             data, index = metadata.data_object_key, metadata.index_object_key
             keys = self.keys.owned_objects(sid.topic, sid.partition, sid.id, sid.topic_id, data, index)
-            self.storage.delete(keys.data)
-            self.storage.delete(keys.index)
+            for key in keys.in_delete_order():
+                self.storage.delete(key)
         except ProcessorError as exc:
             log.warning("could not delete the objects of rejected copy %s: %s", metadata.segment_id, exc)
 
@@ -244,8 +282,8 @@ class SegmentCopier:
             )
             if metadata.state != SegmentState.DELETE_SEGMENT_STARTED:
                 self.sink.publish(deleting)
-            self.storage.delete(keys.data)
-            self.storage.delete(keys.index)
+            for key in keys.in_delete_order():
+                self.storage.delete(key)
             deleted = deleting.with_state(SegmentState.DELETE_SEGMENT_FINISHED, self.clock_ms())
             self.sink.publish(deleted)
             log.info("segment deleted", extra=segment_fields(deleted))

@@ -15,15 +15,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from processor.errors import FencedWriterError, ProcessorError
+from processor import metrics
+from processor.errors import FencedWriterError, ObjectExistsError, ProcessorError
 from processor.health import HEALTH
 from processor.lifecycle.deletion_topic import DeletionTopic
 from processor.lifecycle.remote_log_gauges import RemoteLogGauges
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits, RetentionPlan, plan_retention
 from processor.lifecycle.segment_deleter import DeletionOutcome, SegmentDeleter
+from processor.metadata.manifest import SegmentManifest, encode_manifest, manifest_key
 from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.storage.chunk_storage import ChunkStorage
 
 _FINISHED_DELETE = SegmentState.DELETE_SEGMENT_FINISHED
 
@@ -138,7 +141,7 @@ def sweep_unreferenced(
         k
         for s in part.segments.values()
         if s.state is not _FINISHED_DELETE
-        for k in (s.data_object_key, s.index_object_key)
+        for k in (s.data_object_key, s.index_object_key, manifest_key(s.data_object_key))
     }
     deleted: list[str] = []
     for info in list(deleter.storage.list(keys.topic_listing_prefix(tp.topic))):
@@ -157,6 +160,35 @@ def sweep_unreferenced(
     if deleted:
         log.info("%s: deleted %d objects no segment references", tp, len(deleted))
     return deleted
+
+
+def write_missing_manifests(
+    tp: TopicPartition,
+    part: PartitionRemoteState,
+    storage: ChunkStorage,
+    skip: frozenset[uuid.UUID] = frozenset(),
+) -> int:
+    """Write the manifest of every served segment that has none (its copier could not write it),
+    so the bucket alone can rebuild the partition's metadata; returns how many were written.
+    ``skip``: segments being deleted (``part`` was taken before their deletion)."""
+    claim = part.header.claim
+    written = 0
+    for segment in part.finished():
+        if segment.segment_id.id in skip:
+            continue
+        key = manifest_key(segment.data_object_key)
+        if storage.stat(key) is not None:
+            continue
+        claim_id = claim.claim_id if claim is not None and claim.epoch == segment.writer_epoch else None
+        try:
+            storage.create(key, [encode_manifest(SegmentManifest(segment, claim_id))])
+        except ObjectExistsError:
+            continue
+        written += 1
+    if written:
+        metrics.MANIFESTS_BACKFILLED.inc(written)
+        log.info("%s: wrote %d missing segment manifests", tp, written)
+    return written
 
 
 @dataclass
@@ -237,6 +269,11 @@ class RetentionService:
                 if self._swept.get(tp) != epoch and not outcome.failed:
                     # once per claim: objects nobody recorded (the fold cannot know them)
                     sweep_unreferenced(tp, part, self.deleter, now, self.in_flight(tp))
+                    planned = {
+                        s.segment_id.id
+                        for s in (*plan.requeue, *plan.dangling, *(seg for seg, _reason in plan.expired))
+                    } | set(self._recently_deleted)
+                    write_missing_manifests(tp, part, self.deleter.storage, frozenset(planned))
                     self._swept[tp] = epoch
                 for s in outcome.deleted:
                     self._recently_deleted[s.segment_id.id] = time.monotonic()

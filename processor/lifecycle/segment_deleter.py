@@ -126,6 +126,7 @@ class SegmentDeleter:
             *((s, DeleteReason.DANGLING) for s in plan.dangling),
             *plan.expired,
         ]
+        self.forget_manifests(s for s, _reason in work)
         for segment, reason in work:
             error = self.delete_segment(segment, reason, writer_epoch)
             if error is None:
@@ -167,6 +168,16 @@ class SegmentDeleter:
         )
         return None
 
+    def forget_manifests(self, segments: Iterable[RemoteLogSegmentMetadata]) -> None:
+        """Delete the manifests of every segment about to be deleted, before any of them goes: a
+        deletion that stops half way leaves objects a rebuild of the metadata never serves again
+        (processor/rebuild/). A manifest that cannot be deleted now is deleted with its segment."""
+        for segment in segments:
+            try:
+                self.storage.delete(self.owned_objects(segment).manifest)
+            except (StorageError, InvalidNameError) as exc:
+                log.warning("could not delete the manifest of %s yet: %s", segment.segment_id, exc)
+
     def owned_objects(self, segment: RemoteLogSegmentMetadata) -> SegmentObjectKeys:
         """The segment's objects, if its record names objects that are its own (else InvalidNameError)."""
         sid = segment.segment_id
@@ -179,8 +190,8 @@ class SegmentDeleter:
         count it, record the segment on the deletion topic and return the error."""
         try:
             keys = self.owned_objects(segment)
-            self.storage.delete(keys.data)
-            self.storage.delete(keys.index)
+            for key in keys.in_delete_order():
+                self.storage.delete(key)
         except (StorageError, InvalidNameError) as exc:
             metrics.DELETE_FAILURES.inc()
             log.warning("could not delete the objects of %s (%s); queued for retry", segment.segment_id, exc)
@@ -193,8 +204,8 @@ class SegmentDeleter:
         objects (if the fenced writer uploaded any) and its key (so compaction forgets it)."""
         try:
             keys = self.owned_objects(segment)
-            self.storage.delete(keys.data)
-            self.storage.delete(keys.index)
+            for key in keys.in_delete_order():
+                self.storage.delete(key)
         except (StorageError, InvalidNameError) as exc:
             metrics.DELETE_FAILURES.inc()
             log.warning("could not remove what rejected segment %s left (%s)", segment.segment_id, exc)
@@ -227,8 +238,8 @@ class SegmentDeleter:
                 continue
             try:
                 keys = self.owned_objects(state)
-                self.storage.delete(keys.data)
-                self.storage.delete(keys.index)
+                for key in keys.in_delete_order():
+                    self.storage.delete(key)
             except (StorageError, InvalidNameError) as exc:
                 metrics.DELETE_FAILURES.inc()
                 out.failed.append((state, str(exc)))

@@ -34,6 +34,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka.record.default_records import DefaultRecordBatch
 
@@ -162,3 +163,23 @@ def batch_records(batch: bytes | bytearray | memoryview, *, where: str = "batch"
         raise
     except Exception as exc:  # aiokafka raises its own errors (and struct/zstd ones) for bad bytes
         raise FormatError(f"{where}: record batch does not decode: {exc!r}") from exc
+
+
+def check_batch_crc(batch: bytes | bytearray | memoryview, *, where: str = "batch") -> None:
+    """Raise FormatError unless the batch's CRC-32C is right (aiokafka's C check, no decoding)."""
+    try:
+        good = DefaultRecordBatch(batch).validate_crc()
+    except Exception as exc:  # aiokafka's own errors for bytes that are no batch
+        raise FormatError(f"{where}: record batch does not decode: {exc!r}") from exc
+    if not good:
+        raise FormatError(f"{where}: record batch CRC-32C mismatch")
+
+
+def batch_record_views(batch: bytes | bytearray | memoryview) -> list[Any]:
+    """One batch's records as aiokafka's C reader returns them, not copied into KafkaRecord: each
+    has ``offset``, ``timestamp``, ``key``, ``value`` and ``headers`` (a list of (name, value)). For
+    bulk readers that hand records straight on (the restore's producer), at about a third of the
+    cost of ``batch_records``. The caller has checked the CRC (``check_batch_crc``); control
+    batches give no records."""
+    decoded = DefaultRecordBatch(batch)
+    return [] if decoded.is_control_batch else list(decoded)

@@ -29,6 +29,7 @@ _PREFIX_PART = re.compile(r"[A-Za-z0-9._=-]{1,255}")
 _DATA_NAME = re.compile(r"(\d{20})-([0-9a-f-]{36})-e(\d+)\.log")
 _TOPIC_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 INDEX_SUFFIX = "-index"
+MANIFEST_SUFFIX = "-manifest"  # the segment manifest (processor/metadata/manifest.py)
 
 
 def validate_topic(topic: str) -> str:
@@ -70,6 +71,14 @@ def validate_partition(partition: int) -> int:
 class SegmentObjectKeys:
     data: str
     index: str
+
+    @property
+    def manifest(self) -> str:
+        return self.data + MANIFEST_SUFFIX
+
+    def in_delete_order(self) -> tuple[str, str, str]:
+        """The manifest first: a rebuild never brings back a segment whose deletion has begun."""
+        return (self.manifest, self.data, self.index)
 
 
 class ObjectKeyFactory:
@@ -146,7 +155,8 @@ class ObjectKeyFactory:
 
     def is_project_key(self, key: str) -> bool:
         """Whether ``key`` is an object (or a multipart upload's key) of this project's layout under
-        the prefix: ``{prefix}/{topic}[-{topic_id}]/{partition}/{start}-{uuid}-e{epoch}.log[-index]``."""
+        the prefix: ``{prefix}/{topic}[-{topic_id}]/{partition}/{start}-{uuid}-e{epoch}.log``, with
+        ``-index`` or ``-manifest`` after it or not."""
         head = self._join("")
         if not key.startswith(head):
             return False
@@ -159,7 +169,8 @@ class ObjectKeyFactory:
             topic = folder[:-37]
         if not _TOPIC.fullmatch(topic) or topic in {".", ".."}:
             return False
-        name = name[: -len(INDEX_SUFFIX)] if name.endswith(INDEX_SUFFIX) else name
+        for suffix in (INDEX_SUFFIX, MANIFEST_SUFFIX):
+            name = name[: -len(suffix)] if name.endswith(suffix) else name
         return _DATA_NAME.fullmatch(name) is not None
 
     def check_segment_key(self, key: str, topic: str, partition: int) -> str:

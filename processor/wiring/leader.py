@@ -44,6 +44,7 @@ def build_engine(
         topic_ids=planner.topic_ids if planner is not None else None,
         current_claim=materializer.current_epoch if materializer is not None else None,
         confirm=confirm_by_follower(materializer, metadata_partitions) if materializer else None,
+        claim_id=materializer.claim_id if materializer is not None else None,
     )
     fetch = fetch_options(settings)
 

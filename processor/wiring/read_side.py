@@ -41,8 +41,13 @@ def open_read_side(settings: Settings, topic: str, partition: int | None) -> Rea
             f"metadata topic {settings.metadata_topic} does not exist: nothing was offloaded yet"
         )
     meta_parts = counts[settings.metadata_topic]
-    partitions = [partition] if partition is not None else list(range(counts.get(topic, 0)))
-    wanted = sorted({metadata_partition_for(TopicPartition(topic, p), meta_parts) for p in partitions})
+    if partition is None and topic not in counts:
+        # the topic is gone from the cluster (deleted, or a restore after a disaster): its
+        # partitions are wherever the metadata says, so every metadata partition is read
+        wanted = list(range(meta_parts))
+    else:
+        partitions = [partition] if partition is not None else list(range(counts[topic]))
+        wanted = sorted({metadata_partition_for(TopicPartition(topic, p), meta_parts) for p in partitions})
     cache_dir = tempfile.TemporaryDirectory(prefix="processor-cli-cache-")
     scoped = settings.model_copy(
         update={"follow_metadata_partitions": tuple(wanted) or (0,), "follow_topics": (topic,)}

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
+from processor.metadata.manifest import manifest_key
 from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import load_remote_state
@@ -51,6 +52,7 @@ def check_invariants(
     state, skipped = load_remote_state(info.bootstrap_servers, metadata_topic)
     found.stale_records = skipped
     referenced: set[str] = set()
+    manifests: set[str] = set()  # of served segments: expected, not required (a copy may not write one)
     for tp, end in expected_ends.items():
         part = state.partition(tp)
         if topic_ids and tp.topic in topic_ids:
@@ -64,12 +66,14 @@ def check_invariants(
         for seg in part.dangling():
             found.problems.append(f"{tp}: left to clean up: {seg.segment_id} in {seg.state.value}")
         referenced |= {k for s in served for k in (s.data_object_key, s.index_object_key)}
+        manifests |= {manifest_key(s.data_object_key) for s in served}
     for tp, part in state.partitions.items():
         if tp in expected_ends:
             continue
         for seg in part.segments.values():
             if seg.state is not SegmentState.DELETE_SEGMENT_FINISHED:
                 referenced |= {seg.data_object_key, seg.index_object_key}
+                manifests.add(manifest_key(seg.data_object_key))
     storage = S3ChunkStorage(
         S3Options(bucket=info.bucket, endpoint_url=info.s3_endpoint_url, region="us-east-1")
     )
@@ -78,7 +82,7 @@ def check_invariants(
     finally:
         storage.close()
     found.objects = len(keys)
-    for key in sorted(keys - referenced):
+    for key in sorted(keys - referenced - manifests):
         found.problems.append(f"unreferenced object in the bucket: {key}")
     for key in sorted(k for k in referenced - keys if k.startswith(prefix)):
         found.problems.append(f"a served segment's object is missing: {key}")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import new_admin, new_producer, partition_counts
+from processor.metadata.manifest import manifest_key
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState, RemoteLogState
 from processor.metadata.topic_io import read_partitions
@@ -69,7 +70,13 @@ class PartitionView:
 
     @property
     def referenced(self) -> set[str]:
-        return {k for s in self.live for k in (s.data_object_key, s.index_object_key)}
+        """The live segments' objects, and the manifests of the finished ones."""
+        objects = {k for s in self.live for k in (s.data_object_key, s.index_object_key)}
+        return objects | {
+            manifest_key(s.data_object_key)
+            for s in self.live
+            if s.state is SegmentState.COPY_SEGMENT_FINISHED
+        }
 
 
 def fold_with_history(

@@ -32,7 +32,8 @@ TP = TopicPartition("orders", 0)
 
 
 class ScriptedStorage(FilesystemChunkStorage):
-    """Filesystem storage whose creates fail with the scripted errors first, or block on a gate."""
+    """Filesystem storage whose creates of data objects fail with the scripted errors first, or block
+    on a gate (index objects and manifests pass)."""
 
     def __init__(self, root: Path, errors: Sequence[BaseException] = ()) -> None:
         super().__init__(root)
@@ -42,7 +43,7 @@ class ScriptedStorage(FilesystemChunkStorage):
         self.entered = threading.Event()
 
     def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
-        if not key.endswith("-index"):
+        if not key.endswith(("-index", "-manifest")):
             self.attempts += 1
             self.entered.set()
             if self.gate is not None:

@@ -70,6 +70,7 @@ def test_schemas_are_valid_avro() -> None:
         "RemotePartitionDeleteMetadata.avsc",
         "RemoteLogStartOffset.avsc",
         "PartitionClaim.avsc",
+        "RestoreProgress.avsc",  # the restore progress topic (processor/restore/progress_record.py)
     }
     for f in files:
         fastavro.parse_schema(json.loads(f.read_text()), named_schemas={})

@@ -1,0 +1,108 @@
+"""Publish a rebuilt metadata topic: per partition an ``ADMIN`` claim, the served segments'
+COPY_SEGMENT_FINISHED records stamped with its epoch, then a ``RELEASE`` of the claim.
+
+Three rounds, each flushed before the next, so that in every metadata partition each source
+partition's claim comes before its segments and the release after them:
+
+1. the claims: their offsets (delivery reports) are the epochs;
+2. the segments' FINISHED records, ``writer_epoch`` = the partition's claim epoch (the idempotent
+   producer keeps them in order; they are many, so they are not sent one at a time);
+3. the releases: workers claim the partitions again when Faust assigns them.
+
+A record not delivered stops the rebuild (MetadataTopicError); running it again publishes the same
+segments under a newer claim, which readers accept in place of the first.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from processor.errors import MetadataTopicError
+from processor.kafka_clients import KafkaTarget, new_producer
+from processor.metadata.codec import encode_value, metadata_partition_for, record_key
+from processor.metadata.model import ClaimKind, MetadataRecord, PartitionClaim, TopicPartition
+from processor.rebuild.resolve import REBUILD_WRITER, PartitionRebuild
+
+FLUSH_TIMEOUT_S = 120.0
+
+
+class _Round:
+    """One round of records: sent without waiting, then flushed; the offsets come back by record."""
+
+    def __init__(self, producer: Any, topic: str, metadata_partitions: int) -> None:
+        self.producer, self.topic, self.partitions = producer, topic, metadata_partitions
+        self.offsets: dict[int, int] = {}
+        self.errors: list[KafkaError] = []
+
+    def send(self, n: int, record: MetadataRecord) -> None:
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                self.errors.append(err)
+            else:
+                self.offsets[n] = msg.offset()
+
+        partition = metadata_partition_for(record.topic_partition, self.partitions)
+        while True:
+            try:
+                self.producer.produce(
+                    self.topic, encode_value(record), record_key(record), partition, delivered
+                )
+                return
+            except BufferError:  # librdkafka's queue is full: serve delivery reports, retry
+                self.producer.poll(0.1)
+
+    def flush(self, what: str) -> None:
+        left = self.producer.flush(FLUSH_TIMEOUT_S)
+        if left or self.errors:
+            reason = self.errors[0].str() if self.errors else f"{left} records not acknowledged"
+            raise MetadataTopicError(f"publishing the {what} to {self.topic} failed: {reason}")
+
+
+def publish_rebuild(
+    kafka: KafkaTarget,
+    topic: str,
+    metadata_partitions: int,
+    plan: Mapping[TopicPartition, PartitionRebuild],
+    producer_config: Mapping[str, Any] | None = None,
+) -> dict[TopicPartition, int]:
+    """Publish ``plan``; returns each partition's claim epoch."""
+    producer = new_producer(
+        kafka,
+        "processor-rebuild-metadata",
+        **{"enable.idempotence": True, "linger.ms": 5, **(producer_config or {})},
+    )
+    parts = [(tp, part) for tp, part in sorted(plan.items()) if part.served]
+    now = int(time.time() * 1000)
+    claims = _Round(producer, topic, metadata_partitions)
+    for n, (tp, part) in enumerate(parts):
+        claims.send(
+            n, PartitionClaim(tp, uuid.uuid4(), ClaimKind.ADMIN, REBUILD_WRITER, now, topic_id=part.topic_id)
+        )
+    claims.flush("claims")
+    epochs = {tp: claims.offsets[n] for n, (tp, _part) in enumerate(parts)}
+    segments = _Round(producer, topic, metadata_partitions)
+    n = 0
+    for tp, part in parts:
+        for segment in part.served:
+            segments.send(n, replace(segment, writer_epoch=epochs[tp], writer_id=REBUILD_WRITER))
+            n += 1
+    segments.flush("segment records")
+    releases = _Round(producer, topic, metadata_partitions)
+    for n, (tp, _part) in enumerate(parts):
+        release = PartitionClaim(
+            tp,
+            uuid.uuid4(),
+            ClaimKind.RELEASE,
+            REBUILD_WRITER,
+            int(time.time() * 1000),
+            released_epoch=epochs[tp],
+        )
+        releases.send(n, release)
+    releases.flush("releases")
+    return epochs

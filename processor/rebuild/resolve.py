@@ -1,0 +1,94 @@
+"""Which manifested segments a rebuilt metadata topic serves, decided by the metadata fold. Pure.
+
+A rebuild publishes, per partition, its own claim and then the FINISHED record of each manifested
+segment stamped with that claim's epoch. What readers will serve is what the metadata fold makes of
+exactly that log, so this module builds the same log in memory and asks the fold
+(:func:`fold_served`). Segments are offered in offset order (the earlier copy first where two
+overlap: the fold serves the first finished segment of a range); a segment of another topic id than
+the partition's current one (a topic deleted and re-created) is refused (``old_topic_id``), as is
+anything else the fold refuses.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from processor.metadata.fold import MetadataFold
+from processor.metadata.manifest import SegmentManifest
+from processor.metadata.model import ClaimKind, PartitionClaim, RemoteLogSegmentMetadata, TopicPartition
+
+REBUILD_WRITER = "rebuild-metadata"
+
+
+@dataclass
+class PartitionRebuild:
+    tp: TopicPartition
+    topic_id: str | None
+    served: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    not_served: list[tuple[SegmentManifest, str]] = field(default_factory=list)  # with the reason
+
+
+def current_topic_ids(
+    manifests: Iterable[SegmentManifest], broker: Mapping[str, str]
+) -> dict[str, str | None]:
+    """Each topic's current topic id: the broker's when the topic exists there, else the id of its
+    most recently finished segment (a re-created topic's new history is the newer one)."""
+    newest: dict[str, tuple[int, str | None]] = {}
+    for m in manifests:
+        topic = m.segment.segment_id.topic
+        when = m.segment.event_timestamp_ms
+        if topic not in newest or when > newest[topic][0]:
+            newest[topic] = (when, m.segment.segment_id.topic_id)
+    return {topic: broker.get(topic, tid) for topic, (_when, tid) in newest.items()}
+
+
+def fold_served(
+    tp: TopicPartition, topic_id: str | None, segments: list[RemoteLogSegmentMetadata]
+) -> tuple[set[int], dict[int, str]]:
+    """The metadata fold's verdict on the log a rebuild publishes for ``tp``: one ``ADMIN`` claim
+    (carrying the partition's current topic id), then ``segments`` in this order, each stamped with
+    the claim's epoch. Returns the indexes served and the reason each refused one was refused."""
+    fold = MetadataFold(frozenset({tp.topic}))
+    claim = PartitionClaim(tp, uuid.uuid4(), ClaimKind.ADMIN, REBUILD_WRITER, 0, topic_id=topic_id)
+    epoch = 0  # the offset the claim gets in this one-partition log
+    if not fold.append(claim).accepted:
+        raise AssertionError("a first claim is always accepted")
+    refused: dict[int, str] = {}
+    for i, segment in enumerate(segments):
+        verdict = fold.append(replace(segment, writer_epoch=epoch))
+        if not verdict.accepted:
+            refused[i] = verdict.reason or "rejected"
+    served_ids = {s.segment_id.id for s in fold.partition(tp).finished()}
+    served = {i for i, s in enumerate(segments) if s.segment_id.id in served_ids}
+    for i in range(len(segments)):
+        if i not in served and i not in refused:  # accepted, then replaced by a later record
+            refused[i] = "not served"
+    return served, refused
+
+
+def plan_rebuild(
+    manifests: Iterable[SegmentManifest], broker_topic_ids: Mapping[str, str], now_ms: int
+) -> dict[TopicPartition, PartitionRebuild]:
+    """Per partition: the FINISHED records to publish (stamped by the rebuild) and what is not served."""
+    manifests = list(manifests)
+    topic_ids = current_topic_ids(manifests, broker_topic_ids)
+    by_tp: dict[TopicPartition, list[SegmentManifest]] = {}
+    for m in manifests:
+        by_tp.setdefault(m.segment.topic_partition, []).append(m)
+    out: dict[TopicPartition, PartitionRebuild] = {}
+    for tp, found in sorted(by_tp.items()):
+        found.sort(
+            key=lambda m: (m.segment.start_offset, m.segment.event_timestamp_ms, str(m.segment.segment_id.id))
+        )
+        stamped = [replace(m.segment, writer_epoch=0, event_timestamp_ms=now_ms) for m in found]
+        served, refused = fold_served(tp, topic_ids[tp.topic], stamped)
+        plan = PartitionRebuild(tp, topic_ids[tp.topic])
+        for i, m in enumerate(found):
+            if i in served:
+                plan.served.append(stamped[i])
+            else:
+                plan.not_served.append((m, refused[i]))
+        out[tp] = plan
+    return out

@@ -1,0 +1,7 @@
+"""Restore: archived records back into Kafka exactly once, with offset maps for moving consumer groups.
+
+Pure parts: ``offset_map`` (format), ``progress_record`` (progress topic format), ``transaction_view``
+(read_committed from markers), ``progress_log``, ``plan``, ``group_offsets``. Edges: ``archive``
+(S3 reads), ``target`` and ``log_reader`` (Kafka), ``bucket_maps`` (S3), ``group_io``, ``restorer`` and
+``run`` (the loop and its wiring).
+"""

@@ -1,0 +1,162 @@
+"""Read a whole partition's log as record batches, markers included (aiokafka's low-level client).
+
+confluent-kafka never shows transaction markers or producer ids, and a read_committed fetch can stop
+at another producer's open transaction, so the restore reads its progress partition, and the tests
+read restored partitions, as raw batches from offset 0 (read_uncommitted) up to the high watermark
+seen by the first fetch, and resolves transactions from the markers
+(:mod:`processor.restore.transaction_view`). No wire protocol is written here: aiokafka builds the
+requests (the same way as ``processor/leader/batch_source.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+from aiokafka import errors as kafka_errors
+from aiokafka.client import AIOKafkaClient
+from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.protocol.offset import OffsetRequest
+from aiokafka.structs import TopicPartition as KafkaTP
+
+from processor.errors import ServiceUnavailableError
+from processor.kafka_clients import KafkaTarget, aiokafka_client_kwargs, connection
+from processor.kafka_security import KafkaConnection
+from processor.metadata.model import TopicPartition
+from processor.segment.entries_v2 import BatchHeader, split_batches
+
+READ_UNCOMMITTED = 0
+EARLIEST = -2
+FETCH_MAX_BYTES = 8 * 1024 * 1024
+# The reader only fetches below the high watermark, where any broker answers as soon as it has the
+# bytes (min_bytes 1), so a long wait costs nothing; a short one starves on Tansu, which answers a
+# partition of a few hundred thousand batches with nothing when the wait is below its listing time.
+FETCH_MAX_WAIT_MS = 5000
+_RETRIES = 8
+
+
+class _NothingYet(Exception):
+    """An empty answer below the high watermark."""
+
+
+_RETRIABLE = (
+    _NothingYet,
+    kafka_errors.NotLeaderForPartitionError,
+    kafka_errors.LeaderNotAvailableError,
+    kafka_errors.KafkaTimeoutError,
+    kafka_errors.RequestTimedOutError,
+    kafka_errors.KafkaConnectionError,
+)
+
+
+def read_partition_log(
+    target: KafkaTarget, tp: TopicPartition, start: int = 0, last: int | None = None
+) -> list[tuple[BatchHeader, memoryview]]:
+    """The batches of ``tp`` holding offsets ``start..last`` (default: from the log start to the
+    high watermark of the first answer). An unknown topic or partition reads as an empty log.
+    ``start`` must be the base offset of a batch (or 0): Tansu answers a fetch from inside a batch
+    with the batches after it, where Kafka includes the batch holding the offset."""
+    return asyncio.run(_read(connection(target), tp, start, last))
+
+
+async def _read(
+    target: KafkaConnection, tp: TopicPartition, start: int, last: int | None
+) -> list[tuple[BatchHeader, memoryview]]:
+    client = AIOKafkaClient(client_id="processor-log-reader", **aiokafka_client_kwargs(target))
+    try:
+        await client.bootstrap()
+    except (kafka_errors.KafkaError, OSError) as exc:
+        await client.close()
+        raise ServiceUnavailableError(f"Kafka at {target.describe()} is unreachable: {exc}") from None
+    try:
+        await client.add_topic(tp.topic)
+        out: list[tuple[BatchHeader, memoryview]] = []
+        position = start
+        end: int | None = None
+        failures = 0
+        while end is None or position < end:
+            try:
+                try:
+                    records, high_watermark, log_start = await _fetch(client, tp, position)
+                except kafka_errors.UnknownTopicOrPartitionError:
+                    return []
+                except kafka_errors.OffsetOutOfRangeError:
+                    # below the log start (retention, compaction): begin there, once
+                    earliest = await _earliest(client, tp)
+                    if out or earliest <= position:
+                        raise ServiceUnavailableError(f"{tp}: offset {position} is out of range") from None
+                    position = earliest
+                    continue
+                if end is None:
+                    end = high_watermark if last is None else min(high_watermark, last + 1)
+                    position = max(position, log_start)
+                got = [
+                    (h, b)
+                    for h, b in split_batches(records, where=f"fetch of {tp}")
+                    if h.last_offset >= position and h.base_offset < end
+                ]
+                if not got and position < end:
+                    # Tansu raises a partition's high watermark before it stores the batch
+                    # (tansu-storage, dynostore produce): for a moment a fetch below the watermark
+                    # can find nothing. Asked again, boundedly, like any transient error.
+                    raise _NothingYet(f"nothing at offset {position}, below {end} (read from {start})")
+            except _RETRIABLE as exc:
+                failures += 1
+                if failures > _RETRIES:
+                    raise ServiceUnavailableError(f"reading {tp} keeps failing: {exc}") from None
+                await client.force_metadata_update()
+                await asyncio.sleep(min(0.1 * 2**failures, 5.0) * random.uniform(0.8, 1.2))
+                continue
+            failures = 0
+            if not got:
+                break
+            out += got
+            position = got[-1][0].last_offset + 1
+        return out
+    finally:
+        await client.close()
+
+
+async def _earliest(client: AIOKafkaClient, tp: TopicPartition) -> int:
+    node = client.cluster.leader_for_partition(KafkaTP(tp.topic, tp.partition))
+    if node is None or node < 0:
+        raise kafka_errors.LeaderNotAvailableError(str(tp))
+    response: Any = await client.send(
+        node, OffsetRequest(-1, READ_UNCOMMITTED, [(tp.topic, [(tp.partition, EARLIEST)])])
+    )
+    for _topic, partitions in response.topics:
+        for part, error_code, *info in partitions:
+            if part == tp.partition:
+                error = kafka_errors.for_code(error_code)
+                if error is not kafka_errors.NoError:
+                    raise error(str(tp))
+                return int(info[-1]) if response.API_VERSION > 0 else int(info[0][0])
+    raise kafka_errors.UnknownTopicOrPartitionError(str(tp))
+
+
+async def _fetch(client: AIOKafkaClient, tp: TopicPartition, position: int) -> tuple[bytes, int, int]:
+    node = client.cluster.leader_for_partition(KafkaTP(tp.topic, tp.partition))
+    if node is None:
+        raise kafka_errors.UnknownTopicOrPartitionError(str(tp))
+    if node < 0:
+        raise kafka_errors.LeaderNotAvailableError(str(tp))
+    request = FetchRequest(
+        FETCH_MAX_WAIT_MS,
+        1,
+        FETCH_MAX_BYTES,
+        READ_UNCOMMITTED,
+        [(tp.topic, [(tp.partition, position, FETCH_MAX_BYTES)])],
+    )
+    response: Any = await client.send(node, request)
+    version = response.API_VERSION
+    for topic, partitions in response.topics:
+        for partition, error_code, high_watermark, *data in partitions:
+            if (topic, partition) != (tp.topic, tp.partition):
+                continue
+            error = kafka_errors.for_code(error_code)
+            if error is not kafka_errors.NoError:
+                raise error(str(tp))
+            log_start = int(data[1]) if version >= 5 else 0
+            return bytes(data[-1] or b""), int(high_watermark), log_start
+    raise kafka_errors.UnknownTopicOrPartitionError(str(tp))

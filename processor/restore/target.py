@@ -1,0 +1,113 @@
+"""The target cluster of a restore: its clients, topics, and the restore's progress partition.
+
+Every client is built by the factory functions of ``processor/kafka_clients.py`` from the target's
+``KafkaConnection`` (its address and ``KafkaSecurity``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer
+
+from processor.errors import ServiceUnavailableError
+from processor.kafka_clients import (
+    KafkaTarget,
+    check_broker,
+    connection,
+    ensure_topic,
+    new_transactional_producer,
+    partition_counts,
+)
+from processor.kafka_security import KafkaConnection
+from processor.metadata.model import TopicPartition
+from processor.restore.log_reader import read_partition_log
+from processor.restore.progress_log import PartitionProgress, committed_progress
+from processor.restore.progress_record import progress_partition
+from processor.restore.transaction_view import resolve
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROGRESS_TOPIC = "__processor_restore_progress"
+PROGRESS_TOPIC_PARTITIONS = 4
+TRANSACTION_TIMEOUT_MS = 60_000
+
+
+@dataclass(frozen=True)
+class TargetCluster:
+    """The target cluster: its address and security (a bare string: a PLAINTEXT bootstrap list)."""
+
+    target: KafkaTarget
+
+    @property
+    def connection(self) -> KafkaConnection:
+        return connection(self.target)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.connection.bootstrap_servers
+
+    def describe(self) -> str:
+        return self.connection.describe()
+
+    def admin(self) -> Any:
+        return check_broker(self.connection)
+
+    def cluster_id(self) -> str:
+        return str(self.admin().list_topics(timeout=10).cluster_id or "unknown-cluster")
+
+    def partition_count(self, topic: str) -> int | None:
+        return partition_counts(self.admin(), [topic]).get(topic)
+
+    def create_topic(self, topic: str, partitions: int, config: dict[str, str] | None = None) -> bool:
+        """Create ``topic`` (broker-default replication) unless it exists; True if it was created."""
+        try:
+            return ensure_topic(self.admin(), topic, partitions, -1, config or {})
+        except KafkaException as exc:
+            raise ServiceUnavailableError(
+                f"creating topic {topic} on {self.describe()} failed: {exc}"
+            ) from None
+
+    def ensure_progress_topic(self, topic: str) -> int:
+        self.create_topic(topic, PROGRESS_TOPIC_PARTITIONS, {"cleanup.policy": "compact"})
+        count = self.partition_count(topic)
+        if not count:
+            raise ServiceUnavailableError(f"progress topic {topic} does not show up on {self.describe()}")
+        return count
+
+    def fenced_transactional_producer(self, transactional_id: str, **extra: Any) -> Producer:
+        """A transactional producer, initialised: every earlier producer with this transactional id
+        is fenced, and its open transaction aborted, before this returns."""
+        producer = self.transactional_producer(transactional_id, **extra)
+        try:
+            producer.init_transactions(TRANSACTION_TIMEOUT_MS / 1000)
+        except KafkaException as exc:
+            raise ServiceUnavailableError(
+                f"transactions on {self.describe()} failed to start: {exc.args[0].str()}"
+            ) from None
+        return producer
+
+    def transactional_producer(self, transactional_id: str, **extra: Any) -> Producer:
+        return new_transactional_producer(
+            self.connection,
+            f"processor-restore-{transactional_id}",
+            transactional_id,
+            **{
+                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                "linger.ms": 5,
+                "batch.size": 1024 * 1024,
+                "queue.buffering.max.messages": 1_000_000,
+                **extra,
+            },
+        )
+
+    def committed_progress(
+        self, topic: str, partitions: int, restore_id: str
+    ) -> dict[int, PartitionProgress]:
+        """The restore's progress as committed transactions left it (read from the markers, so it
+        is right on brokers that do not filter aborted transactions too)."""
+        tp = TopicPartition(topic, progress_partition(restore_id, partitions))
+        view = resolve(read_partition_log(self.connection, tp))
+        return committed_progress(view.batches, restore_id)
