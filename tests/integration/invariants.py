@@ -21,7 +21,7 @@ from pathlib import Path
 
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
-from processor.metadata.manifest import manifest_key
+from processor.metadata.manifest import MANIFEST_SUFFIX, manifest_key
 from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import load_remote_state
@@ -33,7 +33,8 @@ from tests.integration.worker_process import WorkerProcess
 class Findings:
     problems: list[str] = field(default_factory=list)
     served: dict[TopicPartition, int] = field(default_factory=dict)  # segments served per partition
-    objects: int = 0
+    objects: int = 0  # data and index objects under the prefix (manifests counted apart)
+    manifests: int = 0
     stale_records: int = 0
 
     def __bool__(self) -> bool:
@@ -81,7 +82,8 @@ def check_invariants(
         keys = {o.key for o in storage.list(prefix.rstrip("/") + "/")}
     finally:
         storage.close()
-    found.objects = len(keys)
+    found.manifests = sum(1 for k in keys if k.endswith(MANIFEST_SUFFIX))
+    found.objects = len(keys) - found.manifests
     for key in sorted(keys - referenced - manifests):
         found.problems.append(f"unreferenced object in the bucket: {key}")
     for key in sorted(k for k in referenced - keys if k.startswith(prefix)):

@@ -34,6 +34,8 @@ from processor.segment.entries_v2 import batch_records
 from processor.segment.records import KafkaRecord
 from processor.wiring.read_side import open_read_side
 from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.cli import CliResult
+from tests.support.cli import run_cli as run_in_process
 from tests.support.metadata_watch import wait_offloaded
 
 BASE_TS = 1_700_000_000_000
@@ -217,8 +219,9 @@ def content(records: list[KafkaRecord]) -> list[tuple[Any, ...]]:
     return [(r.key, r.value, r.headers, r.timestamp) for r in records]
 
 
-def run_cli(args: list[str], env: dict[str, str], timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(RUNNER + args, env=env, capture_output=True, text=True, timeout=timeout_s)
+def run_cli(args: list[str], env: dict[str, str]) -> CliResult:
+    """``processor ARGS`` in this process (tests/support/cli.py); the kill tests start children."""
+    return run_in_process(env, *args)
 
 
 def committed_transactions(bootstrap: str) -> int:

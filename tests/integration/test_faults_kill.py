@@ -75,3 +75,4 @@ def test_kill_9_at_random_points_leaves_every_record_once_and_nothing_leaked(
     found = check_invariants(local_stack, meta, prefix, ends)
     assert not found.problems, "\n".join(found.problems[:20])
     assert found.objects == 2 * sum(found.served.values())
+    assert found.manifests <= sum(found.served.values())  # each a served segment's (checked above)
