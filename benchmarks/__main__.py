@@ -43,17 +43,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rebuild-segments", type=int, default=10_000, help="segments the rebuild reads")
     parser.add_argument("--out", default="bench-results.json")
+    parser.add_argument(
+        "--stack",
+        metavar="DIR",
+        help="use the stack `processor dev up --dir DIR` runs (left running) instead of starting one",
+    )
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
     unknown = only - set(SECTIONS)
     if unknown:
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    attached = stack.load(args.stack) if args.stack is not None else None
+    if args.stack is not None and (attached is None or not stack.status(args.stack).get("running")):
+        parser.error(f"no stack runs from {args.stack} (start one: processor dev up --dir {args.stack})")
 
     tune_gc()  # as the worker and the CLI do
     workdir = Path(tempfile.mkdtemp(prefix="processor-bench-"))
     report = Report()
     t0 = time.perf_counter()
-    info = stack.start(workdir / "stack") if only - {"scale"} else None
+    own_stack = attached is None
+    info = None
+    if only - {"scale"}:
+        info = stack.start(workdir / "stack") if own_stack else attached
     if info is not None:
         os.environ.update({k: v for k, v in info.env().items() if k.startswith("AWS_")})
     try:
@@ -80,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         if "scale" in only:
             bench_scale(report, workdir, args.scale_partitions, args.scale_segments)
     finally:
-        if info is not None:
+        if info is not None and own_stack:
             stack.stop(workdir / "stack")
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\n{report.table()}\n\n(all sections took {time.perf_counter() - t0:.0f} s)")

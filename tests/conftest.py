@@ -11,11 +11,96 @@ import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from processor.devstack import stack
+from tests.support.archive import OffloadedArchive, offload_archive
 from tests.support.fault_proxy import FaultProxy
+
+# The marks each folder's tests carry, so `-m integration` and `-m spark` select by what a test needs
+# (the Makefile's targets select by mark, not by folder).
+FOLDER_MARKS = {"integration": ("integration",), "spark": ("spark", "integration")}
+# `make test` runs the suite on two pytest-xdist workers, each with a stack of its own. A test module
+# is one unit of work (its module fixtures start once), except where modules share a session fixture
+# that costs a worker process or a JVM: those are one unit, so the fixture starts once.
+SHARED_UNITS = {
+    "tests/spark/": "spark",  # one SparkSession
+    "tests/integration/test_cli_ops.py": "archive",  # the offloaded archive (tests/support/archive.py)
+    "tests/integration/test_remote_reads.py": "archive",
+    # helm, promtool and Debian's package lists are fetched into .cache/ on first use: two workers
+    # fetching at once failed (and the tests skipped) on a fresh clone
+    "tests/deploy/": "deploy",
+}
+# Units are handed out in this order of folders (the slowest first, the many quick unit tests fill in
+# at the end), so no long unit starts last.
+FOLDER_ORDER = ("spark", "integration", "contract", "deploy", "unit")
+# The session stack's processes need no graceful stop: Tansu keeps its log in memory and the
+# bucket is thrown away, while SeaweedFS's filer waits 15 s for its gRPC streams on SIGTERM.
+STACK_STOP_GRACE_S = 2.0
+_ARCHIVES: list[OffloadedArchive] = []  # the session's archive, once made (its worker stops early)
+
+
+def unit_of_work(nodeid: str) -> str:
+    """The unit a test is scheduled in: its module, or the shared unit its module belongs to."""
+    module = nodeid.split("::", 1)[0]
+    for prefix, unit in SHARED_UNITS.items():
+        if module.startswith(prefix):
+            return unit
+    return module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's load-by-scope scheduling with :func:`unit_of_work` as the scope. (Its own
+    ``--dist loadgroup`` renames node ids, which pytest 9.2 no longer allows; this needs no marks.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+
+    return UnitScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by mark
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_root = Path(__file__).parent
+
+    def folder(item: pytest.Item) -> str:
+        try:
+            return item.path.relative_to(tests_root).parts[0]
+        except ValueError:
+            return ""
+
+    for item in items:
+        for mark in FOLDER_MARKS.get(folder(item), ()):
+            if mark not in item.keywords:
+                item.add_marker(mark)
+
+    def folder_rank(item: pytest.Item) -> int:
+        name = folder(item)
+        return FOLDER_ORDER.index(name) if name in FOLDER_ORDER else len(FOLDER_ORDER)
+
+    # slowest folder first; a unit's modules next to each other (also without xdist); the order
+    # within a module stays (the sort is stable)
+    first_seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first_seen.setdefault(unit_of_work(item.nodeid), index)
+    items.sort(key=lambda item: (folder_rank(item), first_seen[unit_of_work(item.nodeid)]))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last test of the archive's unit, the archive's worker stops (it would idle on for
+    the rest of the session); the archive itself stays readable."""
+    unit = unit_of_work(item.nodeid)
+    if unit == SHARED_UNITS["tests/integration/test_cli_ops.py"] and (
+        nextitem is None or unit_of_work(nextitem.nodeid) != unit
+    ):
+        for archive in _ARCHIVES:
+            archive.worker.stop()
 
 
 def _testcontainers_stack(tmp: Path) -> Iterator[stack.StackInfo]:
@@ -51,7 +136,7 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack.Stac
     try:
         yield info
     finally:
-        stack.stop(root)
+        stack.stop(root, grace_s=STACK_STOP_GRACE_S)
         for k, v in saved.items():
             if k.startswith("AWS_"):
                 if v is None:
@@ -90,3 +175,16 @@ def fault_proxy(local_stack: stack.StackInfo) -> Iterator[FaultProxy]:
 def proxied_stack(local_stack: stack.StackInfo, fault_proxy: FaultProxy) -> stack.StackInfo:
     """The session stack with its S3 endpoint replaced by this test's fault proxy."""
     return dataclasses.replace(local_stack, s3_endpoint_url=fault_proxy.endpoint_url)
+
+
+@pytest.fixture(scope="session")
+def offloaded_archive(
+    local_stack: stack.StackInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OffloadedArchive]:
+    """The session's one offloaded archive (tests/support/archive.py), its worker still running."""
+    archive = offload_archive(local_stack, tmp_path_factory.mktemp("archive"))
+    _ARCHIVES.append(archive)
+    try:
+        yield archive
+    finally:
+        archive.worker.stop()

@@ -351,8 +351,16 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+# SeaweedFS's filer waits 15 s on SIGTERM for gRPC streams to end, and the S3 gateway's own stream to
+# it never does (seen: "gRPC server graceful stop timed out after 15s, forcing stop"). Nothing here
+# needs that wait: Tansu keeps its log in memory, so after a stop the bucket's objects have no
+# metadata left to be read with. SeaweedFS gets this long, then SIGKILL.
+WEED_STOP_GRACE_S = 3.0
+
+
 def stop(stack_dir: str | os.PathLike[str], grace_s: float = 20.0) -> list[str]:
-    """Stop the processes this stack started, by PID. Returns what was stopped."""
+    """Stop the processes this stack started, by PID: SIGTERM, then SIGKILL to any still running
+    after ``grace_s`` (SeaweedFS: at most ``WEED_STOP_GRACE_S``). Returns what was stopped."""
     info = load(stack_dir)
     if info is None:
         return []
@@ -360,16 +368,25 @@ def stop(stack_dir: str | os.PathLike[str], grace_s: float = 20.0) -> list[str]:
     for pid in running.values():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        for pid in running.values():
+    started = time.monotonic()
+    graces = {name: min(grace_s, WEED_STOP_GRACE_S) if name == "weed" else grace_s for name in running}
+    waiting = dict(running)
+    while waiting:
+        for pid in waiting.values():
             _reap(pid)
-        if not any(_alive(pid, info.commands.get(n, "")) for n, pid in running.items()):
+        waiting = {n: pid for n, pid in waiting.items() if _alive(pid, info.commands.get(n, ""))}
+        if all(time.monotonic() - started >= graces[n] for n in waiting):
             break
         time.sleep(0.1)
     for name, pid in running.items():
         if _alive(pid, info.commands.get(name, "")):
-            log.warning("%s (pid %d) ignored SIGTERM for %.0f s; sending SIGKILL", name, pid, grace_s)
+            log.log(
+                logging.INFO if name == "weed" else logging.WARNING,
+                "%s (pid %d) still ran %.0f s after SIGTERM; sending SIGKILL",
+                name,
+                pid,
+                graces[name],
+            )
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)

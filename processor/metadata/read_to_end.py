@@ -6,16 +6,25 @@ brokers (Tansu under concurrent produce requests) report a high watermark that l
 already acknowledged, and this second look covers them. Then reading stops, however much other
 writers keep producing: records published after the snapshot belong to a later read. The deadline is
 fixed when reading starts and is never pushed out by new batches.
+
+A partition the client does not know yet (a topic created a moment ago, its metadata not yet at this
+client: Tansu answers "unknown partition" for a while) is asked again, with a jittered backoff, for
+at most ``UNKNOWN_PARTITION_WAIT_S`` within the deadline; then the error stands.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.errors import MetadataTopicError
+
+UNKNOWN_PARTITION_WAIT_S = 10.0
+_NOT_KNOWN_YET = {KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART}
 
 
 class EndSnapshot:
@@ -36,9 +45,26 @@ class EndSnapshot:
     def _watermarks(self) -> dict[int, tuple[int, int]]:
         out: dict[int, tuple[int, int]] = {}
         for p in self.partitions:
-            lo, hi = self.consumer.get_watermark_offsets(KafkaTP(self.topic, p), timeout=self._remaining())
+            lo, hi = self._watermark(p)
             out[p] = (max(int(lo), 0), max(int(hi), 0))
         return out
+
+    def _watermark(self, partition: int) -> tuple[int, int]:
+        # Hand-written (a retry library's loop adds nothing to four lines): bounded, jittered, and
+        # only for "not known yet"; every other error is raised at once.
+        give_up = min(self.deadline, time.monotonic() + UNKNOWN_PARTITION_WAIT_S)
+        delay = 0.1
+        while True:
+            try:
+                lo, hi = self.consumer.get_watermark_offsets(
+                    KafkaTP(self.topic, partition), timeout=self._remaining()
+                )
+                return int(lo), int(hi)
+            except KafkaException as exc:
+                if exc.args[0].code() not in _NOT_KNOWN_YET or time.monotonic() + delay > give_up:
+                    raise
+            time.sleep(delay * random.uniform(0.8, 1.2))
+            delay = min(delay * 2, 1.0)
 
     def reached(self, positions: dict[int, int]) -> bool:
         """True once ``positions`` (next offset to read, per partition) cover the snapshot, after the

@@ -5,8 +5,9 @@ Per segment (``segment_findings``): the project's one segment check
 (:func:`processor.reader.segment_check.check_segment`, sampled blocks or, with ``full_crc``, every
 block), its problems as findings of the same kinds, every request and byte counted.
 
-On the driver: ``orphan_findings`` (objects under the prefix no listed segment references; objects
-are listed before the metadata is read, so a copy starting in between cannot look orphaned) and
+On the driver: ``orphan_findings`` (objects under the prefix no listed segment references as its
+data, index or manifest; objects are listed before the metadata is read, so a copy starting in
+between cannot look orphaned) and
 ``lag_findings`` (``offload_lag``: the topic holds more than ``max_lag_records`` past the archive;
 ``expired_before_offload``: the topic's log start is above the archive's end, so records expired
 from Kafka before they were offloaded).
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from processor.metadata.manifest import manifest_key
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.reader.segment_check import check_segment
 from processor.segment.object_keys import ObjectKeyFactory
@@ -68,7 +70,12 @@ def _tp_of(keys: ObjectKeyFactory, key: str) -> TopicPartition | None:
 def orphan_findings(
     keys: ObjectKeyFactory, listed: Iterable[str], archives: Iterable[PartitionArchive]
 ) -> list[Finding]:
-    referenced = {k for a in archives for s in a.listed for k in (s.data_object_key, s.index_object_key)}
+    referenced = {
+        k
+        for a in archives
+        for s in a.listed
+        for k in (s.data_object_key, s.index_object_key, manifest_key(s.data_object_key))
+    }
     out: list[Finding] = []
     for key in listed:
         if key not in referenced:

@@ -25,6 +25,7 @@ from processor.metadata.manifest import manifest_key
 from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import load_remote_state
+from processor.segment.object_keys import MANIFEST_SUFFIX
 from processor.storage.s3 import S3ChunkStorage, S3Options
 from tests.integration.worker_process import WorkerProcess
 
@@ -33,7 +34,8 @@ from tests.integration.worker_process import WorkerProcess
 class Findings:
     problems: list[str] = field(default_factory=list)
     served: dict[TopicPartition, int] = field(default_factory=dict)  # segments served per partition
-    objects: int = 0
+    objects: int = 0  # data and index objects under the prefix (manifests counted apart)
+    manifests: int = 0
     stale_records: int = 0
 
     def __bool__(self) -> bool:
@@ -81,12 +83,33 @@ def check_invariants(
         keys = {o.key for o in storage.list(prefix.rstrip("/") + "/")}
     finally:
         storage.close()
-    found.objects = len(keys)
+    found.manifests = sum(1 for k in keys if k.endswith(MANIFEST_SUFFIX))
+    found.objects = len(keys) - found.manifests
     for key in sorted(keys - referenced - manifests):
         found.problems.append(f"unreferenced object in the bucket: {key}")
     for key in sorted(k for k in referenced - keys if k.startswith(prefix)):
         found.problems.append(f"a served segment's object is missing: {key}")
     return found
+
+
+def settled_invariants(
+    info: StackInfo,
+    metadata_topic: str,
+    prefix: str,
+    expected_ends: dict[TopicPartition, int],
+    timeout_s: float = 60.0,
+    worker: WorkerProcess | None = None,
+) -> Findings:
+    """:func:`check_invariants` once they hold (a leader that just took over cleans what its
+    predecessors left), or its last findings when ``timeout_s`` has passed or ``worker`` exited."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = check_invariants(info, metadata_topic, prefix, expected_ends)
+        if not found.problems or time.monotonic() > deadline:
+            return found
+        if worker is not None and worker.proc.poll() is not None:
+            return found
+        time.sleep(0.5)
 
 
 def expected_ends(counts: Counter[int], topic: str) -> dict[TopicPartition, int]:

@@ -4,7 +4,6 @@ checking a partition's metadata against the bucket's contents."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +16,8 @@ from processor.metadata.remote_log_state import PartitionRemoteState, RemoteLogS
 from processor.metadata.topic_io import read_partitions
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.s3 import S3ChunkStorage, S3Options
+from tests.support.cli import CliResult
+from tests.support.cli import run_cli as in_process
 
 
 def produce(
@@ -40,7 +41,6 @@ def produce(
             except BufferError:
                 producer.poll(0.05)
     assert producer.flush(30) == 0
-    time.sleep(0.2)
 
 
 def storage_for(info: StackInfo, endpoint_url: str | None = None) -> S3ChunkStorage:
@@ -125,15 +125,10 @@ def wait_for(
             raise RuntimeError(f"the worker exited with code {proc.returncode} while waiting for {what}")
         if check():
             return
-        time.sleep(1.0)
+        time.sleep(0.5)
     raise TimeoutError(f"not reached within {timeout_s:.0f} s: {what}")
 
 
-def run_cli(env: dict[str, str], *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "processor", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
+def run_cli(env: dict[str, str], *args: str) -> CliResult:
+    """``processor ARGS`` in this process, with the environment ``env`` (tests/support/cli.py)."""
+    return in_process(env, *args)

@@ -22,7 +22,6 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTP
 
-from processor.commands.demo import wait_offloaded
 from processor.config import load_settings
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import KafkaTarget, ensure_topic, new_admin, new_producer
@@ -35,6 +34,9 @@ from processor.segment.entries_v2 import batch_records
 from processor.segment.records import KafkaRecord
 from processor.wiring.read_side import open_read_side
 from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.cli import CliResult
+from tests.support.cli import run_cli as run_in_process
+from tests.support.metadata_watch import wait_offloaded
 
 BASE_TS = 1_700_000_000_000
 RUNNER = [sys.executable, "-m", "processor"]
@@ -217,8 +219,9 @@ def content(records: list[KafkaRecord]) -> list[tuple[Any, ...]]:
     return [(r.key, r.value, r.headers, r.timestamp) for r in records]
 
 
-def run_cli(args: list[str], env: dict[str, str], timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(RUNNER + args, env=env, capture_output=True, text=True, timeout=timeout_s)
+def run_cli(args: list[str], env: dict[str, str]) -> CliResult:
+    """``processor ARGS`` in this process (tests/support/cli.py); the kill tests start children."""
+    return run_in_process(env, *args)
 
 
 def committed_transactions(bootstrap: str) -> int:

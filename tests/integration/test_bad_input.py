@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import tempfile
 
 import pytest
 
 from processor.devstack import stack
 from processor.devstack.stack import StackInfo
+from tests.support.cli import CliResult, run_cli
 
 
-def run_worker(env_overrides: dict[str, str], timeout_s: float = 90) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
-    env.update({"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1"})
+def run_worker(env_overrides: dict[str, str]) -> CliResult:
+    """``processor worker`` in this process (tests/support/cli.py): each case fails in the start-up
+    checks, before the worker starts anything."""
+    env = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1"}
     env["PROCESSOR_WEB_HOST"] = "127.0.0.1"  # the read API may stay open on loopback: no token needed
-    env.update(env_overrides)
-    return subprocess.run(
-        [sys.executable, "-m", "processor", "worker"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
+    with tempfile.TemporaryDirectory(prefix="bad-input-") as data_dir:  # not ./data of the checkout
+        return run_cli({**env, "PROCESSOR_DATA_DIR": data_dir, **env_overrides}, "worker")
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,6 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTP
 
-from processor.commands.demo import wait_offloaded
 from processor.config import load_settings
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
@@ -35,6 +34,7 @@ from processor.segment.records import KafkaRecord, TimestampType
 from processor.wiring.follower import build_follower, build_reader
 from processor.wiring.storage import build_storage
 from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
 

@@ -73,7 +73,7 @@ def test_buffer_bound_holds_while_s3_is_stalled(local_stack: StackInfo, tmp_path
             time.sleep(0.05)
         assert engine.paused, "consumption never paused although S3 is stalled"
         taken_at_pause = metrics.RECORDS_TAKEN._value.get()
-        time.sleep(2.5)
+        time.sleep(2.5)  # the fault goes on: a window in which nothing may be taken while paused
         assert engine.paused
         assert metrics.RECORDS_TAKEN._value.get() == taken_at_pause, "records were taken while paused"
         # the stall is visible: every partition lags (nothing is in a finished segment yet)

@@ -5,77 +5,41 @@ output format, verify finding missing / corrupt / unreferenced objects, and the 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from processor import __version__
-from processor.commands.demo import wait_offloaded
-from processor.devstack.sample_data import SampleRecord, produce_samples
-from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin
-from processor.metadata.model import TopicPartition
-from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.archive import PARTITIONS, PREFIX, TOPIC, OffloadedArchive, objects_restored
+from tests.support.cli import CliResult, run_cli
 
 pytestmark = pytest.mark.integration
 
-TOPIC = "cliops"
-META = "__remote_log_metadata_cliops"
-PARTITIONS = 2
-COUNT = 3000
+
+def cli(env: dict[str, str], *args: str) -> CliResult:
+    """``processor ARGS`` in this process (tests/support/cli.py)."""
+    return run_cli(env, *args)
 
 
-def cli(env: dict[str, str], *args: str, text: bool = True) -> subprocess.CompletedProcess[Any]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
-    full.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "processor", *args], env=full, capture_output=True, text=text, timeout=180
-    )
-
-
-@pytest.fixture(scope="module")
-def offloaded(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("cliops")
-    ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), TOPIC, PARTITIONS, 1, {})
-    produced = produce_samples(
-        local_stack.bootstrap_servers,
-        TOPIC,
-        COUNT,
-        PARTITIONS,
-        big_every=0,
-        producer_config={"batch.size": 16 * 1024},  # many batches: segments end at batch boundaries
-    )
-    env = worker_env(
-        local_stack,
-        tmp / "data",
-        TOPIC,
-        PROCESSOR_METADATA_TOPIC=META,
-        PROCESSOR_SEGMENT_BYTES="256KiB",
-        PROCESSOR_SEGMENT_MS="1s",
-        PROCESSOR_BUFFER_BYTES="16MiB",
-        PROCESSOR_S3_PREFIX="cliops",
-    )
-    by_partition: dict[int, list[SampleRecord]] = {p: [] for p in range(PARTITIONS)}
-    for r in produced:
-        by_partition[r.partition].append(r)
-    worker = WorkerProcess(env, tmp / "worker.log")
-    try:
-        ends = {TopicPartition(TOPIC, p): len(rs) - 1 for p, rs in by_partition.items()}
-        wait_offloaded(local_stack.bootstrap_servers, META, ends, 180, worker.proc)
-    finally:
-        worker.stop()
-    cli_env = {**local_stack.env(), "PROCESSOR_METADATA_TOPIC": META, "PROCESSOR_S3_PREFIX": "cliops"}
-    yield {"env": cli_env, "by_partition": by_partition, "tmp": tmp, "stack": local_stack}
+@pytest.fixture
+def offloaded(offloaded_archive: OffloadedArchive, tmp_path: Path) -> dict[str, Any]:
+    """The session's archive (tests/support/archive.py), read with the CLI's environment."""
+    return {
+        "env": offloaded_archive.cli_env,
+        "by_partition": offloaded_archive.by_partition,
+        "tmp": tmp_path,
+        "stack": offloaded_archive.info,
+    }
 
 
 def test_version():
-    result = cli({}, "--version")
+    """The one CLI command run as a child process: the ``python -m processor`` entry point."""
+    result = subprocess.run(
+        [sys.executable, "-m", "processor", "--version"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0
     assert result.stdout.strip() == f"processor {__version__}"
 
@@ -186,10 +150,9 @@ def test_fetch_json_lines_raw_and_parquet(offloaded):
         "20",
         "--format",
         "raw",
-        text=False,
     )
     assert raw.returncode == 0, raw.stderr
-    assert raw.stdout == b"".join((r.value or b"") + b"\n" for r in want[:20])
+    assert raw.stdout_bytes == b"".join((r.value or b"") + b"\n" for r in want[:20])
 
     # many records: read across segments, in chunks, to the end of the remote log
     out = offloaded["tmp"] / "p1.parquet"
@@ -238,12 +201,8 @@ def test_fetch_json_lines_raw_and_parquet(offloaded):
     assert missing.returncode == 2 and "not in remote storage" in missing.stderr
 
 
-def _s3(stack: StackInfo) -> Any:
-    return boto3.client("s3", endpoint_url=stack.s3_endpoint_url, region_name="us-east-1")
-
-
 def test_verify_clean_then_finds_each_kind_of_problem(offloaded):
-    """Runs after the fetch tests (it damages the bucket)."""
+    """Damages the bucket, then puts every object back (the archive is shared)."""
     env, stack = offloaded["env"], offloaded["stack"]
     clean = cli(env, "verify", "--topic", TOPIC, "--json")
     assert clean.returncode == 0, clean.stderr + clean.stdout
@@ -258,7 +217,8 @@ def test_verify_clean_then_finds_each_kind_of_problem(offloaded):
         "unreferenced",
         "clean",
     }
-    assert report["clean"] is True and report["partitions"] == [0, 1] and report["segments_checked"] >= 2
+    assert report["clean"] is True and report["partitions"] == list(range(PARTITIONS))
+    assert report["segments_checked"] >= 2
     assert cli(env, "verify", "--topic", TOPIC).stdout.strip().endswith("clean")
 
     segments = [
@@ -266,32 +226,33 @@ def test_verify_clean_then_finds_each_kind_of_problem(offloaded):
         for x in cli(env, "segments", "--topic", TOPIC, "--partition", "0", "--json").stdout.splitlines()
     ]
     assert len(segments) >= 2
-    s3 = _s3(stack)
     bucket = stack.bucket
-    # 1. a stray object under the partition's prefix
-    stray = f"cliops/{TOPIC}/0/00000000000000000000-stray.log"
-    s3.put_object(Bucket=bucket, Key=stray, Body=b"leftover")
-    # 2. a data object with one flipped byte (same size)
+    stray = f"{PREFIX}/{TOPIC}/0/00000000000000000000-stray.log"
     victim = segments[0]["object_key"]
-    data = bytearray(s3.get_object(Bucket=bucket, Key=victim)["Body"].read())
-    data[len(data) // 2] ^= 0xFF
-    s3.put_object(Bucket=bucket, Key=victim, Body=bytes(data))
-    # 3. an index object gone
     gone = segments[1]["object_key"] + "-index"
-    s3.delete_object(Bucket=bucket, Key=gone)
+    with objects_restored(stack, stray, victim, gone) as s3:
+        # 1. a stray object under the partition's prefix
+        s3.put_object(Bucket=bucket, Key=stray, Body=b"leftover")
+        # 2. a data object with one flipped byte (same size)
+        data = bytearray(s3.get_object(Bucket=bucket, Key=victim)["Body"].read())
+        data[len(data) // 2] ^= 0xFF
+        s3.put_object(Bucket=bucket, Key=victim, Body=bytes(data))
+        # 3. an index object gone
+        s3.delete_object(Bucket=bucket, Key=gone)
 
-    result = cli(env, "verify", "--topic", TOPIC, "--partition", "0", "--json")
-    assert result.returncode == 1, result.stderr
-    report = json.loads(result.stdout)
-    assert report["clean"] is False and report["partitions"] == [0]
-    assert [u["key"] for u in report["unreferenced"]] == [stray]
-    assert [c["key"] for c in report["corrupt"]] == [victim]
-    assert [m["key"] for m in report["missing"]] == [gone]
-    assert report["missing"][0]["segment_id"] == segments[1]["id"]
-    text = cli(env, "verify", "--topic", TOPIC)
-    assert text.returncode == 1 and "PROBLEMS FOUND" in text.stdout
-    # partition 1 is untouched
-    assert cli(env, "verify", "--topic", TOPIC, "--partition", "1").returncode == 0
+        result = cli(env, "verify", "--topic", TOPIC, "--partition", "0", "--json")
+        assert result.returncode == 1, result.stderr
+        report = json.loads(result.stdout)
+        assert report["clean"] is False and report["partitions"] == [0]
+        assert [u["key"] for u in report["unreferenced"]] == [stray]
+        assert [c["key"] for c in report["corrupt"]] == [victim]
+        assert [m["key"] for m in report["missing"]] == [gone]
+        assert report["missing"][0]["segment_id"] == segments[1]["id"]
+        text = cli(env, "verify", "--topic", TOPIC)
+        assert text.returncode == 1 and "PROBLEMS FOUND" in text.stdout
+        # partition 1 is untouched
+        assert cli(env, "verify", "--topic", TOPIC, "--partition", "1").returncode == 0
+    assert cli(env, "verify", "--topic", TOPIC, "--json").returncode == 0, "the archive is whole again"
 
 
 def test_long_commands_print_no_progress_bars_when_piped(offloaded):

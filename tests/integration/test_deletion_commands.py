@@ -23,6 +23,7 @@ from processor.segment.object_keys import ObjectKeyFactory
 from tests.integration.lifecycle_support import produce, run_cli, storage_for, view, wait_for
 from tests.integration.worker_process import WorkerProcess, worker_env
 from tests.support.fault_proxy import FaultProxy, FaultRule
+from tests.support.metadata_watch import metadata_watch
 
 pytestmark = pytest.mark.integration
 
@@ -51,12 +52,8 @@ def env_for(info: StackInfo, tmp: Path, topics: str, **extra: str) -> dict[str, 
 def offload(info: StackInfo, env: dict[str, str], ends: dict[TopicPartition, int], log: Path) -> None:
     worker = WorkerProcess(env, log)
     try:
-        for tp, end in ends.items():
-
-            def reached(tp: TopicPartition = tp, end: int = end) -> bool:
-                return (view(info, META, tp, PREFIX).part.highest_finished_offset() or -1) >= end
-
-            wait_for(f"{tp} offloaded to {end}", reached, 120, worker.proc)
+        with metadata_watch(info.bootstrap_servers, META) as watch:
+            watch.wait_offloaded(ends, 120, worker.proc)
     finally:
         assert worker.stop() == 0
 

@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import boto3
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from tests.support.cli import CliResult, run_cli
+
 pytestmark = pytest.mark.integration
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "processor", *args], capture_output=True, text=True, timeout=120
-    )
+def cli(*args: str) -> CliResult:
+    return run_cli({}, *args)
 
 
 def test_dev_up_status_down(tmp_path: Path) -> None:

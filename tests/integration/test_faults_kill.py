@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from processor.commands.demo import wait_offloaded
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from tests.integration.invariants import (
@@ -22,25 +21,29 @@ from tests.integration.invariants import (
     wait_for_log,
 )
 from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
 
-TOPIC = "faults-kill"
-META = "__remote_log_metadata_faults_kill"
-PREFIX = "faults-kill"
-KILLS = 10
+KILLS = 10  # the full soak (make test-all); make test kills 3 times
 
 
+@pytest.mark.parametrize(
+    "kills", [pytest.param(3, id="3-kills"), pytest.param(KILLS, id=f"{KILLS}-kills", marks=pytest.mark.slow)]
+)
 def test_kill_9_at_random_points_leaves_every_record_once_and_nothing_leaked(
-    local_stack: StackInfo, tmp_path: Path
+    local_stack: StackInfo, tmp_path: Path, kills: int
 ) -> None:
-    ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), TOPIC, 3, 1, {})
+    # a topic, metadata topic and prefix of each version's own: test-all runs both on one stack
+    topic = prefix = f"faults-kill-{kills}"
+    meta = f"__remote_log_metadata_faults_kill_{kills}"
+    ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), topic, 3, 1, {})
     env = worker_env(
         local_stack,
         tmp_path / "data",
-        TOPIC,
-        PROCESSOR_METADATA_TOPIC=META,
-        PROCESSOR_S3_PREFIX=PREFIX,
+        topic,
+        PROCESSOR_METADATA_TOPIC=meta,
+        PROCESSOR_S3_PREFIX=prefix,
         PROCESSOR_SEGMENT_BYTES=str(64 * 1024),
         PROCESSOR_BLOCK_BYTES=str(8 * 1024),
         PROCESSOR_SEGMENT_MS="200",
@@ -50,25 +53,26 @@ def test_kill_9_at_random_points_leaves_every_record_once_and_nothing_leaked(
         PROCESSOR_FOLLOWER_ENABLED="false",
     )
     rng = random.Random(8)
-    producer = SteadyProducer(local_stack.bootstrap_servers, TOPIC, 3, batch=300, pause_s=0.05).start()
+    producer = SteadyProducer(local_stack.bootstrap_servers, topic, 3, batch=300, pause_s=0.05).start()
     killed_while_leading = 0
     try:
-        for i in range(KILLS):
+        for i in range(kills):
             worker = WorkerProcess(env, tmp_path / f"worker{i}.log")
             try:
                 wait_for_log(worker, "leading ", 60)
-                time.sleep(jitter(rng, 0.2, 2.5))
+                time.sleep(jitter(rng, 0.2, 2.5))  # the fault: a kill at a random point of the copy path
                 killed_while_leading += "resuming at" in worker.log()
             finally:
                 worker.proc.kill()
                 worker.proc.wait()
     finally:
         counts = producer.stop()
-    assert killed_while_leading == KILLS
+    assert killed_while_leading == kills
 
-    ends = expected_ends(counts, TOPIC)
+    ends = expected_ends(counts, topic)
     with running_worker(env, tmp_path / "final.log") as final:
-        wait_offloaded(local_stack.bootstrap_servers, META, ends, 150, final.proc)
-    found = check_invariants(local_stack, META, PREFIX, ends)
+        wait_offloaded(local_stack.bootstrap_servers, meta, ends, 150, final.proc)
+    found = check_invariants(local_stack, meta, prefix, ends)
     assert not found.problems, "\n".join(found.problems[:20])
     assert found.objects == 2 * sum(found.served.values())
+    assert found.manifests <= sum(found.served.values())  # each a served segment's (checked above)

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from processor.commands.demo import wait_offloaded
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
-from tests.integration.invariants import check_invariants, expected_ends, running_worker, wait_for_log
+from tests.integration.invariants import expected_ends, running_worker, settled_invariants, wait_for_log
 from tests.integration.worker_process import worker_env
 from tests.support.fault_proxy import FaultProxy, FaultRule, error_rule, slowdown_rule
+from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
 
@@ -84,8 +84,7 @@ def test_s3_errors_throttling_lost_answers_failed_parts_and_deletes(
     # The next leader of the partitions cleans what the failed deletes left (its assignment).
     with running_worker(env, tmp_path / "next.log") as nxt:
         wait_for_log(nxt, "resuming at", 60)
-        time.sleep(3)
-    found = check_invariants(local_stack, meta, prefix, ends)
+        found = settled_invariants(local_stack, meta, prefix, ends, 60, nxt)
     assert not found.problems, "\n".join(found.problems[:20])
 
 
@@ -119,7 +118,7 @@ def test_s3_down_fills_the_buffer_pauses_within_memory_and_resumes(
         produced = produce_samples(local_stack.bootstrap_servers, topic, 30_000, 2, big_every=0)
         wait_for_log(worker, "consumption paused", 60)
         first = _rss_bytes(worker.proc.pid)
-        time.sleep(5)
+        time.sleep(5)  # the fault goes on: S3 stays down for 5 s while the worker's memory is watched
         later = _rss_bytes(worker.proc.pid)
         # ~20 MB were produced; the worker holds at most the bound plus librdkafka's prefetch
         # queue (16 MiB at this bound) and does not grow while S3 stays down.
@@ -131,6 +130,5 @@ def test_s3_down_fills_the_buffer_pauses_within_memory_and_resumes(
         assert "consumption resumed" in worker.log()
     with running_worker(env, tmp_path / "next.log") as nxt:
         wait_for_log(nxt, "resuming at", 60)
-        time.sleep(3)
-    found = check_invariants(local_stack, meta, prefix, ends)
+        found = settled_invariants(local_stack, meta, prefix, ends, 60, nxt)
     assert not found.problems, "\n".join(found.problems[:20])

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from processor.commands.demo import wait_offloaded
 from processor.config import load_settings
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
@@ -20,6 +19,7 @@ from processor.wiring.storage import build_storage
 from tests.integration.invariants import running_worker
 from tests.integration.lifecycle_support import run_cli, storage_for
 from tests.integration.worker_process import worker_env
+from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
 

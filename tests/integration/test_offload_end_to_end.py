@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from processor.commands.demo import wait_offloaded
 from processor.devstack.sample_data import SampleRecord, produce_samples
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
@@ -19,6 +18,7 @@ from processor.segment.index_format import decode_index, index_crc
 from processor.segment.records import TimestampType
 from processor.storage.s3 import S3ChunkStorage, S3Options
 from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from processor.commands.demo import wait_offloaded
 from processor.config import load_settings
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin, new_producer
@@ -35,6 +34,7 @@ from processor.wiring.read_side import open_read_side
 from tests.integration.invariants import check_invariants, running_worker, wait_for_log
 from tests.integration.lifecycle_support import produce, storage_for
 from tests.integration.worker_process import worker_env
+from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
 

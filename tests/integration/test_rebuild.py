@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 
-from processor.commands.demo import wait_offloaded
 from processor.devstack.stack import StackInfo, free_port
 from processor.kafka_clients import ensure_topic, new_admin
 from processor.kafka_security import KafkaConnection
@@ -38,6 +37,8 @@ from processor.spark.options import Connection
 from tests.integration.invariants import running_worker, wait_for_log
 from tests.integration.lifecycle_support import storage_for
 from tests.integration.test_ownership import PARTITIONS, Produced, _env, assert_reads_byte_exact
+from tests.support.cli import CliResult, run_cli
+from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
 
@@ -71,10 +72,8 @@ def fingerprint(segments: list[RemoteLogSegmentMetadata]) -> list[tuple[Any, ...
     ]
 
 
-def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "processor", *args], env=env, capture_output=True, text=True, timeout=300
-    )
+def cli(args: list[str], env: dict[str, str]) -> CliResult:
+    return run_cli(env, *args)  # in this process (tests/support/cli.py)
 
 
 @pytest.mark.parametrize(

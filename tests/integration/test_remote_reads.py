@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -15,64 +12,35 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
-from processor.commands.demo import wait_offloaded
 from processor.config import Settings, load_settings
-from processor.devstack.sample_data import SampleRecord, produce_samples
+from processor.devstack.sample_data import SampleRecord
 from processor.devstack.stack import StackInfo
 from processor.errors import CorruptObjectError, OffsetNotInRemoteError
-from processor.kafka_clients import ensure_topic, new_admin, new_producer
+from processor.kafka_clients import new_producer
 from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.topic_io import ensure_metadata_topic
 from processor.reader.remote_reader import RemoteReader
 from processor.wiring.follower import build_follower, build_reader
 from processor.wiring.storage import build_storage
-from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.archive import PARTITIONS, PREFIX, TOPIC, OffloadedArchive, objects_restored
+from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.integration
 
-TOPIC = "reads"
-PARTITIONS = 3
-META = "__remote_log_metadata_reads"
-COUNT = 9000
 
-
-@pytest.fixture(scope="module")
-def offloaded(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A worker (leader + follower + HTTP API) that has offloaded COUNT records in many small segments."""
-    tmp = tmp_path_factory.mktemp("reads")
-    ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), TOPIC, PARTITIONS, 1, {})
-    produced = produce_samples(
-        local_stack.bootstrap_servers,
-        TOPIC,
-        COUNT,
-        PARTITIONS,
-        big_every=3000,
-        producer_config={"batch.size": 16 * 1024},  # many batches: segments end at batch boundaries
-    )
-    env = worker_env(
-        local_stack,
-        tmp / "data",
-        TOPIC,
-        PROCESSOR_METADATA_TOPIC=META,
-        PROCESSOR_SEGMENT_BYTES=str(192 * 1024),  # several segments of whole batches per partition
-        PROCESSOR_BLOCK_BYTES=str(16 * 1024),
-        PROCESSOR_SEGMENT_MS="1000",
-        PROCESSOR_BUFFER_BYTES=str(16 * 1024 * 1024),
-        PROCESSOR_S3_PREFIX="reads",
-    )
-    worker = WorkerProcess(env, tmp / "worker.log")
-    by_partition: dict[int, list[SampleRecord]] = {p: [] for p in range(PARTITIONS)}
-    for r in produced:
-        by_partition[r.partition].append(r)
-    try:
-        ends = {TopicPartition(TOPIC, p): len(rs) - 1 for p, rs in by_partition.items()}
-        wait_offloaded(local_stack.bootstrap_servers, META, ends, 180, worker.proc)
-        yield {"env": env, "by_partition": by_partition, "worker": worker, "tmp": tmp}
-    finally:
-        worker.stop()
+@pytest.fixture
+def offloaded(offloaded_archive: OffloadedArchive) -> dict[str, Any]:
+    """The session's archive (tests/support/archive.py): a worker (leader + follower + HTTP API) that
+    has offloaded its records in many small segments, and still runs."""
+    return {
+        "env": offloaded_archive.env,
+        "by_partition": offloaded_archive.by_partition,
+        "worker": offloaded_archive.worker,
+        "tmp": offloaded_archive.tmp,
+        "archive": offloaded_archive,
+    }
 
 
 def settings_for(env: dict[str, str]) -> Settings:
@@ -143,11 +111,8 @@ def test_reads_touch_only_the_needed_byte_ranges(offloaded, reader) -> None:
     assert fetched < seg.segment_size_in_bytes // 3
 
 
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, **env}
-    return subprocess.run(
-        [sys.executable, "-m", "processor", *args], env=full, capture_output=True, text=True, timeout=120
-    )
+def cli(env: dict[str, str], *args: str) -> Any:
+    return run_cli(env, *args)
 
 
 def test_cli_segments_and_fetch(offloaded) -> None:
@@ -160,7 +125,7 @@ def test_cli_segments_and_fetch(offloaded) -> None:
         r["end_offset"] + 1 for r in rows[:-1]
     ]
     assert all(r["topic_id"] for r in rows)
-    assert all(r["object_key"].startswith(f"reads/{TOPIC}-{r['topic_id']}/2/") for r in rows)
+    assert all(r["object_key"].startswith(f"{PREFIX}/{TOPIC}-{r['topic_id']}/2/") for r in rows)
     assert all(isinstance(r["writer_epoch"], int) for r in rows)
 
     want = offloaded["by_partition"][2]
@@ -287,23 +252,23 @@ def test_a_corrupted_data_object_yields_an_error_not_records(
 ) -> None:
     tp = TopicPartition(TOPIC, 1)
     seg = list(reader.lookup.finished_segments(tp, 0))[-1]
-    s3 = boto3.client("s3", endpoint_url=local_stack.s3_endpoint_url, region_name="us-east-1")
-    data = bytearray(s3.get_object(Bucket=local_stack.bucket, Key=seg.data_object_key)["Body"].read())
-    data[len(data) // 2] ^= 0x01
-    s3.put_object(Bucket=local_stack.bucket, Key=seg.data_object_key, Body=bytes(data))  # behind our back
-    with pytest.raises(CorruptObjectError) as err:
-        reader.read_from_offset(tp, seg.start_offset, max_records=10**6, max_bytes=1 << 40)
-    assert seg.data_object_key in str(err.value) and str(seg.segment_id.id) in str(err.value)
-    result = cli(
-        offloaded["env"],
-        "fetch",
-        "--topic",
-        TOPIC,
-        "--partition",
-        "1",
-        "--offset",
-        str(seg.start_offset),
-        "--max-records",
-        "100000",
-    )
-    assert result.returncode != 0 and "CRC" in result.stderr and "Traceback" not in result.stderr
+    with objects_restored(local_stack, seg.data_object_key) as s3:  # whole again for the next test
+        data = bytearray(s3.get_object(Bucket=local_stack.bucket, Key=seg.data_object_key)["Body"].read())
+        data[len(data) // 2] ^= 0x01
+        s3.put_object(Bucket=local_stack.bucket, Key=seg.data_object_key, Body=bytes(data))  # behind our back
+        with pytest.raises(CorruptObjectError) as err:
+            reader.read_from_offset(tp, seg.start_offset, max_records=10**6, max_bytes=1 << 40)
+        assert seg.data_object_key in str(err.value) and str(seg.segment_id.id) in str(err.value)
+        result = cli(
+            offloaded["env"],
+            "fetch",
+            "--topic",
+            TOPIC,
+            "--partition",
+            "1",
+            "--offset",
+            str(seg.start_offset),
+            "--max-records",
+            "100000",
+        )
+        assert result.returncode != 0 and "CRC" in result.stderr and "Traceback" not in result.stderr

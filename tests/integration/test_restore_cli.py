@@ -30,6 +30,7 @@ from tests.integration.restore_support import (
     run_cli,
 )
 from tests.integration.restore_support import committed_target as target_records
+from tests.support.cli import CliResult
 from tests.support.fault_proxy import FaultProxy
 
 pytestmark = pytest.mark.integration
@@ -43,7 +44,7 @@ def archive(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) ->
     yield archive_topics(local_stack, tmp_path_factory.mktemp("cli"), {SRC: 2}, "__meta_cli", "cli")
 
 
-def _clean(result: subprocess.CompletedProcess[str]) -> str:
+def _clean(result: CliResult) -> str:
     assert "Traceback" not in result.stdout + result.stderr
     return result.stderr
 

@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 
 from processor import cli
-from processor.commands.demo import wait_offloaded
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.secure import SASL_VARIABLES
 from processor.devstack.stack import StackInfo, free_port
@@ -32,6 +31,7 @@ from processor.kafka_clients import ensure_topic, new_admin
 from processor.kafka_security import KafkaConnection
 from processor.metadata.model import TopicPartition
 from tests.integration.worker_process import WorkerProcess
+from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
 

@@ -39,6 +39,7 @@ from processor.spark.audit_problems import AuditState
 from processor.spark.audit_scrub import estimated_cost
 from processor.spark.options import Connection
 from processor.wiring.storage import build_storage
+from tests.support.cli import run_cli
 from tests.support.segment_v1_writer import SegmentBuilder
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -373,8 +374,9 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_audit_cli_exits_1_while_a_problem_is_open(world) -> None:
     env = world.env()
-    assert _cli(env, "--once", "--stuck-after-ms", "-5").returncode == 2
-    down = _cli({**env, "PROCESSOR_BOOTSTRAP_SERVERS": "127.0.0.1:1"}, "--once")
+    # bad input and an unreachable broker end before any Spark session: in this process
+    assert run_cli(env, "audit", "--once", "--stuck-after-ms", "-5").returncode == 2
+    down = run_cli({**env, "PROCESSOR_BOOTSTRAP_SERVERS": "127.0.0.1:1"}, "audit", "--once")
     assert down.returncode == 3, down.stderr[-2000:]
     seg = world.copy(0, 0, 49)
     clean = _cli(env, "--once", "--verify-objects")
