@@ -34,6 +34,7 @@ from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 from processor.web.servers import follower_web_app
 from processor.wiring.follower import build_reader
+from processor.wiring.follower_server import serve
 from processor.wiring.storage import build_storage
 
 log = logging.getLogger("processor.follower")
@@ -147,13 +148,7 @@ class BucketFollowerServer:
             self.refresh_s,
         )
         try:
-            web.run_app(
-                self.web_app,
-                host=self.settings.web_host,
-                port=self.settings.web_port,
-                print=None,
-                access_log=None,
-            )
+            serve(self.web_app, self.settings)
         finally:
             stop.set()
             thread.join(timeout=30)

@@ -73,16 +73,15 @@ class FollowerServer:
             len(materializer.partitions),
         )
         try:
-            web.run_app(
-                self.web_app,
-                host=self.settings.web_host,
-                port=self.settings.web_port,
-                print=None,
-                access_log=None,
-            )
+            serve(self.web_app, self.settings)
         finally:
             self.watch.stop()
             self.probe_storage.close()
             self.follower.close()
             self.storage.close()
         return 0
+
+
+def serve(app: web.Application, settings: Settings) -> None:
+    """Run a follower's web app on the configured address until the process is stopped."""
+    web.run_app(app, host=settings.web_host, port=settings.web_port, print=None, access_log=None)
