@@ -64,6 +64,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return UnitScheduling(config, log)
 
 
+SLOW_TIMEOUT_S = 1800
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by mark
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tests_root = Path(__file__).parent
@@ -78,6 +81,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for mark in FOLDER_MARKS.get(folder(item), ()):
             if mark not in item.keywords:
                 item.add_marker(mark)
+        # the 120 s default is for make test; the slow soaks and full-scale runs take minutes
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
     def folder_rank(item: pytest.Item) -> int:
         name = folder(item)
