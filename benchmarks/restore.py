@@ -20,6 +20,7 @@ from benchmarks.offload import PARTITIONS, load_topic, run_worker_offload
 from benchmarks.report import Figure, Report
 from processor.config import Settings, load_settings
 from processor.devstack import stack
+from processor.kafka_clients import new_transactional_producer
 from processor.restore.archive import ArchiveTopic
 from processor.restore.plan import range_from, range_to
 from processor.restore.run import PreparedRestore, RestoreRequest
@@ -40,7 +41,13 @@ def bare_transactional_producer(
     records (partitions interleaved in chunks, as the restore does), calling ``produce`` the
     cheapest way (arguments by position), as the restore does."""
     target.create_topic(topic, PARTITIONS)
-    producer = target.transactional_producer(f"bench-bare-{uuid.uuid4().hex[:8]}")
+    transactional_id = f"bench-bare-{uuid.uuid4().hex[:8]}"
+    producer = new_transactional_producer(
+        target.connection,
+        transactional_id,
+        transactional_id,
+        **{"linger.ms": 5, "batch.size": 1024 * 1024, "queue.buffering.max.messages": 1_000_000},
+    )
     producer.init_transactions(60)
     # the records as produce() takes them, prepared before the clock starts
     ready: dict[int, list[tuple[bytes | None, bytes | None, int, Any]]] = {

@@ -29,7 +29,12 @@ from processor.restore.archive import ArchiveTopic
 from processor.restore.plan import PARTITIONERS, range_from, range_to
 from processor.restore.progress_record import validate_restore_id
 from processor.restore.run import PreparedRestore, RestoreRequest, RestoreSummary
-from processor.restore.state import DEFAULT_TRANSACTION_MS, DEFAULT_TRANSACTION_RECORDS, RestoreOptions
+from processor.restore.state import (
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_TRANSACTION_MS,
+    DEFAULT_TRANSACTION_RECORDS,
+    RestoreOptions,
+)
 from processor.restore.target import DEFAULT_PROGRESS_TOPIC, TargetCluster
 from processor.segment.object_keys import validate_topic
 from processor.wiring.read_side import open_read_side
@@ -144,42 +149,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-bytes-per-second", type=int, help="rate limit: key + value + header bytes a second")
     p.add_argument("--max-records-per-second", type=int, help="rate limit: records a second")
     p.add_argument(
-        "--producer-property",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a librdkafka producer setting for the target, e.g. compression.type=zstd (repeatable)",
+        "--max-batch-bytes",
+        type=int,
+        default=DEFAULT_MAX_BATCH_BYTES,
+        help="the largest batch sent (the target's max.message.bytes; default 1 MiB): larger archived "
+        "batches are split",
     )
     p.add_argument(
         "--dry-run", action="store_true", help="read and count what would be restored; produce nothing"
     )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=cmd_restore)
-
-
-# What the restore's exactly-once guarantee rests on, or what other options set: not overridable.
-RESERVED_PROPERTIES = (
-    "transactional.id",
-    "enable.idempotence",
-    "acks",
-    "bootstrap.servers",
-    "transaction.timeout.ms",
-)
-
-
-def producer_properties(items: list[str]) -> tuple[tuple[str, str], ...]:
-    out: list[tuple[str, str]] = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"--producer-property {item!r}: expected KEY=VALUE")
-        if key in RESERVED_PROPERTIES or key.startswith(("security.", "sasl.", "ssl.")):
-            raise ConfigError(
-                f"--producer-property {key}: set by the restore itself (transactions, --target-* options)"
-            )
-        out.append((key, value))
-    return tuple(out)
 
 
 def request_from_args(args: argparse.Namespace, source: KafkaConnection) -> RestoreRequest:
@@ -194,12 +174,18 @@ def request_from_args(args: argparse.Namespace, source: KafkaConnection) -> Rest
     to_topic = validate_topic(args.to_topic or topic)
     if args.partition is not None and args.partition < 0:
         raise ConfigError("--partition must be >= 0")
-    for name in ("transaction_records", "transaction_ms", "max_bytes_per_second", "max_records_per_second"):
+    for name in (
+        "transaction_records",
+        "transaction_ms",
+        "max_bytes_per_second",
+        "max_records_per_second",
+        "max_batch_bytes",
+    ):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     options = RestoreOptions(
-        producer_properties=producer_properties(args.producer_property),
+        max_batch_bytes=args.max_batch_bytes,
         transaction_records=args.transaction_records,
         transaction_ms=args.transaction_ms,
         max_bytes_per_second=args.max_bytes_per_second,

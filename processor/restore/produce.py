@@ -1,82 +1,109 @@
-"""The restore's hot loop: a chunk of archived batches into librdkafka, with delivery reports only
-for the first and last record of each batch (:mod:`processor.restore.delivery`)."""
+"""The batches a restore sends for a chunk of the archive, with the source offsets of their records.
+Pure: no I/O (the producer, :mod:`processor.restore.batch_producer`, restamps and sends them).
+
+An archived batch goes out byte for byte (keys, values, headers, timestamps, codec; the producer
+only rewrites its producer fields and CRC) when the target can take it as it is:
+
+- it is a data batch (transaction markers are the target's own business, never copied);
+- all of its records are in the restore's range ``[low, high)``;
+- its offsets have no gaps (``recordCount == lastOffsetDelta + 1``: the records' offset deltas are
+  then 0..n-1, as the broker expects from a producer; a compacted source leaves gaps);
+- its timestamps are CreateTime (a LogAppendTime batch carries the append time only in its header;
+  its records are written anew with that time, which is what a consumer of the source saw);
+- it fits ``max_batch_bytes`` (the target's ``max.message.bytes``).
+
+Any other batch (or a chunk of decoded format 1 records) has its records in range written into new
+batches of at most ``max_batch_bytes``, with the source batch's codec, by aiokafka's C builder.
+Either way a batch's records land at ``base offset + i`` in the target, so its base offset, which
+the broker answers, places every record (:func:`processor.restore.delivery.landed`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Producer
-
 from processor.restore.archive import Chunk
-from processor.restore.delivery import Span
-from processor.segment.entries_v2 import batch_record_views
-from processor.segment.records import KafkaRecord
+from processor.restore.state import DEFAULT_MAX_BATCH_BYTES
+from processor.segment.entries_v2 import (
+    ATTR_CODEC_MASK,
+    ATTR_CONTROL,
+    BATCH_HEADER,
+    batch_record_views,
+    new_batch_builder,
+)
+
+ATTR_LOG_APPEND_TIME = 0x08
 
 
-class _ListHeaders:
-    """A format 1 record with its headers as the list confluent-kafka takes."""
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A record batch for the target, and the source offsets of its records in order."""
 
-    __slots__ = ("headers", "key", "offset", "timestamp", "value")
+    batch: bytes | bytearray | memoryview
+    count: int
+    sources: range | list[int]
+    archived: bool  # the archived batch itself (else written anew)
 
-    def __init__(self, record: KafkaRecord) -> None:
-        self.offset, self.key, self.value = record.offset, record.key, record.value
-        self.timestamp, self.headers = record.timestamp, list(record.headers)
+
+# (offset, timestamp, key, value, headers as a list of (name, value))
+RecordTuple = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
 
 
-def produce_chunk(
-    producer: Producer, topic: str, partition: int, source_partition: int, chunk: Chunk, spans: list[Span]
-) -> int:
-    """Produce the chunk's records in range, straight from the archived batches (decoded once,
-    by aiokafka's C reader), each batch's records as one span; returns how many. Only the first and last
-    record of each batch get a delivery report (delivery.py). The hot loop: ``produce`` takes
-    its arguments by position (topic, value, key, partition, callback, on_delivery, timestamp,
-    headers), measurably cheaper than by keyword; a report callback goes in the ``callback``
-    slot (confluent-kafka ignores ``on_delivery`` when ``callback`` is given as None)."""
-    produce = producer.produce
-    poll = producer.poll
+def outgoing_batches(chunk: Chunk, max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES) -> list[Outgoing]:
+    """The batches that restore the chunk's records in ``[chunk.low, chunk.high)``, in order."""
     low, high = chunk.low, chunk.high
-    produced = 0
-
-    def send(r: Any, report: Any) -> None:
-        while True:
-            try:
-                produce(topic, r.value, r.key, partition, report, None, r.timestamp, r.headers or None)
-                return
-            except BufferError:  # librdkafka's queue is full: serve delivery reports, retry
-                poll(0.05)
-
-    groups: list[tuple[list[Any], range | None]] = []
+    out: list[Outgoing] = []
     for batch in chunk.batches:
-        records = batch_record_views(batch)  # checked by the archive reader; headers as lists
-        base = int.from_bytes(batch[:8], "big")
-        end = base + int.from_bytes(batch[23:27], "big")
-        if low <= base and end < high:
-            groups.append((records, range(base, end + 1) if len(records) == end - base + 1 else None))
-        else:
-            records = [r for r in records if low <= r.offset < high]
-            if records:
-                groups.append((records, None))
-    if chunk.records:  # from format 1 blocks: decoded and in range already; headers as lists
-        groups.append(([_ListHeaders(r) for r in chunk.records], None))
-    for records, contiguous in groups:
-        span = Span(source_partition, contiguous if contiguous is not None else [r.offset for r in records])
-        spans.append(span)
-        produced += span.count
-        if len(records) == 1:
-            send(records[0], span.on_only)
-        else:
-            send(records[0], span.on_first)
-            middle = iter(records[1:-1])
-            r = None
-            while True:  # the try costs nothing until librdkafka's queue is full (BufferError)
-                try:
-                    if r is not None:  # the record refused when the queue was full
-                        produce(topic, r.value, r.key, partition, None, None, r.timestamp, r.headers or None)
-                    for r in middle:
-                        produce(topic, r.value, r.key, partition, None, None, r.timestamp, r.headers or None)
-                    break
-                except BufferError:  # serve delivery reports, then retry the refused record
-                    poll(0.05)
-            send(records[-1], span.on_last)
-    poll(0)
-    return produced
+        (base, _len, _epoch, _magic, _crc, attributes, delta, *_rest, count) = BATCH_HEADER.unpack_from(batch)
+        if attributes & ATTR_CONTROL or count == 0:
+            continue
+        last = base + delta
+        if last < low or base >= high:
+            continue
+        if (
+            low <= base
+            and last < high
+            and count == delta + 1
+            and not attributes & ATTR_LOG_APPEND_TIME
+            and len(batch) <= max_batch_bytes
+        ):
+            out.append(Outgoing(batch, count, range(base, last + 1), True))
+            continue
+        records: list[RecordTuple] = [
+            (r.offset, r.timestamp, r.key, r.value, r.headers)
+            for r in batch_record_views(batch)  # the archive reader checked the CRC
+            if low <= r.offset < high
+        ]
+        out += encode_batches(records, attributes & ATTR_CODEC_MASK, max_batch_bytes)
+    if chunk.records:  # decoded from format 1 blocks, in range already
+        records = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in chunk.records]
+        out += encode_batches(records, 0, max_batch_bytes)
+    return out
+
+
+def encode_batches(records: Sequence[RecordTuple], codec: int, max_batch_bytes: int) -> list[Outgoing]:
+    """``records`` written into new batches of at most ``max_batch_bytes`` each (a single record
+    larger than that gets a batch of its own; the target decides whether it takes it)."""
+    out: list[Outgoing] = []
+    builder: Any = None
+    sources: list[int] = []
+    for offset, timestamp, key, value, headers in records:
+        if builder is not None and builder.append(len(sources), timestamp, key, value, headers) is not None:
+            sources.append(offset)
+            continue
+        if builder is not None:
+            out.append(_built(builder, sources))
+        builder, sources = new_batch_builder(codec, max_batch_bytes), [offset]
+        builder.append(0, timestamp, key, value, headers)
+    if builder is not None:
+        out.append(_built(builder, sources))
+    return out
+
+
+def _built(builder: Any, sources: list[int]) -> Outgoing:
+    contiguous = sources[-1] - sources[0] + 1 == len(sources)
+    return Outgoing(
+        builder.build(), len(sources), range(sources[0], sources[-1] + 1) if contiguous else sources, False
+    )

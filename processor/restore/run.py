@@ -80,7 +80,8 @@ class RestoreSummary:
     partitions: list[PartitionSummary]
     seconds: float = 0.0
     transactions: int = 0
-    read_backs: int = 0
+    batches_as_archived: int = 0  # archived batches sent byte for byte
+    batches_written: int = 0  # batches written anew (range edges, offset gaps, LogAppendTime, size)
     created_topics: list[str] = field(default_factory=list)
 
     @property
@@ -243,9 +244,7 @@ class PreparedRestore:
         if not request.dry_run:
             progress_partitions = target.ensure_progress_topic(request.progress_topic)
             # fences earlier runs of this restore: their open transaction aborts
-            self.producer = target.fenced_transactional_producer(
-                request.transactional_id, **dict(request.options.producer_properties)
-            )
+            self.producer = target.fenced_transactional_producer(request.transactional_id)
         self.progress_partitions = progress_partitions or 1
         progress = (
             target.committed_progress(request.progress_topic, progress_partitions, request.restore_id)
@@ -269,7 +268,6 @@ class PreparedRestore:
         else:
             restorer = Restorer(
                 self.producer,
-                request.target,
                 self.archive,
                 request.restore_id,
                 self.source,
@@ -283,7 +281,8 @@ class PreparedRestore:
                 restorer.run()
             finally:
                 summary.transactions = restorer.transactions
-                summary.read_backs = restorer.read_backs
+                summary.batches_as_archived = restorer.archived_batches
+                summary.batches_written = restorer.written_batches
         keys = self._write_bucket_maps() if self.producer is not None else {}
         for run in self.runs:
             dry = self.producer is None
@@ -323,4 +322,4 @@ class PreparedRestore:
 
     def close(self) -> None:
         if self.producer is not None:
-            self.producer.flush(10)
+            self.producer.close()

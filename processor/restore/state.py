@@ -1,18 +1,19 @@
 """What a restore run keeps: its options, each source partition's committed state, and what the
-open transaction holds (to turn delivery reports into offset map chunks). Pure."""
+open transaction holds (to turn the target's base offsets into offset map chunks). Pure."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from dataclasses import dataclass, field
 
 from processor.restore.archive import Chunk, ChunkStream
-from processor.restore.delivery import Span
 from processor.restore.offset_map import OffsetMap
 from processor.restore.plan import PartitionPlan
 
 DEFAULT_TRANSACTION_RECORDS = 50_000
 DEFAULT_TRANSACTION_MS = 5_000
+DEFAULT_MAX_BATCH_BYTES = 1024 * 1024  # Kafka's default max.message.bytes is 1 MiB + 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +25,9 @@ class RestoreOptions:
     max_bytes_per_second: int | None = None
     max_records_per_second: int | None = None
     retries: int = 5
-    producer_properties: tuple[tuple[str, str], ...] = ()  # librdkafka settings for the target
+    max_batch_bytes: int = (
+        DEFAULT_MAX_BATCH_BYTES  # larger archived batches are split (target's max.message.bytes)
+    )
 
 
 @dataclass
@@ -50,7 +53,7 @@ class PartitionRun:
 
 @dataclass
 class Transaction:
-    """What the open transaction holds, to turn delivery reports into offset map chunks."""
+    """What the open transaction holds, to turn the target's base offsets into offset map chunks."""
 
     started: float = field(default_factory=time.monotonic)
     records: int = 0
@@ -58,7 +61,10 @@ class Transaction:
     records_by_source: dict[int, int] = field(default_factory=dict)
     bytes_by_source: dict[int, int] = field(default_factory=dict)
     positions: dict[int, int] = field(default_factory=dict)
-    spans: dict[int, list[Span]] = field(default_factory=dict)  # target partition -> in produce order
+    # source partition -> its batches in produce order: (source offsets, future target base offset)
+    sent: dict[int, list[tuple[range | list[int], concurrent.futures.Future[int]]]] = field(
+        default_factory=dict
+    )
 
     def add(self, source_partition: int, records: int, chunk: Chunk) -> None:
         self.records += records

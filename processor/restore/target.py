@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
 from processor.errors import ServiceUnavailableError
 from processor.kafka_clients import (
@@ -18,11 +18,11 @@ from processor.kafka_clients import (
     check_broker,
     connection,
     ensure_topic,
-    new_transactional_producer,
     partition_counts,
 )
 from processor.kafka_security import KafkaConnection
 from processor.metadata.model import TopicPartition
+from processor.restore.batch_producer import BatchProducer, TxnError
 from processor.restore.log_reader import read_partition_log
 from processor.restore.progress_log import PartitionProgress, committed_progress
 from processor.restore.progress_record import progress_partition
@@ -77,31 +77,26 @@ class TargetCluster:
             raise ServiceUnavailableError(f"progress topic {topic} does not show up on {self.describe()}")
         return count
 
-    def fenced_transactional_producer(self, transactional_id: str, **extra: Any) -> Producer:
-        """A transactional producer, initialised: every earlier producer with this transactional id
-        is fenced, and its open transaction aborted, before this returns."""
-        producer = self.transactional_producer(transactional_id, **extra)
-        try:
-            producer.init_transactions(TRANSACTION_TIMEOUT_MS / 1000)
-        except KafkaException as exc:
-            raise ServiceUnavailableError(
-                f"transactions on {self.describe()} failed to start: {exc.args[0].str()}"
-            ) from None
-        return producer
-
-    def transactional_producer(self, transactional_id: str, **extra: Any) -> Producer:
-        return new_transactional_producer(
+    def fenced_transactional_producer(self, transactional_id: str) -> BatchProducer:
+        """The restore's transactional producer, initialised: every earlier producer with this
+        transactional id is fenced, and its open transaction aborted, before this returns."""
+        producer = BatchProducer(
             self.connection,
-            f"processor-restore-{transactional_id}",
             transactional_id,
-            **{
-                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-                "linger.ms": 5,
-                "batch.size": 1024 * 1024,
-                "queue.buffering.max.messages": 1_000_000,
-                **extra,
-            },
+            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+            client_id=f"processor-restore-{transactional_id}",
         )
+        try:
+            producer.init(TRANSACTION_TIMEOUT_MS / 1000)
+        except TxnError as exc:
+            producer.close()
+            raise ServiceUnavailableError(
+                f"transactions on {self.describe()} failed to start: {exc}"
+            ) from None
+        except BaseException:
+            producer.close()
+            raise
+        return producer
 
     def committed_progress(
         self, topic: str, partitions: int, restore_id: str

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka.record.default_records import DefaultRecordBatch
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from processor.errors import FormatError
 from processor.segment.checksums import batch_crc_ok
@@ -173,6 +173,14 @@ def check_batch_crc(batch: bytes | bytearray | memoryview, *, where: str = "batc
         raise FormatError(f"{where}: record batch does not decode: {exc!r}") from exc
     if not good:
         raise FormatError(f"{where}: record batch CRC-32C mismatch")
+
+
+def new_batch_builder(codec: int, max_bytes: int) -> Any:
+    """aiokafka's C builder of a v2 record batch with ``codec`` (0 none, 1 gzip, 2 snappy, 3 lz4,
+    4 zstd) and no producer fields (a transactional producer sets them when it sends the batch).
+    ``append(offset_delta, timestamp, key, value, headers)`` returns None once ``max_bytes`` is
+    reached (the first record always goes in); ``build()`` gives the batch's bytes."""
+    return DefaultRecordBatchBuilder(2, codec, 0, -1, -1, -1, max_bytes)
 
 
 def batch_record_views(batch: bytes | bytearray | memoryview) -> list[Any]:

@@ -59,10 +59,9 @@ def _clean(result: CliResult) -> str:
         (["--topic", SRC, "--to-topic", "x", "--from-time", "yesterday"], "ISO 8601"),
         (["--topic", SRC], "needs --to-topic"),
         (
-            ["--topic", SRC, "--to-topic", "x", "--producer-property", "transactional.id=y"],
-            "set by the restore",
+            ["--topic", SRC, "--to-topic", "x", "--max-batch-bytes", "0"],
+            "--max-batch-bytes must be at least 1",
         ),
-        (["--topic", SRC, "--to-topic", "x", "--producer-property", "nonsense"], "KEY=VALUE"),
         (["--topic", SRC, "--to-topic", "x", "--restore-id", "a/b"], "invalid restore id"),
         (["--topic", "../x", "--to-topic", "x"], "invalid topic name"),
         (["--topic", SRC, "--to-topic", "x", "--target-security-protocol", "SASL_SSL"], "SASL"),
