@@ -1,12 +1,13 @@
-"""Restore throughput next to a bare transactional producer writing the same batches in the same run.
+"""Restore throughput next to a bare transactional producer writing the same records in the same run.
 
 The archive is made by a worker from a loaded topic (100-byte values). The baseline produces the
-very records the archive holds (decoded in advance, held in memory) with the same transactional
-producer settings and transaction size, committing each transaction, with no delivery callbacks,
-progress records or archive reads: what librdkafka and Python can do at best. The restore does
-everything else on top: reading the archive from S3 (blocks fetched ahead), a delivery report per
-record for the offset map, the progress records, the offset maps in the bucket. Each side runs
-twice, alternating; the best run of each counts (the machine is shared).
+very records the archive holds (decoded in advance, held in memory) with a librdkafka transactional
+producer in transactions of the same size, calling ``produce`` per record the cheapest way, with no
+delivery callbacks, progress records or archive reads: what a restore tool built on a Kafka client
+library does at best. The restore does everything else on top: reading the archive from S3 (blocks
+fetched ahead, CRCs checked), the progress records and offset maps, the maps in the bucket; it sends
+the archived batches as they are. Each side runs twice, alternating; the best run of each counts
+(the machine is shared).
 """
 
 from __future__ import annotations
