@@ -16,8 +16,8 @@ The protocol, as every transactional producer runs it:
   the transactional id, one batch per request (Kafka takes exactly one batch per partition in a
   request), one request in flight per partition so that sequences arrive in order, partitions in
   parallel; EndTxn(commit | abort).
-- after an abort the producer initialises again (InitProducerId with its id and epoch: a new epoch,
-  sequences from 0): whatever an unanswered request may have written belongs to the aborted epoch.
+- after an abort the producer initialises again (InitProducerId: a new epoch, sequences from 0):
+  whatever an unanswered request may have written belongs to the aborted epoch.
 
 Threads: the client runs on an asyncio loop in a thread of its own; the restore's thread calls
 :meth:`send` (returns at once with a future of the batch's base offset in the target; blocks while
@@ -52,7 +52,7 @@ from aiokafka.structs import TopicPartition as KafkaTP
 
 from processor.errors import ProcessorError, ServiceUnavailableError
 from processor.kafka_clients import KafkaTarget, aiokafka_client_kwargs, connection
-from processor.restore.txn_wire import ErrorKind, InitProducerIdRequest, error_kind
+from processor.restore.txn_wire import ErrorKind, InitProducerIdRequest, error_kind, error_name
 from processor.segment.checksums import BATCH_CRC_AT, BATCH_CRC_FROM
 
 T = TypeVar("T")
@@ -292,7 +292,7 @@ class BatchProducer:
             kind = error_kind(code)
             if kind is ErrorKind.NONE:
                 return answer
-            name = kafka_errors.for_code(code).__name__
+            name = error_name(code)
             if kind is ErrorKind.FENCED:
                 raise TxnFencedError(f"{what}: {name} (transactional id {self.transactional_id})")
             if kind is ErrorKind.FAILED or time.monotonic() > deadline:
@@ -328,9 +328,10 @@ class BatchProducer:
             raise TxnAbortableError(f"{what}: {exc!r}") from None
 
     async def _init(self) -> None:
-        request = InitProducerIdRequest(
-            self.transactional_id, self.transaction_timeout_ms, self.producer_id, self.epoch
-        )
+        # Always as a new producer (-1, -1): the coordinator then bumps the transactional id's epoch
+        # and aborts its open transaction (Tansu answers an epoch bump that names the current id
+        # and epoch, KIP-360's form, with error -1).
+        request = InitProducerIdRequest(self.transactional_id, self.transaction_timeout_ms)
         response = await self._to_coordinator("starting transactions", request)
         self.producer_id, self.epoch = int(response.producer_id), int(response.producer_epoch)
         await self._reset_lanes()
@@ -383,7 +384,7 @@ class BatchProducer:
                 kind = error_kind(error_code)
                 if kind is ErrorKind.NONE:
                     return int(offset)
-                name = kafka_errors.for_code(error_code).__name__
+                name = error_name(error_code)
                 if kind is ErrorKind.FENCED:
                     raise TxnFencedError(f"producing to {tp[0]}[{tp[1]}]: {name}")
                 if getattr(kafka_errors.for_code(error_code), "invalid_metadata", False):

@@ -3,8 +3,8 @@
 A restore copies the records of a source partition, in order, into a target partition that may
 already hold data, that other producers may write to meanwhile, and that receives a transaction
 marker after every restore transaction. So target offsets are not source offsets plus a constant;
-they are recorded batch by batch (from the base offset the broker answers for each batch) and stored compactly as
-*runs*: ``source_start + i -> target_start + i`` for ``i < length``, where both sides are
+they are recorded batch by batch (from the base offset the broker answers for each batch) and
+stored compactly as *runs*: ``source_start + i -> target_start + i`` for ``i < length``, where both sides are
 contiguous. A run ends where the source has a gap (transaction markers, aborted or compacted
 records) or the target does (a transaction marker, a record from someone else).
 

@@ -2,7 +2,8 @@
 Kafka's error codes. Pure.
 
 aiokafka carries InitProducerId only at version 0, whose request has no producer id or epoch; Tansu
-answers it with error -1, and Kafka itself wants version 3+ to bump an epoch (KIP-360). Version 3
+answers it with error -1, and Kafka itself wants version 3+ to bump an epoch (KIP-360). Version 0
+stays for brokers older than Kafka 2.5. Version 3
 is the first flexible one (KIP-482: compact strings, tagged fields). Its layout::
 
     InitProducerId request v3 (api key 22)
@@ -18,8 +19,11 @@ is the first flexible one (KIP-482: compact strings, tagged fields). Its layout:
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
+from aiokafka import errors as kafka_errors
 from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
 
 
@@ -50,7 +54,9 @@ class InitProducerIdRequest_v3(RequestStruct):  # type: ignore[misc]
     )
 
 
-class InitProducerIdRequest(Request[InitProducerIdRequest_v3]):  # type: ignore[misc]
+class InitProducerIdRequest(Request[InitProducerIdRequest_v0 | InitProducerIdRequest_v3]):  # type: ignore[misc]
+    """Version 3 where the broker has it (Kafka 2.5+), else version 0 (a new epoch only)."""
+
     API_KEY = 22
 
     def __init__(
@@ -58,7 +64,9 @@ class InitProducerIdRequest(Request[InitProducerIdRequest_v3]):  # type: ignore[
     ) -> None:
         self._args = (transactional_id, timeout_ms, producer_id, epoch)
 
-    def build(self, request_struct_class: type[InitProducerIdRequest_v3]) -> InitProducerIdRequest_v3:
+    def build(self, request_struct_class: type[Any]) -> Any:
+        if request_struct_class.API_VERSION == 0:
+            return request_struct_class(*self._args[:2])
         return request_struct_class(*self._args, {})
 
 
@@ -84,6 +92,19 @@ _KINDS = {
     31: ErrorKind.FENCED,  # CLUSTER_AUTHORIZATION_FAILED
     90: ErrorKind.FENCED,  # PRODUCER_FENCED
 }
+
+
+_NAMES = {47: "INVALID_PRODUCER_EPOCH", 51: "CONCURRENT_TRANSACTIONS", 52: "TRANSACTION_COORDINATOR_FENCED"}
+_NAMES |= {53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 90: "PRODUCER_FENCED", -1: "UNKNOWN_SERVER_ERROR"}
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of an error code (aiokafka's class name, or the protocol's name for codes
+    aiokafka does not know)."""
+    if code in _NAMES:
+        return _NAMES[code]
+    error = kafka_errors.for_code(code)
+    return f"error {code}" if error is kafka_errors.UnknownError else str(error.__name__)
 
 
 def error_kind(code: int) -> ErrorKind:
