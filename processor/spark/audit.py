@@ -55,6 +55,7 @@ from processor.spark.audit_storage import (
     ScrubStats,
     lag_findings,
     list_objects,
+    manifest_findings,
     orphan_findings,
     segment_findings,
 )
@@ -178,6 +179,7 @@ class Auditor:
         cursor_after = cursor
         if options.verify_objects and listed is not None:
             findings += orphan_findings(keys, listed, archives)
+            findings += manifest_findings(listed, archives, now_ms, options.stuck_after_ms)
             scopes.add("objects")
             items = scrub_items(archives)
             chosen, cursor_after = plan_pass(

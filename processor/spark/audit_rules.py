@@ -76,6 +76,7 @@ KINDS: dict[str, str] = {  # kind -> severity
     "count_mismatch": "error",
     "timestamp_mismatch": "error",
     "orphan_object": "warning",
+    "missing_manifest": "error",
     "offload_lag": "warning",
     "expired_before_offload": "error",
 }

@@ -7,7 +7,8 @@ block), its problems as findings of the same kinds, every request and byte count
 
 On the driver: ``orphan_findings`` (objects under the prefix no listed segment references as its
 data, index or manifest; objects are listed before the metadata is read, so a copy starting in
-between cannot look orphaned) and
+between cannot look orphaned), ``manifest_findings`` (``missing_manifest``: a served segment
+finished longer ago than the grace has no manifest, so the bucket alone could not rebuild it) and
 ``lag_findings`` (``offload_lag``: the topic holds more than ``max_lag_records`` past the archive;
 ``expired_before_offload``: the topic's log start is above the archive's end, so records expired
 from Kafka before they were offloaded).
@@ -88,6 +89,36 @@ def orphan_findings(
                     detail=f"no listed segment references {key}",
                     topic=tp.topic if tp else None,
                     partition=tp.partition if tp else None,
+                    object_key=key,
+                )
+            )
+    return out
+
+
+def manifest_findings(
+    listed: Iterable[str], archives: Iterable[PartitionArchive], now_ms: int, grace_ms: int
+) -> list[Finding]:
+    """Served segments whose manifest is not in the listing. A manifest is written just after its
+    segment's FINISHED is accepted (and the partition's owner writes missing ones once per claim),
+    so only segments that finished more than ``grace_ms`` before the pass count."""
+    present = set(listed)
+    out: list[Finding] = []
+    for a in archives:
+        for s in a.served:
+            key = manifest_key(s.data_object_key)
+            if key in present or s.event_timestamp_ms > now_ms - grace_ms:
+                continue
+            out.append(
+                Finding(
+                    key=f"missing_manifest:{s.segment_id.id}",
+                    kind="missing_manifest",
+                    scope="objects",
+                    detail=f"{key} is missing: the bucket alone could not rebuild this segment's metadata",
+                    topic=a.tp.topic,
+                    partition=a.tp.partition,
+                    start_offset=s.start_offset,
+                    end_offset=s.end_offset,
+                    segment_id=str(s.segment_id.id),
                     object_key=key,
                 )
             )

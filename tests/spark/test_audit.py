@@ -23,6 +23,7 @@ from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin, new_producer
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.codec import metadata_partition_for, segment_key
+from processor.metadata.manifest import manifest_key
 from processor.metadata.model import (
     ClaimKind,
     PartitionClaim,
@@ -131,7 +132,7 @@ def world(local_stack: StackInfo, tmp_path: Path) -> Iterator[World]:
         "PROCESSOR_S3_REGION": "us-east-1",
     }
     parts = ensure_metadata_topic(local_stack.bootstrap_servers, meta, 2, 1)
-    ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), src, 8, 1, {})
+    ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), src, 9, 1, {})
     w = World(
         local_stack,
         src,
@@ -213,6 +214,11 @@ def test_planted_problems_are_found_stay_open_and_resolve_when_fixed(spark, worl
     wrong = dataclasses.replace(started, record_count=started.record_count - 5)
     world.publisher.publish(wrong)
     world.publisher.publish(wrong.with_state(SegmentState.COPY_SEGMENT_FINISHED, now))
+    # missing manifest on partition 8: finished an hour ago, the bucket alone could not rebuild it
+    # (partition 7's segment just finished without one: within the grace, not a finding)
+    unmanifested = world.copy(8, 0, 49, clock_ms=now - HOUR_MS)
+    manifest = world.storage.read_all(manifest_key(unmanifested.data_object_key))
+    world.storage.delete(manifest_key(unmanifested.data_object_key))
 
     run = run_audit(spark, world.options())
     by_kind = {f.kind: f for f in run.findings}
@@ -221,6 +227,7 @@ def test_planted_problems_are_found_stay_open_and_resolve_when_fixed(spark, worl
             "count_mismatch",
             "crc_mismatch",
             "illegal",
+            "missing_manifest",
             "missing_object",
             "offset_gap",
             "orphan_object",
@@ -234,6 +241,7 @@ def test_planted_problems_are_found_stay_open_and_resolve_when_fixed(spark, worl
     ), run.findings
     assert len(run.findings) == len({f.key for f in run.findings})  # each problem once
     assert by_kind["missing_object"].segment_id == str(gone.segment_id.id)
+    assert by_kind["missing_manifest"].segment_id == str(unmanifested.segment_id.id)
     assert by_kind["crc_mismatch"].segment_id == str(bad.segment_id.id)
     assert by_kind["truncated_object"].segment_id == str(cut.segment_id.id)
     assert (
@@ -255,9 +263,10 @@ def test_planted_problems_are_found_stay_open_and_resolve_when_fixed(spark, worl
 
     world.storage.create(gone.data_object_key, [kept])  # fixed: the object is back
     world.copy(3, 50, 99)  # fixed: the gap is filled
+    world.storage.create(manifest_key(unmanifested.data_object_key), [manifest])  # fixed: rewritten
     fixed = run_audit(spark, world.options())
     resolved = sorted(k.split(":")[0] for k in fixed.outcome.resolved)
-    assert resolved == ["missing_object", "offset_gap"]
+    assert resolved == ["missing_manifest", "missing_object", "offset_gap"]
     assert "missing_object" not in open_kinds(fixed) and "offset_gap" not in open_kinds(fixed)
     view = pq.read_table(str(world.tmp / "out" / "problems")).to_pylist()
     statuses = {(r["kind"], r["status"]) for r in view}
