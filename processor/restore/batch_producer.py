@@ -88,6 +88,11 @@ class TxnAbortableError(TxnError):
     """The transaction cannot commit: abort it and redo it."""
 
 
+class TxnRejectedError(TxnAbortableError):
+    """The target refuses a batch itself (too large, invalid): the transaction must abort, and
+    sending the batch again cannot help."""
+
+
 class TxnCommitUnknownError(TxnError):
     """The commit was sent but its outcome is unknown."""
 
@@ -387,6 +392,15 @@ class BatchProducer:
                 name = error_name(error_code)
                 if kind is ErrorKind.FENCED:
                     raise TxnFencedError(f"producing to {tp[0]}[{tp[1]}]: {name}")
+                if kind is ErrorKind.REJECTED:
+                    raise TxnRejectedError(
+                        f"{tp[0]}[{tp[1]}] refuses a batch of {len(batch)} bytes: {name}"
+                        + (
+                            " (lower --max-batch-bytes to the topic's max.message.bytes)"
+                            if error_code in (10, 18)
+                            else ""
+                        )
+                    )
                 if getattr(kafka_errors.for_code(error_code), "invalid_metadata", False):
                     await _awaited(self._client.force_metadata_update())
                 raise TxnAbortableError(f"producing to {tp[0]}[{tp[1]}]: {name}")

@@ -15,7 +15,6 @@ from the committed positions, a bounded number of times with backoff and jitter;
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import time
@@ -29,6 +28,7 @@ from processor.restore.batch_producer import (
     TxnCommitUnknownError,
     TxnError,
     TxnFencedError,
+    TxnRejectedError,
 )
 from processor.restore.delivery import landed
 from processor.restore.offset_map import OffsetMap, concat
@@ -105,6 +105,8 @@ class Restorer:
                 try:
                     self._one_transaction(active)
                     failures = 0
+                except TxnRejectedError:
+                    raise  # sending it again cannot help
                 except TxnAbortableError as exc:
                     failures = self._recover(exc, active, failures)
                 for run in [r for r in active if r.done]:
@@ -120,17 +122,23 @@ class Restorer:
                 f"restore {self.restore_id}: the outcome of a commit is unknown ({exc}); "
                 "run the restore again: it continues from what the target holds as committed"
             ) from None
-        except TxnError as exc:  # from abort while recovering
+        except TxnError as exc:  # a rejected batch, or an abort that failed while recovering
+            self._abort_on_the_way_out()
             raise RestoreError(f"restore {self.restore_id}: {exc}") from None
         except BaseException:  # S3 unreachable, corrupt archive, interrupted, ...
-            # Best effort: end the open transaction now rather than at its timeout (the next run
-            # fences it anyway). What was committed stays.
-            with contextlib.suppress(TxnError):
-                self.producer.abort(5)
+            self._abort_on_the_way_out()
             raise
         finally:
             for run in active:
                 self._close_stream(run)
+
+    def _abort_on_the_way_out(self) -> None:
+        """Best effort while the run stops on another error: end the open transaction now rather
+        than at its timeout (the next run fences it anyway; what was committed stays)."""
+        try:
+            self.producer.abort(5)
+        except TxnError as exc:
+            log.warning("could not abort the open restore transaction (%s); the next run aborts it", exc)
 
     def _close_stream(self, run: PartitionRun) -> None:
         if run.stream is not None:

@@ -76,6 +76,7 @@ class ErrorKind(Enum):
     COORDINATOR = "coordinator"  # the transaction coordinator moved or is loading: find it, ask again
     BUSY = "busy"  # the coordinator is still ending the previous transaction: ask again shortly
     FAILED = "failed"  # the transaction cannot go on: abort it
+    REJECTED = "rejected"  # the target refuses the batch itself: sending it again cannot help
 
 
 # Kafka's error codes (org.apache.kafka.common.protocol.Errors) the producer tells apart.
@@ -91,6 +92,10 @@ _KINDS = {
     29: ErrorKind.FENCED,  # TOPIC_AUTHORIZATION_FAILED
     31: ErrorKind.FENCED,  # CLUSTER_AUTHORIZATION_FAILED
     90: ErrorKind.FENCED,  # PRODUCER_FENCED
+    2: ErrorKind.REJECTED,  # CORRUPT_MESSAGE
+    10: ErrorKind.REJECTED,  # MESSAGE_TOO_LARGE
+    18: ErrorKind.REJECTED,  # RECORD_LIST_TOO_LARGE
+    87: ErrorKind.REJECTED,  # INVALID_RECORD
 }
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from processor.restore.archive import Chunk
 from processor.restore.batch_producer import stamp
 from processor.restore.produce import outgoing_batches
+from processor.restore.txn_wire import ErrorKind, error_kind, error_name
 from processor.segment.checksums import batch_crc_ok
 from processor.segment.entries_v2 import batch_records, parse_batch_header
 from tests.batch_samples import CODECS, control_batch, make_batch
@@ -112,3 +113,18 @@ def test_every_record_in_range_goes_out_once_in_order(
             for source, r in zip(o.sources, decoded, strict=True)
         ]
     assert got == [r for r in seen if low <= r[0] < high]
+
+
+def test_kafka_error_codes_are_told_apart() -> None:
+    assert error_kind(0) is ErrorKind.NONE
+    assert {error_kind(c) for c in (47, 52, 90)} == {ErrorKind.FENCED}  # another producer took over
+    assert {error_kind(c) for c in (14, 15, 16)} == {ErrorKind.COORDINATOR}
+    assert error_kind(51) is ErrorKind.BUSY  # the coordinator still ends the last transaction
+    assert {error_kind(c) for c in (2, 10, 18, 87)} == {ErrorKind.REJECTED}  # sending again cannot help
+    assert error_kind(6) is ErrorKind.FAILED  # NOT_LEADER_FOR_PARTITION: abort, redo from committed
+    assert error_kind(12345) is ErrorKind.FAILED  # unknown: abort, never ignored
+    assert (error_name(90), error_name(10), error_name(12345)) == (
+        "PRODUCER_FENCED",
+        "MessageSizeTooLargeError",
+        "error 12345",
+    )
