@@ -52,7 +52,13 @@ from aiokafka.structs import TopicPartition as KafkaTP
 
 from processor.errors import ProcessorError, ServiceUnavailableError
 from processor.kafka_clients import KafkaTarget, aiokafka_client_kwargs, connection
-from processor.restore.txn_wire import ErrorKind, InitProducerIdRequest, error_kind, error_name
+from processor.restore.txn_wire import (
+    CONNECTION_LOST,
+    ErrorKind,
+    InitProducerIdRequest,
+    error_kind,
+    error_name,
+)
 from processor.segment.checksums import BATCH_CRC_AT, BATCH_CRC_FROM
 
 T = TypeVar("T")
@@ -68,6 +74,14 @@ _LEADER_EPOCH = struct.Struct(">i")
 _ATTRIBUTES = struct.Struct(">h")
 _PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence at byte 43
 _CRC = struct.Struct(">I")
+
+_CONNECTION_ERRORS = (
+    kafka_errors.KafkaConnectionError,
+    kafka_errors.NodeNotReadyError,
+    kafka_errors.RequestTimedOutError,
+    kafka_errors.KafkaTimeoutError,
+    OSError,
+)
 
 # Asking again: coordinator moves, a coordinator still ending the last transaction, a leader not
 # known yet. Bounded, with exponential backoff and jitter.
@@ -316,6 +330,8 @@ class BatchProducer:
                     return 0, await client.coordinator_lookup(COORDINATOR_TRANSACTION, self.transactional_id)
                 except kafka_errors.BrokerResponseError as exc:
                     return int(exc.errno), None
+                except _CONNECTION_ERRORS:
+                    return CONNECTION_LOST, None
 
             self._coordinator = int(await self._retrying("finding the transaction coordinator", find))
         return self._coordinator
@@ -324,7 +340,10 @@ class BatchProducer:
         async def attempt() -> tuple[int, Any]:
             node = await self._coordinator_node()
             assert self._client is not None
-            response: Any = await self._client.send(node, request)
+            try:
+                response: Any = await self._client.send(node, request)
+            except _CONNECTION_ERRORS:
+                return CONNECTION_LOST, None
             return _first_error(response), response
 
         try:

@@ -85,6 +85,7 @@ class Restorer:
             ByteRateLimiter(options.max_records_per_second) if options.max_records_per_second else None
         )
         self.transactions = 0
+        self.aborted_transactions = 0  # failed and redone from the committed positions
         self.archived_batches = 0  # sent as they are archived
         self.written_batches = 0  # written anew (range edges, offset gaps, LogAppendTime, size)
         self._turn = 0
@@ -146,21 +147,32 @@ class Restorer:
             run.stream = None
 
     def _recover(self, error: TxnAbortableError, active: list[PartitionRun], failures: int) -> int:
-        failures += 1
-        if failures > self.options.retries:
-            raise RestoreError(
-                f"restore {self.restore_id}: transaction failed {failures} times in a row, last: {error}; "
-                "run the restore again to continue from what is committed"
+        """Abort the failed transaction and reopen the streams at the committed positions. The
+        abort itself may fail while the target is away (a broker restart, a network cut): it is
+        tried again after a backoff, each failure counting towards ``retries``."""
+        while True:
+            failures += 1
+            if failures > self.options.retries:
+                raise RestoreError(
+                    f"restore {self.restore_id}: transaction failed {failures} times in a row, "
+                    f"last: {error}; run the restore again to continue from what is committed"
+                )
+            log.warning(
+                "restore transaction failed (%s); aborting and retrying from the committed positions", error
             )
-        log.warning(
-            "restore transaction failed (%s); aborting and retrying from the committed positions", error
-        )
-        self.producer.abort(TXN_CALL_TIMEOUT_S)
+            time.sleep(min(0.2 * 2**failures, 10.0) * random.uniform(0.8, 1.2))
+            try:
+                self.producer.abort(TXN_CALL_TIMEOUT_S)
+                self.aborted_transactions += 1
+                break
+            except TxnRejectedError:
+                raise
+            except TxnAbortableError as exc:  # fenced and commit-unknown errors end the run (run())
+                error = exc
         for run in active:  # re-read from the committed positions
             self._close_stream(run)
             run.stream = self.archive.chunks(run.plan.source_partition, run.position, run.plan.stop)
             run.exhausted = False
-        time.sleep(min(0.2 * 2**failures, 10.0) * random.uniform(0.8, 1.2))
         return failures
 
     def _next_chunk(self, run: PartitionRun) -> Chunk | None:

@@ -80,6 +80,7 @@ class RestoreSummary:
     partitions: list[PartitionSummary]
     seconds: float = 0.0
     transactions: int = 0
+    transactions_aborted: int = 0  # failed (a broker away, a timeout) and redone
     batches_as_archived: int = 0  # archived batches sent byte for byte
     batches_written: int = 0  # batches written anew (range edges, offset gaps, LogAppendTime, size)
     created_topics: list[str] = field(default_factory=list)
@@ -281,6 +282,7 @@ class PreparedRestore:
                 restorer.run()
             finally:
                 summary.transactions = restorer.transactions
+                summary.transactions_aborted = restorer.aborted_transactions
                 summary.batches_as_archived = restorer.archived_batches
                 summary.batches_written = restorer.written_batches
         keys = self._write_bucket_maps() if self.producer is not None else {}

@@ -79,8 +79,15 @@ class ErrorKind(Enum):
     REJECTED = "rejected"  # the target refuses the batch itself: sending it again cannot help
 
 
+# Not a Kafka code: the connection to the coordinator dropped or a request to it timed out. Asked
+# again like a moved coordinator: InitProducerId, AddPartitionsToTxn and EndTxn may all be repeated
+# (a repeated EndTxn whose first copy went through is answered as done by Kafka; any other answer
+# leaves the commit's outcome unknown, which the producer reports as such).
+CONNECTION_LOST = -1000
+
 # Kafka's error codes (org.apache.kafka.common.protocol.Errors) the producer tells apart.
 _KINDS = {
+    CONNECTION_LOST: ErrorKind.COORDINATOR,
     0: ErrorKind.NONE,
     14: ErrorKind.COORDINATOR,  # COORDINATOR_LOAD_IN_PROGRESS
     15: ErrorKind.COORDINATOR,  # COORDINATOR_NOT_AVAILABLE
@@ -101,6 +108,7 @@ _KINDS = {
 
 _NAMES = {47: "INVALID_PRODUCER_EPOCH", 51: "CONCURRENT_TRANSACTIONS", 52: "TRANSACTION_COORDINATOR_FENCED"}
 _NAMES |= {53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 90: "PRODUCER_FENCED", -1: "UNKNOWN_SERVER_ERROR"}
+_NAMES |= {CONNECTION_LOST: "connection lost or request timed out"}
 
 
 def error_name(code: int) -> str:

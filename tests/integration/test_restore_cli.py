@@ -5,7 +5,10 @@ has (0 ok, 1 problems, 2 bad input, 3 unreachable) and a message naming what was
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -16,6 +19,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.devstack import stack
+from processor.devstack.secure import GATEWAY_CONFIG
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import check_broker, ensure_topic, new_admin
 from processor.kafka_security import KafkaConnection, KafkaSecurity
@@ -192,6 +196,65 @@ def test_s3_lost_mid_restore_is_exit_3_and_the_next_run_completes(
     for p, records in archived(archive, SRC).items():
         got, _ = target_records(local_stack.bootstrap_servers, TopicPartition("cli-s3-lost", p))
         assert content(got) == content(records)
+
+
+def _start_gateway(info: StackInfo) -> None:
+    """Start the secured stack's TLS/SASL gateway again on its ports, recorded in the stack's state
+    so that the fixture stops the new one."""
+    root = Path(info.dir)
+    with (root / "gateway.log").open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "processor.devstack.kafka_gateway", str(root / GATEWAY_CONFIG)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    info.pids["gateway"] = proc.pid
+    state = root / stack.STATE_FILE
+    saved = json.loads(state.read_text())
+    saved["pids"]["gateway"] = proc.pid
+    state.write_text(json.dumps(saved, indent=2))
+
+
+def test_a_restore_rides_out_a_target_that_drops_every_connection(
+    secured_stack: StackInfo, archive: dict[str, str], tmp_path: Path
+) -> None:
+    """In the middle of a restore (held with SIGSTOP), the target's gateway is SIGKILLed and started
+    again: every connection the restore holds is dead when it goes on. It reconnects, asks again or
+    aborts and redoes its open transaction with a new producer epoch, and finishes exactly once."""
+    secured = secured_stack.secured
+    assert secured is not None
+    target_env = {
+        k.replace("PROCESSOR_", "PROCESSOR_TARGET_", 1): v for k, v in secured.sasl_ssl_env().items()
+    }
+    target = KafkaConnection(secured_stack.bootstrap_servers, KafkaSecurity.from_env(secured.sasl_ssl_env()))
+    args = ["restore", "--topic", SRC, "--to-topic", "cli-dropped", "--target-bootstrap"]
+    args += [secured_stack.bootstrap_servers, "--max-records-per-second", "600", "--max-batch-bytes", "2048"]
+    args += ["--transaction-records", "300", "--json"]
+    source = archived(archive, SRC)
+    with (tmp_path / "restore.log").open("w") as log:
+        run = subprocess.Popen(
+            RUNNER + args, env={**archive, **target_env}, stdout=log, stderr=subprocess.STDOUT
+        )
+        while run.poll() is None and not target_records(target, TopicPartition("cli-dropped", 0))[0]:
+            time.sleep(0.1)  # polling a condition: a first committed transaction
+        assert run.poll() is None, "the restore ended before the fault"
+        os.kill(run.pid, signal.SIGSTOP)
+        try:
+            os.kill(secured_stack.pids["gateway"], signal.SIGKILL)
+            _start_gateway(secured_stack)
+            check_broker(target, timeout_s=30)  # the new gateway answers
+        finally:
+            os.kill(run.pid, signal.SIGCONT)
+        run.wait(timeout=300)
+    output = (tmp_path / "restore.log").read_text()
+    assert run.returncode == 0, output[-3000:]
+    summary = json.loads(output.strip().splitlines()[-1])
+    assert summary["transactions"] >= 2  # it went on after the cut
+    for p, records in source.items():
+        got, _aborted = target_records(target, TopicPartition("cli-dropped", p))
+        assert content(got) == content(records)  # every record once, in order
 
 
 def test_restore_into_a_secured_cluster_with_its_groups(
