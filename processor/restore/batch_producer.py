@@ -281,6 +281,10 @@ class BatchProducer:
                 error = TxnAbortableError(f"producing to {tp[0]}[{tp[1]}] failed: {exc!r}")
                 self._failure = self._failure or error
                 item.future.set_exception(error)
+            except Exception as exc:  # a malformed batch, a bug: raised as itself by flush(), and
+                # the lane goes on (a dead lane would leave later futures unanswered until timeout)
+                self._failure = self._failure or exc
+                item.future.set_exception(exc)
             finally:
                 self._release(len(item.batch))
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.restore.archive import Chunk
-from processor.restore.batch_producer import stamp
+from processor.restore.batch_producer import BatchProducer, stamp
 from processor.restore.produce import outgoing_batches
 from processor.restore.txn_wire import ErrorKind, error_kind, error_name
 from processor.segment.checksums import batch_crc_ok
@@ -128,3 +129,18 @@ def test_kafka_error_codes_are_told_apart() -> None:
         "MessageSizeTooLargeError",
         "error 12345",
     )
+
+
+def test_a_batch_that_cannot_be_stamped_fails_its_future_and_the_lane_goes_on() -> None:
+    """No broker needed: stamping happens before any request. A truncated batch fails with its own
+    error through flush(); the next transaction's batches are not stuck behind it."""
+    producer = BatchProducer("127.0.0.1:9", "never-connects")  # never initialised: no connection
+    try:
+        producer.begin()
+        producer._added.add(("t", 0))  # as if AddPartitionsToTxn had answered
+        bad = producer.send("t", 0, b"\x00" * 10, 1)
+        with pytest.raises(struct.error):
+            producer.flush(10)
+        assert isinstance(bad.exception(), struct.error)
+    finally:
+        producer.close()
