@@ -4,9 +4,10 @@ aiokafka's low-level client.
 Why not librdkafka: its ``produce()`` takes one record at a time, so a restore through it decodes
 every archived record into Python objects and hands each over with a call, costing twice what
 producing alone costs. The archive already holds Kafka record batches byte for byte; this producer
-sends them as they are, restamped with its producer id, epoch and sequence (:func:`stamp`, the
-CRC-32C recomputed), so a restore does no per-record work. Nothing else here is invented: the
-requests are aiokafka's (InitProducerId v3 from :mod:`processor.restore.txn_wire`).
+sends them as they are, restamped with its producer id, epoch and sequence
+(:func:`processor.restore.txn_wire.stamp`, the CRC-32C recomputed), so a restore does no per-record
+work. Nothing else here is invented: the requests are aiokafka's (InitProducerId v3 from
+:mod:`processor.restore.txn_wire`).
 
 The protocol, as every transactional producer runs it:
 
@@ -36,14 +37,12 @@ import asyncio
 import concurrent.futures
 import logging
 import random
-import struct
 import threading
 import time
 from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import crc32c
 from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.produce import ProduceRequest
@@ -54,12 +53,14 @@ from processor.errors import ProcessorError, ServiceUnavailableError
 from processor.kafka_clients import KafkaTarget, aiokafka_client_kwargs, connection
 from processor.restore.txn_wire import (
     CONNECTION_LOST,
+    LEADER_NOT_AVAILABLE,
     ErrorKind,
     InitProducerIdRequest,
     error_kind,
     error_name,
+    rejection_hint,
+    stamp,
 )
-from processor.segment.checksums import BATCH_CRC_AT, BATCH_CRC_FROM
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -67,13 +68,6 @@ log = logging.getLogger(__name__)
 ACKS_ALL = -1
 COORDINATOR_TRANSACTION = 1
 SEQUENCE_WRAP = 2**31  # Kafka's sequences wrap from Int32.MAX to 0
-ATTR_TRANSACTIONAL = 0x10
-NO_LEADER_EPOCH = -1
-_OFFSET_AND_LENGTH = struct.Struct(">q")
-_LEADER_EPOCH = struct.Struct(">i")
-_ATTRIBUTES = struct.Struct(">h")
-_PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence at byte 43
-_CRC = struct.Struct(">I")
 
 _CONNECTION_ERRORS = (
     kafka_errors.KafkaConnectionError,
@@ -83,8 +77,8 @@ _CONNECTION_ERRORS = (
     OSError,
 )
 
-# Asking again: coordinator moves, a coordinator still ending the last transaction, a leader not
-# known yet. Bounded, with exponential backoff and jitter.
+# Asking again (a coordinator that moved or still ends the last transaction, a leader not known
+# yet, a lost connection): bounded, with exponential backoff and jitter (_retrying).
 RETRY_FIRST_S = 0.01
 RETRY_MAX_S = 1.0
 RETRY_FOR_S = 30.0
@@ -109,20 +103,6 @@ class TxnRejectedError(TxnAbortableError):
 
 class TxnCommitUnknownError(TxnError):
     """The commit was sent but its outcome is unknown."""
-
-
-def stamp(batch: bytes | bytearray | memoryview, producer_id: int, epoch: int, sequence: int) -> bytearray:
-    """A copy of a v2 record batch as this producer sends it: base offset 0 and no leader epoch (the
-    broker assigns both), the transactional attribute, this producer's id, epoch and base sequence,
-    and the CRC-32C (attributes to the end) recomputed. Records, codec and timestamps are untouched."""
-    out = bytearray(batch)
-    _OFFSET_AND_LENGTH.pack_into(out, 0, 0)
-    _LEADER_EPOCH.pack_into(out, 12, NO_LEADER_EPOCH)
-    (attributes,) = _ATTRIBUTES.unpack_from(out, 21)
-    _ATTRIBUTES.pack_into(out, 21, attributes | ATTR_TRANSACTIONAL)
-    _PRODUCER.pack_into(out, 43, producer_id, epoch, sequence)
-    _CRC.pack_into(out, BATCH_CRC_AT, crc32c.crc32c(memoryview(out)[BATCH_CRC_FROM:]))
-    return out
 
 
 @dataclass
@@ -385,18 +365,16 @@ class BatchProducer:
 
     async def _leader(self, tp: tuple[str, int]) -> int:
         client = await self._client_ready()
-        deadline = time.monotonic() + RETRY_FOR_S
-        delay = RETRY_FIRST_S
-        while True:
+
+        async def find() -> tuple[int, Any]:
             node = client.cluster.leader_for_partition(KafkaTP(*tp))
             if node is not None and node >= 0:
-                return int(node)
-            if time.monotonic() > deadline:
-                raise TxnAbortableError(f"no leader for {tp[0]}[{tp[1]}] on {self.target.describe()}")
+                return 0, int(node)
             await client.add_topic(tp[0])
             await _awaited(client.force_metadata_update())
-            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-            delay = min(delay * 2, RETRY_MAX_S)
+            return LEADER_NOT_AVAILABLE, None
+
+        return int(await self._retrying(f"finding the leader of {tp[0]}[{tp[1]}]", find))
 
     async def _produce(self, tp: tuple[str, int], batch: bytearray) -> int:
         assert self._client is not None
@@ -418,11 +396,7 @@ class BatchProducer:
                 if kind is ErrorKind.REJECTED:
                     raise TxnRejectedError(
                         f"{tp[0]}[{tp[1]}] refuses a batch of {len(batch)} bytes: {name}"
-                        + (
-                            " (lower --max-batch-bytes to the topic's max.message.bytes)"
-                            if error_code in (10, 18)
-                            else ""
-                        )
+                        + rejection_hint(error_code)
                     )
                 if getattr(kafka_errors.for_code(error_code), "invalid_metadata", False):
                     await _awaited(self._client.force_metadata_update())
@@ -432,12 +406,11 @@ class BatchProducer:
     async def _end(self, commit: bool) -> None:
         what = "committing" if commit else "aborting"
         request = EndTxnRequest(self.transactional_id, self.producer_id, self.epoch, commit)
-        if not commit:
-            await self._to_coordinator(f"{what} the transaction", request)
-            return
         try:
             await self._to_coordinator(f"{what} the transaction", request)
         except TxnAbortableError as exc:
+            if not commit:
+                raise
             # The request may have been carried out (a lost answer, or a retry answered
             # INVALID_TXN_STATE because the first one completed): unknown, never guessed.
             raise TxnCommitUnknownError(str(exc)) from None

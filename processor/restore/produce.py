@@ -29,12 +29,11 @@ from processor.restore.state import DEFAULT_MAX_BATCH_BYTES
 from processor.segment.entries_v2 import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
+    ATTR_LOG_APPEND_TIME,
     BATCH_HEADER,
     batch_record_views,
     new_batch_builder,
 )
-
-ATTR_LOG_APPEND_TIME = 0x08
 
 
 @dataclass(frozen=True, slots=True)

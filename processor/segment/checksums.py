@@ -22,7 +22,12 @@ def crc32(data: bytes | bytearray | memoryview) -> int:
     return int(isal_zlib.crc32(data))
 
 
+def crc32c_of(data: bytes | bytearray | memoryview) -> int:
+    """CRC-32C (Castagnoli) of ``data``."""
+    return int(_crc32c.crc32c(data))
+
+
 def batch_crc_ok(batch: bytes | bytearray | memoryview) -> bool:
     """True when a v2 record batch's stored CRC-32C matches its bytes."""
     stored = int.from_bytes(batch[BATCH_CRC_AT:BATCH_CRC_FROM], "big")
-    return int(_crc32c.crc32c(memoryview(batch)[BATCH_CRC_FROM:])) == stored
+    return crc32c_of(memoryview(batch)[BATCH_CRC_FROM:]) == stored

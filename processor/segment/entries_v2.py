@@ -49,7 +49,7 @@ ENTRY_HEAD = struct.Struct(">Iq")  # entry_len, entry_id
 _LEN_MAGIC = struct.Struct(">qiiB")
 
 ATTR_CODEC_MASK = 0x07
-# attributes bit 0x08 (timestamp type, set: LogAppendTime) is read by aiokafka's DefaultRecordBatch
+ATTR_LOG_APPEND_TIME = 0x08  # timestamp type (aiokafka's DefaultRecordBatch reads it when decoding)
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 

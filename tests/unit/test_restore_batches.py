@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.restore.archive import Chunk
-from processor.restore.batch_producer import BatchProducer, stamp
+from processor.restore.batch_producer import BatchProducer
 from processor.restore.produce import outgoing_batches
-from processor.restore.txn_wire import ErrorKind, error_kind, error_name
+from processor.restore.txn_wire import ErrorKind, error_kind, error_name, stamp
 from processor.segment.checksums import batch_crc_ok
 from processor.segment.entries_v2 import batch_records, parse_batch_header
 from tests.batch_samples import CODECS, control_batch, make_batch
