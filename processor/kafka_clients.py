@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import collections
 import logging
+import random
 import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
@@ -25,7 +26,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     OffsetSpec,
 )
 
-from processor.errors import ServiceUnavailableError
+from processor.errors import ServiceUnavailableError, TopicIdUnknownError
 from processor.kafka_security import KafkaConnection
 from processor.metadata.model import TopicPartition
 
@@ -33,6 +34,10 @@ KafkaTarget = KafkaConnection | str
 
 log = logging.getLogger(__name__)
 _RDKAFKA_LOG = logging.getLogger("librdkafka")
+# DescribeTopics errors that mean "this topic does not exist" (every other error is unknown)
+_NO_SUCH_TOPIC = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID, KafkaError._UNKNOWN_TOPIC}
+)
 
 
 def connection(target: KafkaTarget) -> KafkaConnection:
@@ -225,31 +230,80 @@ def ensure_topic(
     return True
 
 
-def topic_ids(admin: AdminClient, topics: list[str], timeout_s: float = 10.0) -> dict[str, str]:
+def topic_ids(
+    admin: AdminClient,
+    topics: list[str],
+    timeout_s: float = 10.0,
+    *,
+    attempts: int = 3,
+    backoff_s: float = 0.5,
+    absent: set[str] | None = None,
+) -> dict[str, str]:
     """The broker's topic id of each existing topic in ``topics``, as an RFC 4122 string.
 
     A topic deleted and re-created under the same name gets a new id (KIP-516), which is how a new
-    partition history is told from the old one. Topics that do not exist, or a broker that reports
-    no ids (all-zero), are left out.
+    partition history is told from the old one. Topics the broker says do not exist
+    (UNKNOWN_TOPIC_OR_PART, UNKNOWN_TOPIC_ID) are left out, and added to ``absent`` when given; a
+    broker that reports no ids (all-zero) leaves the topic out too, but not in ``absent``.
+
+    Any other failure (a timeout, the connection, authorization ...) is never taken for "no such
+    topic": the topics it hit are asked again, ``attempts`` times in all with a jittered exponential
+    backoff from ``backoff_s``, and then :class:`TopicIdUnknownError` names them (with the ids
+    read meanwhile for the others).
     """
     if not topics:
         return {}
-    futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=timeout_s)
     out: dict[str, str] = {}
-    for name, future in futures.items():
+    pending = sorted(set(topics))
+    failed: dict[str, str] = {}
+    # Hand-written: no retry library is among the dependencies, and a bounded jittered loop over the
+    # topics still failing is a few lines (the same shape as processor/metadata/read_to_end.py).
+    delay = backoff_s
+    for attempt in range(1, max(1, attempts) + 1):
+        failed = {}
         try:
-            described = future.result(timeout=timeout_s)
+            futures = admin.describe_topics(TopicCollection(pending), request_timeout=timeout_s)
         except KafkaException as exc:
-            log.debug("topic %s not described: %s", name, exc)
-            continue
-        raw = getattr(described, "topic_id", None)
-        if raw is None:
-            continue
-        msb, lsb = raw.get_most_significant_bits(), raw.get_least_significant_bits()
-        value = ((msb & (2**64 - 1)) << 64) | (lsb & (2**64 - 1))
-        if value:
-            out[name] = str(uuid.UUID(int=value))
-    return out
+            futures = {}
+            failed = {name: str(exc.args[0]) for name in pending}
+        for name, future in futures.items():
+            try:
+                described = future.result(timeout=timeout_s)
+            except KafkaException as exc:
+                err = exc.args[0]
+                if isinstance(err, KafkaError) and err.code() in _NO_SUCH_TOPIC:
+                    log.debug("topic %s does not exist: %s", name, err)
+                    if absent is not None:
+                        absent.add(name)
+                else:
+                    failed[name] = str(err)
+                continue
+            except TimeoutError:  # the future itself (concurrent.futures) did not complete in time
+                failed[name] = f"no answer within {timeout_s:g} s"
+                continue
+            raw = getattr(described, "topic_id", None)
+            if raw is None:
+                continue
+            msb, lsb = raw.get_most_significant_bits(), raw.get_least_significant_bits()
+            value = ((msb & (2**64 - 1)) << 64) | (lsb & (2**64 - 1))
+            if value:
+                out[name] = str(uuid.UUID(int=value))
+        if not failed:
+            return out
+        pending = sorted(failed)
+        log.warning(
+            "describing topics %s failed (attempt %d of %d): %s",
+            pending,
+            attempt,
+            attempts,
+            "; ".join(sorted(set(failed.values()))),
+        )
+        if attempt < attempts:
+            time.sleep(delay * random.uniform(0.8, 1.2))
+            delay *= 2
+    raise TopicIdUnknownError(
+        pending, f"{'; '.join(sorted(set(failed.values())))} (after {max(1, attempts)} attempts)", out
+    )
 
 
 def latest_offsets(
@@ -275,3 +329,29 @@ def latest_offsets(
     if errors:
         log.debug("high watermarks missing for %d partitions: %s", len(errors), "; ".join(errors[:5]))
     return answers
+
+
+def topic_config(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> dict[str, str | None]:
+    """The configuration the broker describes for ``topic`` (DescribeConfigs), key -> value.
+
+    Apache Kafka lists every key, its defaults included; Tansu lists only the keys set on the topic,
+    so a key left out is the broker's default. Raises KafkaException."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    futures = admin.describe_configs([resource], request_timeout=timeout_s)
+    entries = futures[resource].result(timeout=timeout_s)
+    return {name: entry.value for name, entry in entries.items()}
+
+
+def set_topic_config(admin: AdminClient, topic: str, key: str, value: str, timeout_s: float = 10.0) -> None:
+    """Set one configuration key of ``topic`` (IncrementalAlterConfigs, SET): every other key stays as
+    it is, where the non-incremental AlterConfigs would reset the keys it is not given. Raises
+    KafkaException (not authorised, refused by the broker's policy, an unsupported request)."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AlterConfigOpType,
+        ConfigEntry,
+    )
+
+    entry = ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+    futures = admin.incremental_alter_configs([resource], request_timeout=timeout_s)
+    futures[resource].result(timeout=timeout_s)
