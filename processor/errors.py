@@ -103,3 +103,19 @@ class FencedWriterError(ProcessorError):
 
     retriable = True
     rejected = False
+
+
+class TopicIdUnknownError(ProcessorError):
+    """The broker could not say, even after retries, which topic id a topic has or whether it exists
+    (DescribeTopics timed out, a transport or authorization error ...). Never the same as "the topic
+    does not exist". ``topics``: the topics whose answer is missing; ``found``: the ids read
+    meanwhile for the other topics asked (topics not in either do not exist or report no id)."""
+
+    retriable = True
+
+    def __init__(self, topics: list[str], reason: str, found: dict[str, str] | None = None) -> None:
+        super().__init__(
+            f"the topic id of {', '.join(sorted(topics))} could not be read from the broker: {reason}"
+        )
+        self.topics = sorted(topics)
+        self.found = dict(found or {})
