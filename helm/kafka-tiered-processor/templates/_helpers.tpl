@@ -111,6 +111,11 @@ each value alone).
 */}}
 {{- define "ktp.validate" -}}
 {{- $k := .Values.kafka }}
+{{- /* Required at install, checked here rather than by the schema's minItems: helm lint renders in
+lint mode, where fail only logs, so a bare `helm lint` of the defaults passes (see ci/). */}}
+{{- if not .Values.config.topics }}
+{{- fail "config.topics is empty: list the source topics to offload, e.g. --set 'config.topics={orders,payments}' (see examples/)" }}
+{{- end }}
 {{- if and (eq .Values.webApi.auth "token") (not .Values.credentials.webToken.existingSecret) }}
 {{- fail "webApi.auth is token (the default): set credentials.webToken.existingSecret to an existing Secret holding the read API's bearer token, or set webApi.auth=none to leave the read API open on purpose" }}
 {{- end }}
