@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import logging
 
-from confluent_kafka import KafkaException
-
-from processor.errors import MetadataTopicError
-from processor.kafka_clients import KafkaTarget, ensure_topic, new_admin
+from processor.kafka_clients import KafkaTarget, new_admin
 from processor.metadata.codec import encode_value, metadata_partition_for, segment_key
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
-from processor.metadata.topic_io import DurableProducer, read_partitions
+from processor.metadata.topic_io import DurableProducer, ensure_compacted_topic, read_partitions
 
 log = logging.getLogger(__name__)
 
+# Compacted, as the metadata topic, and checked the same way at start (a topic that is not compacted
+# is refused: retention would drop failed deletions never retried, their objects left behind). No
+# min.compaction.lag.ms: only the latest value per key counts here, which compaction always keeps.
 DELETION_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
 
@@ -61,16 +61,15 @@ class DeletionTopic:
         replication: int,
         producer: DurableProducer,
     ) -> DeletionTopic:
-        try:
-            ensure_topic(
-                new_admin(kafka, "processor-admin"),
-                topic,
-                num_partitions,
-                replication,
-                DELETION_TOPIC_CONFIG,
-            )
-        except KafkaException as exc:
-            raise MetadataTopicError(f"cannot create deletion topic {topic}: {exc.args[0]}") from None
+        ensure_compacted_topic(
+            new_admin(kafka, "processor-admin"),
+            topic,
+            "deletion topic",
+            num_partitions,
+            replication,
+            DELETION_TOPIC_CONFIG,
+            min_lag_ms=None,
+        )
         return cls(kafka, topic, num_partitions, producer)
 
     def _partition(self, tp: TopicPartition) -> int:

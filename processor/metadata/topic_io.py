@@ -10,6 +10,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
+from confluent_kafka.admin import AdminClient
 
 from processor import metrics
 from processor.errors import FormatError, MetadataTopicError
@@ -20,6 +21,8 @@ from processor.kafka_clients import (
     new_consumer,
     new_producer,
     partition_counts,
+    set_topic_config,
+    topic_config,
 )
 from processor.metadata.codec import decode_value, encode_value, metadata_partition_for, record_key
 from processor.metadata.fold import MetadataFold
@@ -32,20 +35,106 @@ log = logging.getLogger(__name__)
 # min.compaction.lag.ms: the log cleaner never compacts a record younger than a day. A rejected record
 # that shadows an accepted state, or a rejected record of an unknown segment, must be neutralised by
 # the partition's owner (re-published, or tombstoned) before compaction reaches it (see
-# processor/metadata/fold.py, "Compaction"); owners do that on every retention pass (30 s).
-METADATA_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "86400000"}
+# processor/metadata/fold.py, "Compaction"); owners do that on every retention pass (30 s). Set when
+# the topic is created, and raised at every start on a topic that has less (require_compacted).
+MIN_COMPACTION_LAG_MS = 86_400_000
+METADATA_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": str(MIN_COMPACTION_LAG_MS)}
+
+
+def _alter_command(topic: str, setting: str) -> str:
+    return (
+        f"kafka-configs.sh --bootstrap-server <brokers> --alter --entity-type topics "
+        f"--entity-name {topic} --add-config {setting}"
+    )
+
+
+def require_compacted(
+    admin: AdminClient, topic: str, what: str, min_lag_ms: int | None, timeout_s: float = 15.0
+) -> None:
+    """Check an existing topic's configuration at start (DescribeConfigs).
+
+    ``cleanup.policy`` must be ``compact`` alone (``delete`` would drop records the fold needs by
+    retention): anything else is refused with :class:`MetadataTopicError`, never altered. With
+    ``min_lag_ms``, a ``min.compaction.lag.ms`` below it (or unset: the broker's default, 0 on
+    Apache Kafka) is raised to it with IncrementalAlterConfigs (that one key, every other stays) and
+    logged at WARNING; a refused alteration (authorisation, a broker policy) is a
+    MetadataTopicError naming the command that fixes it, so nothing starts on an unsafe topic.
+
+    Tansu (the test broker) answers both DescribeConfigs and IncrementalAlterConfigs for topics,
+    listing only the keys set on the topic; a broker that supports neither gets no exemption here:
+    the topic's safety cannot be confirmed, so that too is refused."""
+    try:
+        config = topic_config(admin, topic, timeout_s)
+    except KafkaException as exc:
+        raise MetadataTopicError(
+            f"cannot read the configuration of {what} {topic} (DescribeConfigs), so cannot check "
+            f"that it is compacted: {exc.args[0]}"
+        ) from None
+    policy = config.get("cleanup.policy")
+    if policy is None or {p.strip() for p in policy.split(",")} != {"compact"}:
+        have = "not set (the broker's default applies, delete on Apache Kafka)" if policy is None else policy
+        raise MetadataTopicError(
+            f"{what} {topic} has cleanup.policy={have}; it must be compact (compaction only, no "
+            f"deletion by retention). This processor does not change it: set it with "
+            f"{_alter_command(topic, 'cleanup.policy=compact')}"
+        )
+    if min_lag_ms is None:
+        return
+    raw = config.get("min.compaction.lag.ms")
+    try:
+        current = int(raw) if raw is not None else None
+    except ValueError:
+        current = None
+    if current is not None and current >= min_lag_ms:
+        return
+    have = raw if raw is not None else "unset (the broker's default, 0 on Apache Kafka)"
+    try:
+        set_topic_config(admin, topic, "min.compaction.lag.ms", str(min_lag_ms), timeout_s)
+    except KafkaException as exc:
+        raise MetadataTopicError(
+            f"{what} {topic} has min.compaction.lag.ms={have}, below the {min_lag_ms} ms it needs "
+            f"(the log cleaner must not compact a record the owner has yet to neutralise), and "
+            f"raising it was refused: {exc.args[0]}. Run: "
+            f"{_alter_command(topic, f'min.compaction.lag.ms={min_lag_ms}')}"
+        ) from None
+    log.warning("%s %s: raised min.compaction.lag.ms from %s to %d", what, topic, have, min_lag_ms)
+
+
+def ensure_compacted_topic(
+    admin: AdminClient,
+    topic: str,
+    what: str,
+    partitions: int,
+    replication: int,
+    config: dict[str, str],
+    min_lag_ms: int | None,
+) -> bool:
+    """Create ``topic`` with ``config`` if missing, then :func:`require_compacted` (also when just
+    created: the broker's answer is what counts). Returns True if it was created. Raises
+    MetadataTopicError."""
+    try:
+        created = topic not in partition_counts(admin, [topic]) and ensure_topic(
+            admin, topic, partitions, replication, config
+        )
+    except KafkaException as exc:
+        raise MetadataTopicError(f"cannot create or describe {what} {topic}: {exc.args[0]}") from None
+    require_compacted(admin, topic, what, min_lag_ms)
+    return created
 
 
 def ensure_metadata_topic(kafka: KafkaTarget, topic: str, partitions: int, replication: int) -> int:
-    """Create the compacted metadata topic if missing; return its partition count."""
+    """Create the compacted metadata topic if missing, check an existing one (refuse one that is not
+    compacted, raise its min.compaction.lag.ms to a day); return its partition count."""
     admin = new_admin(kafka, "processor-admin")
+    created = ensure_compacted_topic(
+        admin, topic, "metadata topic", partitions, replication, METADATA_TOPIC_CONFIG, MIN_COMPACTION_LAG_MS
+    )
+    if created:
+        log.info("created metadata topic %s (%d partitions, compacted)", topic, partitions)
     try:
-        created = ensure_topic(admin, topic, partitions, replication, METADATA_TOPIC_CONFIG)
-        if created:
-            log.info("created metadata topic %s (%d partitions, compacted)", topic, partitions)
         counts = partition_counts(admin, [topic])
     except KafkaException as exc:
-        raise MetadataTopicError(f"cannot create or describe metadata topic {topic}: {exc.args[0]}") from None
+        raise MetadataTopicError(f"cannot describe metadata topic {topic}: {exc.args[0]}") from None
     if topic not in counts:
         raise MetadataTopicError(f"metadata topic {topic} is not visible after creation")
     return counts[topic]

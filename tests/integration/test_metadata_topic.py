@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 
 import pytest
-from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
+from confluent_kafka.admin import ConfigResource, NewTopic  # type: ignore[attr-defined]
 
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import new_admin, new_producer
+from processor.errors import MetadataTopicError
+from processor.kafka_clients import new_admin, new_producer, topic_config
+from processor.lifecycle.deletion_topic import DeletionTopic
 from processor.metadata.codec import metadata_partition_for
 from processor.metadata.model import (
     RemoteLogSegmentId,
@@ -17,7 +20,12 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
-from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic, load_remote_state
+from processor.metadata.topic_io import (
+    DurableProducer,
+    MetadataPublisher,
+    ensure_metadata_topic,
+    load_remote_state,
+)
 from processor.segment.object_keys import ObjectKeyFactory
 
 pytestmark = pytest.mark.integration
@@ -76,3 +84,81 @@ def test_topic_is_compacted_and_garbage_is_skipped_and_counted(local_stack: Stac
     part = state.partition(tp)
     assert part.highest_finished_offset() == 99
     assert [s.segment_id for s in part.dangling()] == [second.segment_id]
+
+
+def create_topic(bootstrap: str, name: str, config: dict[str, str]) -> None:
+    """A topic as an earlier version, or an operator by hand, may have left it."""
+    admin = new_admin(bootstrap, "t")
+    admin.create_topics([NewTopic(name, 2, 1, config=config)])[name].result(timeout=10)
+
+
+@pytest.mark.parametrize("lag", [None, "1000"], ids=["lag-unset", "lag-one-second"])
+def test_existing_compacted_topic_gets_its_compaction_lag_raised_to_a_day(
+    local_stack: StackInfo, caplog: pytest.LogCaptureFixture, lag: str | None
+) -> None:
+    bootstrap = local_stack.bootstrap_servers
+    topic = f"__meta_old_{uuid.uuid4().hex[:8]}"
+    config = {"cleanup.policy": "compact", "segment.ms": "3600000"}
+    if lag is not None:
+        config["min.compaction.lag.ms"] = lag
+    create_topic(bootstrap, topic, config)
+    admin = new_admin(bootstrap, "t")
+    assert topic_config(admin, topic).get("min.compaction.lag.ms") == lag
+
+    with caplog.at_level(logging.WARNING, logger="processor.metadata.topic_io"):
+        assert ensure_metadata_topic(bootstrap, topic, 3, 1) == 2  # the topic's own count
+    after = topic_config(admin, topic)
+    assert after["min.compaction.lag.ms"] == "86400000"
+    # incremental: the other keys stay as they were
+    assert after["cleanup.policy"] == "compact"
+    assert after["segment.ms"] == "3600000"
+    raised = [r.getMessage() for r in caplog.records if "raised min.compaction.lag.ms" in r.getMessage()]
+    assert len(raised) == 1 and topic in raised[0] and "to 86400000" in raised[0]
+    assert f"from {lag}" in raised[0] if lag is not None else "from unset" in raised[0]
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="processor.metadata.topic_io"):
+        assert ensure_metadata_topic(bootstrap, topic, 3, 1) == 2  # now nothing to raise
+    assert not [r for r in caplog.records if "raised" in r.getMessage()]
+
+
+def test_metadata_topic_created_here_needs_no_raise(
+    local_stack: StackInfo, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = f"__meta_new_{uuid.uuid4().hex[:8]}"
+    with caplog.at_level(logging.WARNING, logger="processor.metadata.topic_io"):
+        assert ensure_metadata_topic(local_stack.bootstrap_servers, topic, 3, 1) == 3
+    cfg = topic_config(new_admin(local_stack.bootstrap_servers, "t"), topic)
+    assert cfg["cleanup.policy"] == "compact" and cfg["min.compaction.lag.ms"] == "86400000"
+    assert not [r for r in caplog.records if "raised" in r.getMessage()]
+
+
+@pytest.mark.parametrize("policy", ["delete", "compact,delete"])
+def test_metadata_topic_that_is_not_compacted_is_refused_and_left_alone(
+    local_stack: StackInfo, policy: str
+) -> None:
+    bootstrap = local_stack.bootstrap_servers
+    topic = f"__meta_delete_{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, {"cleanup.policy": policy})
+    with pytest.raises(MetadataTopicError, match=r"cleanup\.policy") as refused:
+        ensure_metadata_topic(bootstrap, topic, 3, 1)
+    assert f"cleanup.policy={policy}" in str(refused.value)
+    assert "--add-config cleanup.policy=compact" in str(refused.value)
+    cfg = topic_config(new_admin(bootstrap, "t"), topic)
+    assert cfg["cleanup.policy"] == policy  # never altered by us
+    assert "min.compaction.lag.ms" not in cfg  # nor anything else before refusing
+
+
+def test_deletion_topic_that_is_not_compacted_is_refused(local_stack: StackInfo) -> None:
+    bootstrap = local_stack.bootstrap_servers
+    topic = f"__deletions_delete_{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, {"cleanup.policy": "delete"})
+    producer = DurableProducer(bootstrap, "t")
+    try:
+        with pytest.raises(MetadataTopicError, match=r"deletion topic .* cleanup\.policy=delete"):
+            DeletionTopic.ensure(bootstrap, topic, 2, 1, producer)
+        ok = f"__deletions_new_{uuid.uuid4().hex[:8]}"
+        assert DeletionTopic.ensure(bootstrap, ok, 2, 1, producer).topic == ok
+        assert topic_config(new_admin(bootstrap, "t"), ok)["cleanup.policy"] == "compact"
+    finally:
+        producer.close()
