@@ -3,7 +3,11 @@
 On every assignment the worker
 
 1. asks the broker for the current topic ids (a topic deleted and re-created under the same name has
-   a new id, so it is a new partition history: the old id's segments do not count);
+   a new id, so it is a new partition history: the old id's segments do not count). A topic whose id
+   cannot be read (the lookup keeps failing: a timeout, the connection, authorization) is never taken
+   for a topic without one: the id already known stays in the map shared with the copier, and the
+   topic's new partitions are neither claimed nor led (``topic_ids`` health problem) until a later
+   lookup works (the leadership claims them again: processor/leader/leadership.py);
 2. **claims** each new partition: appends a ``PartitionClaim`` to its metadata partition; the claim's
    offset there is the worker's epoch for the partition (processor/metadata/fold.py);
 3. reads back to its claims: from its own follower cache once the follower has applied them (the
@@ -26,6 +30,8 @@ import time
 import uuid
 from collections.abc import Callable
 
+from processor.errors import TopicIdUnknownError
+from processor.health import HEALTH
 from processor.leader.ports import CachedRemoteState
 from processor.metadata.codec import metadata_partition_for
 from processor.metadata.model import ClaimKind, PartitionClaim, TopicPartition
@@ -34,7 +40,9 @@ from processor.metadata.sink import MetadataSink
 
 log = logging.getLogger(__name__)
 
+# the ids of the existing topics asked (absent: no such topic, or no id); raises TopicIdUnknownError
 TopicIdSource = Callable[[list[str]], dict[str, str]]
+HEALTH_COMPONENT = "topic_ids"
 MetadataLoader = Callable[[list[TopicPartition]], dict[TopicPartition, PartitionRemoteState]]
 
 
@@ -62,9 +70,21 @@ class ResumePlanner:
         self.resumed_from_cache = 0
         self.resumed_from_topic = 0
 
-    def refresh_topic_ids(self, topics: list[str]) -> None:
-        found = self._topic_id_source(sorted(set(topics)))
-        for topic in topics:
+    def refresh_topic_ids(self, topics: list[str]) -> set[str]:
+        """Ask the broker for the ids of ``topics`` and update the shared map; returns the topics
+        whose id could not be read (their known id, if any, stays in the map)."""
+        wanted = sorted(set(topics))
+        unknown: set[str] = set()
+        try:
+            found = self._topic_id_source(wanted)
+        except TopicIdUnknownError as exc:
+            found, unknown = exc.found, set(exc.topics) & set(wanted)
+            HEALTH.report(HEALTH_COMPONENT, str(exc))
+        else:
+            HEALTH.clear(HEALTH_COMPONENT)
+        for topic in wanted:
+            if topic in unknown:
+                continue
             new = found.get(topic)
             old = self.topic_ids.get(topic)
             if new is None:
@@ -75,6 +95,7 @@ class ResumePlanner:
                         "topic %s was re-created (id %s, was %s): a new history begins", topic, new, old
                     )
                 self.topic_ids[topic] = new
+        return unknown
 
     def _states(self, tps: list[TopicPartition]) -> dict[TopicPartition, PartitionRemoteState]:
         parts = sorted({metadata_partition_for(tp, self.metadata_partitions) for tp in tps})
@@ -92,10 +113,18 @@ class ResumePlanner:
 
     def prepare(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Claim ``tps``, read back to the claims, and return the claim epoch of each partition
-        this worker now holds (partitions another claim took meanwhile are left out)."""
+        this worker now holds (partitions another claim took meanwhile are left out, and so are,
+        unclaimed, the partitions of topics whose id could not be read)."""
+        unknown = self.refresh_topic_ids([tp.topic for tp in tps]) if tps else set()
+        if unknown:
+            log.warning(
+                "not claiming %s: the topic id of %s could not be read; claimed again once it can be",
+                [str(tp) for tp in tps if tp.topic in unknown],
+                sorted(unknown),
+            )
+            tps = [tp for tp in tps if tp.topic not in unknown]
         if not tps:
             return {}
-        self.refresh_topic_ids([tp.topic for tp in tps])
         offsets = {
             tp: self.claims.publish(
                 PartitionClaim(
@@ -127,12 +156,22 @@ class ResumePlanner:
         return held
 
     def __call__(self, tps: list[TopicPartition]) -> dict[TopicPartition, PartitionRemoteState]:
-        """The engine's RemoteStateLoader: what ``prepare`` loaded, or a fresh load."""
+        """The engine's RemoteStateLoader: what ``prepare`` loaded, or a fresh load. Raises
+        TopicIdUnknownError (and hands out nothing) when a fresh load's topic id cannot be read:
+        the engine would lead a partition it is given no state for from its first offset, with no
+        id, so the whole assignment fails instead and nothing of it is led."""
         with self._lock:
             out = {tp: self._prepared.pop(tp) for tp in tps if tp in self._prepared}
         missing = [tp for tp in tps if tp not in out]
         if missing:
-            self.refresh_topic_ids([tp.topic for tp in missing])
+            unknown = self.refresh_topic_ids([tp.topic for tp in missing])
+            if unknown:
+                with self._lock:  # kept for the next try of the same assignment
+                    self._prepared.update(out)
+                unled = [str(tp) for tp in missing if tp.topic in unknown]
+                raise TopicIdUnknownError(
+                    sorted(unknown), f"the lookup failed; not leading {unled} without it"
+                )
             for tp, state in self._states(missing).items():
                 state.current_topic_id = self.topic_ids.get(tp.topic)
                 out[tp] = state

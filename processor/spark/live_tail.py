@@ -24,7 +24,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
-from processor.errors import ProcessorError, ServiceUnavailableError
+from processor.errors import ProcessorError, ServiceUnavailableError, TopicIdUnknownError
 from processor.metadata.model import TopicPartition
 from processor.spark.arrow_records import BATCH_ROWS, Row, rows_to_batch
 from processor.spark.options import Connection, Subscription
@@ -92,6 +92,8 @@ def broker_topic_ids(conn: Connection, topics: list[str]) -> dict[str, str]:
         return topic_ids(conn.admin("processor-spark-live"), sorted(set(topics)))
     except KafkaException as exc:
         raise ServiceUnavailableError(f"cannot describe {topics}: {exc.args[0]}") from None
+    except TopicIdUnknownError as exc:  # retried already: never read as "no such topic" or "no id"
+        raise ServiceUnavailableError(str(exc)) from None
 
 
 class ConsumerPool:
