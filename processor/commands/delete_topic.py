@@ -1,13 +1,25 @@
 """``processor delete-topic --topic T [--topic-id ID | --include-live]``: delete a topic's remote data,
-one topic id at a time.
+one topic id at a time, and never what it cannot prove is garbage.
 
 A topic deleted and re-created under the same name is a new history with a new topic id (KIP-516);
-its objects live in their own folders (``{topic}-{topic_id}/``). By default the command deletes the
-histories that are *not* the live topic's: every topic id except the one the broker reports now,
-and the segments written before ids were recorded if the live topic's history no longer includes
-them. ``--topic-id ID`` deletes that one id only (``legacy`` for the segments without an id);
-``--include-live`` deletes everything, the live topic's archive too. It says what it will delete
-before it starts.
+its objects live in their own folders (``{topic}-{topic_id}/``). What goes depends on what the
+broker says about the topic name now (DescribeTopics):
+
+- it cannot say (the lookup keeps failing: a timeout, the connection, authorization): the command
+  refuses (exit 2) and deletes nothing, whatever the options;
+- the topic does not exist (UNKNOWN_TOPIC_OR_PART): by default every history goes (KIP-405's topic
+  deletion: every topic id, the segments without one, every folder of the name);
+- the topic exists with an id: by default the earlier histories go, the topic ids the metadata
+  fold knows for the topic's partitions other than the live one (retired in their lineage, or named
+  by a segment record), and the segments written before ids were recorded if the live topic's
+  history no longer includes them. A folder found only in the bucket listing (no metadata record
+  names its id) is never deleted by default: it is printed, with the ``--topic-id`` to pass;
+- the topic exists but the broker reports no topic ids: the live archive cannot be told apart, so
+  the default refuses (exit 2).
+
+``--topic-id ID`` deletes that one id only (``legacy`` for the segments without an id; never the
+live id); ``--include-live`` deletes everything, the live topic's archive too. It says what it will
+delete before it starts.
 
 Each partition is taken for the command with an ADMIN claim (workers leading it stop writing it
 until the command releases it; processor/metadata/fold.py). When everything of the partition goes
@@ -24,11 +36,12 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from dataclasses import dataclass
 
 from processor.commands.deletion_context import DeletionContext, open_context
 from processor.config import load_settings
-from processor.errors import ConfigError, StorageError
-from processor.kafka_clients import new_admin, topic_ids
+from processor.errors import ConfigError, StorageError, TopicIdUnknownError
+from processor.kafka_clients import KafkaTarget, new_admin, topic_ids
 from processor.lifecycle.multipart_sweep import sweep_multipart_uploads
 from processor.lifecycle.retention_policy import DeleteReason
 from processor.metadata.model import (
@@ -49,12 +62,20 @@ LEGACY = "legacy"  # --topic-id for segments written before topic ids were recor
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "delete-topic",
-        help="delete a topic's remote data: by default earlier topics of that name (resumable)",
+        help="delete a topic's remote data: by default the earlier topics of that name the metadata "
+        "knows (every history once the topic is gone); refuses while the live topic id cannot be read "
+        "(resumable)",
+        description="By default: when the topic no longer exists, every history of the name; when it "
+        "exists, the earlier topic ids the metadata knows for it (folders found only in the bucket are "
+        "listed, not deleted). Refuses (exit 2, nothing deleted) when the broker cannot say the live "
+        "topic id, and by default when the topic exists without one.",
     )
     p.add_argument("--topic", required=True)
     which = p.add_mutually_exclusive_group()
     which.add_argument(
-        "--topic-id", help=f"delete only this topic id's history ({LEGACY!r}: segments without one)"
+        "--topic-id",
+        help=f"delete only this topic id's history ({LEGACY!r}: segments without one), also one found "
+        "only in the bucket; never the live id",
     )
     which.add_argument(
         "--include-live", action="store_true", help="also delete the live topic's archive (everything)"
@@ -62,51 +83,101 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_delete_topic)
 
 
+@dataclass(frozen=True, slots=True)
+class LiveTopic:
+    """What the broker says about the topic name now."""
+
+    exists: bool
+    topic_id: str | None = None  # None while it exists: the broker reports no topic ids
+    unreadable: str | None = None  # DescribeTopics kept failing (why): nothing is known
+
+
+def read_live_topic(kafka: KafkaTarget, topic: str) -> LiveTopic:
+    """Ask the broker (retried inside topic_ids); a failure is a LiveTopic that is ``unreadable``."""
+    absent: set[str] = set()
+    try:
+        ids = topic_ids(new_admin(kafka, "processor-admin"), [topic], absent=absent)
+    except TopicIdUnknownError as exc:
+        return LiveTopic(exists=True, unreadable=str(exc))
+    return LiveTopic(topic not in absent, ids.get(topic))
+
+
 class Scope:
     """Which histories of the topic go: a set of topic ids (None standing for the legacy folder)."""
 
-    def __init__(self, ids: set[str | None], everything: bool) -> None:
+    def __init__(
+        self, ids: set[str | None], everything: bool, listed_only: set[str | None] | None = None
+    ) -> None:
         self.ids = ids
         self.everything = everything  # the partition as a whole goes (delete states, every folder)
+        self.listed_only = listed_only or set()  # folders no metadata names: left, and printed
 
     def covers(self, segment: RemoteLogSegmentMetadata) -> bool:
         return self.everything or segment.segment_id.topic_id in self.ids
 
 
 def choose_scope(
-    args: argparse.Namespace, live_id: str | None, found: set[str | None], legacy_live: bool
+    args: argparse.Namespace,
+    live: LiveTopic,
+    listed: set[str | None],
+    known: set[str | None],
+    legacy_live: bool,
 ) -> Scope:
-    """The histories to delete (see the module docstring). Pure."""
-    if args.include_live or (live_id is None and args.topic_id is None):
-        return Scope(set(found), True)
+    """The histories to delete (see the module docstring). Pure. ``listed``: the topic ids of the
+    folders in the bucket listing; ``known``: the ids the metadata fold knows for the topic (segment
+    records, retired in a lineage; None when the legacy segments are known or retired);
+    ``legacy_live``: the segments without an id belong to the live topic's history. Raises
+    ConfigError when it refuses."""
+    if live.unreadable is not None:
+        raise ConfigError(
+            f"the live topic id of {args.topic} could not be read, so what is garbage cannot be told: "
+            f"nothing deleted; run the command again once the broker answers ({live.unreadable})"
+        )
+    if args.include_live:
+        return Scope(set(listed) | set(known), True)
     if args.topic_id is not None:
         wanted: str | None = None if args.topic_id == LEGACY else validate_topic_id(args.topic_id)
-        if wanted is not None and wanted == live_id:
+        if wanted is not None and wanted == live.topic_id:
             raise ConfigError(f"--topic-id {wanted} is the live topic's id: to delete it, use --include-live")
         return Scope({wanted}, False)
-    ids = {i for i in found if i != live_id}
-    if legacy_live:
-        ids.discard(None)
-    return Scope(ids, False)
+    if not live.exists:  # KIP-405's topic deletion: the broker says the topic is gone
+        return Scope(set(listed) | set(known), True)
+    if live.topic_id is None:
+        raise ConfigError(
+            f"topic {args.topic} exists but the broker reports no topic id, so the live topic's "
+            "archive cannot be told apart from earlier ones: nothing deleted; pass --topic-id ID "
+            f"(or {LEGACY!r}) to delete one history, or --include-live to delete everything"
+        )
+    live_ids: set[str | None] = {live.topic_id, None} if legacy_live else {live.topic_id}
+    ids = set(known) - live_ids
+    return Scope(ids, False, set(listed) - ids - live_ids)
 
 
 def _describe(scope: Scope) -> str:
     if scope.everything:
         return "everything (every topic id and the segments without one)"
     if not scope.ids:
-        return "nothing (only the live topic's history is archived)"
+        return "nothing (the metadata knows no earlier history of the topic)"
     return ", ".join(
         sorted("segments without a topic id" if i is None else f"topic id {i}" for i in scope.ids)
     )
 
 
+def _live_line(live: LiveTopic) -> str:
+    if live.topic_id is not None:
+        return f"live topic id {live.topic_id}"
+    if live.exists:
+        return "live topic id (none: the broker reports no topic ids)"
+    return "live topic id (none: the topic does not exist)"
+
+
 def cmd_delete_topic(args: argparse.Namespace) -> int:
     settings = load_settings()
     topic = validate_topic(args.topic)
-    ctx: DeletionContext = open_context(settings, topic)
+    ctx: DeletionContext = open_context(settings, topic)  # fails fast when Kafka or S3 is unreachable
     unfinished: list[int] = []
     try:
-        live_id = topic_ids(new_admin(settings.kafka, "processor-admin"), [topic]).get(topic)
+        live = read_live_topic(settings.kafka, topic)
         found_keys = [
             ctx.keys.folder_of(topic, info.key)
             for info in ctx.storage.list(ctx.keys.topic_listing_prefix(topic))
@@ -115,16 +186,28 @@ def cmd_delete_topic(args: argparse.Namespace) -> int:
             {tp.partition for tp in ctx.partitions_of(topic)} | {f[1] for f in found_keys if f is not None}
         )
         states = {p: ctx.state(TopicPartition(topic, p)) for p in partitions}
-        found_ids: set[str | None] = {f[0] for f in found_keys if f is not None}
-        found_ids |= {s.segment_id.topic_id for st in states.values() for s in st.segments.values()}
-        legacy_live = live_id is not None and any(
-            not st.lineage.legacy_retired and st.lineage.topic_id in (None, live_id) for st in states.values()
+        listed: set[str | None] = {f[0] for f in found_keys if f is not None}
+        known: set[str | None] = {
+            s.segment_id.topic_id for st in states.values() for s in st.segments.values()
+        }
+        for st in states.values():
+            known |= set(st.lineage.retired)
+            if st.lineage.topic_id is not None:
+                known.add(st.lineage.topic_id)
+            if st.lineage.legacy_retired and None in listed:  # the lineage retired the legacy folder
+                known.add(None)
+        legacy_live = live.topic_id is not None and any(
+            not st.lineage.legacy_retired and st.lineage.topic_id in (None, live.topic_id)
+            for st in states.values()
         )
-        scope = choose_scope(args, live_id, found_ids, legacy_live)
-        print(
-            f"{topic}: live topic id {live_id or '(none: the topic does not exist)'}; "
-            f"deleting {_describe(scope)} in {len(partitions)} partitions"
-        )
+        scope = choose_scope(args, live, listed, known, legacy_live)
+        print(f"{topic}: {_live_line(live)}; deleting {_describe(scope)} in {len(partitions)} partitions")
+        for tid in sorted(scope.listed_only, key=lambda i: "" if i is None else i):
+            name = LEGACY if tid is None else tid
+            print(
+                f"{topic}: {'segments without a topic id' if tid is None else f'topic id {tid}'} "
+                f"not deleted: found only in the bucket; pass --topic-id {name} to delete"
+            )
         if not scope.everything and not scope.ids:
             return 0
         for p in partitions:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin
+from processor.kafka_clients import ensure_topic, new_admin, partition_counts
 from processor.metadata.model import PartitionDeleteState, TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import load_remote_state
@@ -151,6 +151,37 @@ def test_delete_topic_resumes_after_a_crash_half_way_and_ends_empty(
         assert part.delete_state is PartitionDeleteState.DELETE_PARTITION_FINISHED
         assert part.finished() == [] and part.dangling() == []
     storage.close()
+
+
+def test_delete_topic_of_a_topic_the_broker_no_longer_has_deletes_every_history(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    """KIP-405's topic deletion: once the broker says the topic does not exist, the default mode
+    deletes every history of the name, folders found only in the bucket included."""
+    topic = "del-gone"
+    tp = TopicPartition(topic, 0)
+    admin = new_admin(local_stack.bootstrap_servers, "t")
+    ensure_topic(admin, topic, 1, 1, {})
+    produce(local_stack.bootstrap_servers, topic, 0, 60, int(time.time() * 1000))
+    env = env_for(local_stack, tmp_path, topic, PROCESSOR_WORKER_ID="delgone-1")
+    offload(local_stack, env, {tp: 59}, tmp_path / "w.log")
+    keys = ObjectKeyFactory(PREFIX)
+    storage = storage_for(local_stack)
+    stray = keys.segment(topic, 0, 0, uuid.uuid4(), 1, str(uuid.uuid4())).data
+    storage.create(stray, [b"x"])
+    admin.delete_topics([topic])[topic].result(15)
+    wait_for("the topic gone", lambda: topic not in partition_counts(admin, [topic]), 30)
+
+    gone = run_cli(env, "delete-topic", "--topic", topic)
+    assert gone.returncode == 0, gone.stderr + gone.stdout
+    assert "live topic id (none: the topic does not exist)" in gone.stdout
+    assert "deleting everything" in gone.stdout
+    assert list(storage.list(keys.topic_listing_prefix(topic))) == [], "every folder of the name goes"
+    storage.close()
+    state, _ = load_remote_state(local_stack.bootstrap_servers, META)
+    part = state.partition(tp)
+    assert part.delete_state is PartitionDeleteState.DELETE_PARTITION_FINISHED
+    assert part.finished() == []
 
 
 def test_multipart_sweep_aborts_only_old_uploads_of_the_projects_objects(

@@ -4,6 +4,7 @@ TopicIdPartition, Aiven's ``topic-<uuid>`` keys; Kafka's "delete topic" harness 
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin, partition_counts, topic_ids
 from processor.metadata.model import TopicPartition
 from processor.metadata.topic_io import load_remote_state
+from processor.segment.object_keys import ObjectKeyFactory
 from processor.wiring.follower import build_follower, build_reader
 from processor.wiring.storage import build_storage
 from tests.integration.invariants import running_worker
@@ -60,8 +62,10 @@ def test_recreated_topic_is_offloaded_from_zero_and_never_served_the_old_records
         wait_offloaded(local_stack.bootstrap_servers, META, {TP: 399}, 90, worker.proc)
 
     _recreate(local_stack.bootstrap_servers)
-    new_id = topic_ids(admin, [TOPIC])[TOPIC]
+    absent: set[str] = set()
+    new_id = topic_ids(admin, [TOPIC, "recreated-never-created"], absent=absent)[TOPIC]
     assert new_id != old_id
+    assert absent == {"recreated-never-created"}, "the broker's 'no such topic' is told from a failure"
     fresh = produce_samples(local_stack.bootstrap_servers, TOPIC, 700, 1, start=100_000, big_every=0)
     with running_worker(env, tmp_path / "second.log") as worker:
         wait_offloaded(local_stack.bootstrap_servers, META, {TP: 699}, 90, worker.proc)
@@ -99,16 +103,40 @@ def test_recreated_topic_is_offloaded_from_zero_and_never_served_the_old_records
         follower.close()
         storage.close()
 
-    # delete-topic, by default, deletes the earlier topic's archive only; the live one stays
+    # a folder of a third id that no metadata record names (only the bucket listing shows it)
+    stray_id = str(uuid.uuid4())
+    stray = ObjectKeyFactory("recreated").segment(TOPIC, 0, 0, uuid.uuid4(), 1, stray_id).data
+    storage = storage_for(local_stack)
+    try:
+        storage.create(stray, [b"not this project's to judge"])
+    finally:
+        storage.close()
+
+    # delete-topic, by default, deletes the earlier topic's archive only (the id the metadata knows);
+    # the live one stays, and so does the folder found only in the bucket
     deleted = run_cli(env, "delete-topic", "--topic", TOPIC)
     assert deleted.returncode == 0, deleted.stderr + deleted.stdout
     assert f"live topic id {new_id}" in deleted.stdout and f"deleting topic id {old_id}" in deleted.stdout
+    assert f"deleting topic id {old_id} in" in deleted.stdout, "only the known earlier id"
+    assert (
+        f"topic id {stray_id} not deleted: found only in the bucket; pass --topic-id {stray_id} to delete"
+        in deleted.stdout
+    )
     storage = storage_for(local_stack)
     try:
         keys = {o.key for o in storage.list(f"recreated/{TOPIC}")}
     finally:
         storage.close()
     assert not any(f"{TOPIC}-{old_id}/" in k for k in keys), "the earlier topic's objects are gone"
+    assert stray in keys, "a folder no metadata names is never deleted by default"
+    explicit = run_cli(env, "delete-topic", "--topic", TOPIC, "--topic-id", stray_id)
+    assert explicit.returncode == 0, explicit.stderr + explicit.stdout
+    storage = storage_for(local_stack)
+    try:
+        keys = {o.key for o in storage.list(f"recreated/{TOPIC}")}
+    finally:
+        storage.close()
+    assert stray not in keys, "--topic-id deletes it explicitly"
     assert {k for s in served for k in (s.data_object_key, s.index_object_key)} <= keys
     after, _ = load_remote_state(local_stack.bootstrap_servers, META)
     now = after.partition(TP)
