@@ -106,6 +106,12 @@ SEGMENTS_DELETED = Counter(
     "Remote segments that reached DELETE_SEGMENT_FINISHED, by reason",
     ["reason"],
 )
+DELETIONS_REFUSED = Counter(
+    "processor_deletions_refused_total",
+    "Deletions a worker refused for want of proof that the objects are garbage (a segment with a "
+    "manifest that its view does not serve, objects another writer or topic id wrote), by reason",
+    ["reason"],
+)
 DELETE_FAILURES = Counter(
     "processor_remote_delete_failures_total",
     "Failed attempts to delete a remote segment's objects (each is retried)",

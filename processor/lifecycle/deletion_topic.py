@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from processor.kafka_clients import KafkaTarget, new_admin
-from processor.metadata.codec import encode_value, metadata_partition_for, segment_key
+from processor.metadata.codec import delete_key, encode_value, metadata_partition_for, segment_key
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
 from processor.metadata.topic_io import DurableProducer, ensure_compacted_topic, read_partitions
 
@@ -28,8 +28,10 @@ DELETION_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
 
 class MetadataTombstones:
-    """Tombstones on the metadata topic, so compaction forgets a deleted segment's key. Sent only
-    after the segment's DELETE_SEGMENT_FINISHED was acknowledged, so they always come after it."""
+    """Tombstones on the metadata topic, so compaction forgets a deleted segment's keys: its copy key
+    first, then its delete key (the other order would let a cleaner point between them keep the
+    copy's FINISHED and drop the deletion). Sent only once the owner's view shows the segment's
+    DELETE_SEGMENT_FINISHED (or for a rejected record's key), so they always come after it."""
 
     def __init__(self, producer: DurableProducer, topic: str, num_partitions: int) -> None:
         self.producer = producer
@@ -38,7 +40,8 @@ class MetadataTombstones:
 
     def tombstone(self, segment: RemoteLogSegmentMetadata) -> int:
         partition = metadata_partition_for(segment.topic_partition, self.num_partitions)
-        return self.producer.send(self.topic, partition, segment_key(segment.segment_id), None)
+        self.producer.send(self.topic, partition, segment_key(segment.segment_id), None)
+        return self.producer.send(self.topic, partition, delete_key(segment.segment_id), None)
 
 
 class DeletionTopic:

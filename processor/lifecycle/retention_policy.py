@@ -22,10 +22,14 @@ retention), and the oldest segments go until the remote total is at or below the
 Copies in progress: a COPY_SEGMENT_STARTED is in progress only if it carries the partition's current
 claim epoch (the planning leader's own) and the leader has it in flight: it stops the pass. Any other
 COPY_SEGMENT_STARTED can never finish (an older claim's records are rejected; the leader's own attempt
-that is not in flight failed) and is deleted as "dangling" without stopping the walk (KAFKA-17062);
-so is a finished segment that is not served (unreferenced). For partitions without claims (written
-by versions before claims), a COPY_SEGMENT_STARTED that starts at or below the highest finished end
-is dangling and any other is taken as in progress.
+that is not in flight failed) and is deleted as "dangling" without stopping the walk (KAFKA-17062).
+For partitions without claims (written by versions before claims), a COPY_SEGMENT_STARTED that starts
+at or below the highest finished end is dangling and any other is taken as in progress.
+
+Finished segments that are not served (a retired topic id's, or superseded before claims existed)
+are not Kafka's "unreferenced" segments to delete here: they are acknowledged data a disaster
+recovery may restore from, so the plan lists them (``unserved``) and nothing deletes them but an
+operator naming their topic id (processor/metadata/deletion_proof.py).
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ class RetentionPlan:
     requeue: tuple[RemoteLogSegmentMetadata, ...] = ()
     dangling: tuple[RemoteLogSegmentMetadata, ...] = ()
     new_log_start_offset: int | None = None
+    unserved: tuple[RemoteLogSegmentMetadata, ...] = ()  # finished, not served: kept, reported
 
     @property
     def empty(self) -> bool:
@@ -104,8 +109,8 @@ def plan_retention(
 
     ``log_start_offset`` is the partition's current remote log start offset; ``requested_start_offset``
     a new one asked for (delete-before). Neither ever moves back. ``served``: the ids of the finished
-    segments readers serve (see processor/metadata/fold.py); a finished segment outside it is deleted
-    as unreferenced (KAFKA-16890), without counting towards size. None: every finished segment is
+    segments readers serve (see processor/metadata/fold.py); a finished segment outside it is kept and
+    listed in ``unserved``, without counting towards size. None: every finished segment is
     served. ``current_epoch``: the planning leader's claim epoch (None: the partition has no claims);
     ``in_flight``: the ids of the copies the leader has in progress.
     """
@@ -128,7 +133,7 @@ def plan_retention(
     remaining_bytes = sum(s.segment_size_in_bytes for s in finished)
 
     expired: list[tuple[RemoteLogSegmentMetadata, DeleteReason]] = []
-    dangling: list[RemoteLogSegmentMetadata] = list(unreferenced)
+    dangling: list[RemoteLogSegmentMetadata] = []
     walking = True  # until the first finished segment that breaches nothing
     for s in ordered:
         if s.state is SegmentState.COPY_SEGMENT_STARTED:
@@ -160,6 +165,7 @@ def plan_retention(
         requeue=requeue,
         dangling=tuple(dangling),
         new_log_start_offset=new_start if new_start > log_start_offset else None,
+        unserved=tuple(unreferenced),
     )
 
 

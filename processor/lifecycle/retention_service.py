@@ -22,10 +22,11 @@ from processor.lifecycle.deletion_topic import DeletionTopic
 from processor.lifecycle.remote_log_gauges import RemoteLogGauges
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits, RetentionPlan, plan_retention
-from processor.lifecycle.segment_deleter import DeletionOutcome, SegmentDeleter
+from processor.lifecycle.segment_deleter import REFUSED_ACKNOWLEDGED, DeletionOutcome, SegmentDeleter
 from processor.metadata.manifest import SegmentManifest, encode_manifest, manifest_key
 from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.segment.object_keys import MANIFEST_SUFFIX
 from processor.storage.chunk_storage import ChunkStorage
 
 _FINISHED_DELETE = SegmentState.DELETE_SEGMENT_FINISHED
@@ -33,6 +34,7 @@ _FINISHED_DELETE = SegmentState.DELETE_SEGMENT_FINISHED
 log = logging.getLogger(__name__)
 
 HEALTH_COMPONENT = "retention"
+PROOF_COMPONENT = "archive"  # acknowledged segments the metadata does not serve: an operator acts
 FAILED_PASSES_BEFORE_UNHEALTHY = 3
 # Segments this worker finished deleting are skipped for a while: the follower cache may not show
 # their DELETE_SEGMENT_FINISHED yet, and deleting them again would only add illegal records.
@@ -88,12 +90,18 @@ def clean_partition(
     skip: frozenset[uuid.UUID] = frozenset(),
 ) -> tuple[RetentionPlan, DeletionOutcome]:
     """One owner's pass over one partition, with the claim ``epoch`` it holds: re-publish what
-    rejected records shadow, remove what rejected records left, then retention (Kafka's order,
-    :func:`plan_retention`) including dangling copies, unfinished deletes and unserved segments.
+    rejected records shadow, remove what rejected records left, forget (tombstone) the segments
+    whose deletion finished, then retention (Kafka's order, :func:`plan_retention`) including
+    dangling copies and unfinished deletes.
 
     Acts only on a view that shows ``epoch`` as the partition's current claim: a view where another
     claim is current means this writer was taken over (FencedWriterError), and a view that does not
-    show its claim yet is not one to delete by. Records go out with ``epoch`` exactly."""
+    show its claim yet is not one to delete by. Records go out with ``epoch`` exactly.
+
+    Tombstones come only after every rejected record of the view was neutralised, in this pass or an
+    earlier one: a rejected record was judged against the segments served when it came, and
+    compaction must not remove one of those (its tombstone) while the rejected record survives; a
+    reader of the compacted topic would then judge it against less, and accept it."""
     if part.current_epoch != epoch:
         raise FencedWriterError(
             f"{tp}: the metadata shows claim {part.current_epoch}, not this writer's {epoch}; not cleaning"
@@ -105,8 +113,13 @@ def clean_partition(
     out = DeletionOutcome()
     for orphan in part.orphans.values():
         error = deleter.delete_orphan(orphan)
-        if error is not None:
+        if error == REFUSED_ACKNOWLEDGED:
+            out.refused.append((orphan, error))
+        elif error is not None:
             out.failed.append((orphan, error))
+    if not out.failed and not out.refused:
+        for segment in part.deletion_finished():
+            deleter.forget(segment)
     plan = plan_retention(
         [s for s in part.segments.values() if s.segment_id.id not in skip],
         limits,
@@ -131,35 +144,62 @@ def sweep_unreferenced(
     now_ms: int,
     in_flight: frozenset[uuid.UUID] = frozenset(),
     min_age_ms: int = UNREFERENCED_MIN_AGE_MS,
-) -> list[str]:
-    """Delete the objects in ``tp``'s folders (any topic id) that no segment the fold still lists
-    references: what a writer uploaded and could not record (a zombie whose attempt was cleaned up
-    while it uploaded, a crash between an upload and its FINISHED). Objects of copies in flight and
-    objects younger than ``min_age_ms`` stay. Returns the keys deleted."""
+    dry_run: bool = False,
+) -> SweepResult:
+    """Delete the objects in ``tp``'s folder of the partition's current topic id that no segment the
+    fold lists references and that the owner's own claim wrote (the writer epoch in their names):
+    what its own attempts uploaded and could not record or clean up. Never a manifest, nor an object
+    of a segment that has a manifest (acknowledged data: the metadata is behind the bucket), nor
+    anything in another topic id's folder or written under another claim: those are counted as
+    ``kept`` and left to the operator (``processor delete-topic --topic-id``). Objects of copies in
+    flight and objects younger than ``min_age_ms`` (by the storage's own timestamps) stay."""
     keys = deleter.keys
+    epoch = part.current_epoch
+    topic_id = part.current_topic_id if part.current_topic_id is not None else part.lineage.topic_id
     referenced = {
         k
         for s in part.segments.values()
-        if s.state is not _FINISHED_DELETE
         for k in (s.data_object_key, s.index_object_key, manifest_key(s.data_object_key))
     }
-    deleted: list[str] = []
-    for info in list(deleter.storage.list(keys.topic_listing_prefix(tp.topic))):
-        folder = keys.folder_of(tp.topic, info.key)
-        if folder is None or folder[1] != tp.partition or info.key in referenced:
+    listed = list(deleter.storage.list(keys.partition_prefix(tp.topic, tp.partition, topic_id)))
+    manifests = {info.key[: -len(MANIFEST_SUFFIX)] for info in listed if info.key.endswith(MANIFEST_SUFFIX)}
+    result = SweepResult()
+    for info in listed:
+        if info.key in referenced or not keys.is_project_key(info.key):
             continue
-        if not keys.is_project_key(info.key):
+        name = keys.segment_name(info.key)
+        if name is None:
             continue
-        name = info.key.rsplit("/", 1)[-1]
-        if any(str(sid) in name for sid in in_flight):
+        sid, writer_epoch, data_key = name
+        if sid in in_flight or info.modified_ms is None or now_ms - info.modified_ms < min_age_ms:
             continue
-        if info.modified_ms is None or now_ms - info.modified_ms < min_age_ms:
+        if info.key.endswith(MANIFEST_SUFFIX) or data_key in manifests or writer_epoch != epoch:
+            result.kept.append(info.key)
             continue
-        deleter.storage.delete(info.key)
-        deleted.append(info.key)
-    if deleted:
-        log.info("%s: deleted %d objects no segment references", tp, len(deleted))
-    return deleted
+        if not dry_run:
+            deleter.storage.delete(info.key)
+        result.deleted.append(info.key)
+    if result.deleted:
+        log.info("%s: deleted %d objects of this claim that no segment references", tp, len(result.deleted))
+    if result.kept:
+        metrics.DELETIONS_REFUSED.labels(REFUSED_UNREFERENCED).inc(len(result.kept))
+        log.warning(
+            "%s: %d objects no segment references were kept (a manifest, or written under another "
+            "claim); `processor audit` lists them, e.g. %s",
+            tp,
+            len(result.kept),
+            result.kept[0],
+        )
+    return result
+
+
+@dataclass
+class SweepResult:
+    deleted: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # unreferenced, but without proof they are garbage
+
+
+REFUSED_UNREFERENCED = "unreferenced_without_proof"
 
 
 def write_missing_manifests(
@@ -249,8 +289,16 @@ class RetentionService:
                     result.outcome.merge(self.deleter.retry_failed([segment], led[tp], part.accepted_state))
             now = self.clock_ms()
             self._forget_old(time.monotonic())
+            refused: dict[TopicPartition, int] = {}
             for tp, epoch in sorted(led.items()):
+                # One snapshot of the partition with this leader's copies in it: the copies in
+                # flight before the state is read and after. A copy that finishes in between is in
+                # the first set; one that starts in between is in the second. (A copy that does both
+                # is FINISHED already, and the conditional delete is rejected if the plan saw it
+                # STARTED: the fold has the last word.)
+                in_flight = self.in_flight(tp)
                 part = self.view.state(tp)
+                in_flight |= self.in_flight(tp)
                 try:
                     plan, outcome = clean_partition(
                         tp,
@@ -259,7 +307,7 @@ class RetentionService:
                         epoch,
                         self.config.limits(tp.topic),
                         now,
-                        self.in_flight(tp),
+                        in_flight,
                         frozenset(self._recently_deleted),
                     )
                 except FencedWriterError as exc:
@@ -267,8 +315,8 @@ class RetentionService:
                     result.fenced.append(tp)
                     continue
                 if self._swept.get(tp) != epoch and not outcome.failed:
-                    # once per claim: objects nobody recorded (the fold cannot know them)
-                    sweep_unreferenced(tp, part, self.deleter, now, self.in_flight(tp))
+                    # once per claim: objects of this claim that nobody recorded
+                    sweep_unreferenced(tp, part, self.deleter, now, in_flight | self.in_flight(tp))
                     planned = {
                         s.segment_id.id
                         for s in (*plan.requeue, *plan.dangling, *(seg for seg, _reason in plan.expired))
@@ -277,12 +325,30 @@ class RetentionService:
                     self._swept[tp] = epoch
                 for s in outcome.deleted:
                     self._recently_deleted[s.segment_id.id] = time.monotonic()
+                if outcome.refused:
+                    refused[tp] = len(outcome.refused)
+                if plan.unserved:
+                    log.info(
+                        "%s: %d finished segments are not served (a retired topic id, or superseded) and "
+                        "are kept; `processor delete-topic --topic-id` deletes a retired history",
+                        tp,
+                        len(plan.unserved),
+                    )
                 result.outcome.merge(outcome)
                 self.gauges.partition(tp, part, None if plan.empty else plan, outcome)
             self.gauges.publish()
         except ProcessorError as exc:
             self._failed(f"retention pass failed: {exc}")
             raise
+        if refused:
+            HEALTH.report(
+                PROOF_COMPONENT,
+                f"acknowledged segments the metadata does not serve in {len(refused)} partitions "
+                f"({', '.join(str(tp) for tp in sorted(refused)[:5])}): nothing of them is deleted; "
+                "the metadata topic is behind the bucket, run `processor rebuild-metadata`",
+            )
+        else:
+            HEALTH.clear(PROOF_COMPONENT)
         if result.ok:
             self.failed_passes = 0
             HEALTH.clear(HEALTH_COMPONENT)

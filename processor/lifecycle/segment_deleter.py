@@ -1,17 +1,22 @@
 """Carries out deletions in KIP-405's order; storage and Kafka sit behind the small protocols below.
 
 For one partition: publish the new remote log start offset first (readers stop serving below it at
-once), then for each segment, oldest first: DELETE_SEGMENT_STARTED (readers stop serving it), delete
-its data and index objects (a missing object is success), DELETE_SEGMENT_FINISHED, and a tombstone so
-the compacted metadata topic forgets the key.
+once), then for each segment, oldest first: a conditional DELETE_SEGMENT_STARTED naming the state
+the plan saw (readers accept it only while the segment is still in that state, so a copy that
+finished after the plan is never deleted as dangling), confirmed accepted through the follower,
+then its objects (manifest first; a missing object is success), then DELETE_SEGMENT_FINISHED. The
+tombstones that let compaction forget the segment come in a later pass, once the owner's view shows
+the DELETE_SEGMENT_FINISHED and every rejected record of the partition has been neutralised
+(:meth:`SegmentDeleter.forget`, processor/lifecycle/retention_service.py).
+
+Proof (processor/metadata/deletion_proof.py): a segment that is not served and has a manifest is
+acknowledged data a lagging or compacted view does not know: it is never deleted here, only
+reported (``processor_deletions_refused_total``).
 
 Ownership: every record carries the deleting writer's claim epoch, exactly (never a number it works
-out; see :mod:`processor.metadata.fold`). Before it deletes the objects of a segment that was
-finished (served), the deleter confirms through its follower that readers accepted its
-DELETE_SEGMENT_STARTED: a writer whose claim was taken over (paused past its session timeout, say)
-learns it there and stops (FencedWriterError) without touching an object readers still serve.
-Objects of copies that never finished and of deletes already started are not served by anyone, so
-those go without waiting.
+out; see :mod:`processor.metadata.fold`). A writer whose claim was taken over (paused past its
+session timeout, say) learns it from the rejected DELETE_SEGMENT_STARTED and stops
+(FencedWriterError) without touching an object.
 
 Object keys come from records of the metadata or deletion topic, input like any other: only objects
 that :meth:`ObjectKeyFactory.owned_objects` accepts as the segment's own are deleted; anything else
@@ -34,6 +39,7 @@ from typing import Protocol
 from processor import metrics
 from processor.errors import FencedWriterError, InvalidNameError, StorageError
 from processor.lifecycle.retention_policy import DeleteReason, RetentionPlan
+from processor.metadata.deletion_proof import acknowledged
 from processor.metadata.model import (
     MetadataRecord,
     RemoteLogSegmentMetadata,
@@ -72,13 +78,18 @@ def _now_ms() -> int:
 class DeletionOutcome:
     deleted: list[RemoteLogSegmentMetadata] = field(default_factory=list)
     failed: list[tuple[RemoteLogSegmentMetadata, str]] = field(default_factory=list)
+    refused: list[tuple[RemoteLogSegmentMetadata, str]] = field(default_factory=list)  # no proof
     log_start_offset: int | None = None
 
     def merge(self, other: DeletionOutcome) -> None:
         self.deleted += other.deleted
         self.failed += other.failed
+        self.refused += other.refused
         if other.log_start_offset is not None:
             self.log_start_offset = other.log_start_offset
+
+
+REFUSED_ACKNOWLEDGED = "acknowledged"  # not served by this view, but its manifest is in the bucket
 
 
 class SegmentDeleter:
@@ -107,7 +118,8 @@ class SegmentDeleter:
         if self.confirm(record, offset) is not True:
             raise FencedWriterError(
                 f"{what} (writer epoch {getattr(record, 'writer_epoch', '?')}) was not accepted by the "
-                f"metadata topic's readers: another claim holds {record.topic_partition}; stopping"
+                f"metadata topic's readers: another claim holds {record.topic_partition}, or the "
+                "segment's state changed since the pass planned (a copy finished); stopping"
             )
 
     def move_log_start_offset(self, tp: TopicPartition, offset: int, writer_epoch: int) -> None:
@@ -121,12 +133,18 @@ class SegmentDeleter:
         if plan.new_log_start_offset is not None:
             self.move_log_start_offset(tp, plan.new_log_start_offset, writer_epoch)
             out.log_start_offset = plan.new_log_start_offset
+        dangling = []
+        for segment in plan.dangling:
+            if self.acknowledged(segment):
+                out.refused.append((segment, REFUSED_ACKNOWLEDGED))
+            else:
+                dangling.append(segment)
         work: list[tuple[RemoteLogSegmentMetadata, DeleteReason]] = [
             *((s, DeleteReason.RETRY) for s in plan.requeue),
-            *((s, DeleteReason.DANGLING) for s in plan.dangling),
+            *((s, DeleteReason.DANGLING) for s in dangling),
             *plan.expired,
         ]
-        self.forget_manifests(s for s, _reason in work)
+        self.forget_manifests(s for s, _reason in plan.expired)
         for segment, reason in work:
             error = self.delete_segment(segment, reason, writer_epoch)
             if error is None:
@@ -135,27 +153,38 @@ class SegmentDeleter:
                 out.failed.append((segment, error))
         return out
 
+    def acknowledged(self, segment: RemoteLogSegmentMetadata) -> bool:
+        """Whether ``segment`` (not served by the view a deletion was planned on) has a manifest:
+        then it is acknowledged data, and it is refused, logged and counted instead of deleted."""
+        if not acknowledged(self.storage, segment):
+            return False
+        metrics.DELETIONS_REFUSED.labels(REFUSED_ACKNOWLEDGED).inc()
+        log.error(
+            "not deleting %s (%s, %d..%d): the metadata does not serve it, but its manifest is in the "
+            "bucket, so its copy was acknowledged; the metadata topic is behind the bucket (lost, "
+            "compacted or another one): run `processor rebuild-metadata`",
+            segment.segment_id,
+            segment.state.value,
+            segment.start_offset,
+            segment.end_offset,
+        )
+        return True
+
     def delete_segment(
         self, segment: RemoteLogSegmentMetadata, reason: DeleteReason, writer_epoch: int
     ) -> str | None:
         """Delete one segment; returns None when done, or the storage error (recorded for retry)."""
-        deleting = replace(
-            segment,
-            state=_S.DELETE_SEGMENT_STARTED,
-            event_timestamp_ms=self.clock_ms(),
-            writer_id=self.writer_id,
-            writer_epoch=writer_epoch,
-        )
-        if segment.state is _S.COPY_SEGMENT_FINISHED:
-            # served until readers accept this record: confirm before any object goes
+        if segment.state is _S.DELETE_SEGMENT_STARTED:
+            deleting = replace(segment, writer_id=self.writer_id, writer_epoch=writer_epoch)
+        else:
+            # conditional on the state the plan saw, and confirmed before any object goes: a copy
+            # that finished since the plan makes the fold reject it (then nothing is deleted)
+            deleting = segment.deleting(self.clock_ms(), self.writer_id, writer_epoch)
             self._publish_confirmed(deleting, f"DELETE_SEGMENT_STARTED of {segment.segment_id}")
-        elif segment.state is not _S.DELETE_SEGMENT_STARTED:
-            self.metadata.publish(deleting)
         error = self.delete_objects(deleting)
         if error is not None:
             return error
         self.metadata.publish(deleting.with_state(_S.DELETE_SEGMENT_FINISHED, self.clock_ms()))
-        self.tombstones.tombstone(deleting)
         if reason is DeleteReason.RETRY:
             self.failed.resolve(segment)  # it may also wait on the deletion topic: done now
         metrics.SEGMENTS_DELETED.labels(reason.value).inc()
@@ -199,9 +228,17 @@ class SegmentDeleter:
             return str(exc)
         return None
 
+    def forget(self, segment: RemoteLogSegmentMetadata) -> None:
+        """Tombstone a segment whose DELETE_SEGMENT_FINISHED the owner's view shows, so compaction
+        forgets its keys (the fold accepts a segment's tombstone only once its deletion finished)."""
+        self.tombstones.tombstone(segment)
+
     def delete_orphan(self, segment: RemoteLogSegmentMetadata) -> str | None:
         """Remove what a *rejected* record of a segment no accepted record knows left behind: its
-        objects (if the fenced writer uploaded any) and its key (so compaction forgets it)."""
+        objects (if the fenced writer uploaded any) and its key (so compaction forgets it). A segment
+        with a manifest is refused (its copy was acknowledged: the view is behind the bucket)."""
+        if self.acknowledged(segment):
+            return REFUSED_ACKNOWLEDGED
         try:
             keys = self.owned_objects(segment)
             for key in keys.in_delete_order():
@@ -252,7 +289,6 @@ class SegmentDeleter:
                 writer_epoch=writer_epoch,
             )
             self.metadata.publish(finished)
-            self.tombstones.tombstone(finished)
             self.failed.resolve(state)
             metrics.SEGMENTS_DELETED.labels(DeleteReason.RETRY.value).inc()
             out.deleted.append(state)

@@ -6,11 +6,14 @@ Value framing (see schemas/README.md)::
     record_type 0: RemoteLogSegmentMetadata, 1: RemoteLogSegmentMetadataUpdate,
                 2: RemotePartitionDeleteMetadata, 3: RemoteLogStartOffset, 4: PartitionClaim
 
-Key (UTF-8): ``{topic}/{partition}/{segment uuid}`` for segment records, ``{topic}/{partition}`` for
-partition records, ``{topic}/{partition}/log-start-offset`` for a partition's remote log start
-offset, ``{topic}/{partition}/claim/{claim uuid}`` for claims. Topic names cannot contain '/', so
-keys are unambiguous; one key per segment lets compaction keep each segment's latest state, one key
-per claim keeps every claim.
+Key (UTF-8): ``{topic}/{partition}/{segment uuid}`` for segment records in a copy state,
+``{topic}/{partition}/{segment uuid}/delete`` for segment records in a delete state (earlier
+versions wrote those under the segment key too; still read), ``{topic}/{partition}`` for partition
+records, ``{topic}/{partition}/log-start-offset`` for a partition's remote log start offset,
+``{topic}/{partition}/claim/{claim uuid}`` for claims. Topic names cannot contain '/', so keys are
+unambiguous; a segment's copy states and delete states have a key each, so compaction keeps the
+latest of each and a delete record (accepted or not) never replaces the record that finished the
+copy; one key per claim keeps every claim.
 
 Schema evolution: a field added to a schema with a default keeps the framing version; the schema
 files of earlier versions stay in ``schemas/history/`` and a body that does not decode with the
@@ -35,6 +38,7 @@ import fastavro
 from processor.errors import FormatError
 from processor.metadata import segment_reader
 from processor.metadata.model import (
+    DELETE_STATES,
     ClaimKind,
     MetadataRecord,
     PartitionClaim,
@@ -57,6 +61,7 @@ TYPE_LOG_START_OFFSET = 3
 TYPE_CLAIM = 4
 LOG_START_OFFSET_KEY_SUFFIX = "log-start-offset"
 CLAIM_KEY_PART = "claim"
+DELETE_KEY_SUFFIX = "delete"
 _SCHEMA_FILES = {
     TYPE_SEGMENT: "RemoteLogSegmentMetadata.avsc",
     TYPE_UPDATE: "RemoteLogSegmentMetadataUpdate.avsc",
@@ -67,6 +72,7 @@ _SCHEMA_FILES = {
 # Earlier writer schemas still readable (schemas/history/), newest first.
 _SCHEMA_HISTORY: dict[int, tuple[str, ...]] = {
     TYPE_PARTITION_DELETE: ("RemotePartitionDeleteMetadata.v1.avsc",),  # before writer_epoch
+    TYPE_SEGMENT: ("RemoteLogSegmentMetadata.v1.avsc",),  # before replaces_state
 }
 _FRAME = struct.Struct(">BB")
 
@@ -110,6 +116,24 @@ def _segment_key(topic: str, partition: int, id_int: int) -> bytes:
     """Cached (by plain values, hashed in C): a segment's records, their checks and the fold's
     bookkeeping all ask for it, and the UUID's text form costs more than the lookup."""
     return f"{topic}/{partition}/{uuid.UUID(int=id_int)}".encode()
+
+
+def delete_key(segment_id: RemoteLogSegmentId) -> bytes:
+    """The key of a segment's delete states (DELETE_SEGMENT_STARTED, DELETE_SEGMENT_FINISHED): apart
+    from its copy states, so no delete record can be the one compaction keeps for the copy's key."""
+    return _delete_key(segment_id.topic, segment_id.partition, segment_id.id.int)
+
+
+@lru_cache(maxsize=65_536)
+def _delete_key(topic: str, partition: int, id_int: int) -> bytes:
+    return _segment_key(topic, partition, id_int) + b"/" + DELETE_KEY_SUFFIX.encode()
+
+
+def segment_record_key(record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate) -> bytes:
+    """A segment record's own key: the delete key for delete states, else the segment key."""
+    if record.state in DELETE_STATES:
+        return delete_key(record.segment_id)
+    return segment_key(record.segment_id)
 
 
 def partition_key(tp: TopicPartition) -> bytes:
@@ -156,11 +180,13 @@ _SEGMENT_TO_AVRO: dict[str, Any] = {
     "segment_id": _id_to_avro,
     "segment_leader_epochs": lambda epochs: [{"epoch": e, "start_offset": o} for e, o in epochs],
     "state": lambda state: state.value,
+    "replaces_state": lambda state: None if state is None else state.value,
 }
 _SEGMENT_FROM_AVRO: dict[str, Any] = {
     "segment_id": _id_from_avro,
     "segment_leader_epochs": lambda epochs: tuple((e["epoch"], e["start_offset"]) for e in epochs),
     "state": lambda name: _SEGMENT_STATES[name],
+    "replaces_state": lambda name: None if name is None else _SEGMENT_STATES[name],
 }
 
 
@@ -267,7 +293,7 @@ def record_key(record: MetadataRecord) -> bytes:
         return log_start_offset_key(record.topic_partition)
     if isinstance(record, PartitionClaim):
         return claim_key(record)
-    return segment_key(record.segment_id)
+    return segment_record_key(record)
 
 
 def encode_value(record: MetadataRecord) -> bytes:
@@ -282,10 +308,15 @@ def decode_message(key: bytes | None, value: bytes | None) -> MetadataRecord:
     """Decode one message of the metadata topic and check it lies within the sanity bounds, its key
     included (:mod:`processor.metadata.validation`); anything else raises FormatError."""
     record = check_record(_decode_unchecked(value))
-    expected = (
-        segment_key(record.segment_id) if type(record) is RemoteLogSegmentMetadata else record_key(record)
-    )
+    expected = segment_record_key(record) if type(record) is RemoteLogSegmentMetadata else record_key(record)
     if key != expected:
+        if (
+            isinstance(record, RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate)
+            and record.state in DELETE_STATES
+            and getattr(record, "replaces_state", None) is None
+            and key == segment_key(record.segment_id)
+        ):
+            return record  # a delete state under the segment key: written by an earlier version
         check_key(key, record, expected)  # raises, naming both keys
     return record
 

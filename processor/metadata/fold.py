@@ -60,13 +60,17 @@ from typing import NamedTuple, Protocol
 from processor.errors import FormatError, IllegalTransitionError
 from processor.metadata.codec import (
     CLAIM_KEY_PART,
+    DELETE_KEY_SUFFIX,
     LOG_START_OFFSET_KEY_SUFFIX,
     decode_message,
+    delete_key,
     log_start_offset_key,
+    record_key,
     segment_key,
 )
 from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH, Lineage, StaleRecordError
 from processor.metadata.model import (
+    DELETE_STATES,
     ClaimKind,
     MetadataRecord,
     PartitionClaim,
@@ -90,8 +94,23 @@ INVALID = "invalid"
 NO_CLAIM = "no_claim"
 ILLEGAL = "illegal"
 OVERLAP = "overlap"
+CONDITION = "condition_failed"  # a conditional delete whose segment is no longer in the state it names
+UNSERVABLE = "unservable"  # a COPY_SEGMENT_FINISHED the fold would accept but never serve
+MISPLACED = "misplaced_tombstone"  # a tombstone that names another partition's segment, or a live one
 INTERNAL = "internal_error"
-REASONS = (UNDECODABLE, INVALID, STALE_EPOCH, NO_CLAIM, OLD_TOPIC_ID, ILLEGAL, OVERLAP, INTERNAL)
+REASONS = (
+    UNDECODABLE,
+    INVALID,
+    STALE_EPOCH,
+    NO_CLAIM,
+    OLD_TOPIC_ID,
+    ILLEGAL,
+    OVERLAP,
+    CONDITION,
+    UNSERVABLE,
+    MISPLACED,
+    INTERNAL,
+)
 
 _FINISHED = SegmentState.COPY_SEGMENT_FINISHED
 _COPYING = (SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED)
@@ -247,8 +266,27 @@ def decide_claim(store: FoldStore, offset: int, claim: PartitionClaim) -> Change
     )
 
 
+def _check_condition(record: RemoteLogSegmentMetadata, current: RemoteLogSegmentMetadata | None) -> None:
+    """A conditional delete (DELETE_SEGMENT_STARTED naming the state it was planned on) holds only
+    while the segment is still in that state (or already being deleted). A segment this reader does
+    not know is accepted, as any snapshot is: compaction may have removed the state it names."""
+    if current is None or current.state is record.replaces_state:
+        return
+    if current.state is SegmentState.DELETE_SEGMENT_STARTED:
+        return
+    assert record.replaces_state is not None
+    raise RejectedRecord(
+        f"DELETE_SEGMENT_STARTED of {record.segment_id} planned on {record.replaces_state.value}, but the "
+        f"segment is {current.state.value} now",
+        CONDITION,
+    )
+
+
 def decide_segment(
-    store: FoldStore, record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate, raw: bytes | None
+    store: FoldStore,
+    record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate,
+    raw: bytes | None,
+    key: bytes | None = None,
 ) -> Change:
     tp = record.topic_partition
     header = store.header(tp)
@@ -267,6 +305,8 @@ def decide_segment(
         after = lineage if tid is None or lineage.topic_id is not None else replace(lineage, topic_id=tid)
     else:
         after = header.lineage.admit(record, current)  # the old rules; raises StaleRecordError
+    if type(record) is RemoteLogSegmentMetadata and record.replaces_state is not None:
+        _check_condition(record, current)
     new = (
         apply_snapshot(current, record)
         if isinstance(record, RemoteLogSegmentMetadata)
@@ -278,6 +318,14 @@ def decide_segment(
         change.unserve = tuple(_switch_unserves(store, tp, header.lineage, after))
     change.put = new  # a finished delete is kept (the state machine needs it) until its tombstone
     serves = new.state is _FINISHED and after.serves(new.segment_id.topic_id, after.topic_id)
+    if header.claimed and new.state is _FINISHED and not serves:
+        # never accepted without being served: its writer would count it done, and nobody would
+        # read it (a copy that carried no topic id, say, in a topic that was re-created)
+        raise RejectedRecord(
+            f"{new.state.value} of {record.segment_id} (topic id {new.segment_id.topic_id}) would not be "
+            f"served: the partition's topic id is {after.topic_id}",
+            UNSERVABLE,
+        )
     if serves:
         others = [
             s
@@ -299,7 +347,8 @@ def decide_segment(
             if gone:
                 change.unserve = (*change.unserve, *gone)
     change.served = serves and change.put is not None
-    key = segment_key(record.segment_id)
+    if key is None:
+        key = record_key(record)
     if store.is_shadowed(tp, key):
         change.shadow = (key, False)
     if store.is_orphan(tp, sid):
@@ -335,9 +384,11 @@ def decide_partition_delete(store: FoldStore, record: RemotePartitionDeleteMetad
     return Change(header=replace(header, delete_state=record.state))
 
 
-def decide(store: FoldStore, offset: int, record: MetadataRecord, raw: bytes | None) -> Change:
+def decide(
+    store: FoldStore, offset: int, record: MetadataRecord, raw: bytes | None, key: bytes | None = None
+) -> Change:
     if isinstance(record, RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate):
-        return decide_segment(store, record, raw)
+        return decide_segment(store, record, raw, key)
     if isinstance(record, PartitionClaim):
         return decide_claim(store, offset, record)
     if isinstance(record, RemoteLogStartOffset):
@@ -345,12 +396,21 @@ def decide(store: FoldStore, offset: int, record: MetadataRecord, raw: bytes | N
     return decide_partition_delete(store, record)
 
 
-def _rejected_change(store: FoldStore, record: MetadataRecord, raw: bytes | None) -> Change | None:
-    """Bookkeeping for a rejected record: the key it shadows, or the orphan it leaves."""
+def _rejected_change(
+    store: FoldStore, record: MetadataRecord, raw: bytes | None, key: bytes | None = None
+) -> Change | None:
+    """Bookkeeping for a rejected record: the key it shadows (a key that holds an accepted state,
+    which compaction could otherwise leave to the rejected record alone), or the orphan it leaves
+    (a rejected copy record of a segment nobody accepted: its writer may have uploaded objects)."""
     if isinstance(record, RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate):
-        if store.segment(record.segment_id.id) is not None:
-            return Change(shadow=(segment_key(record.segment_id), True))
-        if isinstance(record, RemoteLogSegmentMetadata):
+        if key is None:
+            key = record_key(record)
+        current = store.segment(record.segment_id.id)
+        if current is not None:
+            if key == segment_key(current.segment_id) or current.state in DELETE_STATES:
+                return Change(shadow=(key, True))
+            return None
+        if isinstance(record, RemoteLogSegmentMetadata) and record.state not in DELETE_STATES:
             return Change(orphan=(record.segment_id.id, record))
         return None
     tp = record.topic_partition
@@ -388,17 +448,34 @@ def decide_tombstone(store: FoldStore, key: bytes | None) -> tuple[TopicPartitio
         return tp, Change(header=replace(store.header(tp), log_start_offset=0), shadow=(key or b"", False))
     if rest.startswith(CLAIM_KEY_PART + "/"):
         return None  # a claim's place in the log is history: nothing changes
+    text, slash, suffix = rest.partition("/")
+    if slash and suffix != DELETE_KEY_SUFFIX:
+        raise FormatError(f"tombstone with a key that names no segment: {key!r}")
     try:
-        sid = uuid.UUID(rest)
+        sid = uuid.UUID(text)
     except ValueError as exc:
         raise FormatError(f"tombstone with a key that names no segment: {key!r}") from exc
     current = store.segment(sid)
-    change = Change(shadow=(key or b"", False), orphan=(sid, None))
-    if current is not None:
-        if current.state not in (SegmentState.DELETE_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_FINISHED):
-            log.warning("tombstone of segment %s in state %s (not deleted first)", sid, current.state.value)
-        change.dropped = current
-    return current.topic_partition if current is not None else tp, change
+    own_key = key or b""
+    if current is None:
+        # a segment nobody accepted (an orphan's key, or one already forgotten): nothing to drop
+        return tp, Change(shadow=(own_key, False), orphan=(sid, None))
+    expected = delete_key(current.segment_id) if slash else segment_key(current.segment_id)
+    if own_key != expected:
+        raise RejectedRecord(
+            f"tombstone {key!r} names segment {current.segment_id} of another partition", MISPLACED
+        )
+    if current.state is not SegmentState.DELETE_SEGMENT_FINISHED:
+        # Only a finished deletion may be forgotten. Anything else would unserve the segment here
+        # while a reader of the compacted topic still serves it; the owner re-publishes its state.
+        raise RejectedRecord(
+            f"tombstone of segment {current.segment_id} in state {current.state.value} (not deleted)",
+            MISPLACED,
+        )
+    change = Change(shadow=(own_key, False), orphan=(sid, None))
+    if not slash:
+        change.dropped = current  # the copy key's tombstone forgets the segment
+    return tp, change
 
 
 # -- applying messages ------------------------------------------------------------------------------
@@ -428,17 +505,20 @@ class Fold:
             return Verdict(False, reason, str(exc))
         if self.topics is not None and record.topic_partition.topic not in self.topics:
             return IGNORED
-        return self.apply_record(offset, record, value)
+        return self.apply_record(offset, record, value, key)
 
-    def apply_record(self, offset: int, record: MetadataRecord, raw: bytes | None = None) -> Verdict:
+    def apply_record(
+        self, offset: int, record: MetadataRecord, raw: bytes | None = None, key: bytes | None = None
+    ) -> Verdict:
+        """Apply one decoded record (``key``: its message key, when it was read from the topic)."""
         tp = record.topic_partition
         try:
-            change = decide(self.store, offset, record, raw)
+            change = decide(self.store, offset, record, raw, key)
             self.store.commit(tp, change)
         except StaleRecordError as exc:
-            return self._reject(tp, record, raw, exc.reason, str(exc))
+            return self._reject(tp, record, raw, exc.reason, str(exc), key)
         except IllegalTransitionError as exc:
-            return self._reject(tp, record, raw, ILLEGAL, str(exc))
+            return self._reject(tp, record, raw, ILLEGAL, str(exc), key)
         except Exception as exc:  # a bug or a record no check foresaw: contained to this record
             log.exception("metadata record at offset %d could not be applied", offset)
             return Verdict(False, INTERNAL, f"{type(exc).__name__}: {exc}", tp, record)
@@ -456,25 +536,34 @@ class Fold:
                 if self.store.header(tp).log_start_offset > 0:
                     self.store.commit(tp, Change(shadow=(key, True)))
                 return
+            text, slash, _suffix = rest.partition("/")
             try:
-                sid = uuid.UUID(rest)
+                sid = uuid.UUID(text)
             except ValueError:
                 return
             current = self.store.segment(sid)
-            if (
-                current is not None
-                and current.topic_partition == tp
-                and segment_key(current.segment_id) == key
-            ):
+            if current is None or current.topic_partition != tp:
+                return
+            if slash:
+                holds = current.state in DELETE_STATES and delete_key(current.segment_id) == key
+            else:
+                holds = segment_key(current.segment_id) == key
+            if holds:
                 self.store.commit(tp, Change(shadow=(key, True)))
         except Exception:  # bookkeeping of a rejected record must not turn into a crash
             log.exception("bookkeeping of an undecodable metadata record failed")
 
     def _reject(
-        self, tp: TopicPartition, record: MetadataRecord, raw: bytes | None, reason: str, detail: str
+        self,
+        tp: TopicPartition,
+        record: MetadataRecord,
+        raw: bytes | None,
+        reason: str,
+        detail: str,
+        key: bytes | None = None,
     ) -> Verdict:
         try:
-            book = _rejected_change(self.store, record, raw)
+            book = _rejected_change(self.store, record, raw, key)
             if book is not None:
                 self.store.commit(tp, book)
         except Exception:  # bookkeeping of a rejected record must not turn into a crash
@@ -486,6 +575,10 @@ class Fold:
             decided = decide_tombstone(self.store, key)
         except FormatError as exc:
             return Verdict(False, UNDECODABLE, str(exc))
+        except RejectedRecord as exc:
+            log.warning("metadata tombstone rejected: %s", exc)
+            self._shadow_by_key(key)  # the owner re-publishes the state it would have removed
+            return Verdict(False, exc.reason, str(exc))
         except Exception as exc:
             log.exception("metadata tombstone %r could not be applied", key)
             return Verdict(False, INTERNAL, f"{type(exc).__name__}: {exc}")
@@ -614,8 +707,10 @@ class MetadataFold(Fold):
         self._count(verdict)
         return verdict
 
-    def apply_record(self, offset: int, record: MetadataRecord, raw: bytes | None = None) -> Verdict:
-        verdict = super().apply_record(offset, record, raw)
+    def apply_record(
+        self, offset: int, record: MetadataRecord, raw: bytes | None = None, key: bytes | None = None
+    ) -> Verdict:
+        verdict = super().apply_record(offset, record, raw, key)
         self._count(verdict)
         return verdict
 

@@ -15,6 +15,10 @@ class SegmentState(StrEnum):
     DELETE_SEGMENT_FINISHED = "DELETE_SEGMENT_FINISHED"
 
 
+DELETE_STATES = frozenset({SegmentState.DELETE_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_FINISHED})
+_COPY_STATES = frozenset({SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED})
+
+
 class ClaimKind(StrEnum):
     """What a claim record says (record type 4, see :class:`PartitionClaim`)."""
 
@@ -92,6 +96,9 @@ class RemoteLogSegmentMetadata:
     index_size_in_bytes: int
     custom_metadata: bytes | None = None
     txn_index_empty: bool = True
+    # DELETE_SEGMENT_STARTED only: the state the deletion was planned on; readers accept the record
+    # only while the segment is still in it (a conditional delete, processor/metadata/fold.py)
+    replaces_state: SegmentState | None = None
 
     def __post_init__(self) -> None:
         if self.start_offset < 0 or self.end_offset < self.start_offset:
@@ -104,7 +111,20 @@ class RemoteLogSegmentMetadata:
         return self.segment_id.topic_partition
 
     def with_state(self, state: SegmentState, event_timestamp_ms: int) -> RemoteLogSegmentMetadata:
-        return replace(self, state=state, event_timestamp_ms=event_timestamp_ms)
+        return replace(self, state=state, event_timestamp_ms=event_timestamp_ms, replaces_state=None)
+
+    def deleting(
+        self, event_timestamp_ms: int, writer_id: str, writer_epoch: int
+    ) -> RemoteLogSegmentMetadata:
+        """This segment's DELETE_SEGMENT_STARTED, conditional on the state it is in now."""
+        return replace(
+            self,
+            state=SegmentState.DELETE_SEGMENT_STARTED,
+            event_timestamp_ms=event_timestamp_ms,
+            writer_id=writer_id,
+            writer_epoch=writer_epoch,
+            replaces_state=self.state if self.state in _COPY_STATES else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,8 +106,10 @@ class PartitionRemoteState:
 
     def dangling(self, in_flight: frozenset[uuid.UUID] = frozenset()) -> list[RemoteLogSegmentMetadata]:
         """Segments to clean up: copies that started and can never finish (another claim's, or this
-        claim's that are not in flight), deletes that started and never finished, finished segments
-        no longer served. Before claims existed: every copy started and not finished."""
+        claim's that are not in flight) and deletes that started and never finished. Before claims
+        existed: every copy started and not finished. Finished segments that are not served
+        (:meth:`superseded`, a retired topic id's) are not among them: a worker never deletes
+        those (processor/metadata/deletion_proof.py)."""
         epoch = self.current_epoch
         out = [
             s
@@ -118,9 +120,15 @@ class PartitionRemoteState:
                 and (epoch is None or s.writer_epoch != epoch or s.segment_id.id not in in_flight)
             )
         ]
-        out.extend(self.superseded())
         out.sort(key=lambda s: (s.start_offset, str(s.segment_id.id)))
         return out
+
+    def deletion_finished(self) -> list[RemoteLogSegmentMetadata]:
+        """Segments whose DELETE_SEGMENT_FINISHED the fold accepted: the owner tombstones their keys."""
+        return sorted(
+            (s for s in self.segments.values() if s.state is _S.DELETE_SEGMENT_FINISHED),
+            key=lambda s: (s.start_offset, str(s.segment_id.id)),
+        )
 
     def repairs(self) -> list[RemoteLogSegmentMetadata]:
         """Served segments whose key a rejected record shadows: the owner re-publishes them under its

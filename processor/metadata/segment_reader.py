@@ -73,6 +73,7 @@ EXPECTED_LAYOUT: tuple[Any, ...] = (
         ("record_count", "long"),
         ("index_crc32", "long"),
         ("index_size_in_bytes", "long"),
+        ("replaces_state", ("null", "RemoteLogSegmentState")),
     ),
 )
 
@@ -359,7 +360,14 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
     else:
         index_size, p = _varint_tail(buf, p, b)
     # Slices stop at the end of buf without an error, and p then runs past it: one check for all.
-    if p != len(buf):
+    n = len(buf)
+    if p == n:
+        replaces = None  # written before replaces_state (the earlier schema in schemas/history/)
+    elif p + 1 == n and buf[p] == 0:
+        replaces = None
+    elif p + 2 == n and buf[p] == 2 and buf[p + 1] < 8 and not buf[p + 1] & 1:
+        replaces = _STATES[buf[p + 1] >> 1]
+    else:
         raise _Unhandled
     return _segment_metadata(
         segment_id,
@@ -380,4 +388,5 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
         index_size,
         custom,
         txn_index_empty,
+        replaces,
     )

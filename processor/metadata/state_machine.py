@@ -5,10 +5,14 @@
     COPY_SEGMENT_FINISHED  -> DELETE_SEGMENT_STARTED
     DELETE_SEGMENT_STARTED -> DELETE_SEGMENT_FINISHED
     any state              -> itself (retries, failover)
+    any state              -> DELETE_SEGMENT_FINISHED (see below)
 
 One deliberate addition, forced by the compacted topic: a *full snapshot* record of a segment the
 reader has never seen is accepted in any state, because compaction may have removed the earlier
-states of that key. An *update* record always needs the segment's previous state.
+states of that key. An *update* record always needs the segment's previous state. For the same reason
+DELETE_SEGMENT_FINISHED may follow a copy state: a segment's delete states have a key of their own
+(processor/metadata/codec.py), and compaction may keep its DELETE_SEGMENT_FINISHED and its
+COPY_SEGMENT_FINISHED but not the DELETE_SEGMENT_STARTED between them.
 """
 
 from __future__ import annotations
@@ -28,9 +32,16 @@ _S = SegmentState
 _ALLOWED: dict[SegmentState | None, frozenset[SegmentState]] = {
     None: frozenset({_S.COPY_SEGMENT_STARTED}),
     _S.COPY_SEGMENT_STARTED: frozenset(
-        {_S.COPY_SEGMENT_STARTED, _S.COPY_SEGMENT_FINISHED, _S.DELETE_SEGMENT_STARTED}
+        {
+            _S.COPY_SEGMENT_STARTED,
+            _S.COPY_SEGMENT_FINISHED,
+            _S.DELETE_SEGMENT_STARTED,
+            _S.DELETE_SEGMENT_FINISHED,
+        }
     ),
-    _S.COPY_SEGMENT_FINISHED: frozenset({_S.COPY_SEGMENT_FINISHED, _S.DELETE_SEGMENT_STARTED}),
+    _S.COPY_SEGMENT_FINISHED: frozenset(
+        {_S.COPY_SEGMENT_FINISHED, _S.DELETE_SEGMENT_STARTED, _S.DELETE_SEGMENT_FINISHED}
+    ),
     _S.DELETE_SEGMENT_STARTED: frozenset({_S.DELETE_SEGMENT_STARTED, _S.DELETE_SEGMENT_FINISHED}),
     _S.DELETE_SEGMENT_FINISHED: frozenset({_S.DELETE_SEGMENT_FINISHED}),
 }
@@ -45,7 +56,7 @@ _PARTITION_ALLOWED: dict[PartitionDeleteState | None, frozenset[PartitionDeleteS
 }
 
 # Fields a state change may alter; every other field of a segment is fixed once published.
-_MUTABLE = {"state", "event_timestamp_ms", "custom_metadata", "writer_id", "writer_epoch"}
+_MUTABLE = {"state", "event_timestamp_ms", "custom_metadata", "writer_id", "writer_epoch", "replaces_state"}
 _IMMUTABLE = tuple(f.name for f in fields(RemoteLogSegmentMetadata) if f.name not in _MUTABLE)
 _immutable_values = operator.attrgetter(*_IMMUTABLE)
 
@@ -95,6 +106,7 @@ def apply_update(
         event_timestamp_ms=update.event_timestamp_ms,
         writer_id=update.writer_id,
         writer_epoch=update.writer_epoch,
+        replaces_state=None,
         custom_metadata=update.custom_metadata
         if update.custom_metadata is not None
         else current.custom_metadata,

@@ -23,6 +23,8 @@ Bounds (all inclusive):
   of safe characters only. (Which prefix is this deployment's is checked where objects are read or
   deleted.)
 - format version: one of the segment format versions this code reads;
+- replaces state: only on a DELETE_SEGMENT_STARTED, and only COPY_SEGMENT_STARTED or
+  COPY_SEGMENT_FINISHED (the states a deletion is planned on);
 - the key of the message must be the record's own key (``codec.record_key``): compaction keeps the
   latest record *per key*, so a record filed under another key would survive in the wrong place.
 """
@@ -41,6 +43,7 @@ from processor.metadata.model import (
     RemoteLogSegmentMetadataUpdate,
     RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
+    SegmentState,
 )
 
 MAX_OFFSET = 2**62 - 1
@@ -52,6 +55,7 @@ MAX_OBJECT_KEY = 1024
 MAX_CUSTOM_METADATA = 1024
 MAX_LEADER_EPOCHS = 65_536
 SEGMENT_FORMAT_VERSIONS = frozenset({1, 2})
+_DELETABLE_FROM = frozenset({SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED})
 
 TOPIC_NAME = _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _TOPIC_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -127,6 +131,11 @@ def _check_segment(record: RemoteLogSegmentMetadata) -> None:
         raise _fail(
             record, f"custom metadata of {len(record.custom_metadata)} bytes (at most {MAX_CUSTOM_METADATA})"
         )
+    replaces = record.replaces_state
+    if replaces is not None and (
+        record.state is not SegmentState.DELETE_SEGMENT_STARTED or replaces not in _DELETABLE_FROM
+    ):
+        raise _fail(record, f"{record.state.value} naming replaced state {replaces.value}")
 
 
 @lru_cache(maxsize=65_536)

@@ -173,6 +173,20 @@ class ObjectKeyFactory:
             name = name[: -len(suffix)] if name.endswith(suffix) else name
         return _DATA_NAME.fullmatch(name) is not None
 
+    @staticmethod
+    def segment_name(key: str) -> tuple[uuid.UUID, int, str] | None:
+        """(segment UUID, writer epoch, data object key) of a data, index or manifest object's key,
+        or None when its name is not one of this layout's."""
+        data_key = key
+        for suffix in (INDEX_SUFFIX, MANIFEST_SUFFIX):
+            if data_key.endswith(suffix):
+                data_key = data_key[: -len(suffix)]
+                break
+        m = _DATA_NAME.fullmatch(data_key.rsplit("/", 1)[-1])
+        if m is None:
+            return None
+        return uuid.UUID(m.group(2)), int(m.group(3)), data_key
+
     def check_segment_key(self, key: str, topic: str, partition: int) -> str:
         """Accept a key read from the metadata topic only if it is one this factory would build.
 

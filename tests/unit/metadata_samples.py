@@ -42,6 +42,12 @@ def segment_metadata(draw: st.DrawFn, state: SegmentState | None = None) -> Remo
     keys = ObjectKeyFactory(draw(prefixes)).segment(
         sid.topic, sid.partition, start, sid.id, draw(st.integers(0, 2**40)), sid.topic_id
     )
+    state = state or draw(st.sampled_from(list(SegmentState)))
+    replaces = None
+    if state is SegmentState.DELETE_SEGMENT_STARTED:  # a conditional delete, or one of earlier versions
+        replaces = draw(
+            st.sampled_from([None, SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED])
+        )
     return RemoteLogSegmentMetadata(
         segment_id=sid,
         start_offset=start,
@@ -54,7 +60,7 @@ def segment_metadata(draw: st.DrawFn, state: SegmentState | None = None) -> Remo
             draw(st.lists(st.tuples(st.integers(-1, 1000), longs), min_size=1, max_size=4))
         ),
         segment_size_in_bytes=draw(longs),
-        state=state or draw(st.sampled_from(list(SegmentState))),
+        state=state,
         data_object_key=keys.data,
         index_object_key=keys.index,
         segment_format_version=draw(st.sampled_from([1, 2])),
@@ -63,6 +69,7 @@ def segment_metadata(draw: st.DrawFn, state: SegmentState | None = None) -> Remo
         index_size_in_bytes=draw(longs),
         custom_metadata=draw(st.one_of(st.none(), st.binary(max_size=128))),
         txn_index_empty=draw(st.booleans()),
+        replaces_state=replaces,
     )
 
 

@@ -18,7 +18,7 @@ from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, plan_retention
 from processor.lifecycle.retention_service import RetentionService, StateView, clean_partition
 from processor.lifecycle.segment_deleter import SegmentDeleter
-from processor.metadata.codec import encode_value, record_key, segment_key
+from processor.metadata.codec import delete_key, encode_value, record_key, segment_key
 from processor.metadata.fencing import STALE_EPOCH
 from processor.metadata.fold import INTERNAL, INVALID, NO_CLAIM, OVERLAP, Fold, MemoryStore, MetadataFold
 from processor.metadata.model import (
@@ -54,7 +54,8 @@ class Log:
         return self._append(record_key(record), encode_value(record))
 
     def tombstone(self, segment: RemoteLogSegmentMetadata) -> int:
-        return self._append(segment_key(segment.segment_id), None)
+        self._append(segment_key(segment.segment_id), None)
+        return self._append(delete_key(segment.segment_id), None)
 
     def _append(self, key: bytes, value: bytes | None) -> int:
         offset = len(self.messages)
@@ -338,14 +339,19 @@ def test_orphans_are_removed_and_shadowed_states_re_published(tmp_path: Path) ->
     ok, kept = copy(log, 0, 9, zombie, "zombie")
     assert ok
     owner = log.claim("owner")
-    # the zombie, unaware: a copy (its objects uploaded) and a delete of its served segment
+    # the zombie, unaware: a copy (its objects uploaded), a delete of its served segment, and its
+    # served segment's FINISHED once more
     late = segment(10, 19, zombie, S.COPY_SEGMENT_STARTED, "zombie")
     storage.create(late.data_object_key, [b"d"])
     storage.create(late.index_object_key, [b"i"])
     log.publish(late)
-    log.publish(kept.with_state(S.DELETE_SEGMENT_STARTED, 3))
+    log.publish(kept.deleting(3, "zombie", zombie))
     state = log.state()
-    assert set(state.orphans) == {late.segment_id.id}
+    # the rejected delete sits under the segment's delete key: it shadows nothing (compaction can
+    # never leave it as the only record of the key that holds the segment's FINISHED)
+    assert set(state.orphans) == {late.segment_id.id} and state.repairs() == []
+    log.publish(dataclasses.replace(kept, event_timestamp_ms=4))
+    state = log.state()
     assert [s.segment_id for s in state.repairs()] == [kept.segment_id]
     clean_partition(TP, state, deleter(log, storage, "owner"), owner, RetentionLimits(), 0)
     after = log.state()
@@ -355,29 +361,45 @@ def test_orphans_are_removed_and_shadowed_states_re_published(tmp_path: Path) ->
     assert DeleteReason.DANGLING
 
 
-def test_the_once_per_claim_sweep_deletes_only_old_objects_nobody_references(tmp_path: Path) -> None:
+def test_the_once_per_claim_sweep_deletes_only_this_claims_old_objects_nobody_references(
+    tmp_path: Path,
+) -> None:
     from processor.lifecycle.retention_service import sweep_unreferenced
 
     storage = FilesystemChunkStorage(tmp_path)
     log = Log()
+    before = log.claim("w")
     epoch = log.claim("w")
     _ok, served = copy(log, 0, 9, epoch)
     lost = segment(10, 19, epoch)  # uploaded, never recorded (a writer crashed in between)
     flying = segment(20, 29, epoch)  # a copy of this owner in progress
+    earlier = segment(30, 39, before)  # written under another claim: not this owner's to judge
+    acked = segment(40, 49, epoch)  # has a manifest: acknowledged once, whatever the view says
+    other_id = KEYS.segment(TP.topic, 0, 50, uuid.uuid4(), epoch, str(uuid.UUID(int=7)))
     for key in (
         served.data_object_key, served.index_object_key, lost.data_object_key, lost.index_object_key,
-        flying.data_object_key, "archive/orders/0/notes.txt", "other-app/x.bin",
+        flying.data_object_key, earlier.data_object_key, acked.data_object_key,
+        acked.data_object_key + "-manifest", other_id.data, "archive/orders/0/notes.txt", "other-app/x.bin",
     ):  # fmt: skip
         storage.create(key, [b"x"])
     d = deleter(log, storage)
     now = int(time.time() * 1000)
-    assert sweep_unreferenced(TP, log.state(), d, now) == []  # everything is younger than ten minutes
-    gone = sweep_unreferenced(TP, log.state(), d, now + 11 * 60_000, frozenset({flying.segment_id.id}))
-    assert sorted(gone) == sorted([lost.data_object_key, lost.index_object_key])
+    assert sweep_unreferenced(TP, log.state(), d, now).deleted == []  # all younger than ten minutes
+    later = now + 11 * 60_000
+    assert sweep_unreferenced(TP, log.state(), d, later, dry_run=True).deleted != []
+    assert len(list(storage.list(""))) == 11, "a dry run deletes nothing"
+    result = sweep_unreferenced(TP, log.state(), d, later, frozenset({flying.segment_id.id}))
+    assert sorted(result.deleted) == sorted([lost.data_object_key, lost.index_object_key])
+    assert sorted(result.kept) == sorted(
+        [earlier.data_object_key, acked.data_object_key, acked.data_object_key + "-manifest"]
+    )
     left = {i.key for i in storage.list("")}
     assert {
         served.data_object_key,
         flying.data_object_key,
+        earlier.data_object_key,
+        acked.data_object_key,
+        other_id.data,
         "archive/orders/0/notes.txt",
         "other-app/x.bin",
     } <= left

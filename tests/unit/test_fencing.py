@@ -116,13 +116,13 @@ def test_records_from_an_older_epoch_are_rejected_in_every_state() -> None:
     state.apply(to(started, S.DELETE_SEGMENT_STARTED, epoch=5))
 
 
-def test_the_newer_epoch_lineage_is_served_and_overlapped_older_segments_are_cleaned() -> None:
+def test_the_newer_epoch_lineage_is_served_and_overlapped_older_segments_are_kept_unserved() -> None:
     a, b = seg(0, 9, epoch=1), seg(10, 29, epoch=1)  # b: the zombie's late FINISHED
     c, d = seg(10, 19, epoch=2), seg(20, 39, epoch=2)
     state = fold(a, b, c, d)
     assert [s.segment_id for s in state.finished()] == [a.segment_id, c.segment_id, d.segment_id]
     assert [s.segment_id for s in state.superseded()] == [b.segment_id]
-    assert b.segment_id in [s.segment_id for s in state.dangling()]
+    assert b.segment_id not in [s.segment_id for s in state.dangling()]  # never deleted by a worker
     assert state.highest_finished_offset() == 39
 
 

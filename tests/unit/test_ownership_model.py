@@ -43,8 +43,8 @@ from processor.errors import FencedWriterError
 from processor.lifecycle.retention_policy import RetentionLimits
 from processor.lifecycle.retention_service import clean_partition
 from processor.lifecycle.segment_deleter import SegmentDeleter
-from processor.metadata.codec import decode_value, encode_value, record_key, segment_key
-from processor.metadata.fold import MetadataFold
+from processor.metadata.codec import decode_value, delete_key, encode_value, record_key, segment_key
+from processor.metadata.fold import CONDITION, MetadataFold
 from processor.metadata.model import (
     ClaimKind,
     MetadataRecord,
@@ -55,6 +55,7 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
+from processor.metadata.manifest import manifest_key
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage
@@ -77,6 +78,9 @@ class Bucket:
     def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
         self.objects.add(key)
         return ChunkInfo(key, sum(len(p) for p in parts))
+
+    def stat(self, key: str) -> ChunkInfo | None:
+        return ChunkInfo(key, 1) if key in self.objects else None
 
     def delete(self, key: str) -> None:
         self.objects.discard(key)
@@ -114,7 +118,12 @@ class Topic:
         writer = getattr(record, "writer_id", "")
         if verdict.accepted and writer != claim.writer_id and writer in OWNERS:
             self.foreign_accepted.append(f"{writer}'s record at {offset} under {claim.writer_id}'s claim")
-        if not verdict.accepted and writer in OWNERS and getattr(record, "writer_epoch", None) == claim.epoch:
+        if (
+            not verdict.accepted
+            and verdict.reason != CONDITION
+            and writer in OWNERS
+            and getattr(record, "writer_epoch", None) == claim.epoch
+        ):
             self.self_fenced.append(
                 f"{writer}'s own record at {offset} rejected: {verdict.reason} {verdict.detail}"
             )
@@ -124,7 +133,8 @@ class Topic:
         return self.append(record_key(record), encode_value(record))
 
     def tombstone(self, segment: RemoteLogSegmentMetadata) -> int:
-        return self.append(segment_key(segment.segment_id), None)
+        self.append(segment_key(segment.segment_id), None)
+        return self.append(delete_key(segment.segment_id), None)
 
     def confirm(self, record: MetadataRecord, offset: int) -> bool:
         return self.accepted.get(offset, False)
@@ -321,6 +331,7 @@ class OwnershipModel(RuleBasedStateMachine):
         owner.view_at = max(owner.view_at, owner.copy.offset + 1)
         if self.topic.confirm(seg, owner.copy.offset):
             self.acked[seg.segment_id.id] = seg  # acknowledged: from now on it must stay served
+            self.bucket.create(manifest_key(seg.data_object_key), [b"m"])
             owner.next_offset = seg.end_offset + 1
             owner.in_flight.discard(seg.segment_id.id)
             owner.copy = None
@@ -333,7 +344,7 @@ class OwnershipModel(RuleBasedStateMachine):
         if delete_objects:
             self.bucket.delete(seg.data_object_key)
             self.bucket.delete(seg.index_object_key)
-        deleting = seg.with_state(S.DELETE_SEGMENT_STARTED, 2)
+        deleting = seg.deleting(2, owner.name, seg.writer_epoch)
         self.topic.publish(deleting)
         self.topic.publish(deleting.with_state(S.DELETE_SEGMENT_FINISHED, 3))
         self._fenced(owner)

@@ -245,12 +245,14 @@ def test_retention_settings_defaults() -> None:
         load_settings({"PROCESSOR_DELETION_TOPIC": "a/b"})
 
 
-def test_a_finished_segment_replaced_by_a_newer_epoch_is_unreferenced_and_not_counted() -> None:
+def test_a_finished_segment_that_is_not_served_is_kept_reported_and_not_counted() -> None:
     kept = chain({"size": 100}, {"size": 100})
     replaced = seg(0, 99, size=10_000)  # an older epoch's copy of the same range, no longer served
     plan = plan_retention(
         [*kept, replaced], RetentionLimits(retention_bytes=200), NOW, served={s.segment_id.id for s in kept}
     )
-    assert plan.dangling == (replaced,) and plan.expired == ()
+    # acknowledged data a view does not serve is never a worker's to delete (a retired topic id's
+    # history may be what a disaster recovery restores from): listed, not planned
+    assert plan.dangling == () and plan.expired == () and plan.unserved == (replaced,)
     # without the served set every finished segment counts
     assert plan_retention([*kept, replaced], RetentionLimits(retention_bytes=200), NOW).expired
