@@ -144,7 +144,6 @@ class SegmentDeleter:
             *((s, DeleteReason.DANGLING) for s in dangling),
             *plan.expired,
         ]
-        self.forget_manifests(s for s, _reason in plan.expired)
         for segment, reason in work:
             error = self.delete_segment(segment, reason, writer_epoch)
             if error is None:

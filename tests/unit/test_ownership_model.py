@@ -2,10 +2,14 @@
 
 Three owners claim one source partition, copy segments, pause (a paused owner simply takes no
 step while the others go on, then goes on with what it knew: a zombie), crash, run retention and
-their cleanup, in any interleaving hypothesis finds; the metadata topic is compacted at random
-points the way Kafka's log cleaner does (the latest record of each key before a cleaning point
-survives, tombstones vanish), as far as ``min.compaction.lag.ms`` lets it: never past a rejected
-record that still shadows an accepted state (the owner's cleanup re-publishes those first).
+their cleanup (also a pass that planned while its own copy was still STARTED and acts after the copy
+finished), in any interleaving hypothesis finds; hostile records and hostile tombstones (of a
+served segment's keys, or another partition's key naming it) come at any point; the metadata topic
+is compacted at any point the way Kafka's log cleaner does (the latest record of each key before a
+cleaning point survives, tombstones vanish), as far as ``min.compaction.lag.ms`` lets it: never past
+a rejected record that still shadows an accepted state or names an orphan (an owner neutralises
+those within a pass, far inside the lag). Any cleaning point is allowed otherwise, including one
+between a rejected record and the record that neutralised it.
 
 The parts under test are the real ones: the codec and its bounds, the fold
 (:mod:`processor.metadata.fold`), the remote state on top of it, the retention planner and the
@@ -17,7 +21,8 @@ Invariants, after every step:
   retention deletes it, and retention deleted only segments past its limit;
 - no two served segments overlap, and no offset between the remote log start offset and the highest
   served offset is unserved;
-- every served segment's objects are in the bucket;
+- every served segment's objects are in the bucket, and every acknowledged segment's data, index
+  and manifest stay there until the user's retention deletes it (no deletion without proof);
 - every reader agrees: the fold that read the topic live, a fresh fold over the topic as it is now
   (compacted), and the follower's RocksDB cache that applied it in batches, on the served segments,
   the remote log start offset and the current claim.
@@ -45,6 +50,7 @@ from processor.lifecycle.retention_service import clean_partition
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.codec import decode_value, delete_key, encode_value, record_key, segment_key
 from processor.metadata.fold import CONDITION, MetadataFold
+from processor.metadata.manifest import manifest_key
 from processor.metadata.model import (
     ClaimKind,
     MetadataRecord,
@@ -55,7 +61,6 @@ from processor.metadata.model import (
     SegmentState,
     TopicPartition,
 )
-from processor.metadata.manifest import manifest_key
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage
@@ -372,9 +377,50 @@ class OwnershipModel(RuleBasedStateMachine):
         except FencedWriterError:
             self._fenced(owner)
             return
+        finally:
+            self._saw_own_writes(owner)
         for seg in out.deleted:
             if seg.state is S.COPY_SEGMENT_FINISHED and seg.segment_id.id in part.served:
                 assert seg.max_timestamp_ms <= cutoff, "retention deleted a segment inside its limit"
+                self.retention_deleted[seg.segment_id.id] = cutoff
+
+    def _saw_own_writes(self, owner: Owner) -> None:
+        """A pass confirms its records through the owner's follower, and the next pass waits for
+        that follower to reach the topic's end: no owner plans again on a view older than its own
+        last pass (a paused owner's view is stale only about what others wrote since)."""
+        owner.view_at = self.topic.next_offset
+
+    def retention_races_finish(self, name: str, keep: int) -> None:
+        """A retention pass that reads the partition while the owner's copy is still STARTED, then
+        the copy publishes its FINISHED, is acknowledged and leaves the in-flight set, and only then
+        does the pass look at the in-flight set: the plan sees a STARTED nobody has in flight. Its
+        conditional DELETE_SEGMENT_STARTED must lose to the FINISHED (the fold has the last word)."""
+        owner = self.owners[name]
+        assert owner.epoch is not None and owner.copy is not None
+        part = self._state(self._stale_fold(owner))
+        self.finish(name)
+        self.confirm_finished(name)
+        if owner.epoch is None:
+            return
+        try:
+            _plan, out = clean_partition(
+                TP,
+                part,
+                self._deleter(owner),
+                owner.epoch,
+                RetentionLimits(retention_ms=keep),
+                self.source_end,
+                frozenset(owner.in_flight),
+            )
+        except FencedWriterError:
+            if self._state().current_epoch != owner.epoch:
+                self._fenced(owner)
+            return  # the pass stops; the next one plans again on a view that shows the FINISHED
+        finally:
+            self._saw_own_writes(owner)
+        cutoff = self.source_end - keep
+        for seg in out.deleted:
+            if seg.state is S.COPY_SEGMENT_FINISHED and seg.segment_id.id in part.served:
                 self.retention_deleted[seg.segment_id.id] = cutoff
 
     def cleanup(self, name: str) -> None:
@@ -393,6 +439,8 @@ class OwnershipModel(RuleBasedStateMachine):
             )
         except FencedWriterError:
             self._fenced(owner)
+        finally:
+            self._saw_own_writes(owner)
 
     def copy_whole(self, name: str, length: int) -> None:
         """A copy from STARTED to confirmed FINISHED with no other step in between."""
@@ -401,6 +449,22 @@ class OwnershipModel(RuleBasedStateMachine):
             step(name)
 
     # -- hostile records: contained, whatever they say -----------------------------------------
+
+    @precondition(lambda self: self.topic.live.partition(TP).finished())
+    @rule(kind=st.sampled_from(["own_key", "delete_key", "other_partition"]), data=st.data())
+    def hostile_tombstone(self, kind: str, data: st.DataObject) -> None:
+        """A tombstone (no value, so no epoch to fence) naming a served segment: of its own key, of
+        its delete key, or under another partition's key with its UUID. The fold rejects each; the
+        owner re-publishes what the first one would have removed before compaction may reach it."""
+        victim = data.draw(st.sampled_from(self._state().finished()), label="victim")
+        if kind == "own_key":
+            key = segment_key(victim.segment_id)
+        elif kind == "delete_key":
+            key = delete_key(victim.segment_id)
+        else:
+            key = f"{TP.topic}/{TP.partition + 1}/{victim.segment_id.id}".encode()
+        self.topic.append(key, None)
+        assert not self.topic.accepted[self.topic.next_offset - 1], f"hostile tombstone {key!r} accepted"
 
     @precondition(lambda self: self.topic.live.partition(TP).header.claimed)
     @rule(
@@ -456,18 +520,6 @@ class OwnershipModel(RuleBasedStateMachine):
             if after:
                 guard = min(guard, after[0])
         point = data.draw(st.integers(0, guard), label="cleaning point")
-        # Nor does it separate a rejected record from the record that neutralised it (the next one
-        # of its key: a tombstone, a re-published state): the owner writes that within one pass of
-        # seeing it, far inside the lag, and sees it before it deletes anything (its pass waits for
-        # its follower to reach the topic's end). A cleaning point between the two takes the active
-        # segment rolling right between them and staying active past the lag; the README's Fencing
-        # section names that residual.
-        moved = True
-        while moved:
-            moved = False
-            for o, n in self._neutralised():
-                if o < point <= n:
-                    point, moved = o, True
         self.topic.compact(point)
 
     def _establishes(self, offset: int) -> bool:
@@ -480,18 +532,6 @@ class OwnershipModel(RuleBasedStateMachine):
         if isinstance(record, RemoteLogStartOffset):
             return record.start_offset >= self.topic.live.partition(TP).log_start_offset
         return True
-
-    def _neutralised(self) -> list[tuple[int, int]]:
-        """(offset of a rejected record, offset of the next record of its key) for every rejected
-        record that has a later record of its key."""
-        pairs: list[tuple[int, int]] = []
-        last: dict[bytes, int] = {}
-        for m in reversed(self.topic.log):
-            following = last.get(m.key)
-            if following is not None and not self.topic.accepted.get(m.offset, True):
-                pairs.append((m.offset, following))
-            last[m.key] = m.offset
-        return pairs
 
     # -- invariants ----------------------------------------------------------------------------
 
@@ -537,6 +577,18 @@ class OwnershipModel(RuleBasedStateMachine):
         for seg in self._state().finished():
             assert seg.data_object_key in self.bucket.objects, f"served {seg.segment_id} lost its data"
             assert seg.index_object_key in self.bucket.objects
+
+    @invariant()
+    def acknowledged_objects_exist_until_retention(self) -> None:
+        """No object of an acknowledged segment is deleted but by the user's retention: not as
+        dangling, orphan or unreferenced, whatever any owner's view said."""
+        for sid, seg in self.acked.items():
+            if sid in self.retention_deleted:
+                continue
+            for key in (seg.data_object_key, seg.index_object_key, manifest_key(seg.data_object_key)):
+                assert key in self.bucket.objects, (
+                    f"acknowledged {seg.start_offset}..{seg.end_offset} lost {key}"
+                )
 
     @invariant()
     def every_reader_agrees(self) -> None:
@@ -594,6 +646,7 @@ def _register_owner_rules() -> None:
             ("finish", _phase(n, "uploaded"), {}),
             ("confirm_finished", _phase(n, "finished"), {}),
             ("retention", _holds(n), {"keep": st.integers(0, 12)}),
+            ("retention_races_finish", _phase(n, "uploaded"), {"keep": st.integers(0, 12)}),
             ("cleanup", _holds(n), {}),
         ]
         for step, pre, args in table:
