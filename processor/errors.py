@@ -119,3 +119,9 @@ class TopicIdUnknownError(ProcessorError):
         )
         self.topics = sorted(topics)
         self.found = dict(found or {})
+
+
+class MetadataBehindBucketError(ProcessorError):
+    """The bucket holds archived segments (manifests) of a partition that the metadata topic knows
+    nothing of: a lost or re-created metadata topic, a misspelt one, or another deployment writing
+    the same bucket and prefix. The partition is not led until ``processor rebuild-metadata`` ran."""

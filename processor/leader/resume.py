@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from processor.errors import TopicIdUnknownError
+from processor.errors import MetadataBehindBucketError, TopicIdUnknownError
 from processor.health import HEALTH
 from processor.leader.ports import CachedRemoteState
 from processor.metadata.codec import metadata_partition_for
@@ -44,6 +44,16 @@ log = logging.getLogger(__name__)
 TopicIdSource = Callable[[list[str]], dict[str, str]]
 HEALTH_COMPONENT = "topic_ids"
 MetadataLoader = Callable[[list[TopicPartition]], dict[TopicPartition, PartitionRemoteState]]
+# Whether the bucket holds segment manifests of a partition (in its folder of the given topic id):
+# acknowledged data, whatever the metadata topic says.
+ArchivedManifests = Callable[[TopicPartition, str | None], bool]
+BEHIND_COMPONENT = "metadata_behind_bucket"
+
+
+def knows_nothing(state: PartitionRemoteState) -> bool:
+    """Whether the metadata holds nothing of a partition's archive: no segment in any state, no
+    remote log start offset, no partition deletion (its own claim aside)."""
+    return not state.segments and state.log_start_offset == 0 and state.delete_state is None
 
 
 class ResumePlanner:
@@ -56,8 +66,11 @@ class ResumePlanner:
         claims: MetadataSink,
         follower: CachedRemoteState | None = None,
         catch_up_timeout_s: float = 10.0,
+        archived_manifests: ArchivedManifests | None = None,
     ) -> None:
         self.claims = claims
+        self._archived_manifests = archived_manifests
+        self.behind: set[TopicPartition] = set()  # refused: the bucket is ahead of the metadata
         self.worker_id = worker_id
         self.metadata_partitions = metadata_partitions
         self._load_from_topic = load_from_topic
@@ -150,10 +163,45 @@ class ResumePlanner:
                 )
                 continue
             state.current_topic_id = self.topic_ids.get(tp.topic)
+            if self._behind_the_bucket(tp, state):
+                continue
             held[tp] = offsets[tp]
+        self._report_behind()
         with self._lock:
             self._prepared.update({tp: states[tp] for tp in held})
         return held
+
+    def _behind_the_bucket(self, tp: TopicPartition, state: PartitionRemoteState) -> bool:
+        """A partition whose metadata knows nothing while the bucket holds manifests of it (the
+        metadata topic was lost and re-created empty, a misspelt PROCESSOR_METADATA_TOPIC, another
+        deployment's metadata): leading it would copy over the archive and clean up by a view that
+        does not know it. It is refused (not led, nothing deleted) until ``rebuild-metadata`` ran."""
+        if self._archived_manifests is None or not knows_nothing(state):
+            self.behind.discard(tp)
+            return False
+        if not self._archived_manifests(tp, state.current_topic_id):
+            self.behind.discard(tp)
+            return False
+        log.error(
+            "%s: not leading it: the bucket holds segment manifests of this partition that the metadata "
+            "topic does not know (a lost or re-created metadata topic, a misspelt "
+            "PROCESSOR_METADATA_TOPIC, or another deployment writing the same bucket and prefix); run "
+            "`processor rebuild-metadata`, or point this worker at its own metadata topic or prefix",
+            tp,
+        )
+        self.behind.add(tp)
+        return True
+
+    def _report_behind(self) -> None:
+        if self.behind:
+            names = ", ".join(str(tp) for tp in sorted(self.behind)[:5])
+            HEALTH.report(
+                BEHIND_COMPONENT,
+                f"the bucket holds archived segments of {len(self.behind)} partitions ({names}) that the "
+                "metadata topic does not know: not leading them; run `processor rebuild-metadata`",
+            )
+        else:
+            HEALTH.clear(BEHIND_COMPONENT)
 
     def __call__(self, tps: list[TopicPartition]) -> dict[TopicPartition, PartitionRemoteState]:
         """The engine's RemoteStateLoader: what ``prepare`` loaded, or a fresh load. Raises
@@ -172,7 +220,18 @@ class ResumePlanner:
                 raise TopicIdUnknownError(
                     sorted(unknown), f"the lookup failed; not leading {unled} without it"
                 )
+            behind = []
             for tp, state in self._states(missing).items():
                 state.current_topic_id = self.topic_ids.get(tp.topic)
+                if self._behind_the_bucket(tp, state):
+                    behind.append(str(tp))
                 out[tp] = state
+            self._report_behind()
+            if behind:
+                with self._lock:
+                    self._prepared.update({tp: st for tp, st in out.items() if str(tp) not in behind})
+                raise MetadataBehindBucketError(
+                    f"not leading {behind}: the bucket holds archived segments the metadata topic does "
+                    "not know; run `processor rebuild-metadata`"
+                )
         return out

@@ -701,9 +701,14 @@ class MetadataFold(Fold):
         super().__init__(self.memory, topics)
         self.rejected: dict[str, int] = {}
         self._next_offset: int = 0  # of :meth:`append`
+        self._raw = False  # inside apply_raw: its apply_record is not counted twice
 
     def apply_raw(self, offset: int, key: bytes | None, value: bytes | None) -> Verdict:
-        verdict = super().apply_raw(offset, key, value)
+        self._raw = True
+        try:
+            verdict = super().apply_raw(offset, key, value)
+        finally:
+            self._raw = False
         self._count(verdict)
         return verdict
 
@@ -711,7 +716,8 @@ class MetadataFold(Fold):
         self, offset: int, record: MetadataRecord, raw: bytes | None = None, key: bytes | None = None
     ) -> Verdict:
         verdict = super().apply_record(offset, record, raw, key)
-        self._count(verdict)
+        if not self._raw:
+            self._count(verdict)
         return verdict
 
     def append(self, record: MetadataRecord) -> Verdict:

@@ -6,11 +6,13 @@ from processor.config import Settings
 from processor.kafka_clients import new_admin, topic_ids
 from processor.leader.offload_engine import RemoteStateLoader
 from processor.leader.ports import CachedRemoteState
-from processor.leader.resume import ResumePlanner
+from processor.leader.resume import ArchivedManifests, ResumePlanner
 from processor.metadata.codec import metadata_partition_for
 from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.topic_io import MetadataPublisher, load_remote_state
+from processor.segment.object_keys import MANIFEST_SUFFIX, ObjectKeyFactory
+from processor.storage.chunk_storage import ChunkStorage
 
 
 def remote_state_loader(settings: Settings, metadata_partitions: int) -> RemoteStateLoader:
@@ -24,11 +26,26 @@ def remote_state_loader(settings: Settings, metadata_partitions: int) -> RemoteS
     return load
 
 
+def archived_manifests(storage: ChunkStorage, keys: ObjectKeyFactory) -> ArchivedManifests:
+    """Whether a partition's folder (of a topic id) holds a segment manifest: one LIST that stops at
+    the first one (asked only for partitions whose metadata knows nothing)."""
+
+    def ask(tp: TopicPartition, topic_id: str | None) -> bool:
+        prefix = keys.partition_prefix(tp.topic, tp.partition, topic_id)
+        return any(info.key.endswith(MANIFEST_SUFFIX) for info in storage.list(prefix))
+
+    return ask
+
+
 def build_planner(
-    settings: Settings, metadata_partitions: int, follower: CachedRemoteState | None = None
+    settings: Settings,
+    metadata_partitions: int,
+    follower: CachedRemoteState | None = None,
+    storage: ChunkStorage | None = None,
 ) -> ResumePlanner:
     """Claims, topic ids and resume points of newly assigned partitions (see
-    processor/leader/resume.py); reads back through the follower's cache when it is caught up."""
+    processor/leader/resume.py); reads back through the follower's cache when it is caught up.
+    With ``storage``: refuses partitions whose archive the metadata does not know."""
     admin = new_admin(settings.kafka, "processor-admin")
     claims = MetadataPublisher(
         settings.kafka, settings.metadata_topic, metadata_partitions, "processor-claims"
@@ -40,4 +57,7 @@ def build_planner(
         lambda topics: topic_ids(admin, topics),
         claims,
         follower,
+        archived_manifests=None
+        if storage is None
+        else archived_manifests(storage, ObjectKeyFactory(settings.s3_prefix)),
     )

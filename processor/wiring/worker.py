@@ -63,7 +63,7 @@ class Worker:
         follower = build_follower(settings, metadata_partitions, own_topics=True)
         reader = build_reader(settings, storage, follower.rlmm) if settings.follower_enabled else None
         materializer = follower.materializer
-        planner = build_planner(settings, metadata_partitions, materializer)
+        planner = build_planner(settings, metadata_partitions, materializer, storage)
         engine = build_engine(settings, storage, metadata_partitions, planner, materializer)
         leadership = Leadership(engine, planner, materializer, reclaim_after_s(settings))
         app = build_app(settings, engine, leadership, token, reader, materializer)

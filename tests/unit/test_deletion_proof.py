@@ -1,0 +1,286 @@
+"""Deletion only with proof: one test per way acknowledged data could be deleted or unserved by acting
+on a stale, partial or compacted view, or on the absence of evidence (the model test,
+test_ownership_model.py, checks the same invariants over every interleaving). Pure: the real fold,
+planner, retention service, deleter and sweep over a filesystem bucket."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from pathlib import Path
+
+import pytest
+
+from processor.errors import FencedWriterError
+from processor.lifecycle.retention_config import RetentionConfig
+from processor.lifecycle.retention_policy import RetentionLimits
+from processor.lifecycle.retention_service import (
+    RetentionService,
+    StateView,
+    clean_partition,
+    sweep_unreferenced,
+)
+from processor.metadata.codec import delete_key, segment_key
+from processor.metadata.fold import CONDITION, MISPLACED, UNSERVABLE, MetadataFold
+from processor.metadata.manifest import SegmentManifest, encode_manifest, manifest_key
+from processor.metadata.model import (
+    ClaimKind,
+    PartitionClaim,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    SegmentState,
+    TopicPartition,
+)
+from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.storage.filesystem import FilesystemChunkStorage
+from tests.unit.test_claims import KEYS, TP, Log, copy, deleter, segment
+
+S = SegmentState
+OLD_ID, NEW_ID = str(uuid.UUID(int=1)), str(uuid.UUID(int=2))
+
+
+def upload(storage: FilesystemChunkStorage, seg: RemoteLogSegmentMetadata, manifest: bool = True) -> None:
+    storage.create(seg.data_object_key, [b"d"])
+    storage.create(seg.index_object_key, [b"i"])
+    if manifest:
+        finished = seg.with_state(S.COPY_SEGMENT_FINISHED, seg.event_timestamp_ms)
+        storage.create(manifest_key(seg.data_object_key), [encode_manifest(SegmentManifest(finished, None))])
+
+
+def objects_of(seg: RemoteLogSegmentMetadata) -> set[str]:
+    return {seg.data_object_key, seg.index_object_key, manifest_key(seg.data_object_key)}
+
+
+def keys_in(storage: FilesystemChunkStorage) -> set[str]:
+    return {i.key for i in storage.list("")}
+
+
+def fresh(log: Log, point: int | None = None) -> MetadataFold:
+    """A reader of the topic compacted up to ``point`` (everything, by default): of the messages
+    below it only the latest of each key survives, and tombstones go."""
+    point = len(log.messages) if point is None else point
+    latest: dict[bytes, int] = {}
+    for offset, key, _value in log.messages:
+        if offset < point:
+            latest[key] = offset
+    fold = MetadataFold()
+    for offset, key, value in log.messages:
+        if offset >= point or (latest[key] == offset and value is not None):
+            fold.apply_raw(offset, key, value)
+    return fold
+
+
+def served(fold: MetadataFold) -> set[uuid.UUID]:
+    return {s.segment_id.id for s in fold.partition(TP).finished()}
+
+
+def test_a_copy_that_finishes_during_a_retention_pass_is_never_deleted(tmp_path: Path) -> None:
+    """The pass read the partition while copy U was STARTED; the copier then published FINISHED U
+    (accepted) and dropped U from its in-flight set; only then did the pass ask for the in-flight
+    set. Before: U was planned as dangling, its DELETE_SEGMENT_STARTED accepted, its objects gone."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    epoch = log.claim("w")
+    started = segment(0, 9, epoch, S.COPY_SEGMENT_STARTED)
+    log.publish(started)
+    upload(storage, started, manifest=False)
+    in_flight = {started.segment_id.id}
+
+    class CopyFinishesAfterTheRead:
+        def state(self, tp: TopicPartition) -> PartitionRemoteState:
+            snapshot = log.state()
+            finished = started.with_state(S.COPY_SEGMENT_FINISHED, 2)
+            assert log.confirm(finished, log.publish(finished))
+            in_flight.clear()  # the copier is done with U
+            return snapshot
+
+    service = RetentionService(
+        RetentionConfig(RetentionLimits(), ()),
+        CopyFinishesAfterTheRead(),
+        deleter(log, storage),
+        None,
+        in_flight=lambda tp: frozenset(in_flight),
+    )
+    service.run_pass({TP: epoch})
+    assert served(log.fold) == {started.segment_id.id}
+    assert {started.data_object_key, started.index_object_key} <= keys_in(storage)
+
+
+def test_a_conditional_delete_planned_on_a_started_copy_loses_to_its_finished(tmp_path: Path) -> None:
+    """The fold has the last word even when the pass has no in-flight set at all: the deletion names
+    the state it was planned on, and a copy that finished since makes the fold reject it."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    epoch = log.claim("w")
+    started = segment(0, 9, epoch, S.COPY_SEGMENT_STARTED)
+    log.publish(started)
+    upload(storage, started, manifest=False)  # the plan runs before the copier writes it
+    planned_on = log.state()
+    assert log.confirm(started, log.publish(started.with_state(S.COPY_SEGMENT_FINISHED, 2)))
+    with pytest.raises(FencedWriterError):
+        clean_partition(TP, planned_on, deleter(log, storage), epoch, RetentionLimits(), 0)
+    assert log.fold.rejected == {CONDITION: 1}
+    assert served(log.fold) == {started.segment_id.id}
+    assert {started.data_object_key, started.index_object_key} <= keys_in(storage)
+    # and the next pass, on a view that shows the FINISHED, goes on as usual
+    clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 0)
+    assert served(log.fold) == {started.segment_id.id}
+
+
+def test_a_finished_copy_without_the_topics_id_is_rejected_not_accepted_unserved() -> None:
+    """A copy that carried no topic id (one failed DescribeTopics) in a partition whose topic was
+    re-created: before, the fold accepted its FINISHED (the copier counted it done) without serving
+    it, and the next retention pass deleted it as unreferenced."""
+    log = Log()
+    log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, OLD_ID))
+    epoch = log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, NEW_ID))
+    ok, finished = copy(log, 0, 9, epoch)  # segment() builds ids without a topic id
+    assert not ok, "the writer must not count it done"
+    assert log.fold.rejected == {UNSERVABLE: 1}
+
+
+def test_a_retired_topic_ids_history_is_never_deleted_by_a_worker(tmp_path: Path) -> None:
+    """Disaster recovery: the archive of topic id X, a topic re-created as Y (a restore), a worker
+    claiming under Y. X's segments are no longer served; before, retention deleted them all."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    first = log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, OLD_ID))
+    sid = RemoteLogSegmentId(TP.topic, TP.partition, uuid.uuid4(), OLD_ID)
+    keys = KEYS.segment(TP.topic, TP.partition, 0, sid.id, first, OLD_ID)
+    old = dataclasses.replace(
+        segment(0, 9, first), segment_id=sid, data_object_key=keys.data, index_object_key=keys.index
+    )
+    log.publish(old)
+    upload(storage, old)
+    epoch = log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, NEW_ID))
+    assert served(log.fold) == set()
+    plan, out = clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 0)
+    assert plan.unserved == (old,) and out.deleted == []
+    assert objects_of(old) <= keys_in(storage)
+
+
+def test_the_sweep_deletes_nothing_of_an_archive_its_metadata_does_not_know(tmp_path: Path) -> None:
+    """A lost, misspelt or other cluster's metadata topic: the fold knows nothing of the archive.
+    Before, the once-per-claim sweep deleted every object older than ten minutes, manifests too."""
+    storage = FilesystemChunkStorage(tmp_path)
+    archived = [segment(i * 10, i * 10 + 9, 3) for i in range(3)]
+    for seg in archived:
+        upload(storage, seg)
+    other_cluster = dataclasses.replace(
+        archived[0], segment_id=RemoteLogSegmentId(TP.topic, 0, uuid.uuid4(), NEW_ID)
+    )
+    other_keys = KEYS.segment(TP.topic, 0, 0, other_cluster.segment_id.id, 3, NEW_ID)
+    storage.create(other_keys.data, [b"d"])
+    log = Log()  # an empty metadata topic
+    epoch = log.claim("w")
+    before = keys_in(storage)
+    result = sweep_unreferenced(TP, log.state(), deleter(log, storage), 10**15)
+    assert result.deleted == [] and keys_in(storage) == before
+    assert set(result.kept) == set().union(*(objects_of(s) for s in archived))
+    assert epoch != 3
+
+
+def test_a_zombies_rejected_delete_cannot_outlive_the_segments_finished_in_compaction(
+    tmp_path: Path,
+) -> None:
+    """A zombie's DELETE_SEGMENT_STARTED of served S, rejected, and no owner to re-publish S before
+    the cleaner runs. Before, both shared S's key: the compacted topic kept only the rejected delete,
+    a fresh reader filed S as an orphan, and its owner deleted S's objects."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    zombie = log.claim("zombie")
+    ok, kept = copy(log, 0, 9, zombie, "zombie")
+    upload(storage, kept)
+    owner = log.claim("owner")
+    log.publish(kept.deleting(3, "zombie", zombie))
+    assert served(log.fold) == {kept.segment_id.id}
+    compacted = fresh(log)
+    assert served(compacted) == {kept.segment_id.id} and compacted.partition(TP).orphans == {}
+    state = PartitionRemoteState.of(compacted.partition(TP))
+    clean_partition(TP, state, deleter(log, storage, "owner"), owner, RetentionLimits(), 0)
+    assert objects_of(kept) <= keys_in(storage)
+
+
+def test_a_broken_record_and_the_segment_it_was_rejected_against_compact_consistently() -> None:
+    """A broken FINISHED B overlapping served S1 (and reaching into where S3 will be) lands after the
+    owner's pass waited for its follower; S3 is copied; retention deletes S1. Before, S1 was
+    tombstoned with its deletion, and a cleaning point after that tombstone but before B's made fresh
+    readers accept B and reject S3. Now S1's copy key outlives every rejected record judged against
+    it: S1 is tombstoned a pass later, after B was neutralised."""
+    log = Log()
+    storage_free = deleter(log, FilesystemChunkStorage(Path("/nonexistent-bucket-not-touched")))
+    epoch = log.claim("w")
+    ok1, s1 = copy(log, 0, 9, epoch)
+    ok2, s2 = copy(log, 10, 19, epoch)
+    assert ok1 and ok2
+    view = log.state()  # the pass's caught-up view
+    broken = segment(5, 25, epoch)  # a forged record of the current claim
+    log.publish(broken)
+    ok3, s3 = copy(log, 20, 29, epoch)
+    assert ok3 and served(log.fold) == {s1.segment_id.id, s2.segment_id.id, s3.segment_id.id}
+    limits = RetentionLimits(retention_bytes=200)  # S1 goes by size
+    clean_partition(TP, view, storage_free, epoch, limits, 10**6)
+    for _pass in range(2):
+        clean_partition(TP, log.state(), storage_free, epoch, limits, 10**6)
+    live = served(log.fold)
+    assert s3.segment_id.id in live and s1.segment_id.id not in live
+    for point in range(len(log.messages) + 1):
+        assert served(fresh(log, point)) == live, f"a cleaning point at {point} changes what is served"
+
+
+def test_tombstones_are_validated_and_a_hostile_one_is_repaired(tmp_path: Path) -> None:
+    """A tombstone has no value and so no epoch: before, one keyed with another partition and a
+    served segment's UUID unserved that segment in the live fold (a fresh fold still served it) and
+    the next sweep deleted its objects; one under the segment's own key did the same."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    epoch = log.claim("w")
+    ok, s = copy(log, 0, 9, epoch)
+    upload(storage, s)
+    log._append(f"{TP.topic}/{TP.partition + 1}/{s.segment_id.id}".encode(), None)
+    log._append(delete_key(s.segment_id), None)
+    log._append(segment_key(s.segment_id), None)
+    assert log.fold.rejected == {MISPLACED: 3}
+    assert served(log.fold) == {s.segment_id.id}
+    assert [x.segment_id for x in log.state().repairs()] == [s.segment_id]
+    clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 0)
+    assert log.state().repairs() == [] and served(fresh(log)) == {s.segment_id.id}
+    assert objects_of(s) <= keys_in(storage)
+
+
+def test_a_worker_refuses_partitions_whose_archive_its_metadata_does_not_know(tmp_path: Path) -> None:
+    """A metadata topic lost and re-created empty, misspelt, or another deployment's: the bucket holds
+    manifests of the partition, the metadata nothing. Before, the worker led it: re-offloaded over the
+    archive and swept it. Now it is not led (unready with the reason) until the metadata knows it."""
+    from processor.health import HEALTH
+    from processor.leader.resume import BEHIND_COMPONENT, ResumePlanner
+    from processor.metadata.remote_log_state import RemoteLogState
+    from processor.wiring.resume import archived_manifests
+    from tests.unit.test_topic_ids import FoldSink
+
+    storage = FilesystemChunkStorage(tmp_path)
+    archived = segment(0, 9, 5)
+    upload(storage, archived)
+    state = RemoteLogState()
+
+    def load(tps: list[TopicPartition]) -> dict[TopicPartition, PartitionRemoteState]:
+        return {tp: state.partition(tp) for tp in tps}
+
+    other = TopicPartition(TP.topic, 1)  # nothing archived: led as usual
+    planner = ResumePlanner(
+        "w1",
+        4,
+        load,
+        lambda topics: {},
+        FoldSink(state),
+        archived_manifests=archived_manifests(storage, KEYS),
+    )
+    held = planner.prepare([TP, other])
+    assert list(held) == [other] and planner.behind == {TP}
+    assert any(p.component == BEHIND_COMPONENT for p in HEALTH.problems())
+    # once the metadata knows the partition (rebuild-metadata), it is led
+    claim = state.partition(TP).current_epoch
+    assert claim is not None
+    state.apply(dataclasses.replace(archived, writer_epoch=claim))
+    assert list(planner.prepare([TP])) == [TP] and planner.behind == set()
+    assert not any(p.component == BEHIND_COMPONENT for p in HEALTH.problems())
