@@ -16,7 +16,6 @@ from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits
 from processor.lifecycle.retention_service import (
     RetentionService,
-    StateView,
     clean_partition,
     sweep_unreferenced,
 )
@@ -134,7 +133,7 @@ def test_a_finished_copy_without_the_topics_id_is_rejected_not_accepted_unserved
     log = Log()
     log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, OLD_ID))
     epoch = log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, NEW_ID))
-    ok, finished = copy(log, 0, 9, epoch)  # segment() builds ids without a topic id
+    ok, _finished = copy(log, 0, 9, epoch)  # segment() builds ids without a topic id
     assert not ok, "the writer must not count it done"
     assert log.fold.rejected == {UNSERVABLE: 1}
 
@@ -189,7 +188,7 @@ def test_a_zombies_rejected_delete_cannot_outlive_the_segments_finished_in_compa
     storage = FilesystemChunkStorage(tmp_path)
     log = Log()
     zombie = log.claim("zombie")
-    ok, kept = copy(log, 0, 9, zombie, "zombie")
+    _ok, kept = copy(log, 0, 9, zombie, "zombie")
     upload(storage, kept)
     owner = log.claim("owner")
     log.publish(kept.deleting(3, "zombie", zombie))
@@ -235,7 +234,7 @@ def test_tombstones_are_validated_and_a_hostile_one_is_repaired(tmp_path: Path) 
     storage = FilesystemChunkStorage(tmp_path)
     log = Log()
     epoch = log.claim("w")
-    ok, s = copy(log, 0, 9, epoch)
+    _ok, s = copy(log, 0, 9, epoch)
     upload(storage, s)
     log._append(f"{TP.topic}/{TP.partition + 1}/{s.segment_id.id}".encode(), None)
     log._append(delete_key(s.segment_id), None)
