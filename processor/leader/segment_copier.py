@@ -34,6 +34,7 @@ from processor import metrics
 from processor.errors import FencedWriterError, ObjectExistsError, ProcessorError, StorageError
 from processor.leader.ports import ClaimId, CurrentClaim
 from processor.logs import segment_fields
+from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED, acknowledged
 from processor.metadata.manifest import SegmentManifest, encode_manifest, manifest_key
 from processor.metadata.model import (
     RemoteLogSegmentId,
@@ -273,15 +274,22 @@ class SegmentCopier:
                 metadata.data_object_key,
                 metadata.index_object_key,
             )
-            deleting = replace(
-                metadata,
-                state=SegmentState.DELETE_SEGMENT_STARTED,
-                event_timestamp_ms=self.clock_ms(),
-                writer_id=self.writer_id,
-                writer_epoch=epoch,
-            )
+            if writer_epoch is not None and acknowledged(self.storage, metadata):
+                # a dangling copy found on assignment that has a manifest: its FINISHED was accepted
+                # once, so the view that calls it dangling is behind the bucket; never deleted here
+                metrics.DELETIONS_REFUSED.labels(REFUSED_ACKNOWLEDGED).inc()
+                log.error(
+                    "not cleaning up %s: the metadata shows it %s, but its manifest is in the bucket "
+                    "(an acknowledged copy); run `processor rebuild-metadata`",
+                    sid,
+                    metadata.state.value,
+                )
+                return True
             if metadata.state != SegmentState.DELETE_SEGMENT_STARTED:
+                deleting = metadata.deleting(self.clock_ms(), self.writer_id, epoch)
                 self.sink.publish(deleting)
+            else:
+                deleting = replace(metadata, writer_id=self.writer_id, writer_epoch=epoch)
             for key in keys.in_delete_order():
                 self.storage.delete(key)
             deleted = deleting.with_state(SegmentState.DELETE_SEGMENT_FINISHED, self.clock_ms())

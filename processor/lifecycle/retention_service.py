@@ -22,7 +22,8 @@ from processor.lifecycle.deletion_topic import DeletionTopic
 from processor.lifecycle.remote_log_gauges import RemoteLogGauges
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits, RetentionPlan, plan_retention
-from processor.lifecycle.segment_deleter import REFUSED_ACKNOWLEDGED, DeletionOutcome, SegmentDeleter
+from processor.lifecycle.segment_deleter import DeletionOutcome, SegmentDeleter
+from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED, REFUSED_UNREFERENCED
 from processor.metadata.manifest import SegmentManifest, encode_manifest, manifest_key
 from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
@@ -197,9 +198,6 @@ def sweep_unreferenced(
 class SweepResult:
     deleted: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)  # unreferenced, but without proof they are garbage
-
-
-REFUSED_UNREFERENCED = "unreferenced_without_proof"
 
 
 def write_missing_manifests(

@@ -39,7 +39,7 @@ from typing import Protocol
 from processor import metrics
 from processor.errors import FencedWriterError, InvalidNameError, StorageError
 from processor.lifecycle.retention_policy import DeleteReason, RetentionPlan
-from processor.metadata.deletion_proof import acknowledged
+from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED, acknowledged
 from processor.metadata.model import (
     MetadataRecord,
     RemoteLogSegmentMetadata,
@@ -87,9 +87,6 @@ class DeletionOutcome:
         self.refused += other.refused
         if other.log_start_offset is not None:
             self.log_start_offset = other.log_start_offset
-
-
-REFUSED_ACKNOWLEDGED = "acknowledged"  # not served by this view, but its manifest is in the bucket
 
 
 class SegmentDeleter:

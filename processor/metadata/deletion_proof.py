@@ -30,6 +30,10 @@ from typing import Any, Protocol
 from processor.metadata.manifest import manifest_key
 from processor.metadata.model import RemoteLogSegmentMetadata
 
+# The reasons of processor_deletions_refused_total
+REFUSED_ACKNOWLEDGED = "acknowledged"  # not served by the view, but its manifest is in the bucket
+REFUSED_UNREFERENCED = "unreferenced_without_proof"  # swept objects of another claim or with a manifest
+
 
 class ObjectStat(Protocol):
     def stat(self, key: str) -> Any: ...
