@@ -14,6 +14,8 @@ u64/i64 BE so byte order is numeric order)::
                                           (an orphan: its objects and key are the owner's to remove)
     b"C" metadata_partition(u32)       -> [next offset to consume i64]
     b"V"                               -> [cache layout version u16]
+    b"M"                               -> the metadata topic the cache was built from: its name and
+                                          topic id (utf-8, ``name/id``); another one's cache is rebuilt
 
 ``O`` holds only the finished segments that are *served*, as :mod:`processor.metadata.fold` (the one
 fold every reader applies) decides. Layout 1 (before claims) kept the partition's lineage, start
@@ -38,6 +40,7 @@ U32 = struct.Struct(">I")
 I64 = struct.Struct(">q")
 O_VALUE = struct.Struct(">qq")  # end, max_timestamp
 VERSION_KEY = b"V"
+ORIGIN_KEY = b"M"
 MAX_UUID = b"\xff" * 16
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from rocksdict import BlockBasedOptions, Options, Rdict
 
 from processor.errors import ProcessorError
-from processor.follower.cache_keys import CACHE_VERSION, VERSION_KEY
+from processor.follower.cache_keys import CACHE_VERSION, ORIGIN_KEY, VERSION_KEY
 from processor.follower.cache_queries import CacheQueries
 from processor.follower.cache_writes import ApplyResult, CacheWriter, RawMessage
 
@@ -42,6 +42,7 @@ class MetadataCache(CacheQueries):
         self._headers = {}
         self._bookkeeping = {}
         self._served_end_bounds = {}
+        self._options = options
         self._db = self._open(options)
         version = self._db.get(VERSION_KEY)
         if version is not None and struct.unpack(">H", version)[0] != CACHE_VERSION:
@@ -52,13 +53,43 @@ class MetadataCache(CacheQueries):
                 struct.unpack(">H", version)[0],
                 CACHE_VERSION,
             )
-            self._db.close()
-            Rdict.destroy(str(self.path), options)
-            self._db = self._open(options)
-            version = None
-        if version is None:
+            self._reset()
+        elif version is None:
             self._db[VERSION_KEY] = struct.pack(">H", CACHE_VERSION)
         self._writer = CacheWriter(self._db, self)
+
+    def _reset(self) -> None:
+        """Empty the cache (derived data: the materializer reads the topic again from its start)."""
+        self._db.close()
+        Rdict.destroy(str(self.path), self._options)
+        self._db = self._open(self._options)
+        self._headers.clear()
+        self._bookkeeping.clear()
+        self._served_end_bounds.clear()
+        self._db[VERSION_KEY] = struct.pack(">H", CACHE_VERSION)
+        self._writer = CacheWriter(self._db, self)
+
+    def ensure_origin(self, origin: str) -> bool:
+        """Keep the cache only if it was built from the metadata topic ``origin`` (its name and topic
+        id): a cache of another topic (a changed or misspelt PROCESSOR_METADATA_TOPIC) or of an earlier
+        incarnation of it (deleted and re-created) would make this process act on records the topic
+        does not hold. Such a cache, or one that does not say, is emptied and rebuilt from the topic.
+        Returns True when it was."""
+        stored = self._db.get(ORIGIN_KEY)
+        if stored is not None and stored.decode() == origin:
+            return False
+        if stored is not None or self.consumed_offsets():
+            log.warning(
+                "metadata cache at %s was built from %s, not %s: rebuilding it from the metadata topic",
+                self.path,
+                stored.decode() if stored is not None else "an unrecorded metadata topic",
+                origin,
+            )
+            self._reset()
+            self._db[ORIGIN_KEY] = origin.encode()
+            return True
+        self._db[ORIGIN_KEY] = origin.encode()
+        return False
 
     def _open(self, options: Options) -> Rdict:
         try:

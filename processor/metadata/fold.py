@@ -226,7 +226,16 @@ def _switch_unserves(
 def _check_epoch(header: PartitionHeader, epoch: int, record: MetadataRecord) -> None:
     claim = header.claim
     if claim is not None and epoch == claim.epoch:
-        return
+        writer = getattr(record, "writer_id", claim.writer_id)
+        if writer == claim.writer_id:
+            return
+        # the claim's epoch, another writer: a version without claims whose epoch (its consumer
+        # group's generation) happens to equal the claim's offset, or a forgery
+        raise RejectedRecord(
+            f"{_describe(record)} from writer {writer!r} with the epoch of claim {claim.epoch}, which "
+            f"{claim.writer_id!r} holds",
+            STALE_EPOCH,
+        )
     what = _describe(record)
     if claim is None:
         raise RejectedRecord(f"{what} (writer epoch {epoch}) while nobody holds a claim", NO_CLAIM)

@@ -82,7 +82,10 @@ def plan_rebuild(
         found.sort(
             key=lambda m: (m.segment.start_offset, m.segment.event_timestamp_ms, str(m.segment.segment_id.id))
         )
-        stamped = [replace(m.segment, writer_epoch=0, event_timestamp_ms=now_ms) for m in found]
+        stamped = [
+            replace(m.segment, writer_epoch=0, writer_id=REBUILD_WRITER, event_timestamp_ms=now_ms)
+            for m in found
+        ]
         served, refused = fold_served(tp, topic_ids[tp.topic], stamped)
         plan = PartitionRebuild(tp, topic_ids[tp.topic])
         for i, m in enumerate(found):

@@ -10,15 +10,19 @@ claims a newer epoch) is never reported as a problem.
   fold's reason (``processor.metadata.fold.REASONS``): ``undecodable``, ``invalid`` (out of bounds,
   or a key that does not name the record), ``stale_epoch`` (not the partition's current claim),
   ``no_claim`` (after a release), ``old_topic_id``, ``illegal`` (the state machine forbids it),
-  ``overlap`` (a finished segment over a served one), ``internal_error``; and counts them by
+  ``overlap`` (a finished segment over a served one), ``condition_failed`` (a conditional delete
+  that lost to a copy finishing after the pass planned), ``unservable`` (a finished copy the fold
+  would not serve, e.g. one without the re-created topic's id), ``misplaced_tombstone`` (a tombstone
+  naming another partition's segment or one not deleted), ``internal_error``; and counts them by
   reason. A later accepted record or a tombstone for the same key (the owner's repair or cleanup)
   fixes it.
 - ``state_findings`` checks each partition's archive: ``offset_gap`` between served segments (not
   while a copy in progress covers it), ``offset_overlap`` between served ones (the fold never
   serves two; reported if it ever did), and what the fold says is left to clean up, still there
   after the threshold: ``stuck_copy`` / ``stuck_delete`` (STARTED and never finished),
-  ``superseded_segment`` (replaced by a newer epoch before claims existed: the next leader should
-  have deleted it), ``past_retention`` (wholly below the remote log start offset).
+  ``superseded_segment`` (replaced by a newer epoch before claims existed: kept, since a worker
+  never deletes acknowledged data it does not serve), ``past_retention`` (wholly below the remote
+  log start offset).
 
 Each finding has a stable ``key`` (the same problem on the next pass has the same key) and a
 ``scope``: what a pass must have looked at to say the problem is gone.
@@ -35,13 +39,16 @@ from typing import Any
 from processor.errors import FormatError
 from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH
 from processor.metadata.fold import (
+    CONDITION,
     ILLEGAL,
     INTERNAL,
     INVALID,
+    MISPLACED,
     NO_CLAIM,
     OVERLAP,
     REASONS,
     UNDECODABLE,
+    UNSERVABLE,
     Verdict,
 )
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
@@ -59,6 +66,9 @@ RECORD_KINDS: dict[str, str] = {
     OLD_TOPIC_ID: "warning",
     ILLEGAL: "error",
     OVERLAP: "error",
+    CONDITION: "warning",
+    UNSERVABLE: "warning",
+    MISPLACED: "error",
     INTERNAL: "error",
 }
 KINDS: dict[str, str] = {  # kind -> severity
@@ -353,13 +363,13 @@ def state_findings(archives: Iterable[PartitionArchive], now_ms: int, stuck_afte
 
 def _cleanup_findings(a: PartitionArchive, now_ms: int, stuck_after_ms: int) -> list[Finding]:
     """What the fold says is left to clean up (``dangling``: copies that cannot finish or are not in
-    flight, deletes never finished, superseded segments) and finished segments wholly below the
-    remote log start offset, still there ``stuck_after_ms`` after their last change."""
+    flight, deletes never finished), superseded segments (kept, reported) and finished segments
+    wholly below the remote log start offset, still there ``stuck_after_ms`` after their last change."""
     out: list[Finding] = []
     threshold_s = stuck_after_ms // 1000
     finished = [s for s in a.listed if s.state == SegmentState.COPY_SEGMENT_FINISHED]
     below = [s for s in finished if s.end_offset < a.log_start_offset]
-    for seg in [*a.dangling, *below]:
+    for seg in [*a.dangling, *a.superseded, *below]:
         age = now_ms - seg.event_timestamp_ms
         if age <= stuck_after_ms:
             continue
@@ -381,6 +391,9 @@ def _cleanup_findings(a: PartitionArchive, now_ms: int, stuck_after_ms: int) -> 
             )
             out.append(_seg_finding("past_retention", a, seg, detail))
         else:
-            detail = f"superseded by a newer writer epoch's segment and still there {age // 1000} s later"
+            detail = (
+                f"superseded by a newer writer epoch's segment {age // 1000} s ago and kept: a worker never "
+                "deletes acknowledged data it does not serve"
+            )
             out.append(_seg_finding("superseded_segment", a, seg, detail))
     return list({f.key: f for f in out}.values())  # a superseded segment below the start: once

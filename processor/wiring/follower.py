@@ -10,7 +10,7 @@ from processor.errors import ConfigError
 from processor.follower.materializer import Materializer
 from processor.follower.metadata_cache import MetadataCache
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
-from processor.kafka_clients import new_admin, new_consumer, partition_counts
+from processor.kafka_clients import new_admin, new_consumer, partition_counts, topic_ids
 from processor.metadata.codec import metadata_partition_for
 from processor.metadata.model import TopicPartition
 from processor.reader.remote_reader import RemoteReader
@@ -60,8 +60,15 @@ class Follower:
 def build_follower(
     settings: Settings, metadata_partitions: int, cache_dir: Path | None = None, own_topics: bool = False
 ) -> Follower:
-    """The follower; ``own_topics`` (a worker): it also keeps the worker's own source topics."""
+    """The follower; ``own_topics`` (a worker): it also keeps the worker's own source topics. A cache
+    on disk built from another metadata topic, or from an earlier incarnation of this one, is rebuilt
+    (its records are not this topic's: acting on them could lead and delete by another view)."""
     cache = MetadataCache(cache_dir or settings.data_dir / "metadata-cache")
+    try:
+        cache.ensure_origin(metadata_origin(settings))
+    except BaseException:
+        cache.close()
+        raise
     kept = frozenset(settings.follow_topics) or None
     if own_topics and kept is not None:
         kept |= frozenset(settings.topics)
@@ -73,6 +80,13 @@ def build_follower(
         kept,
     )
     return Follower(cache, materializer, RemoteLogMetadataManager(cache))
+
+
+def metadata_origin(settings: Settings) -> str:
+    """``{metadata topic}/{its topic id}``: what a follower cache records it was built from."""
+    topic = settings.metadata_topic
+    found = topic_ids(new_admin(settings.kafka, "processor-admin"), [topic])
+    return f"{topic}/{found.get(topic, '')}"
 
 
 def build_reader(settings: Settings, storage: ChunkStorage, rlmm: RemoteLogMetadataManager) -> RemoteReader:

@@ -22,10 +22,9 @@ reads back byte-exact. The bucket's object set (data, index and manifest objects
 and modification times) is compared before and after, so a deletion or an overwrite fails the test.
 
 The refusal relies on the worker's view knowing nothing of the partition. A worker that keeps its
-data dir keeps the follower cache of the metadata topic it followed before (the cache records neither
-the topic's name nor its incarnation): pointed at a misspelt topic, or after its topic was deleted
-and re-created, it leads from that cache instead of refusing. Those two cases are ``xfail(strict)``
-(``STALE_CACHE``) until the cache is tied to the topic it materializes.
+data dir keeps the follower cache of the metadata topic it followed before; the cache records the
+topic it was built from (name and topic id) and is rebuilt when that differs, so a misspelt topic or
+a deleted and re-created one is refused with a kept data dir too (the ``kept`` cases).
 """
 
 from __future__ import annotations
@@ -216,19 +215,9 @@ def wait_retention_pass(worker: WorkerProcess, env: dict[str, str], topic: str, 
     )
 
 
-# A worker that keeps its data dir (a pod's volume) keeps the follower cache of the metadata topic it
-# followed before; the cache records neither the topic's name nor its incarnation, so it shows the
-# old archive and the worker leads from it (claims at the new topic's offsets, ready, no refusal).
-STALE_CACHE = pytest.mark.xfail(
-    strict=True,
-    reason="the follower cache of another (or a lost) metadata topic is taken for this one: the worker "
-    "leads instead of refusing",
-)
-
-
 @pytest.mark.parametrize(
     "data_dir",
-    ["own", pytest.param("kept", marks=STALE_CACHE)],
+    ["own", "kept"],
     ids=["a-new-data-dir", "the-data-dir-of-the-real-topic"],
 )
 def test_a_worker_on_a_misspelt_metadata_topic_deletes_nothing_and_refuses_to_lead(
@@ -267,7 +256,7 @@ def test_a_worker_on_a_misspelt_metadata_topic_deletes_nothing_and_refuses_to_le
 
 @pytest.mark.parametrize(
     "cache",
-    ["deleted", pytest.param("kept", marks=STALE_CACHE)],
+    ["deleted", "kept"],
     ids=["with-the-follower-cache", "the-follower-cache-kept"],
 )
 def test_a_deleted_metadata_topic_is_refused_then_rebuild_brings_it_back(

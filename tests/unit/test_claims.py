@@ -234,8 +234,10 @@ def test_one_record_cannot_wipe_a_partition(tmp_path: Path) -> None:
     assert log.fold.apply_raw(99, record_key(huge), encode_value(huge)).reason == STALE_EPOCH
     beyond = dataclasses.replace(huge, end_offset=2**63 - 1)
     assert log.fold.apply_raw(100, record_key(beyond), encode_value(beyond)).reason == INVALID
-    forged = segment(0, 2**62 - 1, epoch, writer="mallory")  # even with the current epoch
-    assert log.fold.apply_raw(101, record_key(forged), encode_value(forged)).reason == OVERLAP
+    forged = segment(0, 2**62 - 1, epoch, writer="mallory")  # the current epoch, another writer
+    assert log.fold.apply_raw(101, record_key(forged), encode_value(forged)).reason == STALE_EPOCH
+    forged = segment(0, 2**62 - 1, epoch, writer="w")  # even as the claim holder itself
+    assert log.fold.apply_raw(102, record_key(forged), encode_value(forged)).reason == OVERLAP
     assert [s.segment_id for s in log.state().finished()] == before
     assert log.state().current_epoch == epoch
     _plan, out = clean_partition(
@@ -456,7 +458,7 @@ def test_compaction_between_a_deletion_and_a_late_neutraliser_is_what_the_pass_o
         assert ok
         forged = dataclasses.replace(
             segment(0, 1, epoch),
-            writer_id="mallory",
+            writer_id="w",  # forged as the claim holder's own,
             segment_id=RemoteLogSegmentId(TP.topic, 0, uuid.uuid4()),
         )
         forged = dataclasses.replace(

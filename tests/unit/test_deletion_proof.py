@@ -279,6 +279,6 @@ def test_a_worker_refuses_partitions_whose_archive_its_metadata_does_not_know(tm
     # once the metadata knows the partition (rebuild-metadata), it is led
     claim = state.partition(TP).current_epoch
     assert claim is not None
-    state.apply(dataclasses.replace(archived, writer_epoch=claim))
+    state.apply(dataclasses.replace(archived, writer_epoch=claim, writer_id="w1"))
     assert list(planner.prepare([TP])) == [TP] and planner.behind == set()
     assert not any(p.component == BEHIND_COMPONENT for p in HEALTH.problems())

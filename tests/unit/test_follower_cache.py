@@ -147,3 +147,22 @@ def test_offset_lookup_matches_brute_force(tmp_path: Path, sizes: list[int], dat
             s.start_offset for s in segments if s.end_offset >= max(o, 0)
         ]
     cache.close()
+
+
+def test_a_cache_of_another_metadata_topic_is_rebuilt(tmp_path: Path) -> None:
+    """A worker restarted on another metadata topic (a misspelt PROCESSOR_METADATA_TOPIC) or on the
+    same name after the topic was deleted and re-created (a new topic id) must not act on what its
+    old cache holds: the cache is emptied and read again from the topic."""
+    cache = MetadataCache(tmp_path / "c")
+    assert cache.ensure_origin("__remote_log_metadata/id-1") is False  # a new cache: just recorded
+    cache.apply_batch([RawMessage(0, 0, b"k", None)])
+    assert cache.consumed_offsets() == {0: 1}
+    assert cache.ensure_origin("__remote_log_metadata/id-1") is False
+    cache.close()
+    cache = MetadataCache(tmp_path / "c")
+    assert cache.ensure_origin("__remote_log_metadata/id-2") is True  # re-created: rebuilt
+    assert cache.consumed_offsets() == {}
+    cache.apply_batch([RawMessage(0, 0, b"k", None)])
+    assert cache.ensure_origin("__remote_log_metdata/id-9") is True  # misspelt: rebuilt
+    assert cache.consumed_offsets() == {}
+    cache.close()

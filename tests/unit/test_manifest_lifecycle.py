@@ -91,7 +91,9 @@ def with_manifests(storage: FilesystemChunkStorage, segs: list[RemoteLogSegmentM
         storage.create(manifest_key(s.data_object_key), [encode_manifest(SegmentManifest(s, None))])
 
 
-def test_a_deletion_removes_every_planned_manifest_before_any_object(tmp_path: Path) -> None:
+def test_a_deletion_removes_each_manifest_before_its_objects_once_its_delete_is_accepted(
+    tmp_path: Path,
+) -> None:
     storage = OrderedStorage(tmp_path)
     segs = copy_segments(storage, 3)
     with_manifests(storage, segs)
@@ -101,8 +103,15 @@ def test_a_deletion_removes_every_planned_manifest_before_any_object(tmp_path: P
         DELETER_TP, plan, writer_epoch=epoch
     )
     assert out.deleted == segs and list(storage.list("")) == []
-    manifests = [manifest_key(s.data_object_key) for s in segs]
-    assert storage.deleted[: len(segs)] == manifests  # a rebuild could not bring any of them back
+    # each segment's manifest first (a rebuild never brings back a segment whose objects went), and
+    # only once its DELETE_SEGMENT_STARTED was accepted: a pass stopped (fenced) before that leaves
+    # the served segment its manifest, the proof that it was acknowledged
+    for i, s in enumerate(segs):
+        assert storage.deleted[3 * i : 3 * i + 3] == [
+            manifest_key(s.data_object_key),
+            s.data_object_key,
+            s.index_object_key,
+        ]
 
 
 def test_the_owner_writes_missing_manifests_of_served_segments(tmp_path: Path) -> None:
