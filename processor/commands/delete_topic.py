@@ -7,8 +7,9 @@ broker says about the topic name now (DescribeTopics):
 
 - it cannot say (the lookup keeps failing: a timeout, the connection, authorization): the command
   refuses (exit 2) and deletes nothing, whatever the options;
-- the topic does not exist (UNKNOWN_TOPIC_OR_PART): by default every history goes (KIP-405's topic
-  deletion: every topic id, the segments without one, every folder of the name);
+- the topic does not exist (UNKNOWN_TOPIC_OR_PART): by default every history the metadata knows goes
+  (KIP-405's topic deletion: every topic id a segment record or a lineage names, the segments
+  without one);
 - the topic exists with an id: by default the earlier histories go, the topic ids the metadata
   fold knows for the topic's partitions other than the live one (retired in their lineage, or named
   by a segment record), and the segments written before ids were recorded if the live topic's
@@ -18,14 +19,17 @@ broker says about the topic name now (DescribeTopics):
   the default refuses (exit 2).
 
 ``--topic-id ID`` deletes that one id only (``legacy`` for the segments without an id; never the
-live id); ``--include-live`` deletes everything, the live topic's archive too. It says what it will
-delete before it starts.
+live id); ``--include-live`` deletes every history the metadata knows, the live topic's archive too.
+A folder found only in the bucket listing (another deployment sharing the bucket and prefix, say) is
+deleted only when named with ``--topic-id``, in every mode. It says what it will delete before it
+starts.
 
 Each partition is taken for the command with an ADMIN claim (workers leading it stop writing it
 until the command releases it; processor/metadata/fold.py). When everything of the partition goes
 (the topic is gone, or ``--include-live``), the partition walks KIP-405's partition delete states:
 DELETE_PARTITION_MARKED, DELETE_PARTITION_STARTED, then every segment goes (DELETE_SEGMENT_STARTED,
-objects, DELETE_SEGMENT_FINISHED, tombstone), pending entries of the deletion topic are retried,
+objects, DELETE_SEGMENT_FINISHED; the tombstones once every rejected record of the partition is
+neutralised), pending entries of the deletion topic are retried,
 objects left under the deleted ids' folders by crashed writers are deleted and their multipart
 uploads aborted, and only then DELETE_PARTITION_FINISHED. The states are durable on the metadata
 topic, so a run that crashes half way is resumed by running the command again.
@@ -134,14 +138,14 @@ def choose_scope(
             f"nothing deleted; run the command again once the broker answers ({live.unreadable})"
         )
     if args.include_live:
-        return Scope(set(listed) | set(known), True)
+        return Scope(set(known), True, set(listed) - set(known))
     if args.topic_id is not None:
         wanted: str | None = None if args.topic_id == LEGACY else validate_topic_id(args.topic_id)
         if wanted is not None and wanted == live.topic_id:
             raise ConfigError(f"--topic-id {wanted} is the live topic's id: to delete it, use --include-live")
         return Scope({wanted}, False)
     if not live.exists:  # KIP-405's topic deletion: the broker says the topic is gone
-        return Scope(set(listed) | set(known), True)
+        return Scope(set(known), True, set(listed) - set(known))
     if live.topic_id is None:
         raise ConfigError(
             f"topic {args.topic} exists but the broker reports no topic id, so the live topic's "
@@ -245,8 +249,20 @@ def delete_partition(ctx: DeletionContext, tp: TopicPartition, scope: Scope) -> 
         if current is P.DELETE_PARTITION_MARKED:
             mark(P.DELETE_PARTITION_STARTED)
     ok = True
-    live = sorted((s for s in part.segments.values() if scope.covers(s)), key=lambda s: s.start_offset)
+    live = sorted(
+        (
+            s
+            for s in part.segments.values()
+            if scope.covers(s) and s.state is not SegmentState.DELETE_SEGMENT_FINISHED
+        ),
+        key=lambda s: s.start_offset,
+    )
     ctx.deleter.forget_manifests(live)  # first: a rebuild never brings back a half-deleted topic
+    done = [
+        s
+        for s in part.segments.values()
+        if scope.covers(s) and s.state is SegmentState.DELETE_SEGMENT_FINISHED
+    ]
     for segment in live:
         reason = (
             DeleteReason.RETRY
@@ -255,23 +271,29 @@ def delete_partition(ctx: DeletionContext, tp: TopicPartition, scope: Scope) -> 
         )
         if ctx.deleter.delete_segment(segment, reason, epoch) is not None:
             ok = False
+        else:
+            done.append(segment)
     pending = [s for s in ctx.deletion_topic.pending({tp}) if scope.covers(s)]
     if ctx.deleter.retry_failed(pending, epoch, part.accepted_state).failed:
         ok = False
+    orphans_left = False
     for orphan in part.orphans.values():
         if scope.covers(orphan) and ctx.deleter.delete_orphan(orphan) is not None:
-            ok = False
+            ok, orphans_left = False, True
+    if not orphans_left:
+        # the deleted segments' keys go last, once no rejected record judged against them remains
+        for segment in done:
+            ctx.deleter.forget(segment)
     prefix = ctx.keys.topic_listing_prefix(tp.topic)
     ids: set[str | None] = set(scope.ids)
-    if scope.everything:
+    if scope.everything:  # every history the metadata knows; a folder only listed needs --topic-id
         ids |= {s.segment_id.topic_id for s in part.segments.values()} | {None}
+        ids |= set(part.lineage.retired) | {part.lineage.topic_id}
     try:
         for info in list(ctx.storage.list(prefix)):  # objects no metadata names (crashed writers)
             folder = ctx.keys.folder_of(tp.topic, info.key)
             if folder is None or folder[1] != tp.partition:
                 continue
-            if scope.everything:
-                ids.add(folder[0])
             if folder[0] in ids:
                 ctx.storage.delete(info.key)
         for tid in ids:

@@ -157,7 +157,8 @@ def test_delete_topic_of_a_topic_the_broker_no_longer_has_deletes_every_history(
     local_stack: StackInfo, tmp_path: Path
 ) -> None:
     """KIP-405's topic deletion: once the broker says the topic does not exist, the default mode
-    deletes every history of the name, folders found only in the bucket included."""
+    deletes every history of the name the metadata knows; a folder found only in the bucket (another
+    deployment's, in a shared bucket) goes only when named with --topic-id."""
     topic = "del-gone"
     tp = TopicPartition(topic, 0)
     admin = new_admin(local_stack.bootstrap_servers, "t")
@@ -176,7 +177,17 @@ def test_delete_topic_of_a_topic_the_broker_no_longer_has_deletes_every_history(
     assert gone.returncode == 0, gone.stderr + gone.stdout
     assert "live topic id (none: the topic does not exist)" in gone.stdout
     assert "deleting everything" in gone.stdout
-    assert list(storage.list(keys.topic_listing_prefix(topic))) == [], "every folder of the name goes"
+    left = [i.key for i in storage.list(keys.topic_listing_prefix(topic))]
+    assert left == [stray], "every history the metadata knows goes; a folder only listed stays"
+    assert (
+        f"not deleted: found only in the bucket; pass --topic-id {stray.split('/')[1][len(topic) + 1 :]}"
+        in gone.stdout
+    )
+    explicit = run_cli(
+        env, "delete-topic", "--topic", topic, "--topic-id", stray.split("/")[1][len(topic) + 1 :]
+    )
+    assert explicit.returncode == 0, explicit.stderr + explicit.stdout
+    assert list(storage.list(keys.topic_listing_prefix(topic))) == []
     storage.close()
     state, _ = load_remote_state(local_stack.bootstrap_servers, META)
     part = state.partition(tp)

@@ -381,12 +381,18 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_audit_cli_exits_1_while_a_problem_is_open(world) -> None:
+def test_audit_cli_exits_2_on_bad_input_and_3_when_the_broker_is_down(world) -> None:
     env = world.env()
     # bad input and an unreachable broker end before any Spark session: in this process
     assert run_cli(env, "audit", "--once", "--stuck-after-ms", "-5").returncode == 2
     down = run_cli({**env, "PROCESSOR_BOOTSTRAP_SERVERS": "127.0.0.1:1"}, "audit", "--once")
     assert down.returncode == 3, down.stderr[-2000:]
+
+
+# Four audits, each a Spark job over the archive: sized for a loaded two-core machine.
+@pytest.mark.timeout(300)
+def test_audit_cli_exits_1_while_a_problem_is_open(world) -> None:
+    env = world.env()
     seg = world.copy(0, 0, 49)
     clean = _cli(env, "--once", "--verify-objects")
     assert clean.returncode == 0, clean.stdout[-2000:] + clean.stderr[-3000:]

@@ -46,13 +46,15 @@ def test_a_topic_without_an_id_still_deletes_what_is_named_explicitly() -> None:
     legacy = choose_scope(args(topic_id="legacy"), NO_ID, {None}, {None}, legacy_live=False)
     assert (legacy.ids, legacy.everything) == ({None}, False)
     everything = choose_scope(args(include_live=True), NO_ID, {OLD, None}, {None}, legacy_live=False)
-    assert everything.everything and everything.ids == {OLD, None}
+    # everything the metadata knows; a folder only the listing shows still needs --topic-id
+    assert everything.everything and everything.ids == {None} and everything.listed_only == {OLD}
 
 
-def test_a_topic_the_broker_says_is_gone_loses_every_history_by_default() -> None:
-    scope = choose_scope(args(), GONE, {OLD, STRAY, None}, {OLDER}, legacy_live=False)
-    assert scope.everything and scope.ids == {OLD, OLDER, STRAY, None}
-    assert scope.listed_only == set()
+def test_a_topic_the_broker_says_is_gone_loses_every_history_the_metadata_knows() -> None:
+    scope = choose_scope(args(), GONE, {OLD, STRAY, None}, {OLD, OLDER, None}, legacy_live=False)
+    assert scope.everything and scope.ids == {OLD, OLDER, None}
+    # another deployment's folder in a shared bucket is not this metadata's to judge
+    assert scope.listed_only == {STRAY}
 
 
 def test_a_gone_topic_with_an_explicit_id_deletes_that_id_only() -> None:
@@ -92,4 +94,4 @@ def test_an_explicit_id_may_be_one_found_only_in_the_bucket_but_never_the_live_o
 
 def test_include_live_deletes_everything() -> None:
     scope = choose_scope(args(include_live=True), HAS_ID, {LIVE, STRAY}, {LIVE, OLD}, legacy_live=True)
-    assert scope.everything and scope.ids == {LIVE, OLD, STRAY}
+    assert scope.everything and scope.ids == {LIVE, OLD} and scope.listed_only == {STRAY}
