@@ -165,11 +165,31 @@ def make_sink(args: argparse.Namespace, tp: TopicPartition) -> RecordSink:
     return TextSink()
 
 
-def cmd_fetch(args: argparse.Namespace) -> int:
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def validate_args(args: argparse.Namespace) -> TopicPartition:
+    """Every argument checked before anything connects: a bad one is exit 2 with the option named,
+    never a wait on Kafka or S3 first."""
+    if not 0 <= args.partition <= INT32_MAX:
+        raise ConfigError(f"--partition {args.partition}: a partition is a number from 0 to {INT32_MAX}")
+    if args.offset is not None and not 0 <= args.offset <= INT64_MAX:
+        raise ConfigError(f"--offset {args.offset}: an offset is a number from 0 to {INT64_MAX}")
+    if args.timestamp is not None and not 0 <= args.timestamp <= INT64_MAX:
+        raise ConfigError(
+            f"--timestamp {args.timestamp}: milliseconds since the epoch, a number from 0 to {INT64_MAX}"
+        )
     if args.max_records < 1:
-        raise ConfigError("--max-records must be at least 1")
+        raise ConfigError(f"--max-records {args.max_records}: must be at least 1")
+    if args.output is not None and Path(args.output).suffix != ".parquet":
+        raise ConfigError(f"--output {args.output}: only Parquet files (*.parquet) are written")
+    return TopicPartition(validate_topic(args.topic), args.partition)
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    tp = validate_args(args)
     settings = load_settings()
-    tp = TopicPartition(validate_topic(args.topic), args.partition)
     side = open_read_side(settings, tp.topic, tp.partition)
     sink: RecordSink | None = None
     try:
