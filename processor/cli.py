@@ -23,6 +23,7 @@ from processor.commands import (
     restore,
     restore_groups,
     segments,
+    sweep,
     verify,
     worker,
 )
@@ -54,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (worker, dev, segments, fetch, demo, follower, config_cmd, verify):
         command.register(sub)
     add_audit_parser(sub)
-    for command in (delete_before, delete_topic, abort_multipart, offload):  # lifecycle
+    for command in (delete_before, delete_topic, sweep, abort_multipart, offload):  # lifecycle
         command.register(sub)
     for command in (restore, restore_groups, rebuild_metadata):  # backup
         command.register(sub)

@@ -23,11 +23,10 @@ from processor.lifecycle.remote_log_gauges import RemoteLogGauges
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits, RetentionPlan, plan_retention
 from processor.lifecycle.segment_deleter import DeletionOutcome, SegmentDeleter
-from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED, REFUSED_UNREFERENCED
+from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED, REFUSED_UNREFERENCED, plan_sweep
 from processor.metadata.manifest import SegmentManifest, encode_manifest, manifest_key
 from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
-from processor.segment.object_keys import MANIFEST_SUFFIX
 from processor.storage.chunk_storage import ChunkStorage
 
 _FINISHED_DELETE = SegmentState.DELETE_SEGMENT_FINISHED
@@ -147,56 +146,36 @@ def sweep_unreferenced(
     min_age_ms: int = UNREFERENCED_MIN_AGE_MS,
     dry_run: bool = False,
 ) -> SweepResult:
-    """Delete the objects in ``tp``'s folder of the partition's current topic id that no segment the
-    fold lists references and that the owner's own claim wrote (the writer epoch in their names):
-    what its own attempts uploaded and could not record or clean up. Never a manifest, nor an object
-    of a segment that has a manifest (acknowledged data: the metadata is behind the bucket), nor
-    anything in another topic id's folder or written under another claim: those are counted as
-    ``kept`` and left to the operator (``processor delete-topic --topic-id``). Objects of copies in
-    flight and objects younger than ``min_age_ms`` (by the storage's own timestamps) stay."""
-    keys = deleter.keys
-    epoch = part.current_epoch
+    """The owner's once-per-claim sweep of ``tp``'s folder of the partition's current topic id
+    (:func:`processor.metadata.deletion_proof.plan_sweep`): it deletes the objects no segment the
+    fold lists names that its own claim wrote (its attempts that could not record or clean up), and
+    counts and logs every other unreferenced object without deleting it (another claim's, another
+    topic id's, one with a manifest: ``processor sweep`` and the audit are the operator's tools)."""
     topic_id = part.current_topic_id if part.current_topic_id is not None else part.lineage.topic_id
-    referenced = {
-        k
-        for s in part.segments.values()
-        for k in (s.data_object_key, s.index_object_key, manifest_key(s.data_object_key))
-    }
-    listed = list(deleter.storage.list(keys.partition_prefix(tp.topic, tp.partition, topic_id)))
-    manifests = {info.key[: -len(MANIFEST_SUFFIX)] for info in listed if info.key.endswith(MANIFEST_SUFFIX)}
-    result = SweepResult()
-    for info in listed:
-        if info.key in referenced or not keys.is_project_key(info.key):
-            continue
-        name = keys.segment_name(info.key)
-        if name is None:
-            continue
-        sid, writer_epoch, data_key = name
-        if sid in in_flight or info.modified_ms is None or now_ms - info.modified_ms < min_age_ms:
-            continue
-        if info.key.endswith(MANIFEST_SUFFIX) or data_key in manifests or writer_epoch != epoch:
-            result.kept.append(info.key)
-            continue
-        if not dry_run:
-            deleter.storage.delete(info.key)
-        result.deleted.append(info.key)
-    if result.deleted:
-        log.info("%s: deleted %d objects of this claim that no segment references", tp, len(result.deleted))
-    if result.kept:
-        metrics.DELETIONS_REFUSED.labels(REFUSED_UNREFERENCED).inc(len(result.kept))
+    listed = deleter.storage.list(deleter.keys.partition_prefix(tp.topic, tp.partition, topic_id))
+    plan = plan_sweep(listed, part, deleter.keys, now_ms, min_age_ms, in_flight, part.current_epoch)
+    result = SweepResult(list(plan.delete), plan.kept)
+    if not dry_run:
+        for key in plan.delete:
+            deleter.storage.delete(key)
+    if plan.delete and not dry_run:
+        log.info("%s: deleted %d objects of this claim that no segment references", tp, len(plan.delete))
+    if plan.kept:
+        metrics.DELETIONS_REFUSED.labels(REFUSED_UNREFERENCED).inc(len(plan.kept))
         log.warning(
             "%s: %d objects no segment references were kept (a manifest, or written under another "
-            "claim); `processor audit` lists them, e.g. %s",
+            "claim); `processor sweep --topic %s --dry-run` lists them, e.g. %s",
             tp,
-            len(result.kept),
-            result.kept[0],
+            len(plan.kept),
+            tp.topic,
+            plan.kept[0],
         )
     return result
 
 
 @dataclass
 class SweepResult:
-    deleted: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)  # (with dry_run: would be)
     kept: list[str] = field(default_factory=list)  # unreferenced, but without proof they are garbage
 
 

@@ -18,17 +18,26 @@ topic) is never proof. The proofs, by path:
 - **A finished segment that is not served** (a retired topic id, a copy superseded before claims
   existed) is never deleted by a worker: its history may be what a disaster recovery restores from.
   ``processor delete-topic --topic-id`` deletes a retired history by name.
-- **Objects no record names** (the sweep): only in the owner's own topic-id folder, only objects its
-  own claim wrote (the writer epoch in their names), never a manifest nor an object whose segment
-  has one (:func:`sweepable`).
+- **Objects no record names** (the sweep, :func:`plan_sweep`): only in the partition's folder of its
+  current topic id, never a manifest nor an object whose segment has one; a worker deletes only
+  objects its own claim wrote (the writer epoch in their names), older than ten minutes; an operator
+  (``processor sweep``) those of any writer, older than a long grace judged by the storage's own
+  clock. The listing is taken before the metadata is read: an upload's COPY_SEGMENT_STARTED is
+  published before its first byte, so every object in the listing of a copy that could still finish
+  is named by a record the view holds.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from processor.metadata.manifest import manifest_key
 from processor.metadata.model import RemoteLogSegmentMetadata
+from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.segment.object_keys import MANIFEST_SUFFIX, ObjectKeyFactory
 
 # The reasons of processor_deletions_refused_total
 REFUSED_ACKNOWLEDGED = "acknowledged"  # not served by the view, but its manifest is in the bucket
@@ -42,3 +51,56 @@ class ObjectStat(Protocol):
 def acknowledged(storage: ObjectStat, segment: RemoteLogSegmentMetadata) -> bool:
     """Whether the bucket holds ``segment``'s manifest: its copy was acknowledged once."""
     return storage.stat(manifest_key(segment.data_object_key)) is not None
+
+
+class ListedObject(Protocol):
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def modified_ms(self) -> int | None: ...
+
+
+@dataclass
+class SweepPlan:
+    delete: list[str] = field(default_factory=list)  # unreferenced, and proven garbage
+    kept: list[str] = field(default_factory=list)  # unreferenced, without proof that they are garbage
+
+
+def plan_sweep(
+    listed: Iterable[ListedObject],
+    part: PartitionRemoteState,
+    keys: ObjectKeyFactory,
+    now_ms: int,
+    min_age_ms: int,
+    in_flight: frozenset[uuid.UUID] = frozenset(),
+    writer_epoch: int | None = None,
+) -> SweepPlan:
+    """Which of a partition folder's ``listed`` objects no record of ``part`` names may go: objects of
+    this project's layout, not a manifest, whose segment has no manifest in the listing, not of a
+    copy in flight, older than ``min_age_ms`` at ``now_ms`` (by the storage's timestamps) and, when
+    ``writer_epoch`` is given, written under that claim (the epoch in the name). Unreferenced objects
+    that fail any of the proofs are ``kept``; objects too young to judge are in neither list. Pure."""
+    listed = list(listed)
+    referenced = {
+        k
+        for s in part.segments.values()
+        for k in (s.data_object_key, s.index_object_key, manifest_key(s.data_object_key))
+    }
+    manifests = {o.key[: -len(MANIFEST_SUFFIX)] for o in listed if o.key.endswith(MANIFEST_SUFFIX)}
+    plan = SweepPlan()
+    for obj in listed:
+        if obj.key in referenced or not keys.is_project_key(obj.key):
+            continue
+        name = keys.segment_name(obj.key)
+        if name is None:
+            continue
+        sid, epoch, data_key = name
+        if sid in in_flight or obj.modified_ms is None or now_ms - obj.modified_ms < min_age_ms:
+            continue
+        acknowledged_once = obj.key.endswith(MANIFEST_SUFFIX) or data_key in manifests
+        if acknowledged_once or (writer_epoch is not None and epoch != writer_epoch):
+            plan.kept.append(obj.key)
+        else:
+            plan.delete.append(obj.key)
+    return plan

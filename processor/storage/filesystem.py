@@ -76,9 +76,10 @@ class FilesystemChunkStorage(ChunkStorage):
 
     def stat(self, key: str) -> ChunkInfo | None:
         try:
-            return ChunkInfo(key, self._path(key).stat().st_size)
+            st = self._path(key).stat()
         except FileNotFoundError:
             return None
+        return ChunkInfo(key, st.st_size, st.st_mtime_ns // 1_000_000)
 
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):

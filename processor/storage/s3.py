@@ -347,7 +347,10 @@ class S3ChunkStorage(ChunkStorage):
             raise err from exc
         except BotoCoreError as exc:
             raise self._fail("head", key, exc) from exc
-        return ChunkInfo(key, int(resp["ContentLength"]))
+        modified = resp.get("LastModified")
+        return ChunkInfo(
+            key, int(resp["ContentLength"]), int(modified.timestamp() * 1000) if modified else None
+        )
 
     def delete(self, key: str) -> None:
         try:

@@ -101,6 +101,16 @@ def test_list_by_prefix_in_key_order(storage: ChunkStorage) -> None:
     assert [c.key for c in storage.list(base + "/")] == [f"{base}/a", f"{base}/b", f"{base}/c"]
 
 
+def test_stat_and_list_report_when_an_object_was_written(storage: ChunkStorage) -> None:
+    """The storage's own clock: the sweep judges an object's age by it, never by a local clock."""
+    k = key()
+    storage.create(k, [b"x"])
+    stated = storage.stat(k)
+    (listed,) = [c for c in storage.list(k) if c.key == k]
+    assert stated is not None and stated.modified_ms is not None and listed.modified_ms is not None
+    assert abs(stated.modified_ms - listed.modified_ms) <= 1000  # S3 lists and heads at 1 s or 1 ms
+
+
 def test_concat(storage: ChunkStorage) -> None:
     if not storage.supports_concat:
         pytest.skip("no concat")

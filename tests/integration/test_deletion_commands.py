@@ -242,3 +242,49 @@ def test_unreachable_kafka_exits_3(local_stack: StackInfo, tmp_path: Path) -> No
     env = {**env_for(local_stack, tmp_path, "unused"), "PROCESSOR_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
     result = run_cli(env, "delete-topic", "--topic", "x")
     assert result.returncode == 3 and "unreachable" in result.stderr
+
+
+def test_sweep_deletes_only_unreferenced_objects_it_can_prove_garbage(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    """`processor sweep`: objects no record names in the live topic id's folder go (a writer that
+    lost its claim and uploaded anyway); an object whose segment has a manifest (acknowledged data
+    the metadata does not name), another topic id's folder and every served segment stay; --dry-run
+    deletes nothing; objects younger than --older-than-ms stay."""
+    topic = "del-sweep"
+    tp = TopicPartition(topic, 0)
+    admin = new_admin(local_stack.bootstrap_servers, "t")
+    ensure_topic(admin, topic, 1, 1, {})
+    produce(local_stack.bootstrap_servers, topic, 0, 40, int(time.time() * 1000))
+    env = env_for(local_stack, tmp_path, topic, PROCESSOR_WORKER_ID="sweep-1")
+    offload(local_stack, env, {tp: 39}, tmp_path / "w.log")
+    served = view(local_stack, META, tp, PREFIX).finished
+    live_id = served[0].segment_id.topic_id
+    assert live_id is not None
+    keys = ObjectKeyFactory(PREFIX)
+    zombie = keys.segment(topic, 0, 1000, uuid.uuid4(), 999, live_id)
+    acked = keys.segment(topic, 0, 2000, uuid.uuid4(), 999, live_id)
+    other = keys.segment(topic, 0, 0, uuid.uuid4(), 1, str(uuid.uuid4()))
+    storage = storage_for(local_stack)
+    try:
+        for key in (zombie.data, zombie.index, acked.data, acked.data + "-manifest", other.data):
+            storage.create(key, [b"x"])
+        before = {i.key for i in storage.list(PREFIX + "/")}
+        young = run_cli(env, "sweep", "--topic", topic, "--older-than-ms", str(3_600_000), "--json")
+        assert young.returncode == 0, young.stderr
+        assert json.loads(young.stdout)["partitions"][str(tp)] == {"deleted": [], "kept": []}
+        dry = run_cli(env, "sweep", "--topic", topic, "--older-than-ms", "0", "--dry-run", "--json")
+        assert dry.returncode == 0, dry.stderr
+        found = json.loads(dry.stdout)["partitions"][str(tp)]
+        assert sorted(found["would_delete"]) == sorted([zombie.data, zombie.index])
+        assert sorted(found["kept"]) == sorted([acked.data, acked.data + "-manifest"])
+        assert {i.key for i in storage.list(PREFIX + "/")} == before, "a dry run deletes nothing"
+        done = run_cli(env, "sweep", "--topic", topic, "--older-than-ms", "0")
+        assert done.returncode == 0, done.stderr
+        assert "deleted 2 unreferenced objects in 1 partitions; 2 kept" in done.stdout
+        assert {i.key for i in storage.list(PREFIX + "/")} == before - {zombie.data, zombie.index}
+        assert {k for s in served for k in (s.data_object_key, s.index_object_key)} <= before
+    finally:
+        storage.close()
+    bad = run_cli(env, "sweep", "--topic", topic, "--older-than-ms", "-1")
+    assert bad.returncode == 2 and "--older-than-ms" in bad.stderr
