@@ -1,14 +1,18 @@
 """Configuration: one frozen, validated settings object from ``PROCESSOR_*`` variables.
 
 Only the CLI calls :func:`load_settings` (the one place that reads the environment); everything else
-receives a ``Settings``. A bad value raises ``ConfigError`` naming the variable. S3 credentials are
+receives a ``Settings``. A bad value raises ``ConfigError`` naming the variable, and so does a
+``PROCESSOR_*`` variable that is no setting (a misspelt one, with the closest name): ignoring it would
+leave its default in force, e.g. an unlimited retention or an empty topic list. S3 credentials are
 not here: they come from the standard AWS variables and credential chain.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,6 +28,21 @@ from processor.units import parse_duration_ms, parse_size
 
 ENV_PREFIX = "PROCESSOR_"
 MiB = 1024 * 1024
+# The restore's target cluster: each Kafka security variable with this prefix instead
+# (processor/commands/restore.py TARGET_ENV_NAMES, derived from ENV_NAMES the same way).
+TARGET_PREFIX = "PROCESSOR_TARGET_"
+# PROCESSOR_* variables that are not settings yet are read: the test harness's choice of stack
+# (tests/conftest.py; inherited by commands the tests run), and Windows' own, which are not ours.
+OTHER_VARIABLES = frozenset({"PROCESSOR_TEST_STACK"})
+FOREIGN_VARIABLES = frozenset(
+    {
+        "PROCESSOR_ARCHITECTURE",
+        "PROCESSOR_ARCHITEW6432",
+        "PROCESSOR_IDENTIFIER",
+        "PROCESSOR_LEVEL",
+        "PROCESSOR_REVISION",
+    }
+)
 
 RetentionOverride = tuple[str, str, int]  # (topic, "ms" | "bytes", value)
 RETENTION_KINDS = ("ms", "bytes")
@@ -39,9 +58,19 @@ class Settings(BaseSettings):
     metadata_topic: str = "__remote_log_metadata"
     metadata_partitions: int = Field(default=4, ge=1, le=1000)
     metadata_replication_factor: int = Field(default=1, ge=1, le=32)
-    app_id: str = Field(default="tiered-storage-processor", pattern=r"^[A-Za-z0-9._-]{1,200}$")
+    # A pattern that is not a list of values has its description, the error's plain words (_describe).
+    app_id: str = Field(
+        default="tiered-storage-processor",
+        pattern=r"^[A-Za-z0-9._-]{1,200}$",
+        description="1 to 200 letters, digits, '.', '_' or '-'",
+    )
     s3_endpoint_url: str | None = None
-    s3_bucket: str = Field(default="tiered-storage", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    s3_bucket: str = Field(
+        default="tiered-storage",
+        pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+        description="an S3 bucket name: 3 to 63 lower-case letters, digits, '.' or '-', "
+        "beginning and ending with a letter or digit",
+    )
     s3_prefix: str = ""
     s3_region: str | None = None
     s3_part_bytes: int = Field(default=16 * MiB, ge=5 * MiB, le=5 * 1024 * MiB)
@@ -51,7 +80,11 @@ class Settings(BaseSettings):
     block_bytes: int = Field(default=1 * MiB, ge=1024, le=256 * MiB)
     buffer_bytes: int = Field(default=256 * MiB, ge=1024)
     data_dir: Path = Path("./data")
-    worker_id: str = Field(default_factory=socket.gethostname, pattern=r"^[A-Za-z0-9._:-]{1,128}$")
+    worker_id: str = Field(
+        default_factory=socket.gethostname,
+        pattern=r"^[A-Za-z0-9._:-]{1,128}$",
+        description="1 to 128 letters, digits, '.', '_', ':' or '-'",
+    )
     web_port: int = Field(default=6066, ge=1, le=65535)
     # Address the web server binds (health, metrics, /fetch, /segments); 0.0.0.0 = every interface.
     web_host: str = Field(default="0.0.0.0", min_length=1)
@@ -285,7 +318,13 @@ def _with_units(parse: Callable[[str], int], name: str, value: str) -> int:
         raise ValueError(f"{ENV_PREFIX}{name.upper()}: {exc}") from None
 
 
+# A pattern that only lists values, e.g. ^(token|none)$ or ^(?i:text|json)$ (any case).
+_CHOICES = re.compile(r"\^\((\?i:)?([A-Za-z0-9_-]+(?:\|[A-Za-z0-9_-]+)+)\)\$")
+
+
 def _describe(error: Mapping[str, Any]) -> str:
+    """One validation error in plain words, naming its variable: the allowed values of an
+    enumerated setting, the description of any other pattern, never a raw regular expression."""
     loc = error.get("loc") or ()
     msg = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
     if not loc and msg.startswith(ENV_PREFIX):
@@ -293,12 +332,58 @@ def _describe(error: Mapping[str, Any]) -> str:
     name = f"{ENV_PREFIX}{str(loc[0]).upper()}" if loc else "configuration"
     value = error.get("input")
     shown = "" if isinstance(value, dict) or value is None else f" (got {value!r})"
+    kind, ctx = error.get("type"), error.get("ctx") or {}
+    if kind == "string_pattern_mismatch":
+        choices = _CHOICES.fullmatch(str(ctx.get("pattern", "")))
+        if choices:
+            any_case = " (in any case)" if choices.group(1) else ""
+            return f"{name} must be one of {', '.join(choices.group(2).split('|'))}{any_case}{shown}"
+        field = Settings.model_fields.get(str(loc[0])) if loc else None
+        if field is not None and field.description:
+            return f"{name} must be {field.description}{shown}"
+    elif kind in ("literal_error", "enum"):
+        return f"{name} must be one of {ctx.get('expected', '(see the README)')}{shown}"
+    elif kind == "bool_parsing":
+        return f"{name} must be true or false (or 1/0, yes/no, on/off){shown}"
     return f"{name}: {msg}{shown}"
 
 
+@functools.cache
+def known_variables() -> frozenset[str]:
+    """Every ``PROCESSOR_*`` variable something reads: the settings, the restore target's security
+    settings (``PROCESSOR_TARGET_*``) and the few others (OTHER_VARIABLES)."""
+    settings = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
+    target = {name.replace(ENV_PREFIX, TARGET_PREFIX, 1) for name in ENV_NAMES.values()}
+    return frozenset(settings | target | OTHER_VARIABLES)
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """A problem for each variable of the ``PROCESSOR_`` prefix (in any case) that nothing reads,
+    naming the closest known variable. Such a variable is refused, not ignored: a misspelt
+    retention, topic or size setting would otherwise leave its default in force unnoticed."""
+    known = known_variables()
+    suffixes = sorted(name.removeprefix(ENV_PREFIX) for name in known - OTHER_VARIABLES)
+    problems = []
+    for variable in sorted(environ):
+        upper = variable.upper()
+        if not upper.startswith(ENV_PREFIX) or variable in known or upper in FOREIGN_VARIABLES:
+            continue
+        if upper in known:
+            hint = f"did you mean {upper}? (variable names are upper case)"
+        else:
+            close = difflib.get_close_matches(upper.removeprefix(ENV_PREFIX), suffixes, n=1, cutoff=0.6)
+            hint = (
+                f"did you mean {ENV_PREFIX}{close[0]}?" if close else "`processor config` lists every setting"
+            )
+        problems.append(f"{variable} is not a known setting; {hint}")
+    return problems
+
+
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-    """Build settings from ``environ`` (default: os.environ) plus overrides; raise ConfigError."""
+    """Build settings from ``environ`` (default: os.environ) plus overrides; raise ConfigError
+    listing every problem: each unknown ``PROCESSOR_*`` variable and each invalid value."""
     env = os.environ if environ is None else environ
+    problems = unknown_variables(env)
     values: dict[str, Any] = {}
     for name in Settings.model_fields:
         raw = env.get(f"{ENV_PREFIX}{name.upper()}")
@@ -306,10 +391,11 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
             values[name] = raw
     values.update(overrides)
     try:
-        return Settings.model_validate(values)
+        settings = Settings.model_validate(values)
     except ValidationError as exc:
-        raise ConfigError(
-            "invalid configuration:\n  " + "\n  ".join(_describe(e) for e in exc.errors())
-        ) from None
+        problems += [_describe(e) for e in exc.errors()]
     except InvalidNameError as exc:
-        raise ConfigError(str(exc)) from None
+        problems.append(str(exc))
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return settings

@@ -4,6 +4,11 @@ Sources: ``environment`` (a PROCESSOR_* variable), ``default``, or ``derived`` (
 adapted to another setting, e.g. the block size to a small PROCESSOR_SEGMENT_BYTES). Sizes and
 durations are shown with units. Credentials of the AWS chain are listed by presence only; every
 secret setting (a ``SecretStr``) shows ``***``, and so does the password inside a URL.
+
+``--check``: a pre-flight check instead. The worker's own start-up validation (commands/worker.py
+START_UP_CHECKS), each problem printed, exit 2 where ``processor worker`` would exit 2; with
+``--connect`` it also reaches the broker and the bucket (read-only: nothing is created) and exits 3
+when either is unreachable or refuses, as the worker would.
 """
 
 from __future__ import annotations
@@ -11,13 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import SecretStr
 
+from processor.commands.worker import start_up_problems
 from processor.config import ENV_PREFIX, Settings, load_settings
-from processor.logs import MASK, mask_url_password
+from processor.errors import ConfigError, ServiceUnavailableError, StorageError
+from processor.logs import MASK, mask_url_password, setup_logging
 from processor.units import format_duration_ms, format_size
 
 AWS_VARIABLES = (
@@ -76,8 +84,73 @@ def describe(settings: Settings, environ: Mapping[str, str]) -> dict[str, Any]:
     return {"settings": rows, "aws": aws}
 
 
+def _reach(settings: Settings, timeout_s: float) -> tuple[list[str], list[str], list[str]]:
+    """(what was reached, configuration problems, unreachable services): the broker with the checks
+    the worker starts with (processor.kafka_clients.check_broker), then the bucket with a HeadBucket
+    on the readiness probe's client (short timeouts, no retries). Nothing is created."""
+    from processor.kafka_clients import check_broker, partition_counts
+    from processor.wiring.storage import build_storage
+
+    reached: list[str] = []
+    found: dict[str, int] | None = None
+    config: list[str] = []
+    unreachable: list[str] = []
+    try:
+        admin = check_broker(settings.kafka, timeout_s)
+    except ConfigError as exc:  # e.g. an OAUTHBEARER token provider that does not import
+        config.append(str(exc))
+    except ServiceUnavailableError as exc:
+        unreachable.append(str(exc))
+    else:
+        try:
+            found = partition_counts(admin, [*settings.topics, settings.metadata_topic], timeout_s)
+        except Exception as exc:  # confluent_kafka's KafkaException: this module may not import it
+            unreachable.append(
+                f"Kafka at {settings.bootstrap_servers} answered, then listed no topics: {exc}"
+            )
+    if found is not None:
+        sources = sum(1 for t in settings.topics if t in found)
+        metadata = "exists" if settings.metadata_topic in found else "missing (the worker creates it)"
+        reached.append(
+            f"kafka: ok ({settings.bootstrap_servers}; source topics found: {sources} of "
+            f"{len(settings.topics)}; metadata topic {settings.metadata_topic}: {metadata})"
+        )
+    storage = build_storage(settings, probe=True)
+    try:
+        storage.check_bucket()
+        reached.append(f"s3: ok (bucket {settings.s3_bucket!r})")
+    except StorageError as exc:
+        unreachable.append(str(exc))
+    finally:
+        storage.close()
+    return reached, config, unreachable
+
+
+def cmd_check(settings: Settings, connect: bool, timeout_s: float) -> int:
+    """The pre-flight check: 0 the worker would start, 2 it would refuse its configuration, 3 (with
+    ``connect``) Kafka or S3 is unreachable. Each problem on stderr, the checks passed on stdout."""
+    problems = start_up_problems(settings)
+    unreachable: list[str] = []
+    if problems:
+        print(f"configuration: {len(problems)} problem(s); the worker would exit 2")
+    else:
+        print("configuration: ok (the worker's start-up validation passes)")
+        if connect:
+            setup_logging(settings.log_level, settings.log_format)  # librdkafka's warnings, as the worker's
+            reached, problems, unreachable = _reach(settings, timeout_s)
+            for line in reached:
+                print(line)
+    for problem in problems + unreachable:
+        print(f"error: {problem}", file=sys.stderr)
+    return 2 if problems else 3 if unreachable else 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
+    if args.connect and not args.check:
+        raise ConfigError("--connect goes with --check: processor config --check --connect")
     settings = load_settings()
+    if args.check:
+        return cmd_check(settings, args.connect, args.timeout)
     report = describe(settings, os.environ)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -95,5 +168,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "config", help="print the effective configuration (secrets masked) and where each value came from"
     )
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--json", action="store_true", help="machine-readable output")
+    mode.add_argument(
+        "--check",
+        action="store_true",
+        help="pre-flight check: run the worker's start-up validation, print each problem; "
+        "exit 0 if the worker would start, 2 if it would refuse the configuration",
+    )
+    parser.add_argument(
+        "--connect",
+        action="store_true",
+        help="with --check: also reach the Kafka broker and the S3 bucket (nothing is created); "
+        "exit 3 if either is unreachable",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="with --connect: how long to wait for the broker (default 10; S3 gets 2 s to connect)",
+    )
     parser.set_defaults(func=cmd_config)
