@@ -362,7 +362,23 @@ class OwnershipModel(RuleBasedStateMachine):
         follower had applied when it last looked (possibly stale: a zombie)."""
         owner = self.owners[name]
         assert owner.epoch is not None
+        self._pass(owner, self._state(self._stale_fold(owner)), keep)
+
+    def retention_races_finish(self, name: str, keep: int) -> None:
+        """A retention pass that reads the partition while the owner's copy is still STARTED, then
+        the copy publishes its FINISHED, is acknowledged and leaves the in-flight set, and only then
+        does the pass look at the in-flight set: the plan sees a STARTED nobody has in flight. Its
+        conditional DELETE_SEGMENT_STARTED must lose to the FINISHED (the fold has the last word)."""
+        owner = self.owners[name]
+        assert owner.epoch is not None and owner.copy is not None
         part = self._state(self._stale_fold(owner))
+        self.finish(name)
+        self.confirm_finished(name)
+        if owner.epoch is not None:
+            self._pass(owner, part, keep)
+
+    def _pass(self, owner: Owner, part: PartitionRemoteState, keep: int) -> None:
+        assert owner.epoch is not None
         cutoff = self.source_end - keep
         try:
             _plan, out = clean_partition(
@@ -375,7 +391,9 @@ class OwnershipModel(RuleBasedStateMachine):
                 frozenset(owner.in_flight),
             )
         except FencedWriterError:
-            self._fenced(owner)
+            # taken over; or its plan lost to a copy that finished since (the next pass re-plans)
+            if self._state().current_epoch != owner.epoch:
+                self._fenced(owner)
             return
         finally:
             self._saw_own_writes(owner)
@@ -389,39 +407,6 @@ class OwnershipModel(RuleBasedStateMachine):
         that follower to reach the topic's end: no owner plans again on a view older than its own
         last pass (a paused owner's view is stale only about what others wrote since)."""
         owner.view_at = self.topic.next_offset
-
-    def retention_races_finish(self, name: str, keep: int) -> None:
-        """A retention pass that reads the partition while the owner's copy is still STARTED, then
-        the copy publishes its FINISHED, is acknowledged and leaves the in-flight set, and only then
-        does the pass look at the in-flight set: the plan sees a STARTED nobody has in flight. Its
-        conditional DELETE_SEGMENT_STARTED must lose to the FINISHED (the fold has the last word)."""
-        owner = self.owners[name]
-        assert owner.epoch is not None and owner.copy is not None
-        part = self._state(self._stale_fold(owner))
-        self.finish(name)
-        self.confirm_finished(name)
-        if owner.epoch is None:
-            return
-        try:
-            _plan, out = clean_partition(
-                TP,
-                part,
-                self._deleter(owner),
-                owner.epoch,
-                RetentionLimits(retention_ms=keep),
-                self.source_end,
-                frozenset(owner.in_flight),
-            )
-        except FencedWriterError:
-            if self._state().current_epoch != owner.epoch:
-                self._fenced(owner)
-            return  # the pass stops; the next one plans again on a view that shows the FINISHED
-        finally:
-            self._saw_own_writes(owner)
-        cutoff = self.source_end - keep
-        for seg in out.deleted:
-            if seg.state is S.COPY_SEGMENT_FINISHED and seg.segment_id.id in part.served:
-                self.retention_deleted[seg.segment_id.id] = cutoff
 
     def cleanup(self, name: str) -> None:
         """The owner's cleanup on assignment: the same pass with unlimited retention."""
