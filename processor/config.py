@@ -354,6 +354,7 @@ def known_variables() -> frozenset[str]:
     settings (``PROCESSOR_TARGET_*``) and the few others (OTHER_VARIABLES)."""
     settings = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
     target = {name.replace(ENV_PREFIX, TARGET_PREFIX, 1) for name in ENV_NAMES.values()}
+    target.add(f"{TARGET_PREFIX}BOOTSTRAP_SERVERS")  # the restore's target cluster
     return frozenset(settings | target | OTHER_VARIABLES)
 
 

@@ -62,6 +62,7 @@ def timestamp_ms(text: str) -> int:
 TARGET_ENV_NAMES = {
     field: name.replace("PROCESSOR_", "PROCESSOR_TARGET_", 1) for field, name in ENV_NAMES.items()
 }
+TARGET_BOOTSTRAP_ENV = "PROCESSOR_TARGET_BOOTSTRAP_SERVERS"  # or --target-bootstrap, which wins
 _TARGET_OPTIONS = {
     "target_security_protocol": "protocol",
     "target_sasl_mechanism": "sasl_mechanism",
@@ -74,7 +75,8 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
     """The target cluster and its security settings (also PROCESSOR_TARGET_* variables)."""
     p.add_argument(
         "--target-bootstrap",
-        help="the target cluster (default: PROCESSOR_BOOTSTRAP_SERVERS, with its security settings)",
+        help="the target cluster, or PROCESSOR_TARGET_BOOTSTRAP_SERVERS (default: "
+        "PROCESSOR_BOOTSTRAP_SERVERS, with its security settings)",
     )
     p.add_argument(
         "--target-security-protocol",
@@ -105,10 +107,11 @@ def target_from_args(args: argparse.Namespace, source: KafkaConnection) -> Targe
     either, the source cluster as it is configured (PROCESSOR_BOOTSTRAP_SERVERS and its security)."""
     values: dict[str, str] = {f: os.environ[n] for f, n in TARGET_ENV_NAMES.items() if os.environ.get(n)}
     values.update({field: getattr(args, opt) for opt, field in _TARGET_OPTIONS.items() if getattr(args, opt)})
-    if args.target_bootstrap is None and not values:
+    bootstrap = args.target_bootstrap or os.environ.get(TARGET_BOOTSTRAP_ENV) or None
+    if bootstrap is None and not values:
         return TargetCluster(source)
     security = KafkaSecurity.from_values(values, TARGET_ENV_NAMES)
-    return TargetCluster(KafkaConnection(args.target_bootstrap or source.bootstrap_servers, security))
+    return TargetCluster(KafkaConnection(bootstrap or source.bootstrap_servers, security))
 
 
 def default_restore_id(topic: str, to_topic: str) -> str:
