@@ -1,8 +1,10 @@
 # syntax=docker/dockerfile:1
 # Container image of the processor: `processor worker`, the follower, the CLI.
 #
-#   docker build -t kafka-tiered-processor .                                  # worker + CLI
+#   docker build -t kafka-tiered-processor .                                  # worker + CLI (+ MSK IAM)
 #   docker build --build-arg EXTRAS=spark -t kafka-tiered-processor:spark .   # + Spark sources, the audit
+#   (to run it from a cluster, tag it REGISTRY/kafka-tiered-processor:TAG, push it, and set the Helm
+#   chart's image.repository and image.tag: the chart has no default image)
 #   (release builds also pass --build-arg VERSION=... REVISION=$(git rev-parse HEAD) CREATED=<RFC 3339>)
 #
 # Two stages: the builder has the compilers (for any dependency without a wheel for this platform)
@@ -24,7 +26,9 @@ ARG PYTHON_IMAGE=python:3.11-slim-trixie@sha256:da047cb8f9d1d98e5c070f5300ba9f72
 
 FROM ${PYTHON_IMAGE} AS builder
 # Extras to install: "" (default) or "spark" (pyspark, pyarrow, pandas; also needs a JRE at run time,
-# see the runtime stage). Each has its lock: requirements/worker.txt or requirements/spark.txt.
+# see the runtime stage). Each has its lock: requirements/worker.txt or requirements/spark.txt. Both
+# locks include the msk extra (aws-msk-iam-sasl-signer-python), so either image authenticates to
+# Amazon MSK with IAM (the chart's kafka.sasl.oauthTokenProvider=aws-msk-iam) without a build of its own.
 ARG EXTRAS=""
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN apt-get update \

@@ -60,13 +60,15 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 # The container image installs from these hash-pinned locks (see the Dockerfile): worker.txt for the
-# default image, spark.txt for EXTRAS=spark, build.txt for the build backend. Re-run after changing
-# the dependencies in pyproject.toml; tests/deploy/test_dockerfile.py checks they still agree.
+# default image, spark.txt for EXTRAS=spark, build.txt for the build backend. Both images carry the
+# msk extra (the MSK IAM token signer), so kafka.sasl.oauthTokenProvider=aws-msk-iam works with
+# either. Re-run after changing the dependencies in pyproject.toml; tests/deploy/test_dockerfile.py
+# checks they still agree.
 LOCK := $(BIN)/uv pip compile --quiet --no-config --index-url https://pypi.org/simple \
 	--python-version 3.11 --python-platform linux --generate-hashes --custom-compile-command "make lock"
 lock: $(STAMP)
-	$(LOCK) pyproject.toml -o requirements/worker.txt
-	$(LOCK) pyproject.toml --extra spark -o requirements/spark.txt
+	$(LOCK) pyproject.toml --extra msk -o requirements/worker.txt
+	$(LOCK) pyproject.toml --extra msk --extra spark -o requirements/spark.txt
 	$(LOCK) requirements/build.in -o requirements/build.txt
 
 clean:

@@ -114,7 +114,12 @@ def _lock(name: str) -> dict[str, str]:
     return pins
 
 
-@pytest.mark.parametrize(("lock", "extras"), [("worker.txt", ()), ("spark.txt", ("spark",))])
+# Every image carries the msk extra: the chart offers kafka.sasl.oauthTokenProvider=aws-msk-iam, and a
+# worker without the signer exits at start ("needs the [msk] extra").
+LOCK_EXTRAS = [("worker.txt", ("msk",)), ("spark.txt", ("msk", "spark"))]
+
+
+@pytest.mark.parametrize(("lock", "extras"), LOCK_EXTRAS)
 def test_locks_satisfy_pyproject(lock, extras):
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     wanted = list(project["project"]["dependencies"])
@@ -128,6 +133,18 @@ def test_locks_satisfy_pyproject(lock, extras):
         assert requirement.specifier.contains(pins[name], prereleases=True), (
             f"requirements/{lock} pins {name}=={pins[name]}, pyproject.toml wants {requirement}: make lock"
         )
+
+
+@pytest.mark.parametrize("lock", [lock for lock, _ in LOCK_EXTRAS])
+def test_every_image_carries_the_msk_iam_signer(lock):
+    """aws-msk-iam (processor/kafka_oauth.py) imports aws_msk_iam_sasl_signer: in every image's lock."""
+    msk = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["msk"]
+    names = {canonicalize_name(Requirement(text).name) for text in msk}
+    assert "aws-msk-iam-sasl-signer-python" in names
+    assert names <= set(_lock(lock)), f"requirements/{lock} lacks the msk extra: make lock"
+    makefile = (ROOT / "Makefile").read_text()
+    line = next(x for x in makefile.splitlines() if f"-o requirements/{lock}" in x)
+    assert "--extra msk" in line, f"make lock would drop the msk extra from requirements/{lock}"
 
 
 def test_build_backend_is_locked():
