@@ -57,7 +57,9 @@ class Settings(BaseSettings):
     topics: Annotated[tuple[str, ...], NoDecode] = ()
     metadata_topic: str = "__remote_log_metadata"
     metadata_partitions: int = Field(default=4, ge=1, le=1000)
-    metadata_replication_factor: int = Field(default=1, ge=1, le=32)
+    # Replication factor of the topics the processor creates (metadata, deletion, Faust's own);
+    # None (unset): min(3, the cluster's brokers), see processor.kafka_clients.replication_for.
+    metadata_replication_factor: int | None = Field(default=None, ge=1, le=32)
     # A pattern that is not a list of values has its description, the error's plain words (_describe).
     app_id: str = Field(
         default="tiered-storage-processor",

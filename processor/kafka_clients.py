@@ -30,7 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     OffsetSpec,
 )
 
-from processor.errors import ServiceUnavailableError, TopicIdUnknownError
+from processor.errors import ConfigError, ServiceUnavailableError, TopicIdUnknownError
 from processor.kafka_security import KafkaConnection
 from processor.metadata.model import TopicPartition
 
@@ -300,15 +300,145 @@ def partition_counts(admin: AdminClient, topics: list[str], timeout_s: float = 1
     return out
 
 
-def ensure_topic(
-    admin: AdminClient,
+# Replication of the topics the processor creates when no factor is configured: min(3, brokers), the
+# managed services' requirement (Confluent Cloud accepts only 3) and 1 on a single-broker dev cluster.
+MAX_DEFAULT_REPLICATION = 3
+# CreateTopics errors that are the cluster refusing a setting (a policy, a factor it does not allow,
+# a config it rejects): never retried, turned into a ConfigError naming the setting and the variable.
+_REFUSALS_AT_CREATION = frozenset(
+    {
+        KafkaError.POLICY_VIOLATION,
+        KafkaError.INVALID_REPLICATION_FACTOR,
+        KafkaError.INVALID_CONFIG,
+        KafkaError.INVALID_PARTITIONS,
+        KafkaError.INVALID_REPLICA_ASSIGNMENT,
+    }
+)
+
+
+def replication_for(brokers: int, explicit: int | None) -> int:
+    """The replication factor of a topic the processor creates: ``explicit`` when configured, else
+    min(3, ``brokers``) (at least 1)."""
+    if explicit is not None:
+        return explicit
+    return max(1, min(MAX_DEFAULT_REPLICATION, brokers))
+
+
+def min_insync_for(replication: int) -> int | None:
+    """``min.insync.replicas`` for a topic created with ``replication``: factor-1 from a factor of 3
+    (2 for 3: a write survives one broker down, and one more restart does not stop writes), else
+    None (the broker's default). Never above factor-1, which would stop every write while a single
+    replica is down."""
+    return replication - 1 if replication >= MAX_DEFAULT_REPLICATION else None
+
+
+def creation_config(config: dict[str, str], replication: int) -> dict[str, str]:
+    """``config`` plus ``min.insync.replicas`` (:func:`min_insync_for`), as sent at creation only;
+    a value given in ``config`` is kept, lowered to factor-1 if above it."""
+    out = dict(config)
+    wanted = min_insync_for(replication)
+    given = out.get("min.insync.replicas")
+    if given is None:
+        if wanted is not None:
+            out["min.insync.replicas"] = str(wanted)
+    elif replication >= 2 and given.isdigit() and int(given) > replication - 1:
+        out["min.insync.replicas"] = str(replication - 1)
+    return out
+
+
+def broker_count(admin: AdminClient, timeout_s: float = 10.0) -> int:
+    """How many brokers the cluster has: DescribeCluster, or the metadata's broker list on a broker
+    that does not answer it."""
+    try:
+        described = admin.describe_cluster(request_timeout=timeout_s).result(timeout=timeout_s)
+        nodes = len(described.nodes or [])
+    except (KafkaException, TimeoutError) as exc:
+        log.debug("DescribeCluster failed (%s); counting the brokers in the metadata", exc)
+        nodes = 0
+    if nodes:
+        return nodes
+    return len(admin.list_topics(timeout=timeout_s).brokers)
+
+
+def cluster_replication(target: KafkaTarget, explicit: int | None, timeout_s: float = 10.0) -> int:
+    """:func:`replication_for` on the cluster at ``target`` (asked only when ``explicit`` is None).
+    Raises ServiceUnavailableError when the cluster cannot be asked."""
+    if explicit is not None:
+        return explicit
+    try:
+        brokers = broker_count(new_admin(target, "processor-admin"), timeout_s)
+    except KafkaException as exc:
+        raise ServiceUnavailableError(
+            f"cannot count the brokers of {connection(target).describe()} (for the replication factor "
+            f"of the topics the processor creates; or set PROCESSOR_METADATA_REPLICATION_FACTOR): "
+            f"{exc.args[0]}"
+        ) from None
+    return replication_for(brokers, None)
+
+
+def _refused_setting(
+    code: int, reason: str, partitions: int, replication: int, config: dict[str, str]
+) -> list[tuple[str, str]]:
+    """The settings of a refused CreateTopics the broker's answer points at (all when unclear)."""
+    if code == KafkaError.INVALID_REPLICATION_FACTOR:
+        return [("replication.factor", str(replication))]
+    if code == KafkaError.INVALID_PARTITIONS:
+        return [("partitions", str(partitions))]
+    said = reason.lower()
+    named = [(key, value) for key, value in config.items() if key.lower() in said]
+    if named:
+        return named
+    if "replica" in said:  # "replication factor", "replication.factor", "replicas"
+        return [("replication.factor", str(replication))]
+    if "partition" in said:
+        return [("partitions", str(partitions))]
+    return [("replication.factor", str(replication)), ("partitions", str(partitions)), *config.items()]
+
+
+def creation_refused_message(
+    err: KafkaError,
+    what: str,
     name: str,
     partitions: int,
     replication: int,
     config: dict[str, str],
+    variables: dict[str, str],
+) -> str:
+    """The error of a topic creation the cluster refused: the topic, the refused setting and its
+    value, the broker's reason, and the variable that sets it (``variables``: setting -> variable)."""
+    reason = err.str()
+    refused = _refused_setting(err.code(), reason, partitions, replication, config)
+    shown = ", ".join(f"{key}={value}" for key, value in refused)
+    to_set = sorted({variables[key] for key, _ in refused if key in variables})
+    if to_set:
+        advice = f"set {' / '.join(to_set)} to a value the cluster's policy allows"
+        if any(key in ("replication.factor", "min.insync.replicas") for key, _ in refused):
+            advice += " (Confluent Cloud accepts only replication factor 3)"
+    else:
+        advice = "the processor needs this setting: ask the cluster's administrator to allow it"
+    return (
+        f"the cluster refused to create {what} {name} with {shown} ({err.name()}: {reason}); "
+        f"{advice}, or create the topic beforehand"
+    )
+
+
+def ensure_topic(
+    admin: AdminClient,
+    name: str,
+    partitions: int,
+    replication: int | None,
+    config: dict[str, str],
     timeout_s: float = 15.0,
+    *,
+    what: str = "topic",
+    variables: dict[str, str] | None = None,
 ) -> bool:
-    """Create ``name`` if missing; returns True if it was created. Warns when an existing config differs."""
+    """Create ``name`` if missing; returns True if it was created. Warns when an existing config differs.
+
+    ``replication`` None is :func:`replication_for` the cluster's broker count; -1 the broker's
+    default. A known factor of 3 or more also sets ``min.insync.replicas`` (:func:`creation_config`),
+    at creation only. A creation the cluster refuses (a policy, an invalid factor or config) raises
+    ConfigError naming the setting and, from ``variables`` (setting -> variable), what to set."""
     if name in partition_counts(admin, [name], timeout_s):
         try:
             described = admin.describe_configs([ConfigResource("topic", name)])
@@ -322,12 +452,26 @@ def ensure_topic(
         except KafkaException as exc:
             log.warning("could not read the configuration of topic %s: %s", name, exc)
         return False
-    futures = admin.create_topics([NewTopic(name, partitions, replication, config=config)])
+    factor = replication_for(broker_count(admin, timeout_s), None) if replication is None else replication
+    sent = creation_config(config, factor) if factor > 0 else dict(config)
+    log.info(
+        "creating %s %s: %d partitions, replication factor %s%s",
+        what,
+        name,
+        partitions,
+        factor if factor > 0 else "(the broker's default)",
+        " (from the cluster's brokers)" if replication is None else "",
+    )
+    futures = admin.create_topics([NewTopic(name, partitions, factor, config=sent)])
     try:
         futures[name].result(timeout=timeout_s)
     except KafkaException as exc:
         err = exc.args[0]
-        if getattr(err, "name", lambda: "")() != "TOPIC_ALREADY_EXISTS":
+        if not isinstance(err, KafkaError) or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            if isinstance(err, KafkaError) and err.code() in _REFUSALS_AT_CREATION:
+                raise ConfigError(
+                    creation_refused_message(err, what, name, partitions, factor, sent, variables or {})
+                ) from None
             raise
     return True
 

@@ -61,7 +61,7 @@ class DeletionTopic:
         kafka: KafkaTarget,
         topic: str,
         num_partitions: int,
-        replication: int,
+        replication: int | None,  # None: min(3, the cluster's brokers)
         producer: DurableProducer,
     ) -> DeletionTopic:
         ensure_compacted_topic(

@@ -38,6 +38,13 @@ log = logging.getLogger(__name__)
 # processor/metadata/fold.py, "Compaction"); owners do that on every retention pass (30 s). Set when
 # the topic is created, and raised at every start on a topic that has less (require_compacted).
 MIN_COMPACTION_LAG_MS = 86_400_000
+# The variables behind the settings of a compacted topic's creation (metadata and deletion topics),
+# named when the cluster refuses one (min.insync.replicas follows the replication factor).
+CREATION_VARIABLES = {
+    "replication.factor": "PROCESSOR_METADATA_REPLICATION_FACTOR",
+    "min.insync.replicas": "PROCESSOR_METADATA_REPLICATION_FACTOR",
+    "partitions": "PROCESSOR_METADATA_PARTITIONS",
+}
 METADATA_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": str(MIN_COMPACTION_LAG_MS)}
 
 
@@ -105,16 +112,17 @@ def ensure_compacted_topic(
     topic: str,
     what: str,
     partitions: int,
-    replication: int,
+    replication: int | None,
     config: dict[str, str],
     min_lag_ms: int | None,
 ) -> bool:
     """Create ``topic`` with ``config`` if missing, then :func:`require_compacted` (also when just
-    created: the broker's answer is what counts). Returns True if it was created. Raises
-    MetadataTopicError."""
+    created: the broker's answer is what counts). Returns True if it was created. ``replication``
+    None: min(3, the cluster's brokers) (processor.kafka_clients.replication_for). Raises
+    MetadataTopicError, or ConfigError when the cluster refuses a setting at creation."""
     try:
         created = topic not in partition_counts(admin, [topic]) and ensure_topic(
-            admin, topic, partitions, replication, config
+            admin, topic, partitions, replication, config, what=what, variables=CREATION_VARIABLES
         )
     except KafkaException as exc:
         raise MetadataTopicError(f"cannot create or describe {what} {topic}: {exc.args[0]}") from None
@@ -122,7 +130,7 @@ def ensure_compacted_topic(
     return created
 
 
-def ensure_metadata_topic(kafka: KafkaTarget, topic: str, partitions: int, replication: int) -> int:
+def ensure_metadata_topic(kafka: KafkaTarget, topic: str, partitions: int, replication: int | None) -> int:
     """Create the compacted metadata topic if missing, check an existing one (refuse one that is not
     compacted, raise its min.compaction.lag.ms to a day); return its partition count."""
     admin = new_admin(kafka, "processor-admin")

@@ -8,7 +8,7 @@ import faust
 
 from processor.config import Settings
 from processor.follower.materializer import Materializer
-from processor.kafka_clients import faust_broker_settings
+from processor.kafka_clients import cluster_replication, faust_broker_settings
 from processor.leader.leadership import Leadership
 from processor.leader.offload_engine import OffloadEngine
 from processor.reader.remote_reader import RemoteReader
@@ -45,6 +45,10 @@ def build_app(
         broker_session_timeout=settings.session_timeout_ms / 1000,
         broker_rebalance_timeout=REBALANCE_TIMEOUT_S,
         broker_heartbeat_interval=1.0,
+        # The topics Faust creates (<app_id>-__assignor-__leader; no tables, so no changelogs) get the
+        # replication of the processor's own topics: PROCESSOR_METADATA_REPLICATION_FACTOR, else
+        # min(3, brokers). Faust's default of 1 is refused by managed clusters (Confluent Cloud: 3).
+        topic_replication_factor=cluster_replication(settings.kafka, settings.metadata_replication_factor),
         topic_partitions=1,
         producer_acks=-1,
     )

@@ -11,7 +11,7 @@ from confluent_kafka.admin import ConfigResource, NewTopic  # type: ignore[attr-
 
 from processor.devstack.stack import StackInfo
 from processor.errors import MetadataTopicError
-from processor.kafka_clients import new_admin, new_producer, topic_config
+from processor.kafka_clients import broker_count, new_admin, new_producer, topic_config
 from processor.lifecycle.deletion_topic import DeletionTopic
 from processor.metadata.codec import metadata_partition_for
 from processor.metadata.model import (
@@ -162,3 +162,14 @@ def test_deletion_topic_that_is_not_compacted_is_refused(local_stack: StackInfo)
         assert topic_config(new_admin(bootstrap, "t"), ok)["cleanup.policy"] == "compact"
     finally:
         producer.close()
+
+
+def test_unset_replication_is_from_the_cluster_one_on_a_single_broker(local_stack: StackInfo) -> None:
+    """No PROCESSOR_METADATA_REPLICATION_FACTOR: min(3, brokers), so 1 on the single-broker stack (and
+    no min.insync.replicas of ours: that comes with a factor of 3)."""
+    topic = f"__meta_replication_{uuid.uuid4().hex[:8]}"
+    assert ensure_metadata_topic(local_stack.bootstrap_servers, topic, 2, None) == 2
+    admin = new_admin(local_stack.bootstrap_servers, "t")
+    assert broker_count(admin) == 1
+    partitions = admin.list_topics(topic=topic, timeout=10).topics[topic].partitions
+    assert {len(p.replicas) for p in partitions.values()} == {1}
