@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-slow test-all test-unit test-contract test-integration test-spark lint bench lock clean
+.PHONY: install demo test test-slow test-all test-unit test-contract test-integration test-spark lint bench lock dist clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -62,14 +62,25 @@ bench: $(STAMP)
 # The container image installs from these hash-pinned locks (see the Dockerfile): worker.txt for the
 # default image, spark.txt for EXTRAS=spark, build.txt for the build backend. Both images carry the
 # msk extra (the MSK IAM token signer), so kafka.sasl.oauthTokenProvider=aws-msk-iam works with
-# either. Re-run after changing the dependencies in pyproject.toml; tests/deploy/test_dockerfile.py
+# either, and what requirements/image.in adds (see there). Re-run after changing the dependencies in pyproject.toml; tests/deploy/test_dockerfile.py
 # checks they still agree.
 LOCK := $(BIN)/uv pip compile --quiet --no-config --index-url https://pypi.org/simple \
 	--python-version 3.11 --python-platform linux --generate-hashes --custom-compile-command "make lock"
 lock: $(STAMP)
-	$(LOCK) pyproject.toml --extra msk -o requirements/worker.txt
-	$(LOCK) pyproject.toml --extra msk --extra spark -o requirements/spark.txt
+	$(LOCK) pyproject.toml requirements/image.in --extra msk -o requirements/worker.txt
+	$(LOCK) pyproject.toml requirements/image.in --extra msk --extra spark -o requirements/spark.txt
 	$(LOCK) requirements/build.in -o requirements/build.txt
 
+# The sdist and the wheel (built from that sdist, so the sdist is checked too) in $(DIST)/, with the
+# locked build backend (requirements/build.txt, as the image builds). Until a release is on an index,
+# install from them: pip install dist/kafka_tiered_processor-*.whl (extras: "$$(ls dist/*.whl)[msk]").
+# tests/integration/test_dist.py installs the wheel into a clean venv and runs `processor --version`.
+DIST ?= dist
+dist: $(STAMP)
+	rm -f $(DIST)/kafka_tiered_processor-*.whl $(DIST)/kafka_tiered_processor-*.tar.gz
+	$(BIN)/uv build --quiet --no-config --index-url https://pypi.org/simple --python $(BIN)/python \
+		--build-constraints requirements/build.txt --require-hashes --out-dir $(DIST) .
+	@ls -1 $(DIST)/kafka_tiered_processor-*
+
 clean:
-	rm -rf $(VENV) .stack .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .stack .pytest_cache .mypy_cache .ruff_cache dist

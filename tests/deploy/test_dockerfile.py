@@ -125,6 +125,12 @@ def test_locks_satisfy_pyproject(lock, extras):
     wanted = list(project["project"]["dependencies"])
     for extra in extras:
         wanted += project["project"]["optional-dependencies"][extra]
+    # what the image needs beyond pyproject.toml (requirements/image.in says why)
+    wanted += [
+        line.split("#", 1)[0].strip()
+        for line in (ROOT / "requirements" / "image.in").read_text().splitlines()
+        if line.split("#", 1)[0].strip()
+    ]
     pins = _lock(lock)
     for text in wanted:
         requirement = Requirement(text)
@@ -145,6 +151,7 @@ def test_every_image_carries_the_msk_iam_signer(lock):
     makefile = (ROOT / "Makefile").read_text()
     line = next(x for x in makefile.splitlines() if f"-o requirements/{lock}" in x)
     assert "--extra msk" in line, f"make lock would drop the msk extra from requirements/{lock}"
+    assert "requirements/image.in" in line, f"make lock would drop requirements/image.in from {lock}"
 
 
 def test_build_backend_is_locked():
