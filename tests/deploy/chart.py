@@ -16,8 +16,11 @@ CHART = ROOT / "helm" / "kafka-tiered-processor"
 K8S_VERSION = "1.30.0"
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 TOPICS = ["--set", "config.topics={orders,payments}"]
-# The smallest values that render: source topics and the read API's token (closed by default).
-BASE = [*TOPICS, "--set", "credentials.webToken.existingSecret=web-token"]
+# No image is published: image.repository is required (the user's own build, pushed).
+REPOSITORY = "registry.example.com/my-team/kafka-tiered-processor"
+IMAGE = ["--set", f"image.repository={REPOSITORY}"]
+# The smallest values that render: the image, source topics and the read API's token (closed by default).
+BASE = [*IMAGE, *TOPICS, "--set", "credentials.webToken.existingSecret=web-token"]
 ALL_ON = [
     *BASE,
     "--set", "followers.enabled=true",

@@ -10,7 +10,17 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.chart import BASE, CHART, by_kind, named, pod_specs, render, run_helm, validate_all
+from tests.deploy.chart import (
+    BASE,
+    CHART,
+    REPOSITORY,
+    by_kind,
+    named,
+    pod_specs,
+    render,
+    run_helm,
+    validate_all,
+)
 
 EVERYTHING = [*BASE, "--set", "followers.enabled=true", "--set", "audit.enabled=true"]
 
@@ -212,6 +222,7 @@ def parent_chart(tmp_path: Path) -> Path:
             {
                 "global": {"imageRegistry": "registry.example", "storageClass": "fast"},
                 "kafka-tiered-processor": {
+                    "image": {"repository": REPOSITORY},
                     "config": {"topics": ["orders"]},
                     "credentials": {"webToken": {"existingSecret": "web-token"}},
                 },

@@ -14,6 +14,7 @@ import pytest
 from processor.config import ENV_PREFIX, Settings
 from tests.deploy.chart import (
     BASE,
+    IMAGE,
     SECRET_NAME,
     SECURITY_SETTINGS,
     by_kind,
@@ -233,7 +234,7 @@ def test_read_api_closed_by_default(helm, default_docs):
     assert config_map(default_docs)["PROCESSOR_WEB_AUTH"] == "token"
     error = render_error(helm, "--set", "config.topics={orders}")
     assert "credentials.webToken.existingSecret" in error and "webApi.auth=none" in error
-    docs = render(helm, "--set", "config.topics={orders}", "--set", "webApi.auth=none")
+    docs = render(helm, *IMAGE, "--set", "config.topics={orders}", "--set", "webApi.auth=none")
     assert config_map(docs)["PROCESSOR_WEB_AUTH"] == "none"
     worker = by_kind(docs, "StatefulSet")[0]["spec"]["template"]["spec"]["containers"][0]
     assert "PROCESSOR_WEB_TOKEN" not in _secret_refs(worker)
