@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
@@ -23,20 +22,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from processor.devstack.pki_files import DevPki
+
+__all__ = ["DevPki", "make_dev_pki"]
+
 VALID_FOR = dt.timedelta(days=30)
-
-
-@dataclass(frozen=True)
-class DevPki:
-    """Where the stack's certificate files are."""
-
-    ca_file: str
-    broker_cert: str
-    broker_key: str
-    client_cert: str
-    client_key: str
-    client_key_password: str
-    untrusted_ca_file: str
 
 
 def _name(common_name: str) -> x509.Name:

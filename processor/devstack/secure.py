@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from processor.devstack.certs import DevPki, make_dev_pki
+from processor.devstack.pki_files import DevPki
 from processor.kafka_security import KafkaConnection, KafkaSecurity
 
 DEV_USER = "processor"
@@ -95,6 +95,10 @@ class SecureKafka:
 
 def plan(root: Path, free_port: Callable[[], int]) -> SecureKafka:
     """Fresh certificates, credentials and ports for a secured stack in ``root`` (nothing started)."""
+    # the ``cryptography`` package only when certificates are made (an install without the [local]
+    # extra runs every command but ``dev up --secure``)
+    from processor.devstack.certs import make_dev_pki
+
     pki = make_dev_pki(root / "pki", client_key_password=secrets.token_urlsafe(12))
 
     def listener(name: str) -> SecureListener:

@@ -100,13 +100,6 @@ def test_wheel_runs_with_the_image_lock(dist: Path, tmp_path: Path):
     assert _version(python) == f"processor {VERSION}"
 
 
-# processor.devstack.certs imports cryptography at module level (only the local extra and the image's
-# requirements/image.in have it) and processor.cli reaches it through commands/demo, so a plain install
-# cannot start. Until that import is deferred (or cryptography is a dependency) this test is an
-# expected failure for exactly that reason, and passes once it is fixed.
-MISSING_CRYPTOGRAPHY = "No module named 'cryptography'"
-
-
 def test_wheel_runs_installed_alone(dist: Path, tmp_path: Path):
     """As the README says: `pip install dist/kafka_tiered_processor-*.whl`, dependencies from its metadata."""
     python = _venv(tmp_path / "venv")
@@ -120,7 +113,5 @@ def test_wheel_runs_installed_alone(dist: Path, tmp_path: Path):
         timeout=120,
         check=False,
     )
-    if proc.returncode != 0 and MISSING_CRYPTOGRAPHY in proc.stderr:
-        pytest.xfail("processor.devstack.certs imports cryptography, a dependency of the local extra only")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"processor {VERSION}"
