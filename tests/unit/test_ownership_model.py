@@ -30,6 +30,7 @@ Invariants, after every step:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import shutil
 import tempfile
@@ -44,9 +45,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from processor.errors import FencedWriterError
+from processor.errors import FencedWriterError, StorageError
 from processor.lifecycle.retention_policy import RetentionLimits
-from processor.lifecycle.retention_service import clean_partition
+from processor.lifecycle.retention_service import clean_partition, sweep_unreferenced
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.codec import decode_value, delete_key, encode_value, record_key, segment_key
 from processor.metadata.fold import CONDITION, MetadataFold
@@ -79,15 +80,21 @@ class Bucket:
 
     def __init__(self) -> None:
         self.objects: set[str] = set()
+        self.failing = False  # deletes fail (S3 down): the deleter queues them for retry
 
     def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
         self.objects.add(key)
         return ChunkInfo(key, sum(len(p) for p in parts))
 
     def stat(self, key: str) -> ChunkInfo | None:
-        return ChunkInfo(key, 1) if key in self.objects else None
+        return ChunkInfo(key, 1, 0) if key in self.objects else None
+
+    def list(self, prefix: str) -> list[ChunkInfo]:
+        return [ChunkInfo(k, 1, 0) for k in sorted(self.objects) if k.startswith(prefix)]
 
     def delete(self, key: str) -> None:
+        if self.failing:
+            raise StorageError(f"injected: cannot delete {key}")
         self.objects.discard(key)
 
 
@@ -172,12 +179,17 @@ def _with_id(seg: RemoteLogSegmentMetadata, sid: RemoteLogSegmentId) -> RemoteLo
     return RemoteLogSegmentMetadata(**{**_fields(seg), "segment_id": sid})  # type: ignore[arg-type]
 
 
-class NoFailedDeletions:
+class FailedDeletions:
+    """The deletion topic: failed deletions wait here; the next pass requeues them anyway."""
+
+    def __init__(self) -> None:
+        self.pending: set[uuid.UUID] = set()
+
     def record_failed(self, segment: RemoteLogSegmentMetadata) -> None:
-        raise AssertionError("the model's bucket never fails a delete")
+        self.pending.add(segment.segment_id.id)
 
     def resolve(self, segment: RemoteLogSegmentMetadata) -> None:
-        pass
+        self.pending.discard(segment.segment_id.id)
 
 
 @dataclass
@@ -205,6 +217,11 @@ class OwnershipModel(RuleBasedStateMachine):
         self.source_end = 0  # offsets 0..source_end-1 exist in the source partition
         self.owners = {n: Owner(n) for n in OWNERS}
         self.acked: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        # acknowledged under a topic id since retired (the topic was re-created): no longer served,
+        # but their objects must stay (a restore may read them) until someone deletes them by name
+        self.retired_acked: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        self.topic_id = TOPIC_ID
+        self.failed_deletions = FailedDeletions()
         self.retention_deleted: dict[uuid.UUID, int] = {}  # segment -> the time cutoff that expired it
         self._ids = 0
         self.cache_dir = Path(tempfile.mkdtemp(prefix="ownership-model-"))
@@ -230,7 +247,7 @@ class OwnershipModel(RuleBasedStateMachine):
             cast(ChunkStorage, self.bucket),  # the deleter only deletes: the model's set of keys
             self.topic,
             self.topic,
-            NoFailedDeletions(),
+            self.failed_deletions,
             owner.name,
             KEYS,
             self.topic.confirm,
@@ -238,7 +255,7 @@ class OwnershipModel(RuleBasedStateMachine):
 
     def _state(self, fold: MetadataFold | None = None) -> PartitionRemoteState:
         state = PartitionRemoteState.of((fold or self.topic.live).partition(TP))
-        state.current_topic_id = TOPIC_ID
+        state.current_topic_id = self.topic_id
         return state
 
     def _stale_fold(self, owner: Owner) -> MetadataFold:
@@ -265,7 +282,7 @@ class OwnershipModel(RuleBasedStateMachine):
     def claim(self, name: str) -> None:
         owner = self.owners[name]
         self._fenced(owner)  # an assignment starts from nothing the owner held before
-        claim = PartitionClaim(TP, self._uuid(), ClaimKind.LEAD, name, 0, TOPIC_ID)
+        claim = PartitionClaim(TP, self._uuid(), ClaimKind.LEAD, name, 0, self.topic_id)
         epoch = self.topic.publish(claim)
         # read back to the claim: the follower applied it, and the owner resumes from what it shows
         owner.view_at = self.topic.next_offset
@@ -294,8 +311,8 @@ class OwnershipModel(RuleBasedStateMachine):
             return
         start = owner.next_offset
         end = min(self.source_end - 1, start + length - 1)
-        sid = RemoteLogSegmentId(TP.topic, TP.partition, self._uuid(), TOPIC_ID)
-        keys = KEYS.segment(TP.topic, TP.partition, start, sid.id, owner.epoch, TOPIC_ID)
+        sid = RemoteLogSegmentId(TP.topic, TP.partition, self._uuid(), self.topic_id)
+        keys = KEYS.segment(TP.topic, TP.partition, start, sid.id, owner.epoch, self.topic_id)
         record = RemoteLogSegmentMetadata(
             sid, start, end, end, 0, name, owner.epoch, ((0, start),), 100, S.COPY_SEGMENT_STARTED,
             keys.data, keys.index, 2, end - start + 1, 0, 10,
@@ -347,8 +364,9 @@ class OwnershipModel(RuleBasedStateMachine):
         assert owner.copy is not None
         seg = owner.copy.started
         if delete_objects:
-            self.bucket.delete(seg.data_object_key)
-            self.bucket.delete(seg.index_object_key)
+            with contextlib.suppress(StorageError):  # best effort: the owner's sweep finds the rest
+                self.bucket.delete(seg.data_object_key)
+                self.bucket.delete(seg.index_object_key)
         deleting = seg.deleting(2, owner.name, seg.writer_epoch)
         self.topic.publish(deleting)
         self.topic.publish(deleting.with_state(S.DELETE_SEGMENT_FINISHED, 3))
@@ -397,7 +415,9 @@ class OwnershipModel(RuleBasedStateMachine):
             return
         finally:
             self._saw_own_writes(owner)
-        for seg in out.deleted:
+        # deleted, or being deleted (its DELETE_SEGMENT_STARTED accepted; the objects failed to go
+        # and the next pass retries them)
+        for seg in [*out.deleted, *(s for s, _error in out.failed)]:
             if seg.state is S.COPY_SEGMENT_FINISHED and seg.segment_id.id in part.served:
                 assert seg.max_timestamp_ms <= cutoff, "retention deleted a segment inside its limit"
                 self.retention_deleted[seg.segment_id.id] = cutoff
@@ -409,29 +429,69 @@ class OwnershipModel(RuleBasedStateMachine):
         owner.view_at = self.topic.next_offset
 
     def cleanup(self, name: str) -> None:
-        """The owner's cleanup on assignment: the same pass with unlimited retention."""
+        """The owner's cleanup on assignment: the same pass with unlimited retention, then the
+        once-per-claim sweep of objects no record names (any age: the model has no clock)."""
         owner = self.owners[name]
         assert owner.epoch is not None
+        part = self._state(self._stale_fold(owner))
         try:
             clean_partition(
-                TP,
-                self._state(self._stale_fold(owner)),
-                self._deleter(owner),
-                owner.epoch,
-                RetentionLimits(),
-                self.source_end,
+                TP, part, self._deleter(owner), owner.epoch, RetentionLimits(), self.source_end,
                 frozenset(owner.in_flight),
-            )
+            )  # fmt: skip
+            sweep_unreferenced(TP, part, self._deleter(owner), 2**62, frozenset(owner.in_flight), 0)
         except FencedWriterError:
             self._fenced(owner)
+        except StorageError:
+            pass  # the pass fails; the next one retries
         finally:
             self._saw_own_writes(owner)
+
+    def confirm_times_out(self, name: str) -> None:
+        """The owner's follower does not confirm its STARTED or FINISHED in time: it never takes
+        the record as accepted, so it stops (the record may well be accepted: another owner cleans
+        up after it), deleting nothing."""
+        self._fenced(self.owners[name])
 
     def copy_whole(self, name: str, length: int) -> None:
         """A copy from STARTED to confirmed FINISHED with no other step in between."""
         self.start_copy(name, length)
         for step in (self.confirm_started, self.upload, self.finish, self.confirm_finished):
             step(name)
+
+    # -- the storage, operators and the source topic ---------------------------------------------
+
+    @rule(failing=st.booleans())
+    def storage_fails(self, failing: bool) -> None:
+        self.bucket.failing = failing
+
+    @precondition(lambda self: self.topic.live.partition(TP).header.claimed)
+    @rule()
+    def operator_takes_the_partition(self) -> None:
+        """An operator command (delete-topic, delete-before) takes the partition with an ADMIN
+        claim, runs its pass under it and releases it; the owners must claim it again."""
+        claim = PartitionClaim(TP, self._uuid(), ClaimKind.ADMIN, "op", 0, self.topic_id)
+        epoch = self.topic.publish(claim)
+        op = Owner("op", epoch, view_at=self.topic.next_offset)
+        with contextlib.suppress(StorageError):  # the command fails; run again later
+            clean_partition(
+                TP, self._state(), self._deleter(op), epoch, RetentionLimits(), self.source_end
+            )  # fmt: skip
+        release = PartitionClaim(TP, self._uuid(), ClaimKind.RELEASE, "op", 0, released_epoch=epoch)
+        self.topic.publish(release)
+
+    @rule()
+    def topic_recreated(self) -> None:
+        """The source topic is deleted and re-created (or restored into a new cluster): a new topic
+        id and offsets from 0. What was acknowledged under the old id is no longer served for the
+        topic, but nothing may delete it unasked (a restore may read it)."""
+        self._ids += 1
+        self.topic_id = str(uuid.UUID(int=(0x70E1C << 64) + self._ids))
+        self.retired_acked.update(self.acked)
+        self.acked = {}
+        self.source_end = 0
+        for owner in self.owners.values():
+            self._fenced(owner)  # their next assignment claims under the new id
 
     # -- hostile records: contained, whatever they say -----------------------------------------
 
@@ -441,7 +501,7 @@ class OwnershipModel(RuleBasedStateMachine):
         """A tombstone (no value, so no epoch to fence) naming a served segment: of its own key, of
         its delete key, or under another partition's key with its UUID. The fold rejects each; the
         owner re-publishes what the first one would have removed before compaction may reach it."""
-        victim = data.draw(st.sampled_from(self._state().finished()), label="victim")
+        victim = data.draw(st.sampled_from(self.topic.live.partition(TP).finished()), label="victim")
         if kind == "own_key":
             key = segment_key(victim.segment_id)
         elif kind == "delete_key":
@@ -567,7 +627,7 @@ class OwnershipModel(RuleBasedStateMachine):
     def acknowledged_objects_exist_until_retention(self) -> None:
         """No object of an acknowledged segment is deleted but by the user's retention: not as
         dangling, orphan or unreferenced, whatever any owner's view said."""
-        for sid, seg in self.acked.items():
+        for sid, seg in {**self.acked, **self.retired_acked}.items():
             if sid in self.retention_deleted:
                 continue
             for key in (seg.data_object_key, seg.index_object_key, manifest_key(seg.data_object_key)):
@@ -607,6 +667,12 @@ def _phase(name: str, phase: str) -> object:
     return lambda self: self.owners[name].copy is not None and self.owners[name].copy.phase == phase
 
 
+def _awaits_confirm(name: str) -> object:
+    return lambda self: (
+        self.owners[name].copy is not None and self.owners[name].copy.phase in ("started", "finished")
+    )
+
+
 def _can_start(name: str) -> object:
     return lambda self: (
         self.owners[name].epoch is not None
@@ -633,6 +699,7 @@ def _register_owner_rules() -> None:
             ("retention", _holds(n), {"keep": st.integers(0, 12)}),
             ("retention_races_finish", _phase(n, "uploaded"), {"keep": st.integers(0, 12)}),
             ("cleanup", _holds(n), {}),
+            ("confirm_times_out", _awaits_confirm(n), {}),
         ]
         for step, pre, args in table:
 
