@@ -46,7 +46,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from processor.errors import FencedWriterError, StorageError
-from processor.lifecycle.retention_policy import RetentionLimits
+from processor.lifecycle.retention_policy import RetentionLimits, plan_retention
 from processor.lifecycle.retention_service import clean_partition, sweep_unreferenced
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.codec import decode_value, delete_key, encode_value, record_key, segment_key
@@ -466,17 +466,33 @@ class OwnershipModel(RuleBasedStateMachine):
         self.bucket.failing = failing
 
     @precondition(lambda self: self.topic.live.partition(TP).header.claimed)
-    @rule()
-    def operator_takes_the_partition(self) -> None:
-        """An operator command (delete-topic, delete-before) takes the partition with an ADMIN
-        claim, runs its pass under it and releases it; the owners must claim it again."""
+    @rule(data=st.data())
+    def operator_takes_the_partition(self, data: st.DataObject) -> None:
+        """An operator command takes the partition with an ADMIN claim, runs its pass under it and
+        releases it; the owners must claim it again. As ``delete-before`` it also moves the remote
+        log start offset to an offset of the user's choosing (the user's own retention)."""
         claim = PartitionClaim(TP, self._uuid(), ClaimKind.ADMIN, "op", 0, self.topic_id)
         epoch = self.topic.publish(claim)
         op = Owner("op", epoch, view_at=self.topic.next_offset)
+        before = data.draw(st.none() | st.integers(0, max(self.source_end, 0)), label="delete before")
         with contextlib.suppress(StorageError):  # the command fails; run again later
-            clean_partition(
-                TP, self._state(), self._deleter(op), epoch, RetentionLimits(), self.source_end
-            )  # fmt: skip
+            clean_partition(TP, self._state(), self._deleter(op), epoch, RetentionLimits(), self.source_end)
+            part = self._state()  # the command reads back what its own pass wrote
+            if before is not None:
+                plan = plan_retention(
+                    list(part.segments.values()),
+                    RetentionLimits(),
+                    self.source_end,
+                    part.log_start_offset,
+                    requested_start_offset=before,
+                    served={s.segment_id.id for s in part.finished()},
+                    current_epoch=epoch,
+                )
+                out = self._deleter(op).execute(TP, plan, epoch)
+                for seg in [*out.deleted, *(s for s, _error in out.failed)]:
+                    if seg.state is S.COPY_SEGMENT_FINISHED:
+                        assert seg.end_offset < before, "delete-before deleted a segment it did not name"
+                        self.retention_deleted[seg.segment_id.id] = seg.max_timestamp_ms
         release = PartitionClaim(TP, self._uuid(), ClaimKind.RELEASE, "op", 0, released_epoch=epoch)
         self.topic.publish(release)
 
