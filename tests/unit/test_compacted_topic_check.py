@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from typing import Any, cast
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
@@ -19,15 +19,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from processor.errors import MetadataTopicError
 from processor.metadata.topic_io import MIN_COMPACTION_LAG_MS, require_compacted
-
-
-def done(value: Any = None, error: KafkaError | None = None) -> Future[Any]:
-    future: Future[Any] = Future()
-    if error is not None:
-        future.set_exception(KafkaException(error))
-    else:
-        future.set_result(value)
-    return future
+from tests.support.futures import done
 
 
 class FakeAdmin:

@@ -28,15 +28,7 @@ from processor.kafka_clients import (
 )
 from processor.metadata.topic_io import METADATA_TOPIC_CONFIG, ensure_compacted_topic
 from processor.wiring.faust_app import build_app
-
-
-def done(value: Any = None, error: KafkaError | None = None) -> Future[Any]:
-    future: Future[Any] = Future()
-    if error is not None:
-        future.set_exception(KafkaException(error))
-    else:
-        future.set_result(value)
-    return future
+from tests.support.futures import done
 
 
 class FakeAdmin:
