@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
-from rocksdict import Rdict
+from rocksdict import Rdict, RdictIter
 
 from processor.follower.cache_keys import I64, MAX_UUID, O_VALUE, U32, U64, tp_key, tp_of_key
 from processor.metadata.codec import decode_value
@@ -103,20 +103,47 @@ class CacheQueries:
         """The partition's remote state exactly as the in-memory fold builds it from the metadata
         topic (the same fold decided it): every segment not yet DELETE_SEGMENT_FINISHED, the served
         ones, the header, shadowed keys and orphans. A worker whose follower is caught up resumes
-        and cleans up from this instead of re-reading the metadata partitions."""
-        segments = {s.segment_id.id: s for s in self.listed_segments(tp)}
-        served = {s.segment_id.id for s in self.finished_segments(tp)}
+        and cleans up from this instead of re-reading the metadata partitions.
+
+        Every key is read through one iterator. A RocksDB iterator sees the database as it was when
+        the iterator was made, and the follower thread writes each batch atomically, so the state is
+        the fold after some batch, never a mix of two (read key by key, a segment served by the newer
+        batch could be missing from the older one's list). rocksdict's ``Snapshot.iter`` does not
+        read at its snapshot (0.3.29), hence the one iterator rather than a snapshot."""
+        it = self._db.iter()
         head = tp_key(tp)
-        shadowed = {key[len(head) + 1 :] for key, _ in self._prefixed(b"H" + head)}
+
+        def prefixed(prefix: bytes) -> list[tuple[bytes, bytes]]:
+            return list(self._prefixed(prefix, it))  # read whole: the next read moves ``it``
+
+        def get(key: bytes) -> bytes | None:
+            it.seek(key)
+            return it.value() if it.valid() and it.key() == key else None
+
+        raw_header = get(b"E" + head)
+        header = PartitionHeader() if raw_header is None else decode_header(raw_header)
+        listed = [uuid.UUID(bytes=key[-16:]) for key, _ in prefixed(b"L" + head)]
+        served_ids = [uuid.UUID(bytes=key[-16:]) for key, _ in prefixed(b"O" + head)]
+        shadowed = {key[len(head) + 1 :] for key, _ in prefixed(b"H" + head)}
         orphans: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
-        for key, value in self._prefixed(b"X" + head):
+        for key, value in prefixed(b"X" + head):
             record = decode_value(value)
             if isinstance(record, RemoteLogSegmentMetadata):
                 orphans[uuid.UUID(bytes=key[-16:])] = record
-        return PartitionRemoteState(segments, served, self.header(tp), shadowed, orphans)
+        segments: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        for segment_id in dict.fromkeys(listed + served_ids):
+            raw = get(b"S" + segment_id.bytes)
+            if raw is not None:
+                record = decode_value(raw)
+                assert isinstance(record, RemoteLogSegmentMetadata)
+                segments[segment_id] = record
+        served = {x for x in served_ids if x in segments}
+        return PartitionRemoteState(segments, served, header, shadowed, orphans)
 
-    def _prefixed(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        it = self._db.iter()
+    def _prefixed(self, prefix: bytes, it: RdictIter | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """The keys under ``prefix``, through ``it`` when given (one consistent view)."""
+        if it is None:
+            it = self._db.iter()
         it.seek(prefix)
         while it.valid() and it.key().startswith(prefix):
             yield it.key(), it.value()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import uuid
 from pathlib import Path
 
@@ -166,3 +167,37 @@ def test_a_cache_of_another_metadata_topic_is_rebuilt(tmp_path: Path) -> None:
     assert cache.ensure_origin("__remote_log_metdata/id-9") is True  # misspelt: rebuilt
     assert cache.consumed_offsets() == {}
     cache.close()
+
+
+def test_a_partition_state_is_one_batch_never_a_mix_of_two(tmp_path: Path) -> None:
+    """The leader reads its partition's state while the follower thread writes batches: each read is
+    the fold after some batch. Read key by key, a segment could be served by the newer batch and
+    missing from the older one's list (the set of served ids naming a segment the state lacks)."""
+    cache = MetadataCache(tmp_path / "c")
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            for start in range(0, 3000, 10):
+                started = seg(start, start + 9, S.COPY_SEGMENT_STARTED)
+                finished = dataclasses.replace(started, state=S.COPY_SEGMENT_FINISHED)
+                cache.apply_batch(msgs([started], first=2 * start))
+                cache.apply_batch(msgs([finished], first=2 * start + 1))
+        except BaseException as exc:  # handed to the test thread below
+            failures.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        reads = 0
+        while writer.is_alive() or reads == 0:
+            reads += 1
+            state = cache.remote_state(TP)
+            assert state.served <= set(state.segments), state.served - set(state.segments)
+            done = state.finished()
+            assert all(s.state is S.COPY_SEGMENT_FINISHED for s in done)
+            ends = [s.end_offset for s in done]
+            assert ends == list(range(9, 10 * len(ends), 10))  # contiguous from 0: no batch half-seen
+    finally:
+        writer.join()
+    assert not failures, failures
