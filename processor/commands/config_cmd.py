@@ -48,6 +48,8 @@ def _shown(name: str, value: Any) -> tuple[Any, str]:
         return list(value), ",".join(str(v) for v in value) or "(none)"
     if value is None:
         return None, "(unset)"
+    if value == -1 and not isinstance(value, bool) and name.endswith(("_ms", "_bytes", "_per_second")):
+        return value, "unlimited"  # -1 is how these settings say "no limit", never a size or a time
     if name.endswith("_bytes") and isinstance(value, int):
         return value, format_size(value)
     if name.endswith("_ms") and isinstance(value, int):

@@ -78,3 +78,14 @@ def test_inconsistent_kafka_security_names_the_variables() -> None:
                 "PROCESSOR_SASL_OAUTH_TOKEN_PROVIDER": "aws-msk-iam",
             }
         )
+
+
+def test_unlimited_settings_show_as_unlimited_not_as_a_negative_size_or_time() -> None:
+    env = {"PROCESSOR_TOPICS": "orders", "PROCESSOR_REMOTE_RETENTION_BYTES": "1GiB"}
+    shown = {r["variable"]: r for r in describe(load_settings(env), env)["settings"]}
+    for variable in (
+        "PROCESSOR_REMOTE_RETENTION_MS",
+        "PROCESSOR_UPLOAD_BYTES_PER_SECOND",
+    ):
+        assert (shown[variable]["display"], shown[variable]["value"]) == ("unlimited", -1)
+    assert shown["PROCESSOR_REMOTE_RETENTION_BYTES"]["display"] == "1GiB"
