@@ -166,11 +166,13 @@ def wait_for_log(worker: WorkerProcess, text: str, timeout_s: float, after: int 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if worker.proc.poll() is not None:
-            raise AssertionError(f"worker exited ({worker.proc.returncode}) before logging {text!r}")
+            tail = "\n".join(worker.log()[after:].splitlines()[-40:])
+            raise AssertionError(f"worker exited ({worker.proc.returncode}) before logging {text!r}:\n{tail}")
         if text in worker.log()[after:]:
             return
         time.sleep(0.1)
-    raise AssertionError(f"worker did not log {text!r} within {timeout_s} s")
+    tail = "\n".join(worker.log()[after:].splitlines()[-40:])
+    raise AssertionError(f"worker did not log {text!r} within {timeout_s} s; its log ends:\n{tail}")
 
 
 def jitter(rng: random.Random, low: float, high: float) -> float:
