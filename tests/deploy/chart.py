@@ -21,12 +21,26 @@ REPOSITORY = "registry.example.com/my-team/kafka-tiered-processor"
 IMAGE = ["--set", f"image.repository={REPOSITORY}"]
 # The smallest values that render: the image, source topics and the read API's token (closed by default).
 BASE = [*IMAGE, *TOPICS, "--set", "credentials.webToken.existingSecret=web-token"]
+# Monitoring's install choices, which have no defaults: the labels the Prometheus selects the
+# ServiceMonitor and the PrometheusRule by (a kube-prometheus-stack's `release: <its release>`), and the
+# namespace the NetworkPolicy (on by default) admits scrapers from.
+PROMETHEUS_RELEASE = "kube-prometheus-stack"
+SCRAPER_NAMESPACE = "observability"
+SERVICE_MONITOR = [
+    "--set", "monitoring.serviceMonitor.enabled=true",
+    "--set", f"monitoring.serviceMonitor.labels.release={PROMETHEUS_RELEASE}",
+    "--set", f"networkPolicy.metrics.namespace={SCRAPER_NAMESPACE}",
+]  # fmt: skip
+PROMETHEUS_RULE = [
+    "--set", "monitoring.prometheusRule.enabled=true",
+    "--set", f"monitoring.prometheusRule.labels.release={PROMETHEUS_RELEASE}",
+]  # fmt: skip
 ALL_ON = [
     *BASE,
     "--set", "followers.enabled=true",
     "--set", "audit.enabled=true",
-    "--set", "monitoring.serviceMonitor.enabled=true",
-    "--set", "monitoring.prometheusRule.enabled=true",
+    *SERVICE_MONITOR,
+    *PROMETHEUS_RULE,
     "--set", "credentials.s3.existingSecret=s3-creds",
     "--set", "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/r",
 ]  # fmt: skip

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.chart import BASE, by_kind, render
+from tests.deploy.chart import BASE, PROMETHEUS_RULE, by_kind, render
 from tests.deploy.debian_tools import promtool
 from tests.deploy.k8s_tools import ROOT, ToolUnavailable
 
@@ -50,7 +50,7 @@ def rules(helm) -> list[dict[str, Any]]:
         *BASE,
         "--namespace", NS,
         "--set", "audit.enabled=true",
-        "--set", "monitoring.prometheusRule.enabled=true",
+        *PROMETHEUS_RULE,
     )  # fmt: skip
     (rule,) = by_kind(docs, "PrometheusRule")
     groups: list[dict[str, Any]] = rule["spec"]["groups"]
@@ -91,7 +91,7 @@ def test_the_alert_catalogue(rules):
 
 
 def test_audit_alerts_only_with_the_audit_cronjob(helm):
-    docs = render(helm, *BASE, "--set", "monitoring.prometheusRule.enabled=true")
+    docs = render(helm, *BASE, *PROMETHEUS_RULE)
     assert not any(
         name.startswith("TieredStorageAudit")
         for name in _alerts(by_kind(docs, "PrometheusRule")[0]["spec"]["groups"])

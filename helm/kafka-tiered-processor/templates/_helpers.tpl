@@ -138,6 +138,30 @@ lint mode, where fail only logs, so a bare `helm lint` of the defaults passes (s
 {{- if and $k.tls.keyPasswordSecret (not $k.tls.clientCertSecret) }}
 {{- fail "kafka.tls.keyPasswordSecret is set without kafka.tls.clientCertSecret" }}
 {{- end }}
+{{- /* Monitoring: which Prometheus selects the objects, and who may scrape through the policy, are
+install choices with no safe default (an unselected object or a blocked scraper fails silently). */}}
+{{- $m := .Values.monitoring }}
+{{- if and $m.serviceMonitor.enabled (not $m.serviceMonitor.labels) }}
+{{- fail "monitoring.serviceMonitor.enabled is true but monitoring.serviceMonitor.labels is empty: Prometheus picks ServiceMonitors by label (a default kube-prometheus-stack only those labelled release: <its release name>), so an unlabelled one is silently never scraped. Set the labels your Prometheus's serviceMonitorSelector matches, typically release: <your kube-prometheus-stack release> (--set monitoring.serviceMonitor.labels.release=<your kube-prometheus-stack release>)" }}
+{{- end }}
+{{- if and $m.prometheusRule.enabled (not $m.prometheusRule.labels) }}
+{{- fail "monitoring.prometheusRule.enabled is true but monitoring.prometheusRule.labels is empty: Prometheus picks PrometheusRules by label (a default kube-prometheus-stack only those labelled release: <its release name>), so unlabelled alerts are silently never loaded. Set the labels your Prometheus's ruleSelector matches, typically release: <your kube-prometheus-stack release> (--set monitoring.prometheusRule.labels.release=<your kube-prometheus-stack release>)" }}
+{{- end }}
+{{- $np := .Values.networkPolicy }}
+{{- if and $np.enabled $m.serviceMonitor.enabled (not (or $np.metrics.namespace $np.metrics.fromNamespaces)) }}
+{{- fail "networkPolicy.enabled and monitoring.serviceMonitor.enabled are true but the NetworkPolicy admits no metrics scraper: set networkPolicy.metrics.namespace to the namespace Prometheus runs in (typically your kube-prometheus-stack's, e.g. --set networkPolicy.metrics.namespace=monitoring), or networkPolicy.metrics.fromNamespaces to label selectors of the scrapers' namespaces; no namespace is assumed" }}
+{{- end }}
+{{- end }}
+
+{{/* The namespace selectors (label maps) of the metrics scrapers the NetworkPolicy admits. */}}
+{{- define "ktp.metricsNamespaces" -}}
+{{- $m := .Values.networkPolicy.metrics }}
+{{- $selectors := list }}
+{{- with $m.namespace }}
+{{- $selectors = append $selectors (dict "kubernetes.io/metadata.name" .) }}
+{{- end }}
+{{- $selectors = concat $selectors $m.fromNamespaces }}
+{{- toYaml $selectors }}
 {{- end }}
 
 {{/* The Kafka security settings that are not secret, as ConfigMap entries. */}}
@@ -429,4 +453,13 @@ volumeMounts:
   - name: data
     mountPath: /data
   {{- include "ktp.extraMounts" . | nindent 2 }}
+{{- end }}
+
+{{/* A label map as "k=v, k=v" (keys sorted), for NOTES.txt. */}}
+{{- define "ktp.labelList" -}}
+{{- $pairs := list }}
+{{- range $k, $v := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- join ", " $pairs }}
 {{- end }}
