@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-slow test-all test-unit test-contract test-integration test-spark lint bench lock dist clean
+.PHONY: install demo test test-slow test-all test-unit test-contract test-integration test-spark lint bench docs lock dist clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -58,6 +58,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# The settings table of docs/configuration.md, rendered from the settings model
+# (processor/commands/config_reference.py); tests/unit/test_docs.py checks it is up to date.
+docs: $(STAMP)
+	$(BIN)/python -m processor.commands.config_reference docs/configuration.md
 
 # The container image installs from these hash-pinned locks (see the Dockerfile): worker.txt for the
 # default image, spark.txt for EXTRAS=spark, build.txt for the build backend. Both images carry the
