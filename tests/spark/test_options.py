@@ -192,10 +192,10 @@ def test_pyspark_older_than_4_2_is_refused_with_the_reason() -> None:
     check_pyspark_version("4.3.0.dev1")
 
 
-def test_the_readme_table_names_every_supported_option() -> None:
+def test_the_docs_table_names_every_supported_option() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    table = readme[readme.index("| option | Spark's meaning | here |") : readme.index("### Streams")]
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "spark.md").read_text()
+    table = doc[doc.index("| option | Spark's meaning | here |") : doc.index("\n## Streams")]
     first_cells = " ".join(row.split("|")[1] for row in table.splitlines()[2:] if row.startswith("|"))
     assert [name for name in SUPPORTED_OPTIONS if f"`{name}`" not in first_cells] == []

@@ -1,4 +1,5 @@
-"""Every metric the processor exports is in the README's table, named the Prometheus way."""
+"""Every metric the processor exports is in the metrics table of docs/operations.md, named the
+Prometheus way."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from prometheus_client import REGISTRY
 
 import processor.metrics  # noqa: F401 - registers the catalogue
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 def _exported() -> dict[str, str]:
@@ -26,11 +27,11 @@ def test_names_follow_prometheus_conventions() -> None:
         assert not re.search(r"_(ms|milliseconds|kb|mb|mib)(_|$)", name), name
 
 
-def test_every_metric_is_in_the_readme_table() -> None:
-    text = README.read_text()
-    section = text[text.index("### Metrics") : text.index("### Alerts")]
+def test_every_metric_is_in_the_docs_table() -> None:
+    text = OPERATIONS.read_text()
+    section = text[text.index("\n## Metrics\n") : text.index("\n## Alerts")]
     documented = set(re.findall(r"`(processor_[a-z0-9_]+)", section))
     suffix = {"counter": "_total", "info": "_info"}
     exported = {n + suffix.get(kind, "") for n, kind in _exported().items()}
-    assert exported - documented == set(), "metrics missing from the README table"
-    assert documented - exported == set(), "README documents metrics that do not exist"
+    assert exported - documented == set(), "metrics missing from the docs/operations.md table"
+    assert documented - exported == set(), "docs/operations.md documents metrics that do not exist"
