@@ -75,6 +75,7 @@ class SegmentCopier:
         current_claim: CurrentClaim | None = None,
         confirm: Confirm | None = None,
         claim_id: ClaimId | None = None,
+        new_id: Callable[[], uuid.UUID] = uuid.uuid4,
     ) -> None:
         self.storage = storage
         self.sink = sink
@@ -90,6 +91,8 @@ class SegmentCopier:
         self.confirm = confirm
         # the id of the claim a segment was written under, for its manifest (None: not recorded)
         self.claim_id = claim_id
+        # a new segment UUID per attempt (a model test passes deterministic ones to replay a run)
+        self.new_id = new_id
         self._in_flight: dict[TopicPartition, set[uuid.UUID]] = {}
         self._lock = threading.Lock()
 
@@ -124,7 +127,7 @@ class SegmentCopier:
         self, tp: TopicPartition, segment: SealedSegment, writer_epoch: int
     ) -> tuple[RemoteLogSegmentMetadata, bytes]:
         topic_id = self.topic_ids.get(tp.topic)
-        segment_id = RemoteLogSegmentId(tp.topic, tp.partition, uuid.uuid4(), topic_id)
+        segment_id = RemoteLogSegmentId(tp.topic, tp.partition, self.new_id(), topic_id)
         keys = self.keys.segment(
             tp.topic, tp.partition, segment.start_offset, segment_id.id, writer_epoch, topic_id
         )

@@ -12,9 +12,12 @@ those within a pass, far inside the lag). Any cleaning point is allowed otherwis
 between a rejected record and the record that neutralised it.
 
 The parts under test are the real ones: the codec and its bounds, the fold
-(:mod:`processor.metadata.fold`), the remote state on top of it, the retention planner and the
-segment deleter. The copier's steps (STARTED, confirm, upload, FINISHED, confirm) are the model's,
-one rule each, so a pause can fall between any two of them.
+(:mod:`processor.metadata.fold`), the remote state on top of it, the segment copier, the retention
+planner, the pass, the sweep and the segment deleter. The copier runs in a thread of its own that
+stops at each of its gates (STARTED published, upload, FINISHED about to be published, FINISHED
+published; tests/support/stepped_copier.py), one rule each, so a pause or a crash can fall between
+any two of them and the copier's own failure handling (a rejected or unconfirmed record, a
+revocation seen at its next check) is what runs.
 
 Invariants, after every step:
 - every offset acknowledged to an owner (its FINISHED confirmed accepted) stays served until
@@ -36,7 +39,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -46,6 +49,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from processor.errors import FencedWriterError, StorageError
+from processor.leader.segment_copier import CopyCancelledError, SegmentCopier
 from processor.lifecycle.retention_policy import RetentionLimits, plan_retention
 from processor.lifecycle.retention_service import clean_partition, sweep_unreferenced
 from processor.lifecycle.segment_deleter import SegmentDeleter
@@ -63,8 +67,11 @@ from processor.metadata.model import (
     TopicPartition,
 )
 from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.metadata.sink import Confirm, MetadataSink
 from processor.segment.object_keys import ObjectKeyFactory
+from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage
+from tests.support.stepped_copier import SteppedCopy, Stop
 
 TP = TopicPartition("orders", 0)
 TOPIC_ID = "6f1c1d5e-0000-4000-8000-000000000001"
@@ -192,11 +199,13 @@ class FailedDeletions:
         self.pending.discard(segment.segment_id.id)
 
 
-@dataclass
-class Copy:
-    started: RemoteLogSegmentMetadata
-    phase: str  # started | confirmed | uploaded | finished
-    offset: int = -1  # of the last record published
+# Where the real copier stands (tests/support/stepped_copier.py) as the model's phases of a copy.
+PHASES = {
+    "confirm COPY_SEGMENT_STARTED": "started",
+    "upload": "confirmed",
+    "publish COPY_SEGMENT_FINISHED": "uploaded",
+    "confirm COPY_SEGMENT_FINISHED": "finished",
+}
 
 
 @dataclass
@@ -204,9 +213,18 @@ class Owner:
     name: str
     epoch: int | None = None  # the claim it believes it holds
     next_offset: int = 0
-    copy: Copy | None = None
-    in_flight: set[uuid.UUID] = field(default_factory=set)
+    copy: SteppedCopy | None = None  # the real copier, stopped at a gate
     view_at: int = 0  # how much of the topic its follower had applied when it last looked
+
+    @property
+    def phase(self) -> str | None:
+        if self.copy is None or self.copy.stop is None:
+            return None
+        return PHASES.get(self.copy.stop.gate)
+
+    def in_flight(self) -> frozenset[uuid.UUID]:
+        """The copier's own in-flight set (what its retention pass must leave alone)."""
+        return frozenset() if self.copy is None else self.copy.copier.in_flight(TP)
 
 
 class OwnershipModel(RuleBasedStateMachine):
@@ -231,6 +249,9 @@ class OwnershipModel(RuleBasedStateMachine):
         self.cache = MetadataCache(self.cache_dir)
 
     def teardown(self) -> None:
+        for owner in getattr(self, "owners", {}).values():
+            if owner.copy is not None:
+                owner.copy.crash()
         if hasattr(self, "cache"):
             self.cache.close()
             shutil.rmtree(self.cache_dir, ignore_errors=True)
@@ -267,9 +288,11 @@ class OwnershipModel(RuleBasedStateMachine):
         return fold
 
     def _fenced(self, owner: Owner) -> None:
+        """The owner stops: its copy in progress dies where it stands (a crash, a new assignment)."""
         owner.epoch = None
+        if owner.copy is not None:
+            owner.copy.crash()
         owner.copy = None
-        owner.in_flight.clear()
 
     # -- the source ------------------------------------------------------------------------------
 
@@ -301,76 +324,95 @@ class OwnershipModel(RuleBasedStateMachine):
         owner = self.owners[name]
         owner.view_at = self.topic.next_offset
         if owner.epoch is not None and self._state().current_epoch != owner.epoch:
-            self._fenced(owner)
+            owner.epoch = None  # revoked: a copy in progress cancels itself at its next check
 
     # -- copying, one step per rule ----------------------------------------------------------------
 
+    def _copier(
+        self,
+        owner: Owner,
+        storage: ChunkStorage,
+        sink: object,
+        confirm: Confirm,
+    ) -> SegmentCopier:
+        def current_claim(tp: TopicPartition) -> int | None:
+            return self._state(self._stale_fold(owner)).current_epoch  # what its follower shows
+
+        return SegmentCopier(
+            storage,
+            cast(MetadataSink, sink),
+            KEYS,
+            owner.name,
+            clock_ms=lambda: self.source_end,
+            topic_ids={TP.topic: self.topic_id},
+            current_claim=current_claim,
+            confirm=confirm,
+            new_id=self._uuid,
+        )
+
     def start_copy(self, name: str, length: int) -> None:
+        """The real SegmentCopier copies ``length`` offsets from where the owner resumed; it stops
+        after publishing its STARTED, waiting for the confirm."""
         owner = self.owners[name]
         if owner.epoch is None or owner.copy is not None or owner.next_offset >= self.source_end:
             return
         start = owner.next_offset
         end = min(self.source_end - 1, start + length - 1)
-        sid = RemoteLogSegmentId(TP.topic, TP.partition, self._uuid(), self.topic_id)
-        keys = KEYS.segment(TP.topic, TP.partition, start, sid.id, owner.epoch, self.topic_id)
-        record = RemoteLogSegmentMetadata(
-            sid, start, end, end, 0, name, owner.epoch, ((0, start),), 100, S.COPY_SEGMENT_STARTED,
-            keys.data, keys.index, 2, end - start + 1, 0, 10,
-        )  # fmt: skip
-        owner.in_flight.add(sid.id)
-        owner.copy = Copy(record, "started", self.topic.publish(record))
+        segment = SealedSegment(
+            TP.partition, start, end, [b"d"], [], end - start + 1, 1, end, [(0, start)]
+        )  # a segment's time is its end offset
+        epoch = owner.epoch
+        owner.copy = SteppedCopy(
+            lambda storage, sink, confirm: self._copier(owner, storage, sink, confirm),
+            cast(ChunkStorage, self.bucket),
+            self.topic,
+            TP,
+            segment,
+            epoch,
+            still_leader=lambda: owner.epoch == epoch,
+        )
+        self._went_on(owner, owner.copy.start())
+
+    def _went_on(self, owner: Owner, stop: Stop) -> None:
+        """Where the copy stopped: at a confirm gate the owner's follower has applied its record;
+        an ended copy is acknowledged (its FINISHED accepted and confirmed) or failed (the owner
+        stops: fenced, cancelled, or not confirmed in time)."""
+        if stop.offset >= 0:
+            owner.view_at = max(owner.view_at, stop.offset + 1)
+        if stop.gate == "done":
+            seg = stop.result
+            assert seg is not None
+            assert manifest_key(seg.data_object_key) in self.bucket.objects, "acknowledged without manifest"
+            self.acked[seg.segment_id.id] = seg  # acknowledged: from now on it must stay served
+            owner.next_offset = seg.end_offset + 1
+            owner.copy = None
+        elif stop.gate == "failed":
+            assert isinstance(stop.error, FencedWriterError | CopyCancelledError), repr(stop.error)
+            owner.copy = None
+            self._fenced(owner)
+
+    def _step(self, name: str, phase: str) -> None:
+        owner = self.owners[name]
+        if owner.copy is None or owner.phase != phase:
+            return
+        stop = owner.copy.stop
+        assert stop is not None
+        answer = None
+        if stop.gate.startswith("confirm") and stop.record is not None:
+            answer = self.topic.confirm(stop.record, stop.offset)
+        self._went_on(owner, owner.copy.resume(answer))
 
     def confirm_started(self, name: str) -> None:
-        owner = self.owners[name]
-        if owner.copy is None or owner.copy.phase != "started":
-            return
-        owner.view_at = max(owner.view_at, owner.copy.offset + 1)  # its follower applied that far
-        if self.topic.confirm(owner.copy.started, owner.copy.offset):
-            owner.copy.phase = "confirmed"
-        else:  # fenced before uploading anything: clean up the attempt's records and stop
-            self._abandon(owner, delete_objects=False)
+        self._step(name, "started")
 
     def upload(self, name: str) -> None:
-        owner = self.owners[name]
-        if owner.copy is None or owner.copy.phase != "confirmed":
-            return
-        self.bucket.create(owner.copy.started.data_object_key, [b"d"])
-        self.bucket.create(owner.copy.started.index_object_key, [b"i"])
-        owner.copy.phase = "uploaded"
+        self._step(name, "confirmed")
 
     def finish(self, name: str) -> None:
-        owner = self.owners[name]
-        if owner.copy is None or owner.copy.phase != "uploaded":
-            return
-        finished = owner.copy.started.with_state(S.COPY_SEGMENT_FINISHED, 1)
-        owner.copy = Copy(finished, "finished", self.topic.publish(finished))
+        self._step(name, "uploaded")
 
     def confirm_finished(self, name: str) -> None:
-        owner = self.owners[name]
-        if owner.copy is None or owner.copy.phase != "finished":
-            return
-        seg = owner.copy.started
-        owner.view_at = max(owner.view_at, owner.copy.offset + 1)
-        if self.topic.confirm(seg, owner.copy.offset):
-            self.acked[seg.segment_id.id] = seg  # acknowledged: from now on it must stay served
-            self.bucket.create(manifest_key(seg.data_object_key), [b"m"])
-            owner.next_offset = seg.end_offset + 1
-            owner.in_flight.discard(seg.segment_id.id)
-            owner.copy = None
-        else:  # rejected: its objects are nobody's; delete them, then stop
-            self._abandon(owner, delete_objects=True)
-
-    def _abandon(self, owner: Owner, delete_objects: bool) -> None:
-        assert owner.copy is not None
-        seg = owner.copy.started
-        if delete_objects:
-            with contextlib.suppress(StorageError):  # best effort: the owner's sweep finds the rest
-                self.bucket.delete(seg.data_object_key)
-                self.bucket.delete(seg.index_object_key)
-        deleting = seg.deleting(2, owner.name, seg.writer_epoch)
-        self.topic.publish(deleting)
-        self.topic.publish(deleting.with_state(S.DELETE_SEGMENT_FINISHED, 3))
-        self._fenced(owner)
+        self._step(name, "finished")
 
     # -- retention and cleanup, through the real planner and deleter ----------------------------
 
@@ -406,7 +448,7 @@ class OwnershipModel(RuleBasedStateMachine):
                 owner.epoch,
                 RetentionLimits(retention_ms=keep),
                 self.source_end,
-                frozenset(owner.in_flight),
+                owner.in_flight(),
             )
         except FencedWriterError:
             # taken over; or its plan lost to a copy that finished since (the next pass re-plans)
@@ -437,9 +479,9 @@ class OwnershipModel(RuleBasedStateMachine):
         try:
             clean_partition(
                 TP, part, self._deleter(owner), owner.epoch, RetentionLimits(), self.source_end,
-                frozenset(owner.in_flight),
+                owner.in_flight(),
             )  # fmt: skip
-            sweep_unreferenced(TP, part, self._deleter(owner), 2**62, frozenset(owner.in_flight), 0)
+            sweep_unreferenced(TP, part, self._deleter(owner), 2**62, owner.in_flight(), 0)
         except FencedWriterError:
             self._fenced(owner)
         except StorageError:
@@ -451,12 +493,18 @@ class OwnershipModel(RuleBasedStateMachine):
         """The owner's follower does not confirm its STARTED or FINISHED in time: it never takes
         the record as accepted, so it stops (the record may well be accepted: another owner cleans
         up after it), deleting nothing."""
-        self._fenced(self.owners[name])
+        owner = self.owners[name]
+        assert owner.copy is not None
+        self._went_on(owner, owner.copy.resume(None))
+        self._fenced(owner)
 
     def copy_whole(self, name: str, length: int) -> None:
         """A copy from STARTED to confirmed FINISHED with no other step in between."""
         self.start_copy(name, length)
+        owner = self.owners[name]
         for step in (self.confirm_started, self.upload, self.finish, self.confirm_finished):
+            if owner.copy is None:
+                break
             step(name)
 
     # -- the storage, operators and the source topic ---------------------------------------------
@@ -680,13 +728,11 @@ def _holds(name: str) -> object:
 
 
 def _phase(name: str, phase: str) -> object:
-    return lambda self: self.owners[name].copy is not None and self.owners[name].copy.phase == phase
+    return lambda self: self.owners[name].phase == phase
 
 
 def _awaits_confirm(name: str) -> object:
-    return lambda self: (
-        self.owners[name].copy is not None and self.owners[name].copy.phase in ("started", "finished")
-    )
+    return lambda self: self.owners[name].phase in ("started", "finished")
 
 
 def _can_start(name: str) -> object:
