@@ -104,7 +104,7 @@ class Settings(BaseSettings):
     session_timeout_ms: int = Field(default=10_000, ge=1000, le=3_600_000)
     copy_retry_backoff_ms: int = Field(default=500, ge=1)
     copy_retry_backoff_max_ms: int = Field(default=30_000, ge=1)
-    # Issue 9: the batch source (processor/leader/batch_source.py) and format v2 archive compression.
+    # Archive compression (block format v2) and the batch source (processor/leader/batch_source.py).
     archive_compression: str = Field(default="keep", pattern=r"^(off|keep|zstd)$")  # off = keep
     fetch_concurrency: int = Field(default=4, ge=1, le=64)  # source fetch requests in flight
     # Kafka security, for every client of the process (processor/kafka_security.py): the protocol,
@@ -344,7 +344,7 @@ def _describe(error: Mapping[str, Any]) -> str:
         if field is not None and field.description:
             return f"{name} must be {field.description}{shown}"
     elif kind in ("literal_error", "enum"):
-        return f"{name} must be one of {ctx.get('expected', '(see the README)')}{shown}"
+        return f"{name} must be one of {ctx.get('expected', '(see docs/configuration.md)')}{shown}"
     elif kind == "bool_parsing":
         return f"{name} must be true or false (or 1/0, yes/no, on/off){shown}"
     return f"{name}: {msg}{shown}"

@@ -2,8 +2,8 @@
 
 Named after Kafka's own tiered-storage metrics (KIP-405 ``RemoteCopy*``/``RemoteFetch*``/
 ``RemoteDelete*``, KIP-963 ``RemoteCopyLag*``, ``RemoteLogSize*``, ``RemoteDeleteLag*``), one name
-per thing: moving a segment to remote storage is "copy" everywhere. The README's metrics table
-lists every one (tests/unit/test_metric_catalogue.py checks it).
+per thing: moving a segment to remote storage is "copy" everywhere. The metrics table of
+docs/operations.md lists every one (tests/unit/test_metric_catalogue.py checks it).
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ DELETE_LAG_SEGMENTS = Gauge(
     ["topic", "partition"],
 )
 
-# -- the rest of the catalogue (README "Operating it" has the table) ---------------------------------
+# -- the rest of the catalogue (docs/operations.md, "Metrics", has the table) ------------------------
 
 SEGMENTS_BY_STATE = Gauge(
     "processor_segments",

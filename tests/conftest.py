@@ -22,14 +22,14 @@ from tests.support.fault_proxy import FaultProxy
 # The marks each folder's tests carry, so `-m integration` and `-m spark` select by what a test needs
 # (the Makefile's targets select by mark, not by folder).
 FOLDER_MARKS = {"integration": ("integration",), "spark": ("spark", "integration")}
-# `make test` runs the suite on two pytest-xdist workers, each with a stack of its own. A test module
+# `make test` runs the suite on three pytest-xdist workers, each with a stack of its own. A test module
 # is one unit of work (its module fixtures start once), except where modules share a session fixture
 # that costs a worker process or a JVM: those are one unit, so the fixture starts once.
 SHARED_UNITS = {
     "tests/spark/": "spark",  # one SparkSession
     "tests/integration/test_cli_ops.py": "archive",  # the offloaded archive (tests/support/archive.py)
     "tests/integration/test_remote_reads.py": "archive",
-    # helm, promtool and Debian's package lists are fetched into .cache/ on first use: two workers
+    # helm, promtool and Debian's package lists are fetched into .cache/ on first use: workers
     # fetching at once failed (and the tests skipped) on a fresh clone
     "tests/deploy/": "deploy",
 }

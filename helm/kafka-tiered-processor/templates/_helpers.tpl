@@ -119,9 +119,9 @@ lint mode, where fail only logs, so a bare `helm lint` of the defaults passes (s
 {{- if and (eq .Values.webApi.auth "token") (not .Values.credentials.webToken.existingSecret) }}
 {{- fail "webApi.auth is token (the default): set credentials.webToken.existingSecret to an existing Secret holding the read API's bearer token, or set webApi.auth=none to leave the read API open on purpose" }}
 {{- end }}
-{{- /* No image is published: the user builds and pushes one (README "Container image"). */}}
+{{- /* No image is published: the user builds and pushes one (docs/kubernetes.md "Container image"). */}}
 {{- if not .Values.image.repository }}
-{{- fail "image.repository is empty: no image is published, so build one (docker build -t REGISTRY/kafka-tiered-processor:TAG .), push it, and set image.repository=REGISTRY/kafka-tiered-processor and image.tag=TAG (see the README's \"Container image\")" }}
+{{- fail "image.repository is empty: no image is published, so build one (docker build -t REGISTRY/kafka-tiered-processor:TAG .), push it, and set image.repository=REGISTRY/kafka-tiered-processor and image.tag=TAG (see docs/kubernetes.md, \"Container image\")" }}
 {{- end }}
 {{- if and (include "ktp.kafkaSasl" .) (ne $k.sasl.mechanism "OAUTHBEARER") (not $k.sasl.existingSecret) }}
 {{- fail (printf "kafka.securityProtocol is %s with mechanism %s: set kafka.sasl.existingSecret to the Secret holding the password" $k.securityProtocol $k.sasl.mechanism) }}
