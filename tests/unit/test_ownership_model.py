@@ -1,6 +1,8 @@
 """A model of ownership by the metadata log, checked after every step (hypothesis stateful).
 
-Three owners claim one source partition, copy segments, pause (a paused owner simply takes no
+Two source partitions share one metadata partition and one bucket; three workers contend for the
+first and two of them for the second (an owner is a worker leading one partition, with the worker's
+one writer id). Owners claim, copy segments, pause (a paused owner simply takes no
 step while the others go on, then goes on with what it knew: a zombie), crash, run retention and
 their cleanup (also a pass that planned while its own copy was still STARTED and acts after the copy
 finished), in any interleaving hypothesis finds; hostile records and hostile tombstones (of a
@@ -73,11 +75,14 @@ from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage
 from tests.support.stepped_copier import SteppedCopy, Stop
 
-TP = TopicPartition("orders", 0)
+TPS = (TopicPartition("orders", 0), TopicPartition("orders", 1))
 TOPIC_ID = "6f1c1d5e-0000-4000-8000-000000000001"
 KEYS = ObjectKeyFactory("archive")
 S = SegmentState
-OWNERS = ("A", "B", "C")
+# An owner is a worker (its writer id, the first letter) leading one partition: workers A, B and C
+# contend for partition 0, A and B also for partition 1, through the one metadata partition and bucket.
+OWNERS = {"A0": TPS[0], "B0": TPS[0], "C0": TPS[0], "A1": TPS[1], "B1": TPS[1]}
+WRITERS = ("A", "B", "C")
 CHECK_CACHE = True
 HOSTILE = ["overlap", "huge", "garbage", "negative", "nul", "key", "outside"]
 
@@ -128,19 +133,22 @@ class Topic:
         offset = self.next_offset
         self.next_offset += 1
         self.log.append(Message(offset, key, value))
-        claim = self.live.partition(TP).header.claim
+        claims = {tp: self.live.partition(tp).header.claim for tp in TPS}
         verdict = self.live.apply_raw(offset, key, value)
         self.accepted[offset] = verdict.accepted
         record = verdict.record
-        if record is None or isinstance(record, PartitionClaim) or claim is None:
+        if record is None or isinstance(record, PartitionClaim):
+            return offset
+        claim = claims.get(record.topic_partition)
+        if claim is None:
             return offset
         writer = getattr(record, "writer_id", "")
-        if verdict.accepted and writer != claim.writer_id and writer in OWNERS:
+        if verdict.accepted and writer != claim.writer_id and writer in WRITERS:
             self.foreign_accepted.append(f"{writer}'s record at {offset} under {claim.writer_id}'s claim")
         if (
             not verdict.accepted
             and verdict.reason != CONDITION
-            and writer in OWNERS
+            and writer in WRITERS
             and getattr(record, "writer_epoch", None) == claim.epoch
         ):
             self.self_fenced.append(
@@ -211,6 +219,7 @@ PHASES = {
 @dataclass
 class Owner:
     name: str
+    tp: TopicPartition
     epoch: int | None = None  # the claim it believes it holds
     next_offset: int = 0
     copy: SteppedCopy | None = None  # the real copier, stopped at a gate
@@ -224,7 +233,12 @@ class Owner:
 
     def in_flight(self) -> frozenset[uuid.UUID]:
         """The copier's own in-flight set (what its retention pass must leave alone)."""
-        return frozenset() if self.copy is None else self.copy.copier.in_flight(TP)
+        return frozenset() if self.copy is None else self.copy.copier.in_flight(self.tp)
+
+    @property
+    def writer(self) -> str:
+        """Its worker's writer id: "A" for the owners A0 and A1; an operator's is its name."""
+        return self.name[0] if self.name in OWNERS else self.name
 
 
 class OwnershipModel(RuleBasedStateMachine):
@@ -232,8 +246,8 @@ class OwnershipModel(RuleBasedStateMachine):
     def setup(self) -> None:
         self.topic = Topic()
         self.bucket = Bucket()
-        self.source_end = 0  # offsets 0..source_end-1 exist in the source partition
-        self.owners = {n: Owner(n) for n in OWNERS}
+        self.source_ends = dict.fromkeys(TPS, 0)  # offsets 0..end-1 exist in each source partition
+        self.owners = {n: Owner(n, tp) for n, tp in OWNERS.items()}
         self.acked: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
         # acknowledged under a topic id since retired (the topic was re-created): no longer served,
         # but their objects must stay (a restore may read them) until someone deletes them by name
@@ -269,13 +283,13 @@ class OwnershipModel(RuleBasedStateMachine):
             self.topic,
             self.topic,
             self.failed_deletions,
-            owner.name,
+            owner.writer,
             KEYS,
             self.topic.confirm,
         )
 
-    def _state(self, fold: MetadataFold | None = None) -> PartitionRemoteState:
-        state = PartitionRemoteState.of((fold or self.topic.live).partition(TP))
+    def _state(self, tp: TopicPartition, fold: MetadataFold | None = None) -> PartitionRemoteState:
+        state = PartitionRemoteState.of((fold or self.topic.live).partition(tp))
         state.current_topic_id = self.topic_id
         return state
 
@@ -296,20 +310,20 @@ class OwnershipModel(RuleBasedStateMachine):
 
     # -- the source ------------------------------------------------------------------------------
 
-    @rule(n=st.integers(1, 6))
-    def produce(self, n: int) -> None:
-        self.source_end += n
+    @rule(tp=st.sampled_from(TPS), n=st.integers(1, 6))
+    def produce(self, tp: TopicPartition, n: int) -> None:
+        self.source_ends[tp] += n
 
     # -- claiming (a new assignment) -------------------------------------------------------------
 
     def claim(self, name: str) -> None:
         owner = self.owners[name]
         self._fenced(owner)  # an assignment starts from nothing the owner held before
-        claim = PartitionClaim(TP, self._uuid(), ClaimKind.LEAD, name, 0, self.topic_id)
+        claim = PartitionClaim(owner.tp, self._uuid(), ClaimKind.LEAD, owner.writer, 0, self.topic_id)
         epoch = self.topic.publish(claim)
         # read back to the claim: the follower applied it, and the owner resumes from what it shows
         owner.view_at = self.topic.next_offset
-        state = self._state()
+        state = self._state(owner.tp)
         if state.current_epoch != epoch:
             return
         owner.epoch = epoch
@@ -323,7 +337,7 @@ class OwnershipModel(RuleBasedStateMachine):
         """The owner's follower applies what is new; a newer claim revokes the partition at once."""
         owner = self.owners[name]
         owner.view_at = self.topic.next_offset
-        if owner.epoch is not None and self._state().current_epoch != owner.epoch:
+        if owner.epoch is not None and self._state(owner.tp).current_epoch != owner.epoch:
             owner.epoch = None  # revoked: a copy in progress cancels itself at its next check
 
     # -- copying, one step per rule ----------------------------------------------------------------
@@ -336,15 +350,15 @@ class OwnershipModel(RuleBasedStateMachine):
         confirm: Confirm,
     ) -> SegmentCopier:
         def current_claim(tp: TopicPartition) -> int | None:
-            return self._state(self._stale_fold(owner)).current_epoch  # what its follower shows
+            return self._state(tp, self._stale_fold(owner)).current_epoch  # what its follower shows
 
         return SegmentCopier(
             storage,
             cast(MetadataSink, sink),
             KEYS,
-            owner.name,
-            clock_ms=lambda: self.source_end,
-            topic_ids={TP.topic: self.topic_id},
+            owner.writer,
+            clock_ms=lambda: self.source_ends[owner.tp],
+            topic_ids={owner.tp.topic: self.topic_id},
             current_claim=current_claim,
             confirm=confirm,
             new_id=self._uuid,
@@ -354,19 +368,20 @@ class OwnershipModel(RuleBasedStateMachine):
         """The real SegmentCopier copies ``length`` offsets from where the owner resumed; it stops
         after publishing its STARTED, waiting for the confirm."""
         owner = self.owners[name]
-        if owner.epoch is None or owner.copy is not None or owner.next_offset >= self.source_end:
+        source_end = self.source_ends[owner.tp]
+        if owner.epoch is None or owner.copy is not None or owner.next_offset >= source_end:
             return
         start = owner.next_offset
-        end = min(self.source_end - 1, start + length - 1)
+        end = min(source_end - 1, start + length - 1)
         segment = SealedSegment(
-            TP.partition, start, end, [b"d"], [], end - start + 1, 1, end, [(0, start)]
+            owner.tp.partition, start, end, [b"d"], [], end - start + 1, 1, end, [(0, start)]
         )  # a segment's time is its end offset
         epoch = owner.epoch
         owner.copy = SteppedCopy(
             lambda storage, sink, confirm: self._copier(owner, storage, sink, confirm),
             cast(ChunkStorage, self.bucket),
             self.topic,
-            TP,
+            owner.tp,
             segment,
             epoch,
             still_leader=lambda: owner.epoch == epoch,
@@ -422,7 +437,7 @@ class OwnershipModel(RuleBasedStateMachine):
         follower had applied when it last looked (possibly stale: a zombie)."""
         owner = self.owners[name]
         assert owner.epoch is not None
-        self._pass(owner, self._state(self._stale_fold(owner)), keep)
+        self._pass(owner, self._state(owner.tp, self._stale_fold(owner)), keep)
 
     def retention_races_finish(self, name: str, keep: int) -> None:
         """A retention pass that reads the partition while the owner's copy is still STARTED, then
@@ -431,7 +446,7 @@ class OwnershipModel(RuleBasedStateMachine):
         conditional DELETE_SEGMENT_STARTED must lose to the FINISHED (the fold has the last word)."""
         owner = self.owners[name]
         assert owner.epoch is not None and owner.copy is not None
-        part = self._state(self._stale_fold(owner))
+        part = self._state(owner.tp, self._stale_fold(owner))
         self.finish(name)
         self.confirm_finished(name)
         if owner.epoch is not None:
@@ -439,20 +454,20 @@ class OwnershipModel(RuleBasedStateMachine):
 
     def _pass(self, owner: Owner, part: PartitionRemoteState, keep: int) -> None:
         assert owner.epoch is not None
-        cutoff = self.source_end - keep
+        cutoff = self.source_ends[owner.tp] - keep
         try:
             _plan, out = clean_partition(
-                TP,
+                owner.tp,
                 part,
                 self._deleter(owner),
                 owner.epoch,
                 RetentionLimits(retention_ms=keep),
-                self.source_end,
+                self.source_ends[owner.tp],
                 owner.in_flight(),
             )
         except FencedWriterError:
             # taken over; or its plan lost to a copy that finished since (the next pass re-plans)
-            if self._state().current_epoch != owner.epoch:
+            if self._state(owner.tp).current_epoch != owner.epoch:
                 self._fenced(owner)
             return
         finally:
@@ -475,13 +490,14 @@ class OwnershipModel(RuleBasedStateMachine):
         once-per-claim sweep of objects no record names (any age: the model has no clock)."""
         owner = self.owners[name]
         assert owner.epoch is not None
-        part = self._state(self._stale_fold(owner))
+        part = self._state(owner.tp, self._stale_fold(owner))
         try:
             clean_partition(
-                TP, part, self._deleter(owner), owner.epoch, RetentionLimits(), self.source_end,
+                owner.tp, part, self._deleter(owner), owner.epoch, RetentionLimits(),
+                self.source_ends[owner.tp],
                 owner.in_flight(),
             )  # fmt: skip
-            sweep_unreferenced(TP, part, self._deleter(owner), 2**62, owner.in_flight(), 0)
+            sweep_unreferenced(owner.tp, part, self._deleter(owner), 2**62, owner.in_flight(), 0)
         except FencedWriterError:
             self._fenced(owner)
         except StorageError:
@@ -513,35 +529,40 @@ class OwnershipModel(RuleBasedStateMachine):
     def storage_fails(self, failing: bool) -> None:
         self.bucket.failing = failing
 
-    @precondition(lambda self: self.topic.live.partition(TP).header.claimed)
+    def _claimed(self) -> list[TopicPartition]:
+        return [tp for tp in TPS if self.topic.live.partition(tp).header.claimed]
+
+    @precondition(lambda self: self._claimed())
     @rule(data=st.data())
     def operator_takes_the_partition(self, data: st.DataObject) -> None:
         """An operator command takes the partition with an ADMIN claim, runs its pass under it and
         releases it; the owners must claim it again. As ``delete-before`` it also moves the remote
         log start offset to an offset of the user's choosing (the user's own retention)."""
-        claim = PartitionClaim(TP, self._uuid(), ClaimKind.ADMIN, "op", 0, self.topic_id)
+        tp = data.draw(st.sampled_from(self._claimed()), label="partition")
+        source_end = self.source_ends[tp]
+        claim = PartitionClaim(tp, self._uuid(), ClaimKind.ADMIN, "op", 0, self.topic_id)
         epoch = self.topic.publish(claim)
-        op = Owner("op", epoch, view_at=self.topic.next_offset)
-        before = data.draw(st.none() | st.integers(0, max(self.source_end, 0)), label="delete before")
+        op = Owner("op", tp, epoch, view_at=self.topic.next_offset)
+        before = data.draw(st.none() | st.integers(0, max(source_end, 0)), label="delete before")
         with contextlib.suppress(StorageError):  # the command fails; run again later
-            clean_partition(TP, self._state(), self._deleter(op), epoch, RetentionLimits(), self.source_end)
-            part = self._state()  # the command reads back what its own pass wrote
+            clean_partition(tp, self._state(tp), self._deleter(op), epoch, RetentionLimits(), source_end)
+            part = self._state(tp)  # the command reads back what its own pass wrote
             if before is not None:
                 plan = plan_retention(
                     list(part.segments.values()),
                     RetentionLimits(),
-                    self.source_end,
+                    source_end,
                     part.log_start_offset,
                     requested_start_offset=before,
                     served={s.segment_id.id for s in part.finished()},
                     current_epoch=epoch,
                 )
-                out = self._deleter(op).execute(TP, plan, epoch)
+                out = self._deleter(op).execute(tp, plan, epoch)
                 for seg in [*out.deleted, *(s for s, _error in out.failed)]:
                     if seg.state is S.COPY_SEGMENT_FINISHED:
                         assert seg.end_offset < before, "delete-before deleted a segment it did not name"
                         self.retention_deleted[seg.segment_id.id] = seg.max_timestamp_ms
-        release = PartitionClaim(TP, self._uuid(), ClaimKind.RELEASE, "op", 0, released_epoch=epoch)
+        release = PartitionClaim(tp, self._uuid(), ClaimKind.RELEASE, "op", 0, released_epoch=epoch)
         self.topic.publish(release)
 
     @rule()
@@ -553,38 +574,44 @@ class OwnershipModel(RuleBasedStateMachine):
         self.topic_id = str(uuid.UUID(int=(0x70E1C << 64) + self._ids))
         self.retired_acked.update(self.acked)
         self.acked = {}
-        self.source_end = 0
+        self.source_ends = dict.fromkeys(TPS, 0)
         for owner in self.owners.values():
             self._fenced(owner)  # their next assignment claims under the new id
 
     # -- hostile records: contained, whatever they say -----------------------------------------
 
-    @precondition(lambda self: self.topic.live.partition(TP).finished())
+    def _with_served(self) -> list[TopicPartition]:
+        return [tp for tp in TPS if self.topic.live.partition(tp).finished()]
+
+    @precondition(lambda self: self._with_served())
     @rule(kind=st.sampled_from(["own_key", "delete_key", "other_partition"]), data=st.data())
     def hostile_tombstone(self, kind: str, data: st.DataObject) -> None:
         """A tombstone (no value, so no epoch to fence) naming a served segment: of its own key, of
         its delete key, or under another partition's key with its UUID. The fold rejects each; the
         owner re-publishes what the first one would have removed before compaction may reach it."""
-        victim = data.draw(st.sampled_from(self.topic.live.partition(TP).finished()), label="victim")
+        tp = data.draw(st.sampled_from(self._with_served()), label="partition")
+        victim = data.draw(st.sampled_from(self.topic.live.partition(tp).finished()), label="victim")
         if kind == "own_key":
             key = segment_key(victim.segment_id)
         elif kind == "delete_key":
             key = delete_key(victim.segment_id)
         else:
-            key = f"{TP.topic}/{TP.partition + 1}/{victim.segment_id.id}".encode()
+            other = TPS[1 - tp.partition]  # a partition the model runs: its owners are live
+            key = f"{other.topic}/{other.partition}/{victim.segment_id.id}".encode()
         self.topic.append(key, None)
         assert not self.topic.accepted[self.topic.next_offset - 1], f"hostile tombstone {key!r} accepted"
 
-    @precondition(lambda self: self.topic.live.partition(TP).header.claimed)
+    @precondition(lambda self: self._claimed())
     @rule(
         kind=st.sampled_from(["overlap", "huge", "garbage", "negative", "nul", "key", "outside"]),
         data=st.data(),
     )
     def hostile(self, kind: str, data: st.DataObject) -> None:
-        part = self._state()
+        tp = data.draw(st.sampled_from(self._claimed()), label="partition")
+        part = self._state(tp)
         served = part.finished()
         epoch = part.current_epoch if part.current_epoch is not None else 0
-        sid = RemoteLogSegmentId(TP.topic, TP.partition, self._uuid(), TOPIC_ID)
+        sid = RemoteLogSegmentId(tp.topic, tp.partition, self._uuid(), TOPIC_ID)
         if kind == "garbage":
             self.topic.append(segment_key(sid), data.draw(st.binary(max_size=40), label="garbage"))
             return
@@ -594,7 +621,7 @@ class OwnershipModel(RuleBasedStateMachine):
         if kind == "overlap":
             victim = data.draw(st.sampled_from(served), label="victim")
             start, end = victim.start_offset, victim.end_offset + data.draw(st.integers(0, 3))
-        keys = KEYS.segment(TP.topic, TP.partition, start, sid.id, max(epoch, 0), TOPIC_ID)
+        keys = KEYS.segment(tp.topic, tp.partition, start, sid.id, max(epoch, 0), TOPIC_ID)
         data_key = "other-app/secret.log" if kind == "outside" else keys.data
         seg = RemoteLogSegmentMetadata(
             sid, start, max(start, min(end, 2**62 - 1)), 0, 0, "mallory",
@@ -604,11 +631,13 @@ class OwnershipModel(RuleBasedStateMachine):
         value = encode_value(seg)
         key = record_key(seg)
         if kind == "negative":
-            value = encode_value(_with_id(seg, RemoteLogSegmentId(TP.topic, -1, sid.id, TOPIC_ID)))
+            value = encode_value(_with_id(seg, RemoteLogSegmentId(tp.topic, -1, sid.id, TOPIC_ID)))
         elif kind == "nul":
-            value = encode_value(_with_id(seg, RemoteLogSegmentId("ord\x00ers", 0, sid.id, TOPIC_ID)))
-        elif kind == "key":
-            key = b"orders/1/" + str(sid.id).encode()
+            value = encode_value(
+                _with_id(seg, RemoteLogSegmentId("ord\x00ers", tp.partition, sid.id, TOPIC_ID))
+            )
+        elif kind == "key":  # under the other partition's key
+            key = f"{tp.topic}/{1 - tp.partition}/{sid.id}".encode()
         self.topic.append(key, value)
 
     # -- compaction ----------------------------------------------------------------------------
@@ -619,8 +648,10 @@ class OwnershipModel(RuleBasedStateMachine):
         # min.compaction.lag.ms: the cleaner never passes a rejected record the owner has not
         # neutralised yet (a shadow not re-published, an orphan not tombstoned): their verdicts
         # depend on records compaction may remove
-        view = self.topic.live.partition(TP)
-        pending = set(view.shadowed) | {segment_key(o.segment_id) for o in view.orphans.values()}
+        pending: set[bytes] = set()
+        for tp in TPS:
+            view = self.topic.live.partition(tp)
+            pending |= set(view.shadowed) | {segment_key(o.segment_id) for o in view.orphans.values()}
         guard = self.topic.next_offset
         for key in pending:
             offsets = [m.offset for m in self.topic.log if m.key == key]
@@ -639,13 +670,13 @@ class OwnershipModel(RuleBasedStateMachine):
             return True
         record = decode_value(value)
         if isinstance(record, RemoteLogStartOffset):
-            return record.start_offset >= self.topic.live.partition(TP).log_start_offset
+            return record.start_offset >= self.topic.live.partition(record.topic_partition).log_start_offset
         return True
 
     # -- invariants ----------------------------------------------------------------------------
 
-    def _served(self, fold: MetadataFold) -> dict[uuid.UUID, tuple[int, int, str]]:
-        part = fold.partition(TP)
+    def _served(self, fold: MetadataFold, tp: TopicPartition) -> dict[uuid.UUID, tuple[int, int, str]]:
+        part = fold.partition(tp)
         return {
             sid: (s.start_offset, s.end_offset, s.state.value)
             for sid, s in part.segments.items()
@@ -654,8 +685,7 @@ class OwnershipModel(RuleBasedStateMachine):
 
     @invariant()
     def acknowledged_stays_served(self) -> None:
-        part = self._state()
-        served = {s.segment_id.id for s in part.finished()}
+        served = {s.segment_id.id for tp in TPS for s in self._state(tp).finished()}
         for sid, seg in self.acked.items():
             if sid in served:
                 continue
@@ -666,15 +696,19 @@ class OwnershipModel(RuleBasedStateMachine):
 
     @invariant()
     def served_is_contiguous_and_disjoint(self) -> None:
-        part = self._state()
-        live = [s for s in part.finished() if s.end_offset >= part.log_start_offset]
-        for a, b in itertools.pairwise(live):
-            assert a.end_offset < b.start_offset, (
-                f"overlap {a.start_offset}..{a.end_offset} / {b.start_offset}"
-            )
-            assert b.start_offset == a.end_offset + 1, f"gap {a.end_offset + 1}..{b.start_offset - 1}"
-        if live and part.log_start_offset > 0:
-            assert live[0].start_offset <= part.log_start_offset
+        for tp in TPS:
+            part = self._state(tp)
+            live = [s for s in part.finished() if s.end_offset >= part.log_start_offset]
+            assert all(s.topic_partition == tp for s in live), f"another partition's segment served for {tp}"
+            for a, b in itertools.pairwise(live):
+                assert a.end_offset < b.start_offset, (
+                    f"{tp}: overlap {a.start_offset}..{a.end_offset} / {b.start_offset}"
+                )
+                assert b.start_offset == a.end_offset + 1, (
+                    f"{tp}: gap {a.end_offset + 1}..{b.start_offset - 1}"
+                )
+            if live and part.log_start_offset > 0:
+                assert live[0].start_offset <= part.log_start_offset
 
     @invariant()
     def only_the_claim_holder_writes(self) -> None:
@@ -683,7 +717,7 @@ class OwnershipModel(RuleBasedStateMachine):
 
     @invariant()
     def served_objects_exist(self) -> None:
-        for seg in self._state().finished():
+        for seg in (s for tp in TPS for s in self._state(tp).finished()):
             assert seg.data_object_key in self.bucket.objects, f"served {seg.segment_id} lost its data"
             assert seg.index_object_key in self.bucket.objects
 
@@ -703,10 +737,10 @@ class OwnershipModel(RuleBasedStateMachine):
     def every_reader_agrees(self) -> None:
         live = self.topic.live
         fresh = self.topic.fresh_fold()
-        for reader in (fresh,):
-            assert self._served(reader) == self._served(live)
-            assert reader.partition(TP).log_start_offset == live.partition(TP).log_start_offset
-            assert reader.partition(TP).current_epoch == live.partition(TP).current_epoch
+        for tp in TPS:
+            assert self._served(fresh, tp) == self._served(live, tp)
+            assert fresh.partition(tp).log_start_offset == live.partition(tp).log_start_offset
+            assert fresh.partition(tp).current_epoch == live.partition(tp).current_epoch
         if not CHECK_CACHE:
             return
         # the follower cache applies the messages it has not seen yet, in one batch
@@ -717,10 +751,11 @@ class OwnershipModel(RuleBasedStateMachine):
         ]
         self.cache.apply_batch(new)
         self.cache_applied = self.topic.next_offset
-        cached = self.cache.remote_state(TP)
-        assert {s.segment_id.id for s in cached.finished()} == set(self._served(live))
-        assert cached.log_start_offset == live.partition(TP).log_start_offset
-        assert cached.current_epoch == live.partition(TP).current_epoch
+        for tp in TPS:
+            cached = self.cache.remote_state(tp)
+            assert {s.segment_id.id for s in cached.finished()} == set(self._served(live, tp))
+            assert cached.log_start_offset == live.partition(tp).log_start_offset
+            assert cached.current_epoch == live.partition(tp).current_epoch
 
 
 def _holds(name: str) -> object:
@@ -739,7 +774,7 @@ def _can_start(name: str) -> object:
     return lambda self: (
         self.owners[name].epoch is not None
         and self.owners[name].copy is None
-        and self.owners[name].next_offset < self.source_end
+        and self.owners[name].next_offset < self.source_ends[self.owners[name].tp]
     )
 
 
