@@ -152,6 +152,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
         max_bytes_per_pass=args.max_bytes_per_pass,
         max_requests_per_pass=args.max_requests_per_pass,
     )
+    from pyspark.sql import SparkSession
+
+    # Called from a program that already has a session (``processor.cli.main`` in-process): use it
+    # and leave it running; a session this command made is its own to stop.
+    borrowed = SparkSession.getActiveSession() is not None
     spark = spark_session(args.master)
     try:
         run = run_audit(spark, options)
@@ -165,7 +170,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
             ) from None
         raise
     finally:
-        spark.stop()
+        if not borrowed:
+            spark.stop()
     opened, resolved = len(run.outcome.opened), len(run.outcome.resolved)
     print(
         f"audit: {len(run.open_problems)} open problem(s) ({opened} new, {resolved} resolved)"

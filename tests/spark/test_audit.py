@@ -389,17 +389,21 @@ def test_audit_cli_exits_2_on_bad_input_and_3_when_the_broker_is_down(world) -> 
     assert down.returncode == 3, down.stderr[-2000:]
 
 
-# Four audits, each a Spark job over the archive: sized for a loaded two-core machine.
+# Four audits, each a Spark job over the archive. The first runs as a child process (the command's
+# smoke test, with a session of its own); the others call the CLI in this process, where the command
+# borrows the tests' session and leaves it running.
 @pytest.mark.timeout(300)
-def test_audit_cli_exits_1_while_a_problem_is_open(world) -> None:
+def test_audit_cli_exits_1_while_a_problem_is_open(spark, world) -> None:
     env = world.env()
     seg = world.copy(0, 0, 49)
     clean = _cli(env, "--once", "--verify-objects")
     assert clean.returncode == 0, clean.stdout[-2000:] + clean.stderr[-3000:]
     kept = world.storage.read_all(seg.data_object_key)
     world.storage.delete(seg.data_object_key)
-    assert _cli(env, "--once", "--verify-objects").returncode == 1
-    assert _cli(env, "--once", "--verify-objects").returncode == 1  # still open on the next run
+    missing = run_cli(env, "audit", "--once", "--verify-objects")
+    assert missing.returncode == 1, missing.stdout[-2000:] + missing.stderr[-3000:]
+    assert run_cli(env, "audit", "--once", "--verify-objects").returncode == 1  # still open on the next run
     world.storage.create(seg.data_object_key, [kept])
-    fixed = _cli(env, "--once", "--verify-objects")
+    fixed = run_cli(env, "audit", "--once", "--verify-objects")
     assert fixed.returncode == 0 and "1 resolved" in fixed.stdout, fixed.stdout
+    assert spark.range(3).count() == 3  # the borrowed session still runs
