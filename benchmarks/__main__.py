@@ -42,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         "--restore-records", type=int, default=1_000_000, help="records archived and restored"
     )
     parser.add_argument("--rebuild-segments", type=int, default=10_000, help="segments the rebuild reads")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="one configuration per section: the offload section skips its 100 B and compressed runs "
+        "(what the test suite's smoke test runs: every section's code, not every figure)",
+    )
     parser.add_argument("--out", default="bench-results.json")
     parser.add_argument(
         "--stack",
@@ -71,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         big = None
         if info is not None and only & {"offload", "memory", "reads", "spark"}:
             big = bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB))
-            if "offload" in only:
+            if "offload" in only and not args.smoke:
                 small_gib = args.small_values_gib if args.small_values_gib is not None else args.gib
                 bench_offload(report, info, workdir, 100, int(small_gib * 1024 * MiB))
                 bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB), compression="zstd")

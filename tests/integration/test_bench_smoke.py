@@ -20,8 +20,8 @@ from processor.devstack.stack import StackInfo
 pytestmark = pytest.mark.integration
 
 
-# Longer than the default 120 s: five worker runs (each a process start, a group join and a stop)
-# and a Spark JVM, all inside one child process.
+# Longer than the default 120 s: three worker runs (each a process start, a group join and a stop),
+# a restore and a Spark JVM, all inside one child process.
 @pytest.mark.timeout(300)
 def test_every_bench_section_completes_and_reports_its_figures(
     local_stack: StackInfo, tmp_path: Path
@@ -49,6 +49,7 @@ def test_every_bench_section_completes_and_reports_its_figures(
             "2000",
             "--rebuild-segments",
             "20",
+            "--smoke",
             "--out",
             str(out),
             *attach,
