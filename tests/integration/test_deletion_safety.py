@@ -215,9 +215,11 @@ def wait_retention_pass(worker: WorkerProcess, env: dict[str, str], topic: str, 
     )
 
 
+# The kept data dir is the harder case (its follower cache holds the real topic's view); a new one
+# runs with the slow tests.
 @pytest.mark.parametrize(
     "data_dir",
-    ["own", "kept"],
+    [pytest.param("own", marks=pytest.mark.slow), "kept"],
     ids=["a-new-data-dir", "the-data-dir-of-the-real-topic"],
 )
 def test_a_worker_on_a_misspelt_metadata_topic_deletes_nothing_and_refuses_to_lead(
@@ -254,9 +256,11 @@ def test_a_worker_on_a_misspelt_metadata_topic_deletes_nothing_and_refuses_to_le
     assert_reads_byte_exact(local_stack, env, topic, {tp: 0 for tp in ends}, ends)
 
 
+# The kept follower cache is the harder case (it holds the lost topic's view); the one deleted with
+# its data dir runs with the slow tests.
 @pytest.mark.parametrize(
     "cache",
-    ["deleted", "kept"],
+    [pytest.param("deleted", marks=pytest.mark.slow), "kept"],
     ids=["with-the-follower-cache", "the-follower-cache-kept"],
 )
 def test_a_deleted_metadata_topic_is_refused_then_rebuild_brings_it_back(

@@ -288,7 +288,7 @@ def chaos(
 
 
 def test_restore_chaos(local_stack: StackInfo, tmp_path: Path) -> None:
-    chaos(local_stack, tmp_path, records=50_000, txn_records=5_000, kills=3, groups=3, seed=1, rate=6_000)
+    chaos(local_stack, tmp_path, records=25_000, txn_records=3_000, kills=2, groups=3, seed=1, rate=6_000)
 
 
 @pytest.mark.slow
