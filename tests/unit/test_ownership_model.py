@@ -7,7 +7,8 @@ step while the others go on, then goes on with what it knew: a zombie), crash, r
 their cleanup (also a pass that planned while its own copy was still STARTED and acts after the copy
 finished), in any interleaving hypothesis finds; hostile records and hostile tombstones (of a
 served segment's keys, or another partition's key naming it) come at any point; the metadata topic
-is compacted at any point the way Kafka's log cleaner does (the latest record of each key before a
+is compacted at any point the way Kafka's log cleaner does (or lost, and rebuilt from the bucket by
+the real rebuild's inventory, manifest reads and plan) (the latest record of each key before a
 cleaning point survives, tombstones vanish), as far as ``min.compaction.lag.ms`` lets it: never past
 a rejected record that still shadows an accepted state or names an orphan (an owner neutralises
 those within a pass, far inside the lag). Any cleaning point is allowed otherwise, including one
@@ -41,7 +42,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 
@@ -50,10 +51,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from processor.errors import FencedWriterError, StorageError
+from processor.errors import FencedWriterError, ObjectNotFoundError, StorageError
+from processor.follower.metadata_cache import MetadataCache
 from processor.leader.segment_copier import CopyCancelledError, SegmentCopier
 from processor.lifecycle.retention_policy import RetentionLimits, plan_retention
-from processor.lifecycle.retention_service import clean_partition, sweep_unreferenced
+from processor.lifecycle.retention_service import clean_partition, sweep_unreferenced, write_missing_manifests
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.codec import decode_value, delete_key, encode_value, record_key, segment_key
 from processor.metadata.fold import CONDITION, MetadataFold
@@ -70,6 +72,9 @@ from processor.metadata.model import (
 )
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.sink import Confirm, MetadataSink
+from processor.rebuild.inventory import take_inventory
+from processor.rebuild.manifests import read_manifests
+from processor.rebuild.resolve import REBUILD_WRITER, plan_rebuild
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage
@@ -91,23 +96,28 @@ class Bucket:
     """The objects the model's owners upload; deletes of missing objects succeed (S3's rule)."""
 
     def __init__(self) -> None:
-        self.objects: set[str] = set()
+        self.objects: dict[str, bytes] = {}
         self.failing = False  # deletes fail (S3 down): the deleter queues them for retry
 
     def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
-        self.objects.add(key)
-        return ChunkInfo(key, sum(len(p) for p in parts))
+        self.objects[key] = b"".join(bytes(p) for p in parts)
+        return ChunkInfo(key, len(self.objects[key]))
 
     def stat(self, key: str) -> ChunkInfo | None:
-        return ChunkInfo(key, 1, 0) if key in self.objects else None
+        return ChunkInfo(key, len(self.objects[key]), 0) if key in self.objects else None
+
+    def read_all(self, key: str) -> bytes:
+        if key not in self.objects:
+            raise ObjectNotFoundError(key)
+        return self.objects[key]
 
     def list(self, prefix: str) -> list[ChunkInfo]:
-        return [ChunkInfo(k, 1, 0) for k in sorted(self.objects) if k.startswith(prefix)]
+        return [ChunkInfo(k, len(v), 0) for k, v in sorted(self.objects.items()) if k.startswith(prefix)]
 
     def delete(self, key: str) -> None:
         if self.failing:
             raise StorageError(f"injected: cannot delete {key}")
-        self.objects.discard(key)
+        self.objects.pop(key, None)
 
 
 @dataclass
@@ -258,8 +268,6 @@ class OwnershipModel(RuleBasedStateMachine):
         self._ids = 0
         self.cache_dir = Path(tempfile.mkdtemp(prefix="ownership-model-"))
         self.cache_applied = 0  # messages of the log the cache has applied
-        from processor.follower.metadata_cache import MetadataCache
-
         self.cache = MetadataCache(self.cache_dir)
 
     def teardown(self) -> None:
@@ -487,17 +495,24 @@ class OwnershipModel(RuleBasedStateMachine):
 
     def cleanup(self, name: str) -> None:
         """The owner's cleanup on assignment: the same pass with unlimited retention, then the
-        once-per-claim sweep of objects no record names (any age: the model has no clock)."""
+        once-per-claim sweep of objects no record names (any age: the model has no clock) and the
+        manifests of served segments whose copier could not write them."""
         owner = self.owners[name]
         assert owner.epoch is not None
         part = self._state(owner.tp, self._stale_fold(owner))
         try:
-            clean_partition(
+            plan, outcome = clean_partition(
                 owner.tp, part, self._deleter(owner), owner.epoch, RetentionLimits(),
                 self.source_ends[owner.tp],
                 owner.in_flight(),
             )  # fmt: skip
             sweep_unreferenced(owner.tp, part, self._deleter(owner), 2**62, owner.in_flight(), 0)
+            if not outcome.failed:  # as the service: the manifests its view lacks, but not of
+                planned = {  # segments this pass set out to delete
+                    s.segment_id.id
+                    for s in (*plan.requeue, *plan.dangling, *(seg for seg, _reason in plan.expired))
+                }
+                write_missing_manifests(owner.tp, part, cast(ChunkStorage, self.bucket), frozenset(planned))
         except FencedWriterError:
             self._fenced(owner)
         except StorageError:
@@ -577,6 +592,54 @@ class OwnershipModel(RuleBasedStateMachine):
         self.source_ends = dict.fromkeys(TPS, 0)
         for owner in self.owners.values():
             self._fenced(owner)  # their next assignment claims under the new id
+
+    def _manifested(self) -> bool:
+        """Every served segment of the current topic id has its manifest (the rebuild's only source)."""
+        return all(
+            manifest_key(s.data_object_key) in self.bucket.objects
+            for tp in TPS
+            for s in self._state(tp).finished()
+        )
+
+    @precondition(lambda self: self._manifested())
+    @rule()
+    def metadata_topic_lost_and_rebuilt(self) -> None:
+        """The metadata topic is lost (deleted, or another configured) and the operator runs
+        ``rebuild-metadata`` into a new one: every worker stops, the real rebuild plans from the bucket
+        alone (the inventory of a listing, the manifests read and checked, the fold's verdict) and
+        its claims, FINISHED records and releases are published in the order the command publishes
+        them; the followers start over on the new topic. Its bound: a served segment whose manifest
+        no owner has written yet (its copier died between FINISHED and manifest) cannot come back,
+        so the model rebuilds only where every served segment has one."""
+        for owner in self.owners.values():
+            self._fenced(owner)
+            owner.view_at = 0
+        listing = [(info.key, info.size) for info in self.bucket.list("")]
+        inventory = take_inventory(listing)
+        manifests, _problems = read_manifests(
+            cast(ChunkStorage, self.bucket), KEYS, inventory.complete, threads=1
+        )
+        plan = plan_rebuild(manifests, {TPS[0].topic: self.topic_id}, 0)
+        self.topic = Topic()
+        parts = [(tp, part) for tp, part in sorted(plan.items()) if part.served]
+        epochs = {
+            tp: self.topic.publish(
+                PartitionClaim(tp, self._uuid(), ClaimKind.ADMIN, REBUILD_WRITER, 0, part.topic_id)
+            )
+            for tp, part in parts
+        }
+        for tp, part in parts:
+            for segment in part.served:
+                self.topic.publish(replace(segment, writer_epoch=epochs[tp], writer_id=REBUILD_WRITER))
+        for tp, _part in parts:
+            release = PartitionClaim(
+                tp, self._uuid(), ClaimKind.RELEASE, REBUILD_WRITER, 0, released_epoch=epochs[tp]
+            )
+            self.topic.publish(release)
+        self.cache.close()
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
+        self.cache = MetadataCache(self.cache_dir)
+        self.cache_applied = 0
 
     # -- hostile records: contained, whatever they say -----------------------------------------
 
