@@ -62,9 +62,11 @@ class TargetCluster:
         return partition_counts(self.admin(), [topic]).get(topic)
 
     def create_topic(self, topic: str, partitions: int, config: dict[str, str] | None = None) -> bool:
-        """Create ``topic`` (broker-default replication) unless it exists; True if it was created."""
+        """Create ``topic`` unless it exists; True if it was created. Its replication factor comes
+        from the cluster as for every topic the processor creates: 3 on three or more brokers, else
+        the broker count (never the broker's ``default.replication.factor``, 1 unless changed)."""
         try:
-            return ensure_topic(self.admin(), topic, partitions, -1, config or {})
+            return ensure_topic(self.admin(), topic, partitions, None, config or {})
         except KafkaException as exc:
             raise ServiceUnavailableError(
                 f"creating topic {topic} on {self.describe()} failed: {exc}"

@@ -237,3 +237,21 @@ def test_other_creation_failures_stay_metadata_topic_errors() -> None:
 def test_a_topic_created_meanwhile_is_no_error() -> None:
     fake = FakeAdmin(1, KafkaError(KafkaError.TOPIC_ALREADY_EXISTS, "exists"))
     assert ensure_topic(admin_of(fake), "__m", 4, None, {})
+
+
+@pytest.mark.parametrize(("brokers", "factor"), [(1, 1), (3, 3), (6, 3)])
+def test_the_restores_progress_and_target_topics_get_the_clusters_factor_not_the_brokers_default(
+    monkeypatch: pytest.MonkeyPatch, brokers: int, factor: int
+) -> None:
+    from processor.restore.target import TargetCluster
+
+    fake = FakeAdmin(brokers)
+    monkeypatch.setattr(TargetCluster, "admin", lambda self: admin_of(fake))
+    monkeypatch.setattr(TargetCluster, "partition_count", lambda self, topic: 1)
+    target = TargetCluster("127.0.0.1:9")
+    target.ensure_progress_topic("__processor_restore_progress")
+    target.create_topic("orders-restored", 4)
+    assert [(t.topic, t.replication_factor) for t in fake.created] == [
+        ("__processor_restore_progress", factor),
+        ("orders-restored", factor),
+    ]
