@@ -1,0 +1,128 @@
+"""The README's quick start, its commands run as written against the session stack.
+
+The shell blocks of the README's "Quick start" after ``make demo`` (which
+tests/integration/test_demo_smoke.py runs) are taken from the README itself: the exports are
+evaluated by bash, then the README's own values are replaced by the test stack's (the broker, the
+bucket; topics and the web port of this test's own), and every command line is run by bash as a user
+would type it. What the test adds is what the README leaves to the user's cluster: the S3 endpoint
+and credentials of the stack, a metadata topic and prefix of its own, and segments that roll within
+a second instead of a minute.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from processor.devstack.stack import StackInfo, free_port
+from processor.metadata.model import TopicPartition
+from tests.integration.restore_support import produce_plain
+from tests.support.metadata_watch import wait_offloaded
+
+pytestmark = pytest.mark.integration
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+META = "__quick_start_metadata"
+
+
+def quick_start_blocks() -> list[str]:
+    text = README.read_text()
+    section = text.split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.*?)```", section, re.S)
+
+
+def commands(block: str) -> list[str]:
+    """The block's command lines as written, their trailing comments dropped."""
+    lines = (re.sub(r"\s+#.*$", "", line).strip() for line in block.splitlines())
+    return [line for line in lines if line]
+
+
+def test_the_readme_quick_start_archives_and_reads_back_as_written(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    blocks = quick_start_blocks()
+    assert [c for c in commands(blocks[0])] == ["make demo"]
+    setup, reads = commands(blocks[1]), commands(blocks[2])
+    exports = [c for c in setup if c.startswith("export ")]
+    assert setup[0] == ". .venv/bin/activate"
+    run = [c for c in setup[1:] if not c.startswith("export ")]
+    assert run[-1] == "processor worker", run
+
+    # the README's exports, evaluated by bash as written
+    shown = subprocess.run(
+        ["bash", "-c", "\n".join([*exports, "env -0"])],
+        capture_output=True,
+        check=True,
+        env={"PATH": os.environ["PATH"]},
+    ).stdout.decode()
+    readme_env = dict(v.split("=", 1) for v in shown.split("\0") if v and not v.startswith(("PATH=", "_=")))
+    readme_env = {k: v for k, v in readme_env.items() if k.startswith(("PROCESSOR_", "AWS_"))}
+    assert set(readme_env) >= {
+        "PROCESSOR_BOOTSTRAP_SERVERS",
+        "PROCESSOR_TOPICS",
+        "PROCESSOR_S3_BUCKET",
+        "PROCESSOR_WEB_TOKEN",
+        "AWS_DEFAULT_REGION",
+    }, readme_env
+    assert len(readme_env["PROCESSOR_WEB_TOKEN"]) == 64  # openssl rand -hex 32 ran
+
+    # the README's values replaced by the test stack's
+    topics = {t: f"qs-{t}" for t in readme_env["PROCESSOR_TOPICS"].split(",")}
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # what `. .venv/bin/activate` does
+    env.update(readme_env)
+    env.update(
+        {
+            "PROCESSOR_BOOTSTRAP_SERVERS": local_stack.bootstrap_servers,
+            "PROCESSOR_S3_BUCKET": local_stack.bucket,
+            "PROCESSOR_TOPICS": ",".join(topics.values()),
+            **{k: v for k, v in local_stack.env().items() if k.startswith("AWS_")},
+            "PROCESSOR_S3_ENDPOINT_URL": local_stack.s3_endpoint_url,
+            "PROCESSOR_S3_PREFIX": "quick-start",
+            "PROCESSOR_METADATA_TOPIC": META,
+            "PROCESSOR_DELETION_TOPIC": f"{META}-deletions",
+            "PROCESSOR_APP_ID": "quick-start",
+            "PROCESSOR_DATA_DIR": str(tmp_path / "data"),
+            "PROCESSOR_WEB_PORT": str(port),
+            "PROCESSOR_SEGMENT_MS": "1000",
+        }
+    )
+    env["AWS_DEFAULT_REGION"] = local_stack.env().get("AWS_DEFAULT_REGION", readme_env["AWS_DEFAULT_REGION"])
+    for topic in topics.values():
+        produce_plain(local_stack.bootstrap_servers, topic, 200, 1)
+
+    def as_here(command: str) -> str:
+        for theirs, ours in topics.items():
+            command = re.sub(rf"\b{theirs}\b", ours, command)
+        return command.replace(":6066", f":{port}")
+
+    for command in run[:-1]:  # the pre-flight
+        done = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, f"{command}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+    with (tmp_path / "worker.log").open("wb") as log:
+        worker = subprocess.Popen(
+            ["bash", "-c", f"exec {run[-1]}"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        ends = {TopicPartition(t, 0): 199 for t in topics.values()}
+        wait_offloaded(local_stack.bootstrap_servers, META, ends, 90, worker)
+        outputs = []
+        for command in map(as_here, reads):
+            done = subprocess.run(
+                ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=60
+            )
+            assert done.returncode == 0, f"{command}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+            outputs.append(done.stdout)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    segments, fetched, served = outputs
+    assert "qs-orders" in segments
+    assert fetched.count("\n") >= 10, fetched
+    assert '"offset": 0' in served or '"offset":0' in served, served[:500]
