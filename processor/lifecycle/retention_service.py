@@ -230,8 +230,12 @@ class RetentionService:
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         in_flight: Callable[[TopicPartition], frozenset[uuid.UUID]] = lambda tp: frozenset(),
         caught_up: CaughtUp | None = None,
+        unreferenced_min_age_ms: int = UNREFERENCED_MIN_AGE_MS,
     ) -> None:
         self.in_flight = in_flight
+        # the once-per-claim sweep leaves younger unreferenced objects (a model test's clock is
+        # offsets, not milliseconds, and passes 0)
+        self.unreferenced_min_age_ms = unreferenced_min_age_ms
         self.caught_up = caught_up  # the ids of the copies the leader has in progress
         self._swept: dict[TopicPartition, int] = {}  # partition -> the claim its objects were swept under
         self.config = config
@@ -293,7 +297,14 @@ class RetentionService:
                     continue
                 if self._swept.get(tp) != epoch and not outcome.failed:
                     # once per claim: objects of this claim that nobody recorded
-                    sweep_unreferenced(tp, part, self.deleter, now, in_flight | self.in_flight(tp))
+                    sweep_unreferenced(
+                        tp,
+                        part,
+                        self.deleter,
+                        now,
+                        in_flight | self.in_flight(tp),
+                        self.unreferenced_min_age_ms,
+                    )
                     planned = {
                         s.segment_id.id
                         for s in (*plan.requeue, *plan.dangling, *(seg for seg, _reason in plan.expired))

@@ -16,7 +16,8 @@ between a rejected record and the record that neutralised it.
 
 The parts under test are the real ones: the codec and its bounds, the fold
 (:mod:`processor.metadata.fold`), the remote state on top of it, the segment copier, the retention
-planner, the pass, the sweep and the segment deleter. The copier runs in a thread of its own that
+service with its planner, pass, sweep and manifest backfill, the segment deleter, and the rebuild's
+inventory, manifest reads and plan. The copier runs in a thread of its own that
 stops at each of its gates (STARTED published, upload, FINISHED about to be published, FINISHED
 published; tests/support/stepped_copier.py), one rule each, so a pause or a crash can fall between
 any two of them and the copier's own failure handling (a rejected or unconfirmed record, a
@@ -54,8 +55,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from processor.errors import FencedWriterError, ObjectNotFoundError, StorageError
 from processor.follower.metadata_cache import MetadataCache
 from processor.leader.segment_copier import CopyCancelledError, SegmentCopier
+from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits, plan_retention
-from processor.lifecycle.retention_service import clean_partition, sweep_unreferenced, write_missing_manifests
+from processor.lifecycle.retention_service import RetentionService, clean_partition
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.codec import decode_value, delete_key, encode_value, record_key, segment_key
 from processor.metadata.fold import CONDITION, MetadataFold
@@ -234,6 +236,9 @@ class Owner:
     next_offset: int = 0
     copy: SteppedCopy | None = None  # the real copier, stopped at a gate
     view_at: int = 0  # how much of the topic its follower had applied when it last looked
+    service: RetentionService | None = None  # its worker's retention service (reset by a crash)
+    pinned: PartitionRemoteState | None = None  # a view read early (a pass racing a copy)
+    planned_on: PartitionRemoteState | None = None  # the view its last pass planned on
 
     @property
     def phase(self) -> str | None:
@@ -249,6 +254,19 @@ class Owner:
     def writer(self) -> str:
         """Its worker's writer id: "A" for the owners A0 and A1; an operator's is its name."""
         return self.name[0] if self.name in OWNERS else self.name
+
+
+class _OwnersView:
+    """The retention service's view of the owner's partition: what the owner's follower had applied
+    when it last looked (or a view it read earlier, for a pass racing a copy)."""
+
+    def __init__(self, model: OwnershipModel, owner: Owner) -> None:
+        self.model, self.owner = model, owner
+
+    def state(self, tp: TopicPartition) -> PartitionRemoteState:
+        part = self.owner.pinned or self.model._state(tp, self.model._stale_fold(self.owner))
+        self.owner.planned_on = part
+        return part
 
 
 class OwnershipModel(RuleBasedStateMachine):
@@ -340,6 +358,7 @@ class OwnershipModel(RuleBasedStateMachine):
 
     def crash(self, name: str) -> None:
         self._fenced(self.owners[name])
+        self.owners[name].service = None  # a new process: its retention service remembers nothing
 
     def follower_notices(self, name: str) -> None:
         """The owner's follower applies what is new; a newer claim revokes the partition at once."""
@@ -437,15 +456,31 @@ class OwnershipModel(RuleBasedStateMachine):
     def confirm_finished(self, name: str) -> None:
         self._step(name, "finished")
 
-    # -- retention and cleanup, through the real planner and deleter ----------------------------
+    # -- retention and cleanup, through the real retention service ---------------------------
+
+    def _service(self, owner: Owner) -> RetentionService:
+        """The owner's worker's retention service: one per process (a crash starts a new one), so
+        what it remembers (the claims it swept under, the segments it just deleted) carries over
+        from pass to pass as in a worker."""
+        if owner.service is None:
+            owner.service = RetentionService(
+                RetentionConfig(RetentionLimits()),
+                _OwnersView(self, owner),
+                self._deleter(owner),
+                None,
+                clock_ms=lambda: self.source_ends[owner.tp],
+                in_flight=lambda tp: owner.in_flight(),
+                unreferenced_min_age_ms=0,  # the model's clock is offsets: any age is old enough
+            )
+        return owner.service
 
     def retention(self, name: str, keep: int) -> None:
         """A retention pass (time: a segment's time is its end offset, 'now' the source end) with
-        the owner's cleanup, through the real pass function; the owner plans with what its
+        the owner's cleanup, through the real retention service; the owner plans with what its
         follower had applied when it last looked (possibly stale: a zombie)."""
         owner = self.owners[name]
         assert owner.epoch is not None
-        self._pass(owner, self._state(owner.tp, self._stale_fold(owner)), keep)
+        self._pass(owner, keep)
 
     def retention_races_finish(self, name: str, keep: int) -> None:
         """A retention pass that reads the partition while the owner's copy is still STARTED, then
@@ -454,36 +489,45 @@ class OwnershipModel(RuleBasedStateMachine):
         conditional DELETE_SEGMENT_STARTED must lose to the FINISHED (the fold has the last word)."""
         owner = self.owners[name]
         assert owner.epoch is not None and owner.copy is not None
-        part = self._state(owner.tp, self._stale_fold(owner))
+        owner.pinned = self._state(owner.tp, self._stale_fold(owner))
         self.finish(name)
         self.confirm_finished(name)
         if owner.epoch is not None:
-            self._pass(owner, part, keep)
+            self._pass(owner, keep)
+        owner.pinned = None
 
-    def _pass(self, owner: Owner, part: PartitionRemoteState, keep: int) -> None:
+    def cleanup(self, name: str) -> None:
+        """The owner's pass with unlimited retention: the cleanup after rejected and crashed writers,
+        and once per claim the sweep of objects no record names and the manifests of served segments
+        whose copier could not write them."""
+        owner = self.owners[name]
         assert owner.epoch is not None
-        cutoff = self.source_ends[owner.tp] - keep
+        self._pass(owner, None)
+
+    def _pass(self, owner: Owner, keep: int | None) -> None:
+        assert owner.epoch is not None
+        service = self._service(owner)
+        service.config = RetentionConfig(
+            RetentionLimits() if keep is None else RetentionLimits(retention_ms=keep)
+        )
+        cutoff = self.source_ends[owner.tp] - (keep or 0)
         try:
-            _plan, out = clean_partition(
-                owner.tp,
-                part,
-                self._deleter(owner),
-                owner.epoch,
-                RetentionLimits(retention_ms=keep),
-                self.source_ends[owner.tp],
-                owner.in_flight(),
-            )
-        except FencedWriterError:
-            # taken over; or its plan lost to a copy that finished since (the next pass re-plans)
-            if self._state(owner.tp).current_epoch != owner.epoch:
-                self._fenced(owner)
-            return
+            result = service.run_pass({owner.tp: owner.epoch})
+        except StorageError:
+            return  # the pass fails; the next one retries
         finally:
             self._saw_own_writes(owner)
+        if result.fenced and self._state(owner.tp).current_epoch != owner.epoch:
+            self._fenced(owner)  # taken over (else: its plan lost to a copy that finished since)
+            return
+        part = owner.planned_on
+        assert part is not None
         # deleted, or being deleted (its DELETE_SEGMENT_STARTED accepted; the objects failed to go
         # and the next pass retries them)
+        out = result.outcome
         for seg in [*out.deleted, *(s for s, _error in out.failed)]:
             if seg.state is S.COPY_SEGMENT_FINISHED and seg.segment_id.id in part.served:
+                assert keep is not None, "a pass without retention deleted a served segment"
                 assert seg.max_timestamp_ms <= cutoff, "retention deleted a segment inside its limit"
                 self.retention_deleted[seg.segment_id.id] = cutoff
 
@@ -492,33 +536,6 @@ class OwnershipModel(RuleBasedStateMachine):
         that follower to reach the topic's end: no owner plans again on a view older than its own
         last pass (a paused owner's view is stale only about what others wrote since)."""
         owner.view_at = self.topic.next_offset
-
-    def cleanup(self, name: str) -> None:
-        """The owner's cleanup on assignment: the same pass with unlimited retention, then the
-        once-per-claim sweep of objects no record names (any age: the model has no clock) and the
-        manifests of served segments whose copier could not write them."""
-        owner = self.owners[name]
-        assert owner.epoch is not None
-        part = self._state(owner.tp, self._stale_fold(owner))
-        try:
-            plan, outcome = clean_partition(
-                owner.tp, part, self._deleter(owner), owner.epoch, RetentionLimits(),
-                self.source_ends[owner.tp],
-                owner.in_flight(),
-            )  # fmt: skip
-            sweep_unreferenced(owner.tp, part, self._deleter(owner), 2**62, owner.in_flight(), 0)
-            if not outcome.failed:  # as the service: the manifests its view lacks, but not of
-                planned = {  # segments this pass set out to delete
-                    s.segment_id.id
-                    for s in (*plan.requeue, *plan.dangling, *(seg for seg, _reason in plan.expired))
-                }
-                write_missing_manifests(owner.tp, part, cast(ChunkStorage, self.bucket), frozenset(planned))
-        except FencedWriterError:
-            self._fenced(owner)
-        except StorageError:
-            pass  # the pass fails; the next one retries
-        finally:
-            self._saw_own_writes(owner)
 
     def confirm_times_out(self, name: str) -> None:
         """The owner's follower does not confirm its STARTED or FINISHED in time: it never takes
