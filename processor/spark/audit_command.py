@@ -13,6 +13,11 @@ from processor.units import parse_size
 log = logging.getLogger(__name__)
 
 
+# Under PROCESSOR_DATA_DIR: the one place both the defaults and the help text come from.
+DEFAULT_OUTPUT = "audit"
+DEFAULT_CHECKPOINT = "audit/checkpoint"
+
+
 def _non_negative(text: str) -> int:
     try:
         value = int(text)
@@ -53,10 +58,11 @@ def add_audit_parser(sub: Any) -> None:
         help="one pass over what is there, then exit 0 clean / 1 while a problem is open",
     )
     audit.add_argument(
-        "--checkpoint", help="checkpoint folder (default: $PROCESSOR_DATA_DIR/audit/checkpoint)"
+        "--checkpoint", help=f"checkpoint folder (default: $PROCESSOR_DATA_DIR/{DEFAULT_CHECKPOINT})"
     )
     audit.add_argument(
-        "--output", help="findings and problems folder (default: $PROCESSOR_DATA_DIR/audit/findings)"
+        "--output",
+        help=f"folder of the findings/ and problems/ tables (default: $PROCESSOR_DATA_DIR/{DEFAULT_OUTPUT})",
     )
     audit.add_argument("--format", choices=FORMATS, default="parquet", help="output format (default parquet)")
     audit.add_argument(
@@ -139,8 +145,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     options = AuditOptions(
         connection=conn,
-        checkpoint=Path(args.checkpoint) if args.checkpoint else settings.data_dir / "audit" / "checkpoint",
-        output=Path(args.output) if args.output else settings.data_dir / "audit",
+        checkpoint=Path(args.checkpoint) if args.checkpoint else settings.data_dir / DEFAULT_CHECKPOINT,
+        output=Path(args.output) if args.output else settings.data_dir / DEFAULT_OUTPUT,
         format=args.format,
         once=args.once,
         verify_objects=args.verify_objects,
