@@ -463,3 +463,17 @@ volumeMounts:
 {{- end }}
 {{- join ", " $pairs }}
 {{- end }}
+
+{{/* An alert's runbook annotation; the argument is (list $ "<AlertName>"). With
+monitoring.prometheusRule.runbookBaseUrl set: runbook_url <base>/<AlertName>.md. Empty (the
+default): `runbook`, the kubectl command printing the page from the <fullname>-runbooks ConfigMap
+(runbooks-configmap.yaml); jsonpath needs the key's dot escaped: {.data.<AlertName>\.md}. */}}
+{{- define "ktp.runbookAnnotation" -}}
+{{- $ctx := index . 0 }}{{- $alert := index . 1 }}
+{{- $base := trimSuffix "/" $ctx.Values.monitoring.prometheusRule.runbookBaseUrl }}
+{{- if $base -}}
+runbook_url: {{ printf "%s/%s.md" $base $alert | quote }}
+{{- else -}}
+runbook: {{ printf "kubectl -n %s get configmap %s-runbooks -o jsonpath='{.data.%s\\.md}'" $ctx.Release.Namespace (include "ktp.fullname" $ctx) $alert | quote }}
+{{- end }}
+{{- end }}
