@@ -60,6 +60,8 @@ ARG EXTRAS=""
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
+# where the image was built from (your repository's URL: --build-arg SOURCE=...)
+ARG SOURCE=unknown
 ARG PYTHON_IMAGE
 # Open Container Initiative annotations (https://specs.opencontainers.org/image-spec/annotations/).
 LABEL org.opencontainers.image.title="kafka-tiered-processor" \
@@ -67,9 +69,7 @@ LABEL org.opencontainers.image.title="kafka-tiered-processor" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
-      org.opencontainers.image.source="https://github.com/example/kafka-tiered-processor" \
-      org.opencontainers.image.url="https://github.com/example/kafka-tiered-processor" \
-      org.opencontainers.image.documentation="https://github.com/example/kafka-tiered-processor#readme" \
+      org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.vendor="platform-team" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.base.name="${PYTHON_IMAGE}"

@@ -170,6 +170,7 @@ def test_oci_labels(instructions):
         assert labels.get(f"org.opencontainers.image.{key}"), key
     assert labels["org.opencontainers.image.base.name"] == "${PYTHON_IMAGE}"
     assert labels["org.opencontainers.image.revision"] == "${REVISION}"
+    assert labels["org.opencontainers.image.source"] == "${SOURCE}"  # no made-up repository URL
 
 
 def test_final_stage_has_no_compilers_and_copies_the_built_environment(instructions):
