@@ -99,22 +99,32 @@ def running(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) ->
         proxy.close()
 
 
-def _segments(base: str) -> list[dict[str, Any]]:
+FINISHED = "COPY_SEGMENT_FINISHED"
+
+
+def _segments(base: str, partition: int = 0) -> list[dict[str, Any]]:
+    """The listed segments, once ``partition`` has a finished one."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         code, _h, body = http_get(f"{base}/segments?topic={TOPIC}", TOKEN)
         assert code == 200, body
         found = json.loads(body)["segments"]
-        if any(s["state"] == "COPY_SEGMENT_FINISHED" for s in found):
+        if any(s["state"] == FINISHED and s["partition"] == partition for s in found):
             return list(found)
         time.sleep(0.5)
-    raise AssertionError("no finished segment listed within 60 s")
+    raise AssertionError(f"no finished segment of partition {partition} listed within 60 s")
+
+
+def _first_finished(segments: list[dict[str, Any]], partition: int) -> int:
+    """The lowest offset served: a segment still being copied is listed too, and not served yet."""
+    served = [s for s in segments if s["partition"] == partition and s["state"] == FINISHED]
+    return min(int(s["start_offset"]) for s in served)
 
 
 def test_token_guards_reads_but_not_health_or_metrics(running):
     base = running["base"]
     segments = _segments(base)
-    first = min(s["start_offset"] for s in segments if s["partition"] == 0)
+    first = _first_finished(segments, 0)
     for path in (f"/segments?topic={TOPIC}", f"/fetch?topic={TOPIC}&partition=0&offset={first}"):
         code, headers, body = http_get(base + path)
         assert code == 401, path
@@ -186,8 +196,7 @@ def test_follower_command_serves_reads(running, local_stack):
         wait_status(f"{base}/readyz", 200, 90)
         assert http_get(f"{base}/livez")[0] == 200
         assert http_get(f"{base}/segments?topic={TOPIC}")[0] == 401
-        segments = _segments(base)
-        first = min(s["start_offset"] for s in segments if s["partition"] == 1)
+        first = _first_finished(_segments(base, 1), 1)
         code, _h, body = http_get(
             f"{base}/fetch?topic={TOPIC}&partition=1&offset={first}&max_records=3", TOKEN
         )
