@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="one configuration per section: the offload section skips its 100 B and compressed runs "
+        help="one configuration per section: the offload section skips its 100 B and compressed runs, "
+        "the memory section its 256 MiB run "
         "(what the test suite's smoke test runs: every section's code, not every figure)",
     )
     parser.add_argument("--out", default="bench-results.json")
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB), compression="zstd")
                 bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB), archive="zstd")
             if "memory" in only:
-                bench_memory(report, info, workdir, big)
+                bench_memory(report, info, workdir, big, smoke=args.smoke)
             if "reads" in only:
                 bench_read_latency(report, info, workdir, big, reads=args.reads)
             if "spark" in only:
