@@ -42,7 +42,6 @@ import itertools
 import shutil
 import tempfile
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
@@ -52,7 +51,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from processor.errors import FencedWriterError, ObjectNotFoundError, StorageError
+from processor.errors import FencedWriterError, StorageError
 from processor.follower.metadata_cache import MetadataCache
 from processor.leader.segment_copier import CopyCancelledError, SegmentCopier
 from processor.lifecycle.retention_config import RetentionConfig
@@ -60,11 +59,10 @@ from processor.lifecycle.retention_policy import RetentionLimits, plan_retention
 from processor.lifecycle.retention_service import RetentionService, clean_partition
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.codec import decode_value, delete_key, encode_value, record_key, segment_key
-from processor.metadata.fold import CONDITION, MetadataFold
+from processor.metadata.fold import MetadataFold
 from processor.metadata.manifest import manifest_key
 from processor.metadata.model import (
     ClaimKind,
-    MetadataRecord,
     PartitionClaim,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -79,7 +77,8 @@ from processor.rebuild.manifests import read_manifests
 from processor.rebuild.resolve import REBUILD_WRITER, plan_rebuild
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
-from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage
+from processor.storage.chunk_storage import ChunkStorage
+from tests.support.ownership_world import Bucket, FailedDeletions, Topic
 from tests.support.stepped_copier import SteppedCopy, Stop
 
 TPS = (TopicPartition("orders", 0), TopicPartition("orders", 1))
@@ -94,108 +93,6 @@ CHECK_CACHE = True
 HOSTILE = ["overlap", "huge", "garbage", "negative", "nul", "key", "outside"]
 
 
-class Bucket:
-    """The objects the model's owners upload; deletes of missing objects succeed (S3's rule)."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-        self.failing = False  # deletes fail (S3 down): the deleter queues them for retry
-
-    def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
-        self.objects[key] = b"".join(bytes(p) for p in parts)
-        return ChunkInfo(key, len(self.objects[key]))
-
-    def stat(self, key: str) -> ChunkInfo | None:
-        return ChunkInfo(key, len(self.objects[key]), 0) if key in self.objects else None
-
-    def read_all(self, key: str) -> bytes:
-        if key not in self.objects:
-            raise ObjectNotFoundError(key)
-        return self.objects[key]
-
-    def list(self, prefix: str) -> list[ChunkInfo]:
-        return [ChunkInfo(k, len(v), 0) for k, v in sorted(self.objects.items()) if k.startswith(prefix)]
-
-    def delete(self, key: str) -> None:
-        if self.failing:
-            raise StorageError(f"injected: cannot delete {key}")
-        self.objects.pop(key, None)
-
-
-@dataclass
-class Message:
-    offset: int
-    key: bytes
-    value: bytes | None
-
-
-class Topic:
-    """One metadata partition: appended messages, a fold that read them live, the verdicts, and
-    what the ownership rules forbid (checked by the model's invariants)."""
-
-    def __init__(self) -> None:
-        self.log: list[Message] = []
-        self.next_offset = 0
-        self.live = MetadataFold()
-        self.accepted: dict[int, bool] = {}
-        self.foreign_accepted: list[str] = []  # accepted records of a writer not holding the claim
-        self.self_fenced: list[str] = []  # a claim holder's own record rejected
-
-    def append(self, key: bytes, value: bytes | None) -> int:
-        offset = self.next_offset
-        self.next_offset += 1
-        self.log.append(Message(offset, key, value))
-        claims = {tp: self.live.partition(tp).header.claim for tp in TPS}
-        verdict = self.live.apply_raw(offset, key, value)
-        self.accepted[offset] = verdict.accepted
-        record = verdict.record
-        if record is None or isinstance(record, PartitionClaim):
-            return offset
-        claim = claims.get(record.topic_partition)
-        if claim is None:
-            return offset
-        writer = getattr(record, "writer_id", "")
-        if verdict.accepted and writer != claim.writer_id and writer in WRITERS:
-            self.foreign_accepted.append(f"{writer}'s record at {offset} under {claim.writer_id}'s claim")
-        if (
-            not verdict.accepted
-            and verdict.reason != CONDITION
-            and writer in WRITERS
-            and getattr(record, "writer_epoch", None) == claim.epoch
-        ):
-            self.self_fenced.append(
-                f"{writer}'s own record at {offset} rejected: {verdict.reason} {verdict.detail}"
-            )
-        return offset
-
-    def publish(self, record: MetadataRecord) -> int:
-        return self.append(record_key(record), encode_value(record))
-
-    def tombstone(self, segment: RemoteLogSegmentMetadata) -> int:
-        self.append(segment_key(segment.segment_id), None)
-        return self.append(delete_key(segment.segment_id), None)
-
-    def confirm(self, record: MetadataRecord, offset: int) -> bool:
-        return self.accepted.get(offset, False)
-
-    def fresh_fold(self) -> MetadataFold:
-        fold = MetadataFold()
-        for m in self.log:
-            fold.apply_raw(m.offset, m.key, m.value)
-        return fold
-
-    def compact(self, point: int) -> None:
-        """Kafka's cleaner up to ``point``: of the messages below it, only the latest of each key
-        survives, and tombstones go (as after ``delete.retention.ms``)."""
-        latest: dict[bytes, int] = {}
-        for m in self.log:
-            if m.offset < point:
-                latest[m.key] = m.offset
-        self.log = [
-            m for m in self.log if m.offset >= point or (latest[m.key] == m.offset and m.value is not None)
-        ]
-
-
 def _fields(seg: RemoteLogSegmentMetadata) -> dict[str, object]:
     from dataclasses import fields
 
@@ -204,19 +101,6 @@ def _fields(seg: RemoteLogSegmentMetadata) -> dict[str, object]:
 
 def _with_id(seg: RemoteLogSegmentMetadata, sid: RemoteLogSegmentId) -> RemoteLogSegmentMetadata:
     return RemoteLogSegmentMetadata(**{**_fields(seg), "segment_id": sid})  # type: ignore[arg-type]
-
-
-class FailedDeletions:
-    """The deletion topic: failed deletions wait here; the next pass requeues them anyway."""
-
-    def __init__(self) -> None:
-        self.pending: set[uuid.UUID] = set()
-
-    def record_failed(self, segment: RemoteLogSegmentMetadata) -> None:
-        self.pending.add(segment.segment_id.id)
-
-    def resolve(self, segment: RemoteLogSegmentMetadata) -> None:
-        self.pending.discard(segment.segment_id.id)
 
 
 # Where the real copier stands (tests/support/stepped_copier.py) as the model's phases of a copy.
@@ -272,7 +156,7 @@ class _OwnersView:
 class OwnershipModel(RuleBasedStateMachine):
     @initialize()
     def setup(self) -> None:
-        self.topic = Topic()
+        self.topic = Topic(TPS, WRITERS)
         self.bucket = Bucket()
         self.source_ends = dict.fromkeys(TPS, 0)  # offsets 0..end-1 exist in each source partition
         self.owners = {n: Owner(n, tp) for n, tp in OWNERS.items()}
@@ -637,7 +521,7 @@ class OwnershipModel(RuleBasedStateMachine):
             cast(ChunkStorage, self.bucket), KEYS, inventory.complete, threads=1
         )
         plan = plan_rebuild(manifests, {TPS[0].topic: self.topic_id}, 0)
-        self.topic = Topic()
+        self.topic = Topic(TPS, WRITERS)
         parts = [(tp, part) for tp, part in sorted(plan.items()) if part.served]
         epochs = {
             tp: self.topic.publish(

@@ -1,0 +1,131 @@
+"""The world of the ownership model (tests/unit/test_ownership_model.py): the bucket, the metadata
+partition with its live fold and a cleaner, and the deletion topic. Only what the real parts talk
+to; the rules and invariants live in the model."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from processor.errors import ObjectNotFoundError, StorageError
+from processor.metadata.codec import delete_key, encode_value, record_key, segment_key
+from processor.metadata.fold import CONDITION, MetadataFold
+from processor.metadata.model import MetadataRecord, PartitionClaim, RemoteLogSegmentMetadata, TopicPartition
+from processor.storage.chunk_storage import Buffer, ChunkInfo
+
+
+class Bucket:
+    """The objects the model's owners upload; deletes of missing objects succeed (S3's rule)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.failing = False  # deletes fail (S3 down): the deleter queues them for retry
+
+    def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
+        self.objects[key] = b"".join(bytes(p) for p in parts)
+        return ChunkInfo(key, len(self.objects[key]))
+
+    def stat(self, key: str) -> ChunkInfo | None:
+        return ChunkInfo(key, len(self.objects[key]), 0) if key in self.objects else None
+
+    def read_all(self, key: str) -> bytes:
+        if key not in self.objects:
+            raise ObjectNotFoundError(key)
+        return self.objects[key]
+
+    def list(self, prefix: str) -> list[ChunkInfo]:
+        return [ChunkInfo(k, len(v), 0) for k, v in sorted(self.objects.items()) if k.startswith(prefix)]
+
+    def delete(self, key: str) -> None:
+        if self.failing:
+            raise StorageError(f"injected: cannot delete {key}")
+        self.objects.pop(key, None)
+
+
+@dataclass
+class Message:
+    offset: int
+    key: bytes
+    value: bytes | None
+
+
+class Topic:
+    """One metadata partition: appended messages, a fold that read them live, the verdicts, and
+    what the ownership rules forbid (checked by the model's invariants)."""
+
+    def __init__(self, partitions: tuple[TopicPartition, ...], writers: tuple[str, ...]) -> None:
+        self.partitions, self.writers = partitions, writers  # the model's, and its workers' ids
+        self.log: list[Message] = []
+        self.next_offset = 0
+        self.live = MetadataFold()
+        self.accepted: dict[int, bool] = {}
+        self.foreign_accepted: list[str] = []  # accepted records of a writer not holding the claim
+        self.self_fenced: list[str] = []  # a claim holder's own record rejected
+
+    def append(self, key: bytes, value: bytes | None) -> int:
+        offset = self.next_offset
+        self.next_offset += 1
+        self.log.append(Message(offset, key, value))
+        claims = {tp: self.live.partition(tp).header.claim for tp in self.partitions}
+        verdict = self.live.apply_raw(offset, key, value)
+        self.accepted[offset] = verdict.accepted
+        record = verdict.record
+        if record is None or isinstance(record, PartitionClaim):
+            return offset
+        claim = claims.get(record.topic_partition)
+        if claim is None:
+            return offset
+        writer = getattr(record, "writer_id", "")
+        if verdict.accepted and writer != claim.writer_id and writer in self.writers:
+            self.foreign_accepted.append(f"{writer}'s record at {offset} under {claim.writer_id}'s claim")
+        if (
+            not verdict.accepted
+            and verdict.reason != CONDITION
+            and writer in self.writers
+            and getattr(record, "writer_epoch", None) == claim.epoch
+        ):
+            self.self_fenced.append(
+                f"{writer}'s own record at {offset} rejected: {verdict.reason} {verdict.detail}"
+            )
+        return offset
+
+    def publish(self, record: MetadataRecord) -> int:
+        return self.append(record_key(record), encode_value(record))
+
+    def tombstone(self, segment: RemoteLogSegmentMetadata) -> int:
+        self.append(segment_key(segment.segment_id), None)
+        return self.append(delete_key(segment.segment_id), None)
+
+    def confirm(self, record: MetadataRecord, offset: int) -> bool:
+        return self.accepted.get(offset, False)
+
+    def fresh_fold(self) -> MetadataFold:
+        fold = MetadataFold()
+        for m in self.log:
+            fold.apply_raw(m.offset, m.key, m.value)
+        return fold
+
+    def compact(self, point: int) -> None:
+        """Kafka's cleaner up to ``point``: of the messages below it, only the latest of each key
+        survives, and tombstones go (as after ``delete.retention.ms``)."""
+        latest: dict[bytes, int] = {}
+        for m in self.log:
+            if m.offset < point:
+                latest[m.key] = m.offset
+        self.log = [
+            m for m in self.log if m.offset >= point or (latest[m.key] == m.offset and m.value is not None)
+        ]
+
+
+class FailedDeletions:
+    """The deletion topic: failed deletions wait here; the next pass requeues them anyway."""
+
+    def __init__(self) -> None:
+        self.pending: set[uuid.UUID] = set()
+
+    def record_failed(self, segment: RemoteLogSegmentMetadata) -> None:
+        self.pending.add(segment.segment_id.id)
+
+    def resolve(self, segment: RemoteLogSegmentMetadata) -> None:
+        self.pending.discard(segment.segment_id.id)
