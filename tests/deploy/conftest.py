@@ -11,12 +11,22 @@ from tests.deploy.chart import ALL_ON, BASE, render
 from tests.deploy.k8s_tools import ToolUnavailable, tool
 
 
+def tool_or_skip(name: str) -> Path:
+    """The tool (installed on first use), or the test skipped with the reason it cannot be."""
+    try:
+        return tool(name)
+    except ToolUnavailable as exc:
+        pytest.skip(f"{name} cannot be installed here: {exc}")
+
+
 @pytest.fixture(scope="session")
 def helm() -> Path:
-    try:
-        return tool("helm")
-    except ToolUnavailable as exc:
-        pytest.skip(f"helm cannot be installed here: {exc}")
+    return tool_or_skip("helm")
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> Path:
+    return tool_or_skip("kubectl")
 
 
 @pytest.fixture(scope="session")

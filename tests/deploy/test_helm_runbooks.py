@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.deploy.chart import BASE, CHART, PROMETHEUS_RULE, by_kind, named, render, render_error
-from tests.deploy.k8s_tools import ROOT, ToolUnavailable, tool
+from tests.deploy.k8s_tools import ROOT
 
 DOCS_RUNBOOKS = ROOT / "docs" / "runbooks"
 CHART_RUNBOOKS = CHART / "runbooks"
@@ -43,14 +43,6 @@ def _alerts(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def docs(helm) -> list[dict[str, Any]]:
     return render(helm, *WITH_AUDIT)
-
-
-@pytest.fixture(scope="module")
-def kubectl() -> Path:
-    try:
-        return tool("kubectl")
-    except ToolUnavailable as exc:
-        pytest.skip(f"kubectl cannot be installed here: {exc}")
 
 
 def test_chart_runbooks_are_the_docs_runbooks():
