@@ -30,7 +30,7 @@ from processor.devstack.stack import StackInfo, free_port
 from processor.kafka_clients import ensure_topic, new_admin
 from processor.kafka_security import KafkaConnection
 from processor.metadata.model import TopicPartition
-from tests.integration.worker_process import WorkerProcess
+from tests.integration.worker_process import TEST_SESSION_TIMEOUT_MS, WorkerProcess
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -67,6 +67,7 @@ def _worker_env(info: StackInfo, tmp: Path, **extra: str) -> dict[str, str]:
         PROCESSOR_BLOCK_BYTES="8KiB",
         PROCESSOR_SEGMENT_MS="1s",
         PROCESSOR_BUFFER_BYTES="8MiB",
+        PROCESSOR_SESSION_TIMEOUT_MS=TEST_SESSION_TIMEOUT_MS,
         PROCESSOR_S3_PREFIX=f"secured-{extra.get('PROCESSOR_SECURITY_PROTOCOL', 'sasl')}".lower(),
         PROCESSOR_LOG_LEVEL="info",
         **extra,

@@ -12,9 +12,15 @@ from processor.devstack import stack
 from processor.leader.offload_engine import OffloadEngine
 from processor.metadata.model import TopicPartition
 
+# Tansu answers a JoinGroup after half the member's session timeout: at the default 10 s every
+# worker start waits 5 s for its assignment, at 4 s only 2 s (heartbeats every second leave room for
+# a loaded machine). Tests about session timeouts set their own.
+TEST_SESSION_TIMEOUT_MS = "4000"
+
 
 def worker_env(info: stack.StackInfo, data_dir: Path, topics: str, **extra: str) -> dict[str, str]:
-    return info.worker_env(data_dir, topics, **{"PROCESSOR_LOG_LEVEL": "info", **extra})
+    defaults = {"PROCESSOR_LOG_LEVEL": "info", "PROCESSOR_SESSION_TIMEOUT_MS": TEST_SESSION_TIMEOUT_MS}
+    return info.worker_env(data_dir, topics, **{**defaults, **extra})
 
 
 def wait_engine_offloaded(engine: OffloadEngine, ends: dict[TopicPartition, int], timeout_s: float) -> None:

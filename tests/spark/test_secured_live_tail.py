@@ -24,7 +24,7 @@ from processor.metadata.model import TopicPartition
 from processor.metadata.topic_io import load_remote_state
 from processor.spark.audit import AuditOptions, run_audit
 from processor.spark.options import connection_from
-from tests.integration.worker_process import WorkerProcess
+from tests.integration.worker_process import TEST_SESSION_TIMEOUT_MS, WorkerProcess
 
 pytestmark = pytest.mark.spark
 
@@ -70,6 +70,7 @@ def test_tail_live_reads_archive_and_topic_through_sasl_ssl(
         PROCESSOR_BLOCK_BYTES="4KiB",
         PROCESSOR_SEGMENT_MS="1h",  # rolled by size only: a tail stays on the topic
         PROCESSOR_BUFFER_BYTES="8MiB",
+        PROCESSOR_SESSION_TIMEOUT_MS=TEST_SESSION_TIMEOUT_MS,
         PROCESSOR_S3_PREFIX=PREFIX,
         PROCESSOR_FOLLOWER_ENABLED="false",
     )
