@@ -791,6 +791,6 @@ def test_ownership_model_long() -> None:
     """The same model, many more examples and longer runs (``make test-all``)."""
     run = OwnershipModel.TestCase("runTest")
     run.settings = settings(  # type: ignore[misc]
-        max_examples=5_000, stateful_step_count=80, deadline=None, suppress_health_check=list(HealthCheck)
+        max_examples=2_000, stateful_step_count=80, deadline=None, suppress_health_check=list(HealthCheck)
     )
     run.runTest()
