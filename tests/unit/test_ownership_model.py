@@ -140,6 +140,16 @@ class Owner:
         return self.name[0] if self.name in OWNERS else self.name
 
 
+class _CurrentTopic:
+    """Whatever metadata topic the model has now (a rebuild replaces it)."""
+
+    def __init__(self, model: OwnershipModel) -> None:
+        self.model = model
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.model.topic, name)
+
+
 class _OwnersView:
     """The retention service's view of the owner's partition: what the owner's follower had applied
     when it last looked (or a view it read earlier, for a pass racing a copy)."""
@@ -188,14 +198,17 @@ class OwnershipModel(RuleBasedStateMachine):
     # -- helpers ---------------------------------------------------------------------------------
 
     def _deleter(self, owner: Owner) -> SegmentDeleter:
+        # The metadata topic by name, as a worker's producer and follower reach it: after a rebuild
+        # into a new topic of the same name, a long-lived retention service writes and confirms there.
+        topic = cast(Topic, _CurrentTopic(self))
         return SegmentDeleter(
             cast(ChunkStorage, self.bucket),  # the deleter only deletes: the model's set of keys
-            self.topic,
-            self.topic,
+            topic,
+            topic,
             self.failed_deletions,
             owner.writer,
             KEYS,
-            self.topic.confirm,
+            lambda record, offset: self.topic.confirm(record, offset),
         )
 
     def _state(self, tp: TopicPartition, fold: MetadataFold | None = None) -> PartitionRemoteState:
