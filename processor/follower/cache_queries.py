@@ -15,6 +15,13 @@ from processor.metadata.model import PartitionDeleteState, RemoteLogSegmentMetad
 from processor.metadata.remote_log_state import PartitionRemoteState
 
 
+def _segment_of(raw: bytes) -> RemoteLogSegmentMetadata:
+    """A segment's record as the cache stores it under its ``S`` key."""
+    record = decode_value(raw)
+    assert isinstance(record, RemoteLogSegmentMetadata)
+    return record
+
+
 class CacheQueries:
     """Reads of an open cache database (``_db``); :class:`MetadataCache` opens it."""
 
@@ -93,11 +100,7 @@ class CacheQueries:
 
     def segment(self, segment_id: uuid.UUID) -> RemoteLogSegmentMetadata | None:
         raw = self._db.get(b"S" + segment_id.bytes)
-        if raw is None:
-            return None
-        record = decode_value(raw)
-        assert isinstance(record, RemoteLogSegmentMetadata)
-        return record
+        return None if raw is None else _segment_of(raw)
 
     def remote_state(self, tp: TopicPartition) -> PartitionRemoteState:
         """The partition's remote state exactly as the in-memory fold builds it from the metadata
@@ -134,9 +137,7 @@ class CacheQueries:
         for segment_id in dict.fromkeys(listed + served_ids):
             raw = get(b"S" + segment_id.bytes)
             if raw is not None:
-                record = decode_value(raw)
-                assert isinstance(record, RemoteLogSegmentMetadata)
-                segments[segment_id] = record
+                segments[segment_id] = _segment_of(raw)
         served = {x for x in served_ids if x in segments}
         return PartitionRemoteState(segments, served, header, shadowed, orphans)
 
