@@ -15,10 +15,11 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from processor.errors import IllegalTransitionError
-from processor.metadata.codec import LOG_START_OFFSET_KEY_SUFFIX, segment_key
+from processor.metadata.codec import LOG_START_OFFSET_KEY_SUFFIX, delete_key, segment_key
 from processor.metadata.fencing import Lineage, StaleRecordError
 from processor.metadata.fold import MetadataFold, PartitionHeader, PartitionView
 from processor.metadata.model import (
+    DELETE_STATES,
     MetadataRecord,
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
@@ -131,10 +132,18 @@ class PartitionRemoteState:
         )
 
     def repairs(self) -> list[RemoteLogSegmentMetadata]:
-        """Served segments whose key a rejected record shadows: the owner re-publishes them under its
-        own epoch, so compaction can never leave the rejected record as the key's only one."""
-        served = {segment_key(s.segment_id): s for s in self.finished()}
-        return [served[k] for k in sorted(self.shadowed) if k in served]
+        """Segments whose state a rejected record shadows: the owner re-publishes them under its own
+        epoch, so compaction can never leave the rejected record as the key's only one. A served
+        segment's copy key, and a deleted segment's delete key (a zombie's late DELETE_SEGMENT_FINISHED
+        there: the owner's tombstones, written later, would not neutralise it for a cleaner point
+        between the two, which keeps the rejected record and the copy's FINISHED, and so serves the
+        segment again). A copy key shadowed while the segment is being deleted needs nothing: the
+        delete key decides it is not served."""
+        holding = {segment_key(s.segment_id): s for s in self.finished()}
+        holding.update(
+            (delete_key(s.segment_id), s) for s in self.segments.values() if s.state in DELETE_STATES
+        )
+        return [holding[k] for k in sorted(self.shadowed) if k in holding]
 
     def log_start_shadowed(self) -> bool:
         """Whether a rejected record shadows the accepted remote log start offset (re-publish it)."""

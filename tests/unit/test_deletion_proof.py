@@ -246,6 +246,30 @@ def test_tombstones_are_validated_and_a_hostile_one_is_repaired(tmp_path: Path) 
     assert objects_of(s) <= keys_in(storage)
 
 
+def test_a_zombies_late_delete_of_a_deleted_segment_is_repaired_before_it_is_forgotten(
+    tmp_path: Path,
+) -> None:
+    """A previous owner's DELETE_SEGMENT_FINISHED of a segment the current owner has deleted comes
+    late (rejected: stale claim). Before, the owner's pass tombstoned the segment's keys at once: a
+    cleaner point between the late record and those tombstones kept the late record (the delete
+    key's latest) and the copy's FINISHED, and a reader of the compacted topic served the deleted
+    segment again. Now the pass re-publishes the delete state first, and every point agrees."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    old = log.claim("a")
+    _ok, s = copy(log, 0, 9, old, writer="a")
+    new = log.claim("b")
+    started = s.deleting(3, "b", new)
+    assert log.accepted[log.publish(started)]
+    assert log.accepted[log.publish(started.with_state(SegmentState.DELETE_SEGMENT_FINISHED, 4))]
+    late = dataclasses.replace(s.with_state(SegmentState.DELETE_SEGMENT_FINISHED, 5), writer_id="a")
+    assert not log.accepted[log.publish(late)]  # the zombie's, under its old claim
+    clean_partition(TP, log.state(), deleter(log, storage, "b"), new, RetentionLimits(), 0)
+    assert served(log.fold) == set() and log.state().segments == {}
+    for point in range(len(log.messages) + 1):
+        assert served(fresh(log, point)) == set(), f"a cleaning point at {point} serves the deleted segment"
+
+
 def test_a_worker_refuses_partitions_whose_archive_its_metadata_does_not_know(tmp_path: Path) -> None:
     """A metadata topic lost and re-created empty, misspelt, or another deployment's: the bucket holds
     manifests of the partition, the metadata nothing. Before, the worker led it: re-offloaded over the
