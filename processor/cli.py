@@ -18,6 +18,7 @@ from processor.commands import (
     dev,
     fetch,
     follower,
+    gateway,
     offload,
     rebuild_metadata,
     restore,
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"processor {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (worker, dev, segments, fetch, demo, follower, config_cmd, verify):
+    for command in (worker, dev, segments, fetch, demo, follower, gateway, config_cmd, verify):
         command.register(sub)
     add_audit_parser(sub)
     for command in (delete_before, delete_topic, sweep, abort_multipart, offload):  # lifecycle

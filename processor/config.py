@@ -98,6 +98,22 @@ class Settings(BaseSettings):
     web_enabled: bool = True
     follower_enabled: bool = True
     follow_topics: Annotated[tuple[str, ...], NoDecode] = ()
+    # `processor gateway`: the Kafka-protocol address clients are given (bootstrap port; the broker with
+    # node id n is reached on gateway_port + 1 + n - first of gateway_node_ids), the name clients reach
+    # it by, and which fetches the archive answers (below-log-start: offsets the brokers no longer have;
+    # archived: every archived offset, keeping catch-up consumers off the brokers' disks).
+    gateway_host: str = Field(default="0.0.0.0", min_length=1)
+    gateway_port: int = Field(default=19092, ge=1, le=65535)
+    gateway_advertised_host: str | None = None
+    # The upstream brokers' node ids the gateway gives a port: "first-last" (at most 1000 of them).
+    gateway_node_ids: str = Field(
+        default="0-63", pattern=r"^[0-9]{1,10}-[0-9]{1,10}$", description="first-last node id, e.g. 0-63"
+    )
+    gateway_archive_reads: str = Field(
+        default="below-log-start",
+        pattern=r"^(below-log-start|archived)$",
+        description="below-log-start or archived",
+    )
     follow_metadata_partitions: Annotated[tuple[int, ...], NoDecode] = ()
     # Consumer-group session timeout: a worker silent this long loses its partitions (and its writer
     # epoch: records it publishes afterwards are fenced out).

@@ -262,3 +262,20 @@ AUDIT_LAST_COMPLETE_SCRUB = Gauge(
     "processor_audit_last_complete_scrub_timestamp_seconds",
     "When the audit last finished checking every segment's objects (a full scrub cycle)",
 )
+
+# -- the Kafka-protocol gateway (processor gateway) ---------------------------------------------------
+
+GATEWAY_REQUESTS = Counter(
+    "processor_gateway_requests_total", "Kafka requests the gateway received, by API key", ["api"]
+)
+GATEWAY_ERRORS = Counter(
+    "processor_gateway_errors_total",
+    "Kafka requests the gateway could not answer (their connection closed), by API key and kind",
+    ["api", "kind"],
+)
+GATEWAY_FETCH_BYTES = Counter(
+    "processor_gateway_fetch_bytes_total",
+    "Record batch bytes the gateway answered Fetch requests with, by topic and source (archive, broker)",
+    ["topic", "source"],
+)
+GATEWAY_CONNECTIONS = Gauge("processor_gateway_connections", "Client connections the gateway holds")

@@ -30,6 +30,7 @@ DEFAULTS: dict[str, str] = {
     "data_dir": "`./data`",
     "worker_id": "host name",
     "follow_topics": "all",
+    "gateway_advertised_host": "the gateway host",
     "follow_metadata_partitions": "all",
     "ssl_cafile": "system CAs",
     "worker_urls": "`http://127.0.0.1:$PROCESSOR_WEB_PORT`",
@@ -81,6 +82,17 @@ MEANINGS: dict[str, str] = {
     "follower_enabled": (
         "serve reads (`/fetch`, `/segments`) from the follower's cache; a worker always follows the "
         "metadata of its own source topics (it reads its claims back through it)"
+    ),
+    "gateway_host": "`processor gateway`: address its Kafka listeners bind",
+    "gateway_port": (
+        "`processor gateway`: the bootstrap port Kafka clients are given; the broker with node id n "
+        "is reached on this port + 1 + n - the first of `PROCESSOR_GATEWAY_NODE_IDS`"
+    ),
+    "gateway_advertised_host": "`processor gateway`: the host name clients reach it by (in Metadata answers)",
+    "gateway_node_ids": "`processor gateway`: the upstream brokers' node ids given a port, `first-last`",
+    "gateway_archive_reads": (
+        "`processor gateway`: `below-log-start` (the archive answers offsets the brokers no longer "
+        "have) or `archived` (every archived offset: catch-up reads stay off the brokers' disks)"
     ),
     "follow_topics": (
         "comma-separated source topics whose metadata the follower keeps (a worker's own topics are "

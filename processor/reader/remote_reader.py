@@ -25,11 +25,15 @@ from processor.errors import (
     FormatError,
     ObjectNotFoundError,
     OffsetNotInRemoteError,
+    ProcessorError,
     SegmentObjectMissingError,
 )
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.reader.segment_blocks import check_block, fetch_index
-from processor.segment.blocks import decode_block
+from processor.segment.block_header import BLOCK_FORMAT_V2
+from processor.segment.blocks import block_payload, decode_block
+from processor.segment.blocks_v2 import block_batches
+from processor.segment.entries_v2 import check_batch_crc
 from processor.segment.index_format import SegmentIndex
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.records import KafkaRecord
@@ -57,6 +61,21 @@ class SegmentLookup(Protocol):
 class ReadStats:
     requests: int = 0
     bytes_requested: int = 0
+
+
+class NotServableRawError(ProcessorError):
+    """The archive holds the offset, but not as Kafka record batches (format version 1 blocks, one
+    entry per record, written by early versions): a raw read cannot serve it."""
+
+
+@dataclass
+class ArchivedBatches:
+    """Kafka record batches exactly as the source partition held them (base offsets, CRCs and all),
+    from the one holding the asked offset on; ``next_offset``: the offset after the last one."""
+
+    batches: list[memoryview]
+    next_offset: int
+    size: int
 
 
 @contextlib.contextmanager
@@ -122,6 +141,79 @@ class RemoteReader:
             log_start = getattr(self.lookup, "log_start_offset", None)
             start = segment.start_offset if log_start is None else max(segment.start_offset, log_start(tp))
             return list(self._read(tp, segment, start, timestamp, max_records, max_bytes))
+
+    def read_batches(
+        self, tp: TopicPartition, offset: int, max_bytes: int, topic_id: str | None = None
+    ) -> ArchivedBatches | None:
+        """The archived record batches of ``tp`` from the one that holds ``offset`` (a batch may start
+        below it: a consumer skips those records, as it does with a broker's answer), undecoded and
+        verified (block CRC, each batch's CRC-32C). At least one batch, then whole batches while they
+        fit in ``max_bytes``, across segments. None when no finished segment holds ``offset`` (or
+        holds it under another ``topic_id``: a re-created topic's archive is another topic's)."""
+        with metrics.REMOTE_FETCH_SECONDS.labels("batches").time(), _counted(tp):
+            segment = self.lookup.finished_segment_for_offset(tp, offset)
+            if segment is None or (topic_id is not None and str(segment.segment_id.topic_id) != topic_id):
+                return None
+            out = ArchivedBatches([], offset, 0)
+            current: RemoteLogSegmentMetadata | None = segment
+            while current is not None:
+                index = self._index(current)
+                number = index.block_for_offset(out.next_offset)
+                while number is not None and number < len(index.blocks):
+                    last = self._last_block_needed(
+                        index, number, out.next_offset, 1 << 30, max_bytes - out.size
+                    )
+                    if self._add_blocks(out, current, index, number, last, max_bytes):
+                        return out
+                    number = last + 1
+                following = next(iter(self.lookup.finished_segments(tp, current.end_offset + 1)), None)
+                if following is None or following.start_offset != current.end_offset + 1:
+                    return out  # a gap (or the archive's end): the next answer starts there
+                if topic_id is not None and str(following.segment_id.topic_id) != topic_id:
+                    return out
+                current = following
+            return out
+
+    def _add_blocks(
+        self,
+        out: ArchivedBatches,
+        segment: RemoteLogSegmentMetadata,
+        index: SegmentIndex,
+        first: int,
+        last: int,
+        max_bytes: int,
+    ) -> bool:
+        """Add the batches of blocks ``first..last`` to ``out``; True once ``max_bytes`` is reached."""
+        start = index.blocks[first].position
+        end = index.blocks[last].position + index.blocks[last].length
+        data = memoryview(self._get(segment, segment.data_object_key, start, end - start))
+        for number in range(first, last + 1):
+            info = index.blocks[number]
+            where = f"{segment.data_object_key} block {number}"
+            block = data[info.position - start : info.position - start + info.length]
+            try:
+                check_block(block, info, where)
+                header, payload = block_payload(block, where=where)
+                if header.format_version != BLOCK_FORMAT_V2:
+                    raise NotServableRawError(f"{where} holds records, not record batches (format 1)")
+                batches = block_batches(header, payload, where=where)
+                for batch in batches:
+                    check_batch_crc(batch, where=where)
+            except FormatError as exc:
+                raise CorruptObjectError(
+                    str(exc), object_key=segment.data_object_key, segment=str(segment.segment_id)
+                ) from exc
+            for batch in batches:
+                base = int.from_bytes(batch[:8], "big", signed=True)
+                batch_last = base + int.from_bytes(batch[23:27], "big", signed=True)
+                if batch_last < out.next_offset:
+                    continue
+                if out.batches and out.size + len(batch) > max_bytes:
+                    return True
+                out.batches.append(batch)
+                out.size += len(batch)
+                out.next_offset = batch_last + 1
+        return out.size >= max_bytes
 
     # -- internals --------------------------------------------------------------------------------
 

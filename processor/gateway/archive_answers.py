@@ -1,0 +1,279 @@
+"""Fetch and ListOffsets answers that come (in part) from the archive.
+
+Fetch: for each partition of a client's fetch, the archive answers when it holds the fetch offset and
+the mode says so (``archived``: every archived offset; ``below-log-start``: offsets the broker no
+longer has), with the archived record batches as they are (base offsets, CRCs), at least one batch
+and then whole batches within the partition's and the response's byte limits. The broker answers
+the rest: one upstream Fetch with the other partitions, sessionless (the gateway owns the client's
+fetch session: it always answers ``session_id`` 0, so a client keeps sending full fetches, and the
+broker never holds a session for partitions the archive answered). The high watermark and last
+stable offset of an archive-answered partition are the broker's (ListOffsets LATEST on the same
+upstream connection, with the client's isolation level), its log start offset the archive's.
+
+read_committed: an archived range holding transactional batches is not answered from the archive
+(the archive keeps no transaction index yet, so it cannot list the range's aborted transactions):
+the broker answers it, or, below its log start, the client gets the broker's OFFSET_OUT_OF_RANGE.
+A read_committed consumer never sees an aborted record from the archive.
+
+ListOffsets: EARLIEST (-2) answers the archive's first offset when it is below the broker's; a
+timestamp answers the archive's first record at or after it when that comes before the broker's
+answer; LATEST, MAX_TIMESTAMP and EARLIEST_LOCAL come from the broker unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from processor.gateway.protocol import (
+    API_FETCH,
+    API_LIST_OFFSETS,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    request_schema,
+    response_schema,
+)
+from processor.metadata.model import TopicPartition
+from processor.reader.remote_reader import ArchivedBatches
+
+ARCHIVED = "archived"
+BELOW_LOG_START = "below-log-start"
+EARLIEST = -2
+LATEST = -1
+_TRANSACTIONAL = 0x10  # record batch attributes bit 4
+
+
+class Archive:
+    """What the gateway asks of the archive (the RemoteReader and the follower's metadata behind
+    it); blocking calls, run in threads."""
+
+    def __init__(
+        self,
+        read_batches: Callable[[TopicPartition, int, int, str | None], ArchivedBatches | None],
+        first_offset: Callable[[TopicPartition], int | None],
+        offset_for_timestamp: Callable[[TopicPartition, int], tuple[int, int] | None],
+    ) -> None:
+        self.read_batches = read_batches
+        self.first_offset = first_offset
+        self.offset_for_timestamp = offset_for_timestamp
+
+
+@dataclass
+class GatewayState:
+    """Shared by every connection of one gateway: topic ids learned from Metadata answers, the
+    brokers' log start offsets seen, the upstream's ListOffsets version."""
+
+    mode: str
+    topic_names: dict[uuid.UUID, str] = field(default_factory=dict)
+    broker_log_start: dict[TopicPartition, int] = field(default_factory=dict)
+    list_offsets_version: int = 4
+    served_records_bytes: Callable[[str, str, int], None] = lambda _topic, _source, _n: None
+
+
+Send = Callable[[bytes], Awaitable[bytes]]
+
+
+def _transactional(batches: ArchivedBatches) -> bool:
+    return any(int.from_bytes(b[21:23], "big") & _TRANSACTIONAL for b in batches.batches)
+
+
+def _build(cls: Any, **values: Any) -> Any:
+    """An instance of a kio dataclass from the values its version has (others are left out)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+async def answer_fetch(frame: bytes, state: GatewayState, archive: Archive, send: Send) -> bytes:
+    header, body = decode_request(frame)
+    version = int(header.request_api_version)
+    isolation = int(getattr(body, "isolation_level", 0))
+    budget = int(getattr(body, "max_bytes", 2**31 - 1))
+    served: dict[tuple[int, int], tuple[TopicPartition, ArchivedBatches]] = {}
+    for ti, topic in enumerate(body.topics):
+        topic_id = getattr(topic, "topic_id", None)
+        name = topic.topic if version < 13 else state.topic_names.get(topic_id) if topic_id else None
+        if name is None:
+            continue
+        for pi, part in enumerate(topic.partitions):
+            tp = TopicPartition(name, int(part.partition))
+            offset = int(part.fetch_offset)
+            if state.mode == BELOW_LOG_START and offset >= state.broker_log_start.get(tp, -1):
+                continue
+            if budget <= 0 and served:
+                break
+            limit = max(1, min(int(part.partition_max_bytes), budget))
+            got = await asyncio.to_thread(
+                archive.read_batches, tp, offset, limit, None if topic_id is None else str(topic_id)
+            )
+            if got is None or not got.batches or (isolation == 1 and _transactional(got)):
+                continue
+            served[(ti, pi)] = (tp, got)
+            budget -= got.size
+    if not served and int(getattr(body, "session_epoch", -1)) == -1:
+        return await send(frame)  # nothing for the archive, and already sessionless: unchanged
+    rest_topics = []
+    for ti, topic in enumerate(body.topics):
+        parts = tuple(p for pi, p in enumerate(topic.partitions) if (ti, pi) not in served)
+        if parts:
+            rest_topics.append(replace(topic, partitions=parts))
+    upstream: Any = None
+    fetched: asyncio.Task[bytes] | None = None
+    if rest_topics or not served:
+        rest = _sessionless(body, tuple(rest_topics), max(1, budget) if served else None)
+        fetched = asyncio.ensure_future(send(encode_request(header, rest)))
+    try:
+        broker = await _broker_offsets(state, [tp for tp, _ in served.values()], isolation, header, send)
+    finally:
+        answer = await fetched if fetched is not None else None
+    if answer is not None:
+        if not served:
+            return answer  # only made sessionless: the broker's answer as it is
+        _corr, upstream = decode_response(API_FETCH, version, answer)
+    schema = response_schema(API_FETCH, version)
+    module = __import__(schema.__module__, fromlist=["PartitionData"])
+    topics: list[Any] = list(upstream.responses) if upstream is not None else []
+    for (ti, pi), (tp, got) in served.items():
+        topic = body.topics[ti]
+        hw, lso, start = broker.get(tp, (-1, -1, -1))
+        archive_start = await asyncio.to_thread(archive.first_offset, tp)
+        if archive_start is not None and (start < 0 or archive_start < start):
+            start = archive_start
+        part = _build(
+            module.PartitionData,
+            partition_index=topic.partitions[pi].partition,
+            error_code=ErrorCode.none,
+            high_watermark=hw,
+            last_stable_offset=lso if isolation == 1 else hw,
+            log_start_offset=start,
+            aborted_transactions=() if isolation == 1 else None,
+            preferred_read_replica=-1,
+            records=b"".join(bytes(b) for b in got.batches),
+        )
+        state.served_records_bytes(tp.topic, "archive", got.size)
+        key_field = "topic" if version < 13 else "topic_id"
+        key_value = getattr(topic, key_field)
+        for i, existing in enumerate(topics):
+            if getattr(existing, key_field) == key_value:
+                topics[i] = replace(existing, partitions=(*existing.partitions, part))
+                break
+        else:
+            topics.append(_build(module.FetchableTopicResponse, **{key_field: key_value}, partitions=(part,)))
+    response = _build(
+        schema,
+        throttle_time=upstream.throttle_time if upstream is not None else datetime.timedelta(0),
+        error_code=upstream.error_code if upstream is not None else ErrorCode.none,
+        session_id=0,
+        responses=tuple(topics),
+    )
+    return encode_response(int(header.correlation_id), response)
+
+
+def _sessionless(body: Any, topics: tuple[Any, ...], max_bytes: int | None) -> Any:
+    values: dict[str, Any] = {"topics": topics, "forgotten_topics_data": ()}
+    names = {f.name for f in dataclasses.fields(type(body))}
+    if "session_id" in names:
+        values.update(session_id=0, session_epoch=-1)
+    if max_bytes is not None and "max_bytes" in names:
+        values["max_bytes"] = min(int(body.max_bytes), max_bytes)
+    return replace(body, **{k: v for k, v in values.items() if k in names})
+
+
+async def _broker_offsets(
+    state: GatewayState, tps: list[TopicPartition], isolation: int, header: Any, send: Send
+) -> dict[TopicPartition, tuple[int, int, int]]:
+    """(high watermark, last stable offset, log start) of each partition, from its broker."""
+    if not tps:
+        return {}
+    asks = [(LATEST, 0), (EARLIEST, 0)] + ([(LATEST, 1)] if isolation == 1 else [])
+    answers = await asyncio.gather(*(_list_offsets(state, tps, ts, iso, header, send) for ts, iso in asks))
+    out = {}
+    for tp in tps:
+        hw, start = answers[0].get(tp, -1), answers[1].get(tp, -1)
+        lso = answers[2].get(tp, -1) if isolation == 1 else hw
+        out[tp] = (hw, lso, start)
+        if start >= 0:
+            state.broker_log_start[tp] = start
+    return out
+
+
+async def _list_offsets(
+    state: GatewayState, tps: list[TopicPartition], timestamp: int, isolation: int, header: Any, send: Send
+) -> dict[TopicPartition, int]:
+    version = state.list_offsets_version
+    schema = request_schema(API_LIST_OFFSETS, version)
+    module = __import__(schema.__module__, fromlist=["ListOffsetsTopic"])
+    by_topic: dict[str, list[int]] = {}
+    for tp in tps:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    topics = tuple(
+        module.ListOffsetsTopic(
+            name=name,
+            partitions=tuple(
+                _build(module.ListOffsetsPartition, partition_index=p, timestamp=timestamp) for p in parts
+            ),
+        )
+        for name, parts in by_topic.items()
+    )
+    body = _build(schema, replica_id=-1, isolation_level=isolation, topics=topics)
+    head = schema.__header_schema__
+    request = encode_request(
+        _build(
+            head,
+            request_api_key=API_LIST_OFFSETS,
+            request_api_version=version,
+            correlation_id=0,
+            client_id=header.client_id,
+        ),
+        body,
+    )
+    _corr, answer = decode_response(API_LIST_OFFSETS, version, await send(request))
+    out = {}
+    for topic in answer.topics:
+        for part in topic.partitions:
+            if part.error_code == ErrorCode.none:
+                out[TopicPartition(topic.name, int(part.partition_index))] = int(part.offset)
+    return out
+
+
+async def answer_list_offsets(frame: bytes, state: GatewayState, archive: Archive, send: Send) -> bytes:
+    """Forward the request; then EARLIEST and timestamp answers the archive can improve on."""
+    header, body = decode_request(frame)
+    version = int(header.request_api_version)
+    raw = await send(frame)
+    asked = {(t.name, int(p.partition_index)): int(p.timestamp) for t in body.topics for p in t.partitions}
+    if not any(ts == EARLIEST or ts >= 0 for ts in asked.values()):
+        return raw
+    corr, answer = decode_response(API_LIST_OFFSETS, version, raw)
+    changed = False
+    topics = []
+    for topic in answer.topics:
+        parts = []
+        for part in topic.partitions:
+            ts = asked.get((topic.name, int(part.partition_index)))
+            tp = TopicPartition(topic.name, int(part.partition_index))
+            better = None
+            if part.error_code == ErrorCode.none and ts == EARLIEST:
+                first = await asyncio.to_thread(archive.first_offset, tp)
+                if first is not None and first < int(part.offset):
+                    better = (first, -1)
+            elif part.error_code == ErrorCode.none and ts is not None and ts >= 0:
+                found = await asyncio.to_thread(archive.offset_for_timestamp, tp, ts)
+                if found is not None and (int(part.offset) < 0 or found[0] < int(part.offset)):
+                    better = found
+            if better is not None:
+                part = replace(part, offset=better[0], timestamp=better[1])
+                changed = True
+            parts.append(part)
+        topics.append(replace(topic, partitions=tuple(parts)))
+    if not changed:
+        return raw
+    return encode_response(corr, replace(answer, topics=tuple(topics)))

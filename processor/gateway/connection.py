@@ -1,0 +1,182 @@
+"""One client connection: its requests read in order, answered in order, at most ``MAX_IN_FLIGHT``
+at a time (the reader waits, so one client's memory is bounded by its in-flight frames).
+
+Each request is handled by API: the ones the gateway changes (ApiVersions, Metadata,
+FindCoordinator, DescribeCluster, Fetch, ListOffsets) through :mod:`processor.gateway.rewrite` and
+:mod:`processor.gateway.archive_answers`; every other request goes to the upstream broker as bytes
+and its answer comes back as bytes. A Produce with ``acks=0`` has no answer (Kafka sends none).
+A frame the gateway cannot handle, or an upstream that fails, closes this connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from processor import metrics
+from processor.gateway.archive_answers import Archive, GatewayState, answer_fetch, answer_list_offsets
+from processor.gateway.protocol import (
+    API_API_VERSIONS,
+    API_DESCRIBE_CLUSTER,
+    API_FETCH,
+    API_FIND_COORDINATOR,
+    API_LIST_OFFSETS,
+    API_METADATA,
+    ProtocolError,
+    decode_request,
+    decode_response,
+    encode_response,
+    framed,
+    request_head,
+)
+from processor.gateway.rewrite import PortMap, cap_api_versions, rewrite_addresses
+from processor.gateway.upstream import Upstream, read_frame
+
+log = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT = 16
+_ADDRESSES = (API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER)
+API_PRODUCE = 0
+
+
+class ClientConnection:
+    def __init__(
+        self,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        upstream: Upstream,
+        state: GatewayState,
+        archive: Archive,
+        ports: PortMap,
+        learned: Callable[[int, str, int], None],
+        listeners_ready: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.reader, self.writer = client
+        self.upstream = upstream
+        self.state, self.archive, self.ports = state, archive, ports
+        self.learned, self.listeners_ready = learned, listeners_ready
+        self._answers: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
+
+    async def send(self, request: bytes) -> bytes:
+        answer = self.upstream.send(request)
+        await self.upstream.drain()
+        return await answer
+
+    async def run(self) -> None:
+        writer_task = asyncio.create_task(self._write_answers())
+        try:
+            while True:
+                frame = await read_frame(self.reader)
+                if frame is None:
+                    break
+                head = request_head(frame)
+                metrics.GATEWAY_REQUESTS.labels(str(head.api_key)).inc()
+                task = asyncio.create_task(self._answer(head.api_key, frame))
+                if not await self._queue(task, writer_task):
+                    task.cancel()
+                    break
+        except (ProtocolError, ConnectionError, OSError) as exc:
+            log.info("gateway connection closed: %s", exc)
+        finally:
+            await self._queue(None, writer_task)
+            try:
+                await writer_task
+            except (ProtocolError, ConnectionError, OSError) as exc:
+                log.info("gateway connection closed: %s", exc)
+            except Exception:  # logged where it happened (_answer): this connection ends, no other
+                log.debug("gateway connection closed after a failed request")
+            await self.upstream.close()
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
+
+    async def _queue(self, task: asyncio.Task[bytes | None] | None, writer_task: asyncio.Task[None]) -> bool:
+        """Queue an answer for the writer (waiting while MAX_IN_FLIGHT are queued); False if the
+        writer has ended (the connection is closing) before it could take it."""
+        if writer_task.done():
+            return False
+        put = asyncio.ensure_future(self._answers.put(task))
+        await asyncio.wait([put, writer_task], return_when=asyncio.FIRST_COMPLETED)
+        if not put.done():
+            put.cancel()
+            return False
+        return True
+
+    async def _write_answers(self) -> None:
+        try:
+            while (task := await self._answers.get()) is not None:
+                answer = await task
+                if answer is not None:
+                    self.writer.write(framed(answer))
+                    await self.writer.drain()
+        except BaseException:
+            # the connection is done: the client sees it closed, and reconnects (as after a broker
+            # restart); requests still queued are cancelled, not left running
+            self.writer.close()
+            while not self._answers.empty():
+                pending = self._answers.get_nowait()
+                if pending is not None:
+                    pending.cancel()
+            raise
+
+    async def _answer(self, api_key: int, frame: bytes) -> bytes | None:
+        try:
+            if api_key == API_FETCH:
+                return await answer_fetch(frame, self.state, self.archive, self.send)
+            if api_key == API_LIST_OFFSETS:
+                return await answer_list_offsets(frame, self.state, self.archive, self.send)
+            if api_key == API_API_VERSIONS:
+                return await self._api_versions(frame)
+            if api_key in _ADDRESSES:
+                return await self._addresses(api_key, frame)
+            if api_key == API_PRODUCE and _acks(frame) == 0:
+                self.upstream.send_unanswered(frame)
+                await self.upstream.drain()
+                return None
+            return await self.send(frame)
+        except ProtocolError as exc:
+            metrics.GATEWAY_ERRORS.labels(str(api_key), "protocol").inc()
+            raise ProtocolError(f"api {api_key}: {exc}") from exc
+        except Exception:
+            metrics.GATEWAY_ERRORS.labels(str(api_key), "internal").inc()
+            log.exception("gateway request (api %d) failed", api_key)
+            raise
+
+    async def _api_versions(self, frame: bytes) -> bytes:
+        head = request_head(frame)
+        raw = await self.send(frame)
+        try:
+            corr, body = decode_response(API_API_VERSIONS, head.api_version, raw)
+        except ProtocolError:
+            return raw  # an UNSUPPORTED_VERSION answer (always v0): the client asks again, lower
+        if int(body.error_code) != 0:
+            return raw
+        return encode_response(corr, cap_api_versions(body))
+
+    async def _addresses(self, api_key: int, frame: bytes) -> bytes:
+        head = request_head(frame)
+        decode_request(frame)  # a request the gateway cannot read is not forwarded
+        corr, body = decode_response(api_key, head.api_version, await self.send(frame))
+        if api_key == API_METADATA:
+            _learn_topic_ids(self.state, body)
+        body = rewrite_addresses(api_key, body, self.ports, self.learned)
+        await self.listeners_ready()
+        return encode_response(corr, body)
+
+
+def _learn_topic_ids(state: GatewayState, body: Any) -> None:
+    for topic in body.topics:
+        topic_id = getattr(topic, "topic_id", None)
+        if topic_id is not None and topic.name and int(topic.error_code) == 0 and topic_id.int != 0:
+            state.topic_names[topic_id] = topic.name
+
+
+def _acks(frame: bytes) -> int | None:
+    """A Produce request's acks (None if it cannot be read: then an answer is awaited)."""
+    try:
+        _header, body = decode_request(frame)
+    except ProtocolError:
+        return None
+    return int(body.acks)

@@ -1,0 +1,163 @@
+"""The gateway's listeners: the bootstrap port and one port per upstream broker, each client connection
+paired with a connection to its broker. Security: TLS towards the brokers follows the Kafka security
+settings (``PROCESSOR_KAFKA_SECURITY_PROTOCOL`` SSL or SASL_SSL); SASL is passed through: a client
+authenticates to the brokers through the gateway with its own identity, and the gateway's own
+requests on that connection (ListOffsets for partitions it answers from the archive) go with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import ssl
+from dataclasses import dataclass, field
+from typing import Any
+
+from processor import metrics
+from processor.config import Settings
+from processor.errors import ConfigError, OffsetNotInRemoteError
+from processor.gateway.archive_answers import Archive, GatewayState
+from processor.gateway.connection import ClientConnection
+from processor.gateway.rewrite import PortMap
+from processor.gateway.upstream import Upstream
+from processor.kafka_clients import connection, new_admin
+from processor.metadata.model import TopicPartition
+from processor.reader.remote_reader import RemoteReader
+
+log = logging.getLogger("processor.gateway")
+CONNECT_TIMEOUT_S = 10.0
+
+
+def reader_archive(reader: RemoteReader) -> Archive:
+    lookup: Any = reader.lookup
+
+    def first_offset(tp: TopicPartition) -> int | None:
+        first: int | None = lookup.earliest_log_offset(tp)
+        if first is None:
+            return None
+        return max(first, int(lookup.log_start_offset(tp)))
+
+    def offset_for_timestamp(tp: TopicPartition, timestamp: int) -> tuple[int, int] | None:
+        try:
+            found = reader.read_from_timestamp(tp, timestamp, max_records=1)
+        except OffsetNotInRemoteError:
+            return None
+        return (found[0].offset, found[0].timestamp) if found else None
+
+    return Archive(reader.read_batches, first_offset, offset_for_timestamp)
+
+
+@dataclass
+class Gateway:
+    """The listeners and what they share; ``upstream_addresses``: node id -> the broker's address."""
+
+    ports: PortMap
+    bind_host: str
+    bootstrap: list[tuple[str, int]]
+    state: GatewayState
+    archive: Archive
+    tls_upstream: ssl.SSLContext | None = None
+    upstream_addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
+    servers: dict[int | None, asyncio.Server] = field(default_factory=dict)
+
+    async def start(self) -> None:
+        self.servers[None] = await asyncio.start_server(
+            functools.partial(self._serve, None), self.bind_host, self.ports.port, limit=1 << 20
+        )
+        await self.open_node_listeners()
+
+    def learn(self, node_id: int, host: str, port: int) -> None:
+        self.upstream_addresses[node_id] = (host, port)
+
+    async def open_node_listeners(self) -> None:
+        for node in sorted(self.upstream_addresses):
+            if node in self.servers:
+                continue
+            port = self.ports.node_port(node)
+            if port is None:
+                log.error("broker %d: node id outside PROCESSOR_GATEWAY_NODE_IDS, not served", node)
+                continue
+            self.servers[node] = await asyncio.start_server(
+                functools.partial(self._serve, node), self.bind_host, port, limit=1 << 20
+            )
+            log.info("gateway: broker %d on port %d", node, port)
+
+    async def _upstream(self, node: int | None) -> Upstream:
+        targets = self.bootstrap if node is None else [self.upstream_addresses[node]]
+        failure: Exception | None = None
+        for host, port in targets:
+            try:
+                return await Upstream.open(host, port, self.tls_upstream, CONNECT_TIMEOUT_S)
+            except (OSError, TimeoutError) as exc:
+                failure = exc
+        raise ConnectionError(f"no upstream broker reachable ({failure})")
+
+    async def _serve(
+        self, node: int | None, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        metrics.GATEWAY_CONNECTIONS.inc()
+        try:
+            try:
+                upstream = await self._upstream(node)
+            except ConnectionError as exc:
+                log.warning("gateway: %s", exc)
+                writer.close()
+                return
+            conn = ClientConnection(
+                (reader, writer),
+                upstream,
+                self.state,
+                self.archive,
+                self.ports,
+                self.learn,
+                self.open_node_listeners,
+            )
+            await conn.run()
+        finally:
+            metrics.GATEWAY_CONNECTIONS.dec()
+
+    async def close(self) -> None:
+        for server in self.servers.values():
+            server.close()
+        for server in self.servers.values():
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
+
+
+def build_gateway(settings: Settings, reader: RemoteReader) -> Gateway:
+    """The gateway's listeners, told every broker of the upstream cluster (a Metadata request)."""
+    conn = connection(settings.kafka)
+    advertised = settings.gateway_advertised_host or settings.gateway_host
+    if advertised in ("0.0.0.0", "::"):
+        raise ConfigError(
+            "PROCESSOR_GATEWAY_ADVERTISED_HOST must name the address clients reach the gateway by "
+            f"(PROCESSOR_GATEWAY_HOST is {settings.gateway_host})"
+        )
+    tls = conn.security.aiokafka_kwargs().get("ssl_context")
+    bootstrap = []
+    for entry in conn.bootstrap_servers.split(","):
+        host, _, port = entry.strip().rpartition(":")
+        bootstrap.append((host.strip("[]"), int(port)))
+    first, _, last = settings.gateway_node_ids.partition("-")
+    if not 0 <= int(last) - int(first) < 1000 or settings.gateway_port + 1 + int(last) - int(first) > 65535:
+        raise ConfigError(
+            f"PROCESSOR_GATEWAY_NODE_IDS={settings.gateway_node_ids}: a range first-last of at most 1000 "
+            f"node ids whose ports (PROCESSOR_GATEWAY_PORT + 1 + n - first) end at 65535 or below"
+        )
+    gateway = Gateway(
+        PortMap(advertised, settings.gateway_port, int(first), int(last)),
+        settings.gateway_host,
+        bootstrap,
+        GatewayState(settings.gateway_archive_reads),
+        reader_archive(reader),
+        tls,
+    )
+    cluster = new_admin(settings.kafka, "processor-gateway").list_topics(timeout=15)
+    for node_id, broker in cluster.brokers.items():
+        gateway.learn(int(node_id), str(broker.host), int(broker.port))
+    gateway.state.served_records_bytes = lambda topic, source, n: metrics.GATEWAY_FETCH_BYTES.labels(
+        topic, source
+    ).inc(n)
+    return gateway

@@ -1,0 +1,140 @@
+"""Kafka protocol frames and the messages the gateway reads or changes. Pure.
+
+Wire layout (Kafka protocol, big-endian): a frame is ``int32 size`` then ``size`` bytes. Every request
+starts with ``int16 api_key, int16 api_version, int32 correlation_id`` (request header v1 and v2 share
+these first eight bytes, so any request can be routed, and its correlation id replaced, without
+knowing its schema); every response starts with ``int32 correlation_id``.
+
+Messages the gateway decodes or builds (ApiVersions, Metadata, FindCoordinator, DescribeCluster,
+Fetch, ListOffsets) go through ``kio``: dataclasses and codecs generated from Kafka's own JSON
+message schemas, headers included (each schema class names its header), rather than hand-written
+layouts. Everything else is forwarded as bytes, never decoded. ``kio`` refuses what its schemas do not
+describe (an unknown tagged field, an unknown error code): such a message is not one this gateway can
+change safely, and the connection that sent it is closed (:class:`ProtocolError`).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from processor.errors import ProcessorError
+
+API_FETCH = 1
+API_LIST_OFFSETS = 2
+API_METADATA = 3
+API_FIND_COORDINATOR = 10
+API_API_VERSIONS = 18
+API_DESCRIBE_CLUSTER = 60
+
+# The highest version of each API this gateway decodes, changes or serves (what kio 0.6 describes,
+# kept at or below the versions current clients use). Fetch stops at 15: v16 responses carry node
+# endpoints (KIP-951) the gateway would have to rewrite too; Produce at 9 for the same reason.
+GATEWAY_MAX_VERSIONS = {
+    API_FETCH: 15,
+    0: 9,  # Produce: forwarded unchanged, capped so its responses carry no broker addresses
+    API_LIST_OFFSETS: 9,
+    API_METADATA: 12,
+    API_FIND_COORDINATOR: 5,
+    API_API_VERSIONS: 3,
+    API_DESCRIBE_CLUSTER: 1,
+}
+# APIs a client may not use through the gateway: their responses name brokers the gateway does not
+# rewrite, or their data would bypass the archive (share groups' fetches).
+GATEWAY_HIDDEN_APIS = frozenset({78, 79})  # ShareFetch, ShareAcknowledge
+
+HEAD = struct.Struct(">hhi")
+SIZE = struct.Struct(">i")
+MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+
+
+class ProtocolError(ProcessorError):
+    """A frame this gateway cannot handle: the connection that sent it is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+def request_head(frame: bytes | memoryview) -> RequestHead:
+    if len(frame) < HEAD.size:
+        raise ProtocolError(f"request of {len(frame)} bytes has no header")
+    key, version, corr = HEAD.unpack_from(frame, 0)
+    return RequestHead(key, version, corr)
+
+
+def with_correlation_id(frame: bytes | memoryview, correlation_id: int, at: int) -> bytes:
+    """``frame`` with the correlation id at byte ``at`` (4 in a request, 0 in a response) replaced."""
+    out = bytearray(frame)
+    struct.pack_into(">i", out, at, correlation_id)
+    return bytes(out)
+
+
+def response_correlation_id(frame: bytes | memoryview) -> int:
+    if len(frame) < 4:
+        raise ProtocolError(f"response of {len(frame)} bytes has no correlation id")
+    return int.from_bytes(frame[:4], "big", signed=True)
+
+
+def framed(payload: bytes) -> bytes:
+    return SIZE.pack(len(payload)) + payload
+
+
+def decode_request(frame: bytes | memoryview) -> tuple[Any, Any]:
+    """(header, body) of a request the gateway handles, decoded by its schema."""
+    head = request_head(frame)
+    try:
+        schema = load_request_schema(head.api_key, head.api_version)
+        header, used = entity_reader(schema.__header_schema__)(frame, 0)
+        body, body_used = entity_reader(schema)(frame, used)
+    except Exception as exc:  # kio raises its own errors, and ValueError/KeyError on bad input
+        raise ProtocolError(f"cannot decode api {head.api_key} v{head.api_version}: {exc}") from exc
+    if used + body_used != len(frame):
+        raise ProtocolError(
+            f"api {head.api_key} v{head.api_version}: {len(frame) - used - body_used} bytes left over"
+        )
+    return header, body
+
+
+def encode_request(header: Any, body: Any) -> bytes:
+    buf = io.BytesIO()
+    entity_writer(type(body).__header_schema__)(buf, header)
+    entity_writer(type(body))(buf, body)
+    return buf.getvalue()
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -> tuple[int, Any]:
+    """(correlation id, body) of a response to a request the gateway handles."""
+    try:
+        schema = load_response_schema(api_key, api_version)
+        header, used = entity_reader(schema.__header_schema__)(frame, 0)
+        body, body_used = entity_reader(schema)(frame, used)
+    except Exception as exc:
+        raise ProtocolError(f"cannot decode the response to api {api_key} v{api_version}: {exc}") from exc
+    if used + body_used != len(frame):
+        raise ProtocolError(f"response to api {api_key} v{api_version}: bytes left over")
+    return int(header.correlation_id), body
+
+
+def encode_response(correlation_id: int, body: Any) -> bytes:
+    schema = type(body)
+    buf = io.BytesIO()
+    entity_writer(schema.__header_schema__)(buf, schema.__header_schema__(correlation_id=correlation_id))
+    entity_writer(schema)(buf, body)
+    return buf.getvalue()
+
+
+def response_schema(api_key: int, api_version: int) -> Any:
+    return load_response_schema(api_key, api_version)
+
+
+def request_schema(api_key: int, api_version: int) -> Any:
+    return load_request_schema(api_key, api_version)

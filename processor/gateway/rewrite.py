@@ -1,0 +1,118 @@
+"""What the gateway changes in the answers it forwards: broker addresses and API versions. Pure.
+
+Port per broker (as Kroxylicious does by default): clients are given the gateway's bootstrap port,
+and the broker with node id ``n`` on bootstrap port + 1 + ``n`` - the first node id configured. The
+mapping is a pure function of the node id, so every gateway replica behind one address agrees on it,
+and a client that reconnects after a gateway restart reaches the same broker. Every broker address
+in Metadata, FindCoordinator and DescribeCluster answers is rewritten to the gateway's; a broker
+whose node id is outside the configured range cannot be given a port and is left out of the answers
+(logged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+
+from processor.gateway.protocol import (
+    API_DESCRIBE_CLUSTER,
+    API_FIND_COORDINATOR,
+    API_METADATA,
+    GATEWAY_HIDDEN_APIS,
+    GATEWAY_MAX_VERSIONS,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PortMap:
+    """Where clients reach the gateway: ``host`` (the advertised name), the bootstrap ``port``."""
+
+    host: str
+    port: int
+    first_node_id: int = 0
+    last_node_id: int = 63
+
+    def node_port(self, node_id: int) -> int | None:
+        if not self.first_node_id <= node_id <= self.last_node_id:
+            return None
+        return self.port + 1 + node_id - self.first_node_id
+
+
+@cache
+def kio_versions(api_key: int) -> tuple[int, int] | None:
+    """The versions of ``api_key`` kio describes in both directions, up to the gateway's cap."""
+    top = GATEWAY_MAX_VERSIONS[api_key]
+    have = []
+    for version in range(top + 1):
+        try:
+            load_request_schema(api_key, version)
+            load_response_schema(api_key, version)
+        except Exception:  # kio raises (ModuleNotFoundError, ValueError) for a version it lacks
+            continue
+        have.append(version)
+    return (min(have), max(have)) if have else None
+
+
+def cap_api_versions(body: Any) -> Any:
+    """ApiVersions: what both the upstream and the gateway support. APIs the gateway changes keep
+    the versions it can decode; hidden APIs are left out; the rest pass as the upstream says."""
+    keys = []
+    for entry in body.api_keys:
+        key = int(entry.api_key)
+        if key in GATEWAY_HIDDEN_APIS:
+            continue
+        if key in GATEWAY_MAX_VERSIONS:
+            ours = kio_versions(key) if key != 0 else (0, GATEWAY_MAX_VERSIONS[0])
+            if ours is None:
+                continue
+            low, high = max(int(entry.min_version), ours[0]), min(int(entry.max_version), ours[1])
+            if low > high:
+                continue
+            entry = replace(
+                entry, min_version=type(entry.min_version)(low), max_version=type(entry.max_version)(high)
+            )
+        keys.append(entry)
+    return replace(body, api_keys=tuple(keys))
+
+
+def rewrite_addresses(api_key: int, body: Any, ports: PortMap, learn: Callable[[int, str, int], None]) -> Any:
+    """A Metadata, FindCoordinator or DescribeCluster answer with every broker address the gateway's;
+    ``learn(node_id, host, port)`` is told each upstream address first (the gateway connects there)."""
+    if api_key == API_METADATA:
+        return replace(body, brokers=_brokers(body.brokers, "node_id", ports, learn))
+    if api_key == API_DESCRIBE_CLUSTER:
+        return replace(body, brokers=_brokers(body.brokers, "broker_id", ports, learn))
+    if api_key == API_FIND_COORDINATOR:
+        if hasattr(body, "coordinators"):
+            return replace(body, coordinators=tuple(_coordinator(c, ports, learn) for c in body.coordinators))
+        return _coordinator(body, ports, learn)
+    return body
+
+
+def _brokers(
+    brokers: tuple[Any, ...], id_field: str, ports: PortMap, learn: Callable[[int, str, int], None]
+) -> tuple[Any, ...]:
+    out = []
+    for broker in brokers:
+        node = int(getattr(broker, id_field))
+        port = ports.node_port(node)
+        if port is None:
+            continue
+        learn(node, broker.host, int(broker.port))
+        out.append(replace(broker, host=ports.host, port=type(broker.port)(port)))
+    return tuple(out)
+
+
+def _coordinator(entry: Any, ports: PortMap, learn: Callable[[int, str, int], None]) -> Any:
+    node = int(entry.node_id)
+    if node < 0 or not entry.host:  # an error answer (COORDINATOR_NOT_AVAILABLE): nothing to rewrite
+        return entry
+    port = ports.node_port(node)
+    if port is None:
+        return entry
+    learn(node, entry.host, int(entry.port))
+    return replace(entry, host=ports.host, port=type(entry.port)(port))

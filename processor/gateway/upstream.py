@@ -1,0 +1,124 @@
+"""One connection to an upstream broker, shared by a client connection and the gateway's own requests.
+
+Requests are written in order with correlation ids of the gateway's own (the client's are restored on
+the answers), so the gateway can put requests of its own (ListOffsets for a partition it answers from
+the archive) on the same connection; a reader task matches each answer to its request by id. A
+connection that fails fails every request waiting on it (the client connection then closes: a
+Kafka client reconnects and retries, as after a broker restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import ssl
+
+from processor.gateway.protocol import (
+    MAX_FRAME_BYTES,
+    SIZE,
+    ProtocolError,
+    framed,
+    response_correlation_id,
+    with_correlation_id,
+)
+
+log = logging.getLogger(__name__)
+
+
+async def read_frame(reader: asyncio.StreamReader, limit: int = MAX_FRAME_BYTES) -> bytes | None:
+    """One frame's payload; None at a clean end of stream (no byte of a next frame)."""
+    try:
+        head = await reader.readexactly(SIZE.size)
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial:
+            raise ProtocolError("connection closed inside a frame's size") from None
+        return None
+    (size,) = SIZE.unpack(head)
+    if size < 0 or size > limit:
+        raise ProtocolError(f"frame of {size} bytes (the limit is {limit})")
+    try:
+        return await reader.readexactly(size)
+    except asyncio.IncompleteReadError:
+        raise ProtocolError("connection closed inside a frame") from None
+
+
+class Upstream:
+    """A pipelined connection to one broker."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, name: str) -> None:
+        self.reader, self.writer, self.name = reader, writer, name
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[bytes]] = {}
+        self._restore: dict[int, int] = {}  # our correlation id -> the request's own
+        self._failure: BaseException | None = None
+        self._task = asyncio.get_running_loop().create_task(self._read_answers())
+
+    @classmethod
+    async def open(cls, host: str, port: int, tls: ssl.SSLContext | None, timeout_s: float) -> Upstream:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=tls, limit=1 << 20), timeout_s
+        )
+        return cls(reader, writer, f"{host}:{port}")
+
+    def send_unanswered(self, request: bytes) -> None:
+        """Write a request Kafka answers with nothing (a Produce with acks=0)."""
+        if self._failure is not None:
+            raise ConnectionError(f"upstream {self.name} failed: {self._failure}")
+        self.writer.write(framed(with_correlation_id(request, next(self._ids) & 0x7FFFFFFF, 4)))
+
+    def send(self, request: bytes) -> asyncio.Future[bytes]:
+        """Write ``request`` (a whole request, header first) now; the future holds its answer, with
+        the request's own correlation id restored."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[bytes] = loop.create_future()
+        if self._failure is not None:
+            answer.set_exception(ConnectionError(f"upstream {self.name} failed: {self._failure}"))
+            return answer
+        ours = next(self._ids) & 0x7FFFFFFF
+        theirs = int.from_bytes(request[4:8], "big", signed=True)
+        self._waiting[ours] = answer
+        self._restore[ours] = theirs
+        self.writer.write(framed(with_correlation_id(request, ours, 4)))
+        return answer
+
+    async def drain(self) -> None:
+        await self.writer.drain()
+
+    async def _read_answers(self) -> None:
+        try:
+            while True:
+                frame = await read_frame(self.reader)
+                if frame is None:
+                    raise ConnectionError("closed by the broker")
+                ours = response_correlation_id(frame)
+                answer = self._waiting.pop(ours, None)
+                theirs = self._restore.pop(ours, None)
+                if answer is None or theirs is None:
+                    raise ProtocolError(f"answer with correlation id {ours} that no request has")
+                if not answer.done():
+                    answer.set_result(with_correlation_id(frame, theirs, 0))
+        except asyncio.CancelledError:
+            self._fail(ConnectionError("gateway connection closed"))
+            raise
+        except (OSError, ProtocolError, ConnectionError) as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        self._failure = exc
+        for answer in self._waiting.values():
+            if not answer.done():
+                answer.set_exception(ConnectionError(f"upstream {self.name}: {exc}"))
+        self._waiting.clear()
+        self._restore.clear()
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except OSError as exc:
+            log.debug("closing upstream %s: %s", self.name, exc)

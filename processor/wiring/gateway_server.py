@@ -1,0 +1,79 @@
+"""``processor gateway``: the composition root of the Kafka-protocol gateway.
+
+It follows the metadata topic into its RocksDB cache (as ``processor follower`` does), reads the
+archive through a remote reader over it, listens for Kafka clients (processor/gateway/listeners.py)
+and serves health and metrics on the web port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from processor.config import Settings
+from processor.gateway.listeners import Gateway, build_gateway
+from processor.reader.remote_reader import RemoteReader
+from processor.web.servers import follower_web_app
+from processor.wiring.follower import Follower, build_follower, build_reader
+from processor.wiring.startup import check_shared, read_api_token
+
+log = logging.getLogger("processor.gateway")
+
+
+@dataclass
+class GatewayServer:
+    settings: Settings
+    follower: Follower
+    reader: RemoteReader
+    gateway: Gateway
+    web_app: web.Application
+
+    @classmethod
+    def build(cls, settings: Settings) -> GatewayServer:
+        token = read_api_token(settings)
+        started = check_shared(settings)
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        follower = build_follower(settings, started.metadata_partitions)
+        reader = build_reader(settings, started.storage, follower.rlmm)
+        materializer = follower.materializer
+
+        def follower_failure() -> str | None:
+            return (
+                None if materializer.failure is None else f"metadata follower failed: {materializer.failure}"
+            )
+
+        web_app = follower_web_app({"follower": follower_failure}, reader, token=token)
+        return cls(settings, follower, reader, build_gateway(settings, reader), web_app)
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        runner = web.AppRunner(self.web_app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.web_host, self.settings.web_port)
+        await site.start()
+        await self.gateway.start()
+        log.info(
+            "gateway serving Kafka clients on %s:%d (archive reads: %s)",
+            self.gateway.ports.host,
+            self.gateway.ports.port,
+            self.settings.gateway_archive_reads,
+        )
+        try:
+            await stop.wait()
+        finally:
+            await self.gateway.close()
+            await runner.cleanup()
+
+    def run(self) -> int:
+        self.follower.materializer.start()
+        try:
+            asyncio.run(self.serve(asyncio.Event()))
+        finally:
+            self.close()
+        return 0
+
+    def close(self) -> None:
+        self.follower.close()
+        self.reader.storage.close()
