@@ -93,6 +93,37 @@ def _build(cls: Any, **values: Any) -> Any:
 
 
 async def answer_fetch(frame: bytes, state: GatewayState, archive: Archive, send: Send) -> bytes:
+    """The answer to a client's Fetch. With ``below-log-start`` reads, a partition the broker answers
+    OFFSET_OUT_OF_RANGE for teaches the gateway that broker's log start (ListOffsets EARLIEST), and
+    the fetch is answered again: the offsets below it that the archive holds come from the archive."""
+    answer = await _answer_fetch(frame, state, archive, send)
+    if state.mode != BELOW_LOG_START:
+        return answer
+    header, body = decode_request(frame)
+    version = int(header.request_api_version)
+    _corr, response = decode_response(API_FETCH, version, answer)
+    asked = {}
+    for topic in body.topics:
+        name = topic.topic if version < 13 else state.topic_names.get(topic.topic_id)
+        for part in topic.partitions:
+            if name is not None:
+                asked[(name, int(part.partition))] = int(part.fetch_offset)
+    lost = []
+    for topic in response.responses:
+        name = topic.topic if version < 13 else state.topic_names.get(topic.topic_id)
+        for part in topic.partitions:
+            if name is not None and part.error_code == ErrorCode.offset_out_of_range:
+                lost.append(TopicPartition(name, int(part.partition_index)))
+    if not lost:
+        return answer
+    starts = await _list_offsets(state, lost, EARLIEST, 0, header, send)
+    state.broker_log_start.update(starts)
+    if any(asked.get((tp.topic, tp.partition), -1) < start for tp, start in starts.items()):
+        return await _answer_fetch(frame, state, archive, send)
+    return answer
+
+
+async def _answer_fetch(frame: bytes, state: GatewayState, archive: Archive, send: Send) -> bytes:
     header, body = decode_request(frame)
     version = int(header.request_api_version)
     isolation = int(getattr(body, "isolation_level", 0))

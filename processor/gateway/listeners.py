@@ -126,28 +126,34 @@ class Gateway:
                 await server.wait_closed()
 
 
-def build_gateway(settings: Settings, reader: RemoteReader) -> Gateway:
-    """The gateway's listeners, told every broker of the upstream cluster (a Metadata request)."""
-    conn = connection(settings.kafka)
+def gateway_ports(settings: Settings) -> PortMap:
+    """The addresses clients are given, checked (ConfigError naming the setting) before anything
+    connects."""
     advertised = settings.gateway_advertised_host or settings.gateway_host
     if advertised in ("0.0.0.0", "::"):
         raise ConfigError(
             "PROCESSOR_GATEWAY_ADVERTISED_HOST must name the address clients reach the gateway by "
             f"(PROCESSOR_GATEWAY_HOST is {settings.gateway_host})"
         )
-    tls = conn.security.aiokafka_kwargs().get("ssl_context")
-    bootstrap = []
-    for entry in conn.bootstrap_servers.split(","):
-        host, _, port = entry.strip().rpartition(":")
-        bootstrap.append((host.strip("[]"), int(port)))
     first, _, last = settings.gateway_node_ids.partition("-")
     if not 0 <= int(last) - int(first) < 1000 or settings.gateway_port + 1 + int(last) - int(first) > 65535:
         raise ConfigError(
             f"PROCESSOR_GATEWAY_NODE_IDS={settings.gateway_node_ids}: a range first-last of at most 1000 "
             f"node ids whose ports (PROCESSOR_GATEWAY_PORT + 1 + n - first) end at 65535 or below"
         )
+    return PortMap(advertised, settings.gateway_port, int(first), int(last))
+
+
+def build_gateway(settings: Settings, reader: RemoteReader) -> Gateway:
+    """The gateway's listeners, told every broker of the upstream cluster (a Metadata request)."""
+    conn = connection(settings.kafka)
+    tls = conn.security.aiokafka_kwargs().get("ssl_context")
+    bootstrap = []
+    for entry in conn.bootstrap_servers.split(","):
+        host, _, port = entry.strip().rpartition(":")
+        bootstrap.append((host.strip("[]"), int(port)))
     gateway = Gateway(
-        PortMap(advertised, settings.gateway_port, int(first), int(last)),
+        gateway_ports(settings),
         settings.gateway_host,
         bootstrap,
         GatewayState(settings.gateway_archive_reads),

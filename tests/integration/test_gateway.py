@@ -27,6 +27,7 @@ from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.model import TopicPartition
 from processor.wiring.gateway_server import GatewayServer
 from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.cli import run_cli
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -196,3 +197,12 @@ def test_confluent_kafka_reads_from_offset_0_across_the_archive_and_broker_bound
             ), f"partition {p} offset {g[1]} differs"
     after = _metric(gateway.web, "processor_gateway_fetch_bytes_total", topic=TOPIC, source="archive")
     assert after > before, "the archived part did not come from the archive"
+
+
+def test_the_gateway_command_refuses_an_address_clients_cannot_reach(local_stack: StackInfo) -> None:
+    """`processor gateway` bound to every interface with no advertised name: clients would be told
+    0.0.0.0. It exits 2 naming the setting, before listening."""
+    env = {**local_stack.env(), "PROCESSOR_GATEWAY_HOST": "0.0.0.0", "PROCESSOR_WEB_HOST": "127.0.0.1"}
+    result = run_cli(env, "gateway")
+    assert result.returncode == 2, result.stderr
+    assert "PROCESSOR_GATEWAY_ADVERTISED_HOST" in result.stderr

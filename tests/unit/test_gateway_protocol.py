@@ -1,0 +1,184 @@
+"""The gateway's pure parts: frames, address rewriting, API versions, and the Fetch answer of a
+partition below the broker's log start (a broker that truncated; Tansu never does, so the broker's
+side is scripted here from kio's own message classes)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+
+from processor.gateway.archive_answers import BELOW_LOG_START, Archive, GatewayState, answer_fetch
+from processor.gateway.protocol import (
+    API_FETCH,
+    API_LIST_OFFSETS,
+    ProtocolError,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    request_head,
+    request_schema,
+    response_schema,
+)
+from processor.gateway.rewrite import PortMap, cap_api_versions, rewrite_addresses
+from processor.metadata.model import TopicPartition
+from processor.reader.remote_reader import ArchivedBatches
+
+DECODED = [(1, 4), (1, 12), (1, 15), (2, 1), (2, 7), (3, 1), (3, 12), (10, 4), (18, 3), (60, 0)]
+
+
+def _module(schema: type) -> Any:
+    return __import__(schema.__module__, fromlist=["x"])
+
+
+def _fetch_request(version: int, offset: int) -> bytes:
+    schema = request_schema(API_FETCH, version)
+    m = _module(schema)
+    part = m.FetchPartition(
+        partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+        log_start_offset=-1, partition_max_bytes=1 << 20,
+    )  # fmt: skip
+    body = schema(
+        max_wait=datetime.timedelta(milliseconds=10), min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+        session_id=0, session_epoch=-1, topics=(m.FetchTopic(topic="orders", partitions=(part,)),),
+        forgotten_topics_data=(), rack_id="", replica_id=-1,
+    )  # fmt: skip
+    header = schema.__header_schema__(
+        request_api_key=API_FETCH, request_api_version=version, correlation_id=42, client_id="c"
+    )
+    return encode_request(header, body)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key_version=st.sampled_from(DECODED), tail=st.binary(max_size=200))
+def test_random_frames_raise_only_protocol_errors(key_version: tuple[int, int], tail: bytes) -> None:
+    key, version = key_version
+    frame = key.to_bytes(2, "big") + version.to_bytes(2, "big") + (7).to_bytes(4, "big") + tail
+    with contextlib.suppress(ProtocolError):  # any other exception fails the test
+        decode_request(frame)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_mutated_fetch_requests_raise_only_protocol_errors(data: st.DataObject) -> None:
+    frame = bytearray(_fetch_request(12, 5))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(8, len(frame) - 1))
+        frame[at] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(8, len(frame)))
+    with contextlib.suppress(ProtocolError):  # any other exception fails the test
+        decode_request(bytes(frame[:cut]))
+
+
+def test_a_request_head_is_read_without_its_schema_and_a_short_one_is_refused() -> None:
+    head = request_head(_fetch_request(12, 5))
+    assert (head.api_key, head.api_version, head.correlation_id) == (1, 12, 42)
+    with pytest.raises(ProtocolError):
+        request_head(b"\x00\x01")
+
+
+def test_metadata_brokers_are_the_gateways_ports_and_out_of_range_nodes_are_left_out() -> None:
+    schema = response_schema(3, 12)
+    m = _module(schema)
+    brokers = tuple(
+        m.MetadataResponseBroker(node_id=n, host=f"b{n}.internal", port=9092, rack=None) for n in (1, 2, 500)
+    )
+    body = schema(
+        throttle_time=datetime.timedelta(0), brokers=brokers, cluster_id="c", controller_id=1, topics=()
+    )
+    learned: dict[int, tuple[str, int]] = {}
+    out = rewrite_addresses(
+        3, body, PortMap("gw.example", 19092, 0, 63), lambda n, h, p: learned.update({n: (h, p)})
+    )
+    assert [(b.node_id, b.host, b.port) for b in out.brokers] == [
+        (1, "gw.example", 19094),
+        (2, "gw.example", 19095),
+    ]
+    assert learned == {1: ("b1.internal", 9092), 2: ("b2.internal", 9092)}
+    corr, again = decode_response(3, 12, encode_response(9, out))
+    assert corr == 9 and again == out
+
+
+def test_api_versions_are_capped_to_what_the_gateway_decodes_and_share_fetch_is_hidden() -> None:
+    schema = response_schema(18, 3)
+    m = _module(schema)
+    keys = tuple(
+        m.ApiVersion(api_key=k, min_version=0, max_version=v)
+        for k, v in ((0, 11), (1, 17), (2, 9), (8, 9), (78, 1))
+    )
+    body = schema(
+        error_code=ErrorCode.none, api_keys=keys, throttle_time=datetime.timedelta(0),
+        supported_features=(), finalized_features_epoch=-1, finalized_features=(), zk_migration_ready=False,
+    )  # fmt: skip
+    capped = {
+        int(k.api_key): (int(k.min_version), int(k.max_version)) for k in cap_api_versions(body).api_keys
+    }
+    assert capped == {0: (0, 9), 1: (4, 15), 2: (1, 9), 8: (0, 9)}
+
+
+def test_below_the_brokers_log_start_the_fetch_is_answered_from_the_archive() -> None:
+    """The broker truncated below offset 100; the archive holds 0..149. A fetch at 5 gets the
+    broker's OFFSET_OUT_OF_RANGE, the gateway learns the broker's log start, and answers from the
+    archive with the broker's high watermark and the archive's log start."""
+    version = 12
+    batch = bytes(61)  # opaque to the gateway: only its attributes (not transactional) are read
+    sent: list[int] = []
+
+    async def broker(request: bytes) -> bytes:
+        head = request_head(request)
+        sent.append(head.api_key)
+        if head.api_key == API_FETCH:
+            schema = response_schema(API_FETCH, version)
+            m = _module(schema)
+            part = m.PartitionData(
+                partition_index=0, error_code=ErrorCode.offset_out_of_range, high_watermark=-1,
+                aborted_transactions=None, records=None,
+            )  # fmt: skip
+            topic = m.FetchableTopicResponse(topic="orders", partitions=(part,))
+            body = schema(
+                throttle_time=datetime.timedelta(0),
+                error_code=ErrorCode.none,
+                session_id=0,
+                responses=(topic,),
+            )
+            return encode_response(head.correlation_id, body)
+        _header, asked = decode_request(request)
+        schema = response_schema(API_LIST_OFFSETS, head.api_version)
+        m = _module(schema)
+        timestamp = int(asked.topics[0].partitions[0].timestamp)
+        offset = 100 if timestamp == -2 else 150
+        part = m.ListOffsetsPartitionResponse(
+            partition_index=0, error_code=ErrorCode.none, timestamp=-1, offset=offset, leader_epoch=-1
+        )
+        body = schema(
+            throttle_time=datetime.timedelta(0),
+            topics=(m.ListOffsetsTopicResponse(name="orders", partitions=(part,)),),
+        )
+        return encode_response(head.correlation_id, body)
+
+    def read_batches(
+        tp: TopicPartition, offset: int, max_bytes: int, topic_id: str | None
+    ) -> ArchivedBatches:
+        assert tp == TopicPartition("orders", 0) and offset == 5
+        return ArchivedBatches([memoryview(batch)], 6, len(batch))
+
+    archive = Archive(read_batches, lambda tp: 0, lambda tp, ts: None)
+    state = GatewayState(BELOW_LOG_START)
+    answer = asyncio.run(answer_fetch(_fetch_request(version, 5), state, archive, broker))
+    corr, body = decode_response(API_FETCH, version, answer)
+    part = body.responses[0].partitions[0]
+    assert corr == 42 and part.error_code == ErrorCode.none
+    assert (part.records, part.high_watermark, part.log_start_offset) == (batch, 150, 0)
+    assert state.broker_log_start[TopicPartition("orders", 0)] == 100
+    assert sent[0] == API_FETCH and API_LIST_OFFSETS in sent
+    # the next fetch below 100 goes to the archive at once
+    sent.clear()
+    asyncio.run(answer_fetch(_fetch_request(version, 5), state, archive, broker))
+    assert API_FETCH not in sent
