@@ -1,6 +1,6 @@
 """The gateway's listeners: the bootstrap port and one port per upstream broker, each client connection
 paired with a connection to its broker. Security: TLS towards the brokers follows the Kafka security
-settings (``PROCESSOR_KAFKA_SECURITY_PROTOCOL`` SSL or SASL_SSL); SASL is passed through: a client
+settings (``PROCESSOR_SECURITY_PROTOCOL`` SSL or SASL_SSL); SASL is passed through: a client
 authenticates to the brokers through the gateway with its own identity, and the gateway's own
 requests on that connection (ListOffsets for partitions it answers from the archive) go with it.
 """
