@@ -147,6 +147,9 @@ install choices with no safe default (an unselected object or a blocked scraper 
 {{- if and $m.prometheusRule.enabled (not $m.prometheusRule.labels) }}
 {{- fail "monitoring.prometheusRule.enabled is true but monitoring.prometheusRule.labels is empty: Prometheus picks PrometheusRules by label (a default kube-prometheus-stack only those labelled release: <its release name>), so unlabelled alerts are silently never loaded. Set the labels your Prometheus's ruleSelector matches, typically release: <your kube-prometheus-stack release> (--set monitoring.prometheusRule.labels.release=<your kube-prometheus-stack release>)" }}
 {{- end }}
+{{- if .Values.gateway.enabled }}
+{{- $_ := include "ktp.gatewayNodeIds" . }}
+{{- end }}
 {{- $np := .Values.networkPolicy }}
 {{- if and $np.enabled $m.serviceMonitor.enabled (not (or $np.metrics.namespace $np.metrics.fromNamespaces)) }}
 {{- fail "networkPolicy.enabled and monitoring.serviceMonitor.enabled are true but the NetworkPolicy admits no metrics scraper: set networkPolicy.metrics.namespace to the namespace Prometheus runs in (typically your kube-prometheus-stack's, e.g. --set networkPolicy.metrics.namespace=monitoring), or networkPolicy.metrics.fromNamespaces to label selectors of the scrapers' namespaces; no namespace is assumed" }}
@@ -476,4 +479,56 @@ runbook_url: {{ printf "%s/%s.md" $base $alert | quote }}
 {{- else -}}
 runbook: {{ printf "kubectl -n %s get configmap %s-runbooks -o jsonpath='{.data.%s\\.md}'" $ctx.Release.Namespace (include "ktp.fullname" $ctx) $alert | quote }}
 {{- end }}
+{{- end }}
+
+{{/*
+The gateway's node id range (gateway.nodeIds, "first-last") as JSON {"first","last","count"}; the
+render stops on a malformed range, more than 100 ids, ports past 65535, a clash with the web port, or
+an unknown gateway.archiveReads (the schema refuses these too; this holds with schema validation skipped).
+*/}}
+{{- define "ktp.gatewayNodeIds" -}}
+{{- $g := .Values.gateway }}
+{{- $ids := toString $g.nodeIds }}
+{{- if not (regexMatch "^[0-9]{1,10}-[0-9]{1,10}$" $ids) }}
+{{- fail (printf "gateway.nodeIds is %q: give the upstream brokers' node ids as first-last, e.g. gateway.nodeIds=0-63 (the broker with node id n is reached on gateway.port + 1 + n - first)" $ids) }}
+{{- end }}
+{{- $parts := splitList "-" $ids }}
+{{- $first := atoi (index $parts 0) }}
+{{- $last := atoi (index $parts 1) }}
+{{- if gt $first $last }}
+{{- fail (printf "gateway.nodeIds is %q: first must not exceed last (first-last, e.g. 0-63)" $ids) }}
+{{- end }}
+{{- $count := add1 (sub $last $first) }}
+{{- if gt $count 100 }}
+{{- fail (printf "gateway.nodeIds is %q: %d node ids, at most 100 (each opens a port on the pods and the Service); narrow it to the broker ids of your cluster" $ids $count) }}
+{{- end }}
+{{- $port := int $g.port }}
+{{- if gt (add $port $count) 65535 }}
+{{- fail (printf "gateway.port %d with gateway.nodeIds %q: the node ports end at %d, past 65535; lower gateway.port" $port $ids (add $port $count)) }}
+{{- end }}
+{{- $web := int .Values.worker.webPort }}
+{{- if and (ge $web $port) (le $web (add $port $count)) }}
+{{- fail (printf "worker.webPort %d falls within the gateway's Kafka ports %d-%d (gateway.port, gateway.nodeIds %q): move gateway.port" $web $port (add $port $count) $ids) }}
+{{- end }}
+{{- if not (has $g.archiveReads (list "below-log-start" "archived")) }}
+{{- fail (printf "gateway.archiveReads is %q: use below-log-start (offsets the brokers no longer hold) or archived (every archived offset)" (toString $g.archiveReads)) }}
+{{- end }}
+{{- dict "first" $first "last" $last "count" $count | toJson }}
+{{- end }}
+
+{{/* The gateway's Kafka ports as a JSON list of {"name","port"}: the bootstrap port (kafka), then one
+per node id n (node-<n>) at gateway.port + 1 + n - first. Names fit a container port's 15 characters. */}}
+{{- define "ktp.gatewayPorts" -}}
+{{- $ids := include "ktp.gatewayNodeIds" . | fromJson }}
+{{- $port := int .Values.gateway.port }}
+{{- $ports := list (dict "name" "kafka" "port" $port) }}
+{{- range $i := until (int $ids.count) }}
+{{- $ports = append $ports (dict "name" (printf "node-%d" (add (int $ids.first) $i)) "port" (add $port 1 $i)) }}
+{{- end }}
+{{- toJson $ports }}
+{{- end }}
+
+{{/* The host name clients reach the gateway by: gateway.advertisedHost, or the Service's DNS name. */}}
+{{- define "ktp.gatewayAdvertisedHost" -}}
+{{- default (printf "%s-gateway.%s.svc" (include "ktp.fullname" .) .Release.Namespace) .Values.gateway.advertisedHost }}
 {{- end }}
