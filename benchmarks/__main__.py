@@ -1,5 +1,5 @@
 """Run the benchmarks: ``python -m benchmarks [--only SECTION,...]``, sections: offload, memory, reads,
-follower, scale, spark, restore, rebuild."""
+gateway, follower, scale, spark, restore, rebuild."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.offload import bench_memory, bench_offload
+from benchmarks.gateway import bench_gateway
+from benchmarks.offload import bench_memory, bench_offload, load_topic
 from benchmarks.reads import bench_follower, bench_read_latency, bench_scale
 from benchmarks.rebuild import bench_rebuild
 from benchmarks.report import Report
@@ -20,7 +21,7 @@ from benchmarks.spark import bench_spark
 from processor.devstack import stack
 from processor.runtime import tune_gc
 
-SECTIONS = ("offload", "memory", "reads", "follower", "scale", "spark", "restore", "rebuild")
+SECTIONS = ("offload", "memory", "reads", "gateway", "follower", "scale", "spark", "restore", "rebuild")
 MiB = 1024 * 1024
 
 
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update({k: v for k, v in info.env().items() if k.startswith("AWS_")})
     try:
         big = None
-        if info is not None and only & {"offload", "memory", "reads", "spark"}:
+        if info is not None and only & {"offload", "memory", "reads", "gateway", "spark"}:
             big = bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB))
             if "offload" in only and not args.smoke:
                 small_gib = args.small_values_gib if args.small_values_gib is not None else args.gib
@@ -87,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
                 bench_memory(report, info, workdir, big, smoke=args.smoke)
             if "reads" in only:
                 bench_read_latency(report, info, workdir, big, reads=args.reads)
+            if "gateway" in only:
+                bench_gateway(report, info, workdir, big, reads=args.reads)
+                if not args.smoke:
+                    small_gib = args.small_values_gib if args.small_values_gib is not None else args.gib
+                    small = load_topic(info, "bench-gateway-100b", 100, int(small_gib * 1024 * MiB))
+                    bench_gateway(report, info, workdir, small, reads=args.reads)
             if "spark" in only:
                 bench_spark(report, info, workdir, big)
         if info is not None and "follower" in only:

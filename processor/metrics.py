@@ -279,3 +279,8 @@ GATEWAY_FETCH_BYTES = Counter(
     ["topic", "source"],
 )
 GATEWAY_CONNECTIONS = Gauge("processor_gateway_connections", "Client connections the gateway holds")
+GATEWAY_PREFETCH = Counter(
+    "processor_gateway_prefetch_total",
+    "Archive reads of the gateway's Fetch answers, by whether a read-ahead had them ready (hit, miss)",
+    ["result"],
+)

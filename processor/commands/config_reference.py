@@ -90,6 +90,10 @@ MEANINGS: dict[str, str] = {
     ),
     "gateway_advertised_host": "`processor gateway`: the host name clients reach it by (in Metadata answers)",
     "gateway_node_ids": "`processor gateway`: the upstream brokers' node ids given a port, `first-last`",
+    "gateway_prefetch_bytes": (
+        "`processor gateway`: bytes read ahead of consumers reading the archive in order (each "
+        "partition up to two ranges ahead), in total; `0`: no read-ahead"
+    ),
     "gateway_archive_reads": (
         "`processor gateway`: `below-log-start` (the archive answers offsets the brokers no longer "
         "have) or `archived` (every archived offset: catch-up reads stay off the brokers' disks)"

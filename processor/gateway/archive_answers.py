@@ -10,14 +10,16 @@ broker never holds a session for partitions the archive answered). The high wate
 stable offset of an archive-answered partition are the broker's (ListOffsets LATEST on the same
 upstream connection, with the client's isolation level), its log start offset the archive's.
 
-read_committed: an archived range holding transactional batches is not answered from the archive
-(the archive keeps no transaction index yet, so it cannot list the range's aborted transactions):
-the broker answers it, or, below its log start, the client gets the broker's OFFSET_OUT_OF_RANGE.
-A read_committed consumer never sees an aborted record from the archive.
+Transactions: the archive holds what a read_committed consumer sees (the workers fetch read_committed
+and leave out aborted records and transaction markers, processor/leader/read_committed.py), so an
+archived range has no aborted transaction to list: a read_committed client gets an empty list, and
+a read_uncommitted one sees the committed records only (a broker would also show it the aborted ones).
+Archived offsets are below the last stable offset by construction.
 
 ListOffsets: EARLIEST (-2) answers the archive's first offset when it is below the broker's; a
 timestamp answers the archive's first record at or after it when that comes before the broker's
-answer; LATEST, MAX_TIMESTAMP and EARLIEST_LOCAL come from the broker unchanged.
+answer (with ``archived`` reads: whenever the archive holds one); LATEST, MAX_TIMESTAMP and
+EARLIEST_LOCAL come from the broker unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -32,9 +35,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from processor import metrics
+from processor.gateway.prefetch import Prefetcher
 from processor.gateway.protocol import (
     API_FETCH,
     API_LIST_OFFSETS,
+    API_METADATA,
     decode_request,
     decode_response,
     encode_request,
@@ -45,11 +51,12 @@ from processor.gateway.protocol import (
 from processor.metadata.model import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
 
+log = logging.getLogger(__name__)
+
 ARCHIVED = "archived"
 BELOW_LOG_START = "below-log-start"
 EARLIEST = -2
 LATEST = -1
-_TRANSACTIONAL = 0x10  # record batch attributes bit 4
 
 
 class Archive:
@@ -74,16 +81,14 @@ class GatewayState:
 
     mode: str
     topic_names: dict[uuid.UUID, str] = field(default_factory=dict)
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     broker_log_start: dict[TopicPartition, int] = field(default_factory=dict)
     list_offsets_version: int = 4
+    prefetch: Prefetcher | None = None  # read-ahead for sequential consumers (None: off)
     served_records_bytes: Callable[[str, str, int], None] = lambda _topic, _source, _n: None
 
 
 Send = Callable[[bytes], Awaitable[bytes]]
-
-
-def _transactional(batches: ArchivedBatches) -> bool:
-    return any(int.from_bytes(b[21:23], "big") & _TRANSACTIONAL for b in batches.batches)
 
 
 def _build(cls: Any, **values: Any) -> Any:
@@ -128,12 +133,16 @@ async def _answer_fetch(frame: bytes, state: GatewayState, archive: Archive, sen
     version = int(header.request_api_version)
     isolation = int(getattr(body, "isolation_level", 0))
     budget = int(getattr(body, "max_bytes", 2**31 - 1))
+    if version >= 13:
+        await _learn_unknown_topic_ids(state, [t.topic_id for t in body.topics], header, send)
     served: dict[tuple[int, int], tuple[TopicPartition, ArchivedBatches]] = {}
+    failed: dict[tuple[int, int], TopicPartition] = {}
     for ti, topic in enumerate(body.topics):
-        topic_id = getattr(topic, "topic_id", None)
-        name = topic.topic if version < 13 else state.topic_names.get(topic_id) if topic_id else None
+        name = topic.topic if version < 13 else state.topic_names.get(topic.topic_id)
         if name is None:
             continue
+        # the topic id the brokers know the topic by: a re-created topic's archive is another's
+        topic_id = topic.topic_id if version >= 13 else state.topic_ids.get(name)
         for pi, part in enumerate(topic.partitions):
             tp = TopicPartition(name, int(part.partition))
             offset = int(part.fetch_offset)
@@ -142,23 +151,34 @@ async def _answer_fetch(frame: bytes, state: GatewayState, archive: Archive, sen
             if budget <= 0 and served:
                 break
             limit = max(1, min(int(part.partition_max_bytes), budget))
-            got = await asyncio.to_thread(
-                archive.read_batches, tp, offset, limit, None if topic_id is None else str(topic_id)
-            )
-            if got is None or not got.batches or (isolation == 1 and _transactional(got)):
+            tid = None if topic_id is None else str(topic_id)
+            try:
+                if state.prefetch is not None:
+                    got = await state.prefetch.get(tp, offset, limit, tid)
+                else:
+                    got = await asyncio.to_thread(archive.read_batches, tp, offset, limit, tid)
+            except Exception as exc:  # a storage failure or a damaged object: this partition only
+                log.warning("gateway: archive read of %s at offset %d failed: %s", tp, offset, exc)
+                metrics.GATEWAY_ERRORS.labels(str(API_FETCH), "archive").inc()
+                if state.mode == BELOW_LOG_START:
+                    failed[(ti, pi)] = tp  # the broker no longer has it: a retriable error, never a reset
+                continue
+            if got is None or not got.batches:
                 continue
             served[(ti, pi)] = (tp, got)
             budget -= got.size
-    if not served and int(getattr(body, "session_epoch", -1)) == -1:
+    if not served and not failed and int(getattr(body, "session_epoch", -1)) == -1:
         return await send(frame)  # nothing for the archive, and already sessionless: unchanged
     rest_topics = []
     for ti, topic in enumerate(body.topics):
-        parts = tuple(p for pi, p in enumerate(topic.partitions) if (ti, pi) not in served)
+        parts = tuple(
+            p for pi, p in enumerate(topic.partitions) if (ti, pi) not in served and (ti, pi) not in failed
+        )
         if parts:
             rest_topics.append(replace(topic, partitions=parts))
     upstream: Any = None
     fetched: asyncio.Task[bytes] | None = None
-    if rest_topics or not served:
+    if rest_topics or not (served or failed):
         rest = _sessionless(body, tuple(rest_topics), max(1, budget) if served else None)
         fetched = asyncio.ensure_future(send(encode_request(header, rest)))
     try:
@@ -166,21 +186,21 @@ async def _answer_fetch(frame: bytes, state: GatewayState, archive: Archive, sen
     finally:
         answer = await fetched if fetched is not None else None
     if answer is not None:
-        if not served:
+        if not (served or failed):
             return answer  # only made sessionless: the broker's answer as it is
         _corr, upstream = decode_response(API_FETCH, version, answer)
     schema = response_schema(API_FETCH, version)
     module = __import__(schema.__module__, fromlist=["PartitionData"])
     topics: list[Any] = list(upstream.responses) if upstream is not None else []
+    key_field = "topic" if version < 13 else "topic_id"
     for (ti, pi), (tp, got) in served.items():
-        topic = body.topics[ti]
         hw, lso, start = broker.get(tp, (-1, -1, -1))
         archive_start = await asyncio.to_thread(archive.first_offset, tp)
         if archive_start is not None and (start < 0 or archive_start < start):
             start = archive_start
         part = _build(
             module.PartitionData,
-            partition_index=topic.partitions[pi].partition,
+            partition_index=body.topics[ti].partitions[pi].partition,
             error_code=ErrorCode.none,
             high_watermark=hw,
             last_stable_offset=lso if isolation == 1 else hw,
@@ -190,14 +210,18 @@ async def _answer_fetch(frame: bytes, state: GatewayState, archive: Archive, sen
             records=b"".join(bytes(b) for b in got.batches),
         )
         state.served_records_bytes(tp.topic, "archive", got.size)
-        key_field = "topic" if version < 13 else "topic_id"
-        key_value = getattr(topic, key_field)
-        for i, existing in enumerate(topics):
-            if getattr(existing, key_field) == key_value:
-                topics[i] = replace(existing, partitions=(*existing.partitions, part))
-                break
-        else:
-            topics.append(_build(module.FetchableTopicResponse, **{key_field: key_value}, partitions=(part,)))
+        _add_partition(topics, module, key_field, getattr(body.topics[ti], key_field), part)
+    for ti, pi in failed:
+        part = _build(
+            module.PartitionData,
+            partition_index=body.topics[ti].partitions[pi].partition,
+            error_code=ErrorCode.kafka_storage_error,  # retriable: the client fetches again
+            high_watermark=-1,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=None,
+        )
+        _add_partition(topics, module, key_field, getattr(body.topics[ti], key_field), part)
     response = _build(
         schema,
         throttle_time=upstream.throttle_time if upstream is not None else datetime.timedelta(0),
@@ -206,6 +230,43 @@ async def _answer_fetch(frame: bytes, state: GatewayState, archive: Archive, sen
         responses=tuple(topics),
     )
     return encode_response(int(header.correlation_id), response)
+
+
+def _add_partition(topics: list[Any], module: Any, key_field: str, key_value: Any, part: Any) -> None:
+    for i, existing in enumerate(topics):
+        if getattr(existing, key_field) == key_value:
+            topics[i] = replace(existing, partitions=(*existing.partitions, part))
+            return
+    topics.append(_build(module.FetchableTopicResponse, **{key_field: key_value}, partitions=(part,)))
+
+
+async def _learn_unknown_topic_ids(state: GatewayState, ids: list[Any], header: Any, send: Send) -> None:
+    """Names of topic ids no Metadata answer through this gateway has named yet (a client that
+    reconnected after a gateway restart fetches by id at once): one Metadata request upstream."""
+    unknown = [i for i in dict.fromkeys(ids) if i is not None and i not in state.topic_names]
+    if not unknown:
+        return
+    schema = request_schema(API_METADATA, 12)
+    module = __import__(schema.__module__, fromlist=["MetadataRequestTopic"])
+    body = schema(
+        topics=tuple(module.MetadataRequestTopic(topic_id=i, name=None) for i in unknown),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    head = schema.__header_schema__(
+        request_api_key=API_METADATA, request_api_version=12, correlation_id=0, client_id=header.client_id
+    )
+    _corr, answer = decode_response(API_METADATA, 12, await send(encode_request(head, body)))
+    learn_topic_ids(state, answer)
+
+
+def learn_topic_ids(state: GatewayState, body: Any) -> None:
+    """Topic ids and names from a Metadata answer (versions 10 and later carry ids)."""
+    for topic in body.topics:
+        topic_id = getattr(topic, "topic_id", None)
+        if topic_id is not None and topic.name and int(topic.error_code) == 0 and topic_id.int != 0:
+            state.topic_names[topic_id] = topic.name
+            state.topic_ids[topic.name] = topic_id
 
 
 def _sessionless(body: Any, topics: tuple[Any, ...], max_bytes: int | None) -> Any:
@@ -298,7 +359,11 @@ async def answer_list_offsets(frame: bytes, state: GatewayState, archive: Archiv
                     better = (first, -1)
             elif part.error_code == ErrorCode.none and ts is not None and ts >= 0:
                 found = await asyncio.to_thread(archive.offset_for_timestamp, tp, ts)
-                if found is not None and (int(part.offset) < 0 or found[0] < int(part.offset)):
+                # archived reads: the archive's time index answers for what it holds; below-log-start:
+                # only where it finds an earlier record than the broker does
+                if found is not None and (
+                    state.mode == ARCHIVED or int(part.offset) < 0 or found[0] < int(part.offset)
+                ):
                     better = found
             if better is not None:
                 part = replace(part, offset=better[0], timestamp=better[1])

@@ -14,10 +14,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from processor import metrics
-from processor.gateway.archive_answers import Archive, GatewayState, answer_fetch, answer_list_offsets
+from processor.gateway.archive_answers import (
+    Archive,
+    GatewayState,
+    answer_fetch,
+    answer_list_offsets,
+    learn_topic_ids,
+)
 from processor.gateway.protocol import (
     API_API_VERSIONS,
     API_DESCRIBE_CLUSTER,
@@ -160,17 +165,10 @@ class ClientConnection:
         decode_request(frame)  # a request the gateway cannot read is not forwarded
         corr, body = decode_response(api_key, head.api_version, await self.send(frame))
         if api_key == API_METADATA:
-            _learn_topic_ids(self.state, body)
+            learn_topic_ids(self.state, body)
         body = rewrite_addresses(api_key, body, self.ports, self.learned)
         await self.listeners_ready()
         return encode_response(corr, body)
-
-
-def _learn_topic_ids(state: GatewayState, body: Any) -> None:
-    for topic in body.topics:
-        topic_id = getattr(topic, "topic_id", None)
-        if topic_id is not None and topic.name and int(topic.error_code) == 0 and topic_id.int != 0:
-            state.topic_names[topic_id] = topic.name
 
 
 def _acks(frame: bytes) -> int | None:

@@ -20,6 +20,7 @@ from processor.config import Settings
 from processor.errors import ConfigError, OffsetNotInRemoteError
 from processor.gateway.archive_answers import Archive, GatewayState
 from processor.gateway.connection import ClientConnection
+from processor.gateway.prefetch import Prefetcher
 from processor.gateway.rewrite import PortMap
 from processor.gateway.upstream import Upstream
 from processor.kafka_clients import connection, new_admin
@@ -119,6 +120,8 @@ class Gateway:
             metrics.GATEWAY_CONNECTIONS.dec()
 
     async def close(self) -> None:
+        if self.state.prefetch is not None:
+            self.state.prefetch.close()
         for server in self.servers.values():
             server.close()
         for server in self.servers.values():
@@ -163,6 +166,8 @@ def build_gateway(settings: Settings, reader: RemoteReader) -> Gateway:
     cluster = new_admin(settings.kafka, "processor-gateway").list_topics(timeout=15)
     for node_id, broker in cluster.brokers.items():
         gateway.learn(int(node_id), str(broker.host), int(broker.port))
+    if settings.gateway_prefetch_bytes > 0:
+        gateway.state.prefetch = Prefetcher(gateway.archive.read_batches, settings.gateway_prefetch_bytes)
     gateway.state.served_records_bytes = lambda topic, source, n: metrics.GATEWAY_FETCH_BYTES.labels(
         topic, source
     ).inc(n)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 from typing import Any
 
@@ -14,7 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from processor.gateway.archive_answers import BELOW_LOG_START, Archive, GatewayState, answer_fetch
+from processor.gateway.archive_answers import (
+    BELOW_LOG_START,
+    Archive,
+    GatewayState,
+    answer_fetch,
+    answer_list_offsets,
+)
 from processor.gateway.protocol import (
     API_FETCH,
     API_LIST_OFFSETS,
@@ -123,19 +130,19 @@ def test_api_versions_are_capped_to_what_the_gateway_decodes_and_share_fetch_is_
     assert capped == {0: (0, 9), 1: (4, 15), 2: (1, 9), 8: (0, 9)}
 
 
-def test_below_the_brokers_log_start_the_fetch_is_answered_from_the_archive() -> None:
-    """The broker truncated below offset 100; the archive holds 0..149. A fetch at 5 gets the
-    broker's OFFSET_OUT_OF_RANGE, the gateway learns the broker's log start, and answers from the
-    archive with the broker's high watermark and the archive's log start."""
-    version = 12
-    batch = bytes(61)  # opaque to the gateway: only its attributes (not transactional) are read
-    sent: list[int] = []
+class TruncatedBroker:
+    """A broker whose log starts at 100 (it truncated; the archive holds 0..149), its high watermark
+    150: Fetch below 100 answers OFFSET_OUT_OF_RANGE, ListOffsets EARLIEST 100 and LATEST 150."""
 
-    async def broker(request: bytes) -> bytes:
+    def __init__(self, version: int) -> None:
+        self.version = version
+        self.sent: list[int] = []
+
+    async def __call__(self, request: bytes) -> bytes:
         head = request_head(request)
-        sent.append(head.api_key)
+        self.sent.append(head.api_key)
         if head.api_key == API_FETCH:
-            schema = response_schema(API_FETCH, version)
+            schema = response_schema(API_FETCH, self.version)
             m = _module(schema)
             part = m.PartitionData(
                 partition_index=0, error_code=ErrorCode.offset_out_of_range, high_watermark=-1,
@@ -153,21 +160,39 @@ def test_below_the_brokers_log_start_the_fetch_is_answered_from_the_archive() ->
         schema = response_schema(API_LIST_OFFSETS, head.api_version)
         m = _module(schema)
         timestamp = int(asked.topics[0].partitions[0].timestamp)
-        offset = 100 if timestamp == -2 else 150
-        part = m.ListOffsetsPartitionResponse(
-            partition_index=0, error_code=ErrorCode.none, timestamp=-1, offset=offset, leader_epoch=-1
-        )
-        body = schema(
+        offset = {-2: 100, -1: 150}.get(timestamp, 120)
+        part = _build_any(
+            m.ListOffsetsPartitionResponse,
+            partition_index=0, error_code=ErrorCode.none, timestamp=-1, offset=offset, leader_epoch=-1,
+        )  # fmt: skip
+        body = _build_any(
+            schema,
             throttle_time=datetime.timedelta(0),
             topics=(m.ListOffsetsTopicResponse(name="orders", partitions=(part,)),),
         )
         return encode_response(head.correlation_id, body)
 
+
+def _build_any(cls: Any, **values: Any) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+BATCH = bytes(61)  # opaque to the gateway
+
+
+def test_below_the_brokers_log_start_the_fetch_is_answered_from_the_archive() -> None:
+    """A fetch at 5 gets the broker's OFFSET_OUT_OF_RANGE; the gateway learns the broker's log
+    start and answers from the archive, with the broker's high watermark and the archive's log
+    start; the next fetch below 100 goes to the archive at once."""
+    version = 12
+    broker = TruncatedBroker(version)
+
     def read_batches(
         tp: TopicPartition, offset: int, max_bytes: int, topic_id: str | None
     ) -> ArchivedBatches:
         assert tp == TopicPartition("orders", 0) and offset == 5
-        return ArchivedBatches([memoryview(batch)], 6, len(batch))
+        return ArchivedBatches([memoryview(BATCH)], 6, len(BATCH))
 
     archive = Archive(read_batches, lambda tp: 0, lambda tp, ts: None)
     state = GatewayState(BELOW_LOG_START)
@@ -175,10 +200,53 @@ def test_below_the_brokers_log_start_the_fetch_is_answered_from_the_archive() ->
     corr, body = decode_response(API_FETCH, version, answer)
     part = body.responses[0].partitions[0]
     assert corr == 42 and part.error_code == ErrorCode.none
-    assert (part.records, part.high_watermark, part.log_start_offset) == (batch, 150, 0)
+    assert (part.records, part.high_watermark, part.log_start_offset) == (BATCH, 150, 0)
     assert state.broker_log_start[TopicPartition("orders", 0)] == 100
-    assert sent[0] == API_FETCH and API_LIST_OFFSETS in sent
-    # the next fetch below 100 goes to the archive at once
-    sent.clear()
+    assert broker.sent[0] == API_FETCH and API_LIST_OFFSETS in broker.sent
+    broker.sent.clear()
     asyncio.run(answer_fetch(_fetch_request(version, 5), state, archive, broker))
-    assert API_FETCH not in sent
+    assert API_FETCH not in broker.sent
+
+
+def test_an_archive_that_fails_below_the_log_start_answers_a_retriable_error_not_out_of_range() -> None:
+    """OFFSET_OUT_OF_RANGE would make the client reset (auto.offset.reset) and skip the archived
+    history; a storage failure is KAFKA_STORAGE_ERROR, which clients retry."""
+    version = 12
+    broker = TruncatedBroker(version)
+
+    def read_batches(
+        tp: TopicPartition, offset: int, max_bytes: int, topic_id: str | None
+    ) -> ArchivedBatches:
+        raise OSError("S3 unreachable")
+
+    state = GatewayState(BELOW_LOG_START)
+    state.broker_log_start[TopicPartition("orders", 0)] = 100
+    archive = Archive(read_batches, lambda tp: 0, lambda tp, ts: None)
+    answer = asyncio.run(answer_fetch(_fetch_request(version, 5), state, archive, broker))
+    _corr, body = decode_response(API_FETCH, version, answer)
+    part = body.responses[0].partitions[0]
+    assert part.error_code == ErrorCode.kafka_storage_error and part.records is None
+
+
+def test_list_offsets_earliest_and_by_time_answer_from_the_archive_below_the_broker() -> None:
+    version = 7
+    broker = TruncatedBroker(version)
+    schema = request_schema(API_LIST_OFFSETS, version)
+    m = _module(schema)
+    parts = tuple(
+        m.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=ts) for ts in (-2, 1_000)
+    )
+    state = GatewayState(BELOW_LOG_START)
+    archive = Archive(lambda *a: None, lambda tp: 0, lambda tp, ts: (40, 1_005))
+    for part in parts:
+        body = schema(
+            replica_id=-1, isolation_level=0, topics=(m.ListOffsetsTopic(name="orders", partitions=(part,)),)
+        )
+        head = schema.__header_schema__(
+            request_api_key=API_LIST_OFFSETS, request_api_version=version, correlation_id=3, client_id="c"
+        )
+        answer = asyncio.run(answer_list_offsets(encode_request(head, body), state, archive, broker))
+        corr, got = decode_response(API_LIST_OFFSETS, version, answer)
+        found = got.topics[0].partitions[0]
+        assert corr == 3
+        assert (int(found.offset), int(found.timestamp)) == ((0, -1) if part.timestamp == -2 else (40, 1_005))

@@ -1,0 +1,111 @@
+"""The gateway's read-ahead: a sequential reader finds its next ranges read, memory stays within the
+bound, a failed read ahead is read again (and then fails where the consumer sees it)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import threading
+
+import pytest
+
+from processor.gateway.prefetch import Prefetcher
+from processor.metadata.model import TopicPartition
+from processor.reader.remote_reader import ArchivedBatches
+
+TP = TopicPartition("orders", 0)
+PER_BATCH = 10  # offsets per batch
+BATCH_BYTES = 100
+
+
+def _batch(base: int) -> memoryview:
+    """A record batch's first 27 bytes as the prefetcher reads them (base offset, lastOffsetDelta)."""
+    head = bytearray(BATCH_BYTES)
+    struct.pack_into(">q", head, 0, base)
+    struct.pack_into(">i", head, 23, PER_BATCH - 1)
+    return memoryview(bytes(head))
+
+
+class Archive:
+    def __init__(self, end: int = 10_000, fail_at: set[int] | None = None) -> None:
+        self.end = end
+        self.reads: list[int] = []
+        self.fail_at = fail_at or set()
+        self.lock = threading.Lock()
+
+    def read(
+        self, tp: TopicPartition, offset: int, limit: int, topic_id: str | None
+    ) -> ArchivedBatches | None:
+        with self.lock:
+            self.reads.append(offset)
+        if offset in self.fail_at:
+            raise OSError(f"injected: cannot read {offset}")
+        if offset >= self.end:
+            return None
+        base = offset - offset % PER_BATCH
+        batches = [
+            _batch(b)
+            for b in range(base, min(self.end, base + PER_BATCH * max(1, limit // BATCH_BYTES)), PER_BATCH)
+        ]
+        last = int.from_bytes(batches[-1][:8], "big") + PER_BATCH
+        return ArchivedBatches(batches, last, BATCH_BYTES * len(batches))
+
+
+async def _read_sequentially(prefetcher: Prefetcher, start: int, fetches: int, limit: int) -> list[int]:
+    offset, seen = start, []
+    for _ in range(fetches):
+        got = await prefetcher.get(TP, offset, limit, None)
+        assert got is not None
+        seen.append(offset)
+        offset = got.next_offset
+        await asyncio.sleep(0.01)  # the consumer works on what it got; the read ahead runs meanwhile
+        assert prefetcher.reserved <= prefetcher.max_bytes
+    return seen
+
+
+def test_a_sequential_reader_finds_its_next_ranges_read_ahead() -> None:
+    archive = Archive()
+    prefetcher = Prefetcher(archive.read, max_bytes=10_000, depth=2)
+    seen = asyncio.run(_read_sequentially(prefetcher, 0, 20, 500))
+    assert seen == list(range(0, 20 * 50, 50))
+    assert prefetcher.misses == 1 and prefetcher.hits == 19
+    prefetcher.close()
+
+
+def test_read_ahead_stays_within_its_byte_bound() -> None:
+    archive = Archive()
+    prefetcher = Prefetcher(archive.read, max_bytes=500, depth=4)  # room for one range ahead
+    asyncio.run(_read_sequentially(prefetcher, 0, 10, 500))
+    assert prefetcher.hits >= 1
+    prefetcher.close()
+    assert prefetcher.reserved == 0
+
+
+def test_a_failed_read_ahead_is_read_again_and_its_failure_reaches_the_consumer() -> None:
+    archive = Archive(fail_at={50})
+    prefetcher = Prefetcher(archive.read, max_bytes=10_000)
+
+    async def run() -> None:
+        got = await prefetcher.get(TP, 0, 500, None)
+        assert got is not None and got.next_offset == 50
+        await asyncio.sleep(0.05)
+        with pytest.raises(OSError, match="cannot read 50"):
+            await prefetcher.get(TP, 50, 500, None)
+
+    asyncio.run(run())
+    assert archive.reads.count(50) == 2  # ahead, then the consumer's own
+    prefetcher.close()
+
+
+def test_a_read_ahead_larger_than_the_next_fetch_allows_is_trimmed_to_whole_batches() -> None:
+    archive = Archive()
+    prefetcher = Prefetcher(archive.read, max_bytes=10_000)
+
+    async def run() -> ArchivedBatches | None:
+        await prefetcher.get(TP, 0, 500, None)
+        await asyncio.sleep(0.05)
+        return await prefetcher.get(TP, 50, 150, None)
+
+    got = asyncio.run(run())
+    assert got is not None and got.size == 100 and got.next_offset == 60
+    prefetcher.close()
