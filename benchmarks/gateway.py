@@ -1,77 +1,78 @@
 """The Kafka-protocol gateway: a confluent-kafka consumer reading archived records through it, beside
 the same consumer reading the same records from the broker directly, in the same run.
 
-The topic is offloaded by a worker first; the gateway then runs in this process (its asyncio loop in
-a thread) with ``archived`` reads, so every archived offset is answered from the bucket (Tansu never
+The topic is offloaded by a worker first; the gateway then runs as its own process with
+``archived`` reads, so every archived offset is answered from the bucket (Tansu never
 truncates its log, so ``below-log-start`` would send everything to the broker).
 """
 
 from __future__ import annotations
 
-import asyncio
+import os
 import random
-import threading
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTP
 
 from benchmarks.offload import PARTITIONS, LoadedTopic, run_worker_offload
 from benchmarks.report import Figure, Report, percentile
-from processor.config import load_settings
 from processor.devstack import stack
-from processor.wiring.gateway_server import GatewayServer
 
 MiB = 1024 * 1024
 
 
 @contextmanager
-def running_gateway(env: dict[str, str], workdir: Path) -> Iterator[str]:
-    """A gateway over the archive ``env`` names; yields its bootstrap address."""
+def running_gateway(env: dict[str, str], workdir: Path, reads: str = "archived") -> Iterator[str]:
+    """``processor gateway`` over the archive ``env`` names, as its own process (as deployed: the
+    consumer measured here must not share an interpreter with it); yields its bootstrap address."""
     port, web = stack.free_port(), stack.free_port()
-    settings = load_settings(
-        {
-            **env,
-            "PROCESSOR_DATA_DIR": str(workdir / f"gateway-{port}"),
-            "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
-            "PROCESSOR_GATEWAY_PORT": str(port),
-            "PROCESSOR_GATEWAY_ARCHIVE_READS": "archived",
-            "PROCESSOR_GATEWAY_NODE_IDS": "100-127",  # Tansu's node id is 111
-            "PROCESSOR_WEB_HOST": "127.0.0.1",
-            "PROCESSOR_WEB_PORT": str(web),
-            "PROCESSOR_LOG_LEVEL": "warn",
-        }
+    gateway_env = {
+        **os.environ,
+        **env,
+        "PROCESSOR_DATA_DIR": str(workdir / f"gateway-{port}"),
+        "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
+        "PROCESSOR_GATEWAY_PORT": str(port),
+        "PROCESSOR_GATEWAY_ARCHIVE_READS": reads,
+        "PROCESSOR_GATEWAY_NODE_IDS": "100-127",  # Tansu's node id is 111
+        "PROCESSOR_WEB_HOST": "127.0.0.1",
+        "PROCESSOR_WEB_PORT": str(web),
+        "PROCESSOR_LOG_LEVEL": "warn",
+    }
+    log = (workdir / f"gateway-{port}.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "processor", "gateway"], env=gateway_env, stdout=log, stderr=subprocess.STDOUT
     )
-    server = GatewayServer.build(settings)
-    server.follower.materializer.catch_up()
-    server.follower.materializer.start()
-    box: list[Any] = []
-    ready = threading.Event()
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        box.extend([asyncio.get_running_loop(), stop])
-        task = asyncio.create_task(server.serve(stop))
-        while not server.gateway.servers:
-            await asyncio.sleep(0.01)
-        ready.set()
-        await task
-
-    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
-    thread.start()
-    if not ready.wait(60):
-        raise RuntimeError("the gateway did not start")
     try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the gateway exited with {proc.returncode}; see {log.name}")
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{web}/readyz", timeout=2)
+                with socket.create_connection(("127.0.0.1", port), timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the gateway did not start; see {log.name}") from None
+                time.sleep(0.2)
         yield f"127.0.0.1:{port}"
     finally:
-        box[0].call_soon_threadsafe(box[1].set)
-        thread.join(30)
-        server.close()
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
 
 
 def _consumer(bootstrap: str) -> Consumer:
@@ -156,6 +157,17 @@ def bench_gateway(
         targets = [(rng.randrange(PARTITIONS), rng.randrange(0, per_partition - span)) for _ in range(reads)]
         g_first, g_whole = _random_reads(bootstrap, topic, targets, span)
         b_first, b_whole = _random_reads(info.bootstrap_servers, topic, targets, span)
+    # Live reads: with below-log-start reads every offset Tansu holds (all of them: it never
+    # truncates) is the broker's, so every fetch passes through the gateway to it.
+    with running_gateway(env, workdir, reads="below-log-start") as bootstrap:
+        live = _read_all(bootstrap, topic)
+    report.add(
+        Figure(
+            "gateway", f"live read through the gateway, {label}", mb / live, "MB/s",
+            "the same consumer from the broker", mb / direct, direct / live, ">= 0.8 x broker",
+            direct / live >= 0.8,
+        )
+    )  # fmt: skip
     for name, p in (("p50", 50), ("p99", 99)):
         g, b = percentile(g_whole, p) * 1000, percentile(b_whole, p) * 1000
         report.add(

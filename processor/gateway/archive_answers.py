@@ -28,6 +28,7 @@ import asyncio
 import dataclasses
 import datetime
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -83,6 +84,11 @@ class GatewayState:
     topic_names: dict[uuid.UUID, str] = field(default_factory=dict)
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     broker_log_start: dict[TopicPartition, int] = field(default_factory=dict)
+    # (partition, isolation level) -> (when, (high watermark, last stable offset, log start))
+    broker_offsets: dict[tuple[TopicPartition, int], tuple[float, tuple[int, int, int]]] = field(
+        default_factory=dict
+    )
+    refreshing: set[tuple[TopicPartition, int]] = field(default_factory=set)  # being asked again
     list_offsets_version: int = 4
     prefetch: Prefetcher | None = None  # read-ahead for sequential consumers (None: off)
     served_records_bytes: Callable[[str, str, int], None] = lambda _topic, _source, _n: None
@@ -97,11 +103,13 @@ def _build(cls: Any, **values: Any) -> Any:
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
-async def answer_fetch(frame: bytes, state: GatewayState, archive: Archive, send: Send) -> bytes:
+async def answer_fetch(
+    frame: bytes, state: GatewayState, archive: Archive, send: Send, own_send: Send | None = None
+) -> bytes:
     """The answer to a client's Fetch. With ``below-log-start`` reads, a partition the broker answers
     OFFSET_OUT_OF_RANGE for teaches the gateway that broker's log start (ListOffsets EARLIEST), and
     the fetch is answered again: the offsets below it that the archive holds come from the archive."""
-    answer = await _answer_fetch(frame, state, archive, send)
+    answer = await _answer_fetch(frame, state, archive, send, own_send)
     if state.mode != BELOW_LOG_START:
         return answer
     header, body = decode_request(frame)
@@ -121,14 +129,16 @@ async def answer_fetch(frame: bytes, state: GatewayState, archive: Archive, send
                 lost.append(TopicPartition(name, int(part.partition_index)))
     if not lost:
         return answer
-    starts = await _list_offsets(state, lost, EARLIEST, 0, header, send)
+    starts = await _list_offsets(state, lost, EARLIEST, 0, header, own_send or send)
     state.broker_log_start.update(starts)
     if any(asked.get((tp.topic, tp.partition), -1) < start for tp, start in starts.items()):
-        return await _answer_fetch(frame, state, archive, send)
+        return await _answer_fetch(frame, state, archive, send, own_send)
     return answer
 
 
-async def _answer_fetch(frame: bytes, state: GatewayState, archive: Archive, send: Send) -> bytes:
+async def _answer_fetch(
+    frame: bytes, state: GatewayState, archive: Archive, send: Send, own_send: Send | None = None
+) -> bytes:
     header, body = decode_request(frame)
     version = int(header.request_api_version)
     isolation = int(getattr(body, "isolation_level", 0))
@@ -137,6 +147,10 @@ async def _answer_fetch(frame: bytes, state: GatewayState, archive: Archive, sen
         await _learn_unknown_topic_ids(state, [t.topic_id for t in body.topics], header, send)
     served: dict[tuple[int, int], tuple[TopicPartition, ArchivedBatches]] = {}
     failed: dict[tuple[int, int], TopicPartition] = {}
+    # Which partitions the archive may answer, each with its byte limit within the response's (in
+    # request order, as a broker fills a response); their reads then run at once.
+    planned: list[tuple[int, int, TopicPartition, int, int, str | None]] = []
+    left = budget
     for ti, topic in enumerate(body.topics):
         name = topic.topic if version < 13 else state.topic_names.get(topic.topic_id)
         if name is None:
@@ -148,25 +162,29 @@ async def _answer_fetch(frame: bytes, state: GatewayState, archive: Archive, sen
             offset = int(part.fetch_offset)
             if state.mode == BELOW_LOG_START and offset >= state.broker_log_start.get(tp, -1):
                 continue
-            if budget <= 0 and served:
+            if left <= 0 and planned:
                 break
-            limit = max(1, min(int(part.partition_max_bytes), budget))
-            tid = None if topic_id is None else str(topic_id)
-            try:
-                if state.prefetch is not None:
-                    got = await state.prefetch.get(tp, offset, limit, tid)
-                else:
-                    got = await asyncio.to_thread(archive.read_batches, tp, offset, limit, tid)
-            except Exception as exc:  # a storage failure or a damaged object: this partition only
-                log.warning("gateway: archive read of %s at offset %d failed: %s", tp, offset, exc)
-                metrics.GATEWAY_ERRORS.labels(str(API_FETCH), "archive").inc()
-                if state.mode == BELOW_LOG_START:
-                    failed[(ti, pi)] = tp  # the broker no longer has it: a retriable error, never a reset
-                continue
-            if got is None or not got.batches:
-                continue
-            served[(ti, pi)] = (tp, got)
-            budget -= got.size
+            limit = max(1, min(int(part.partition_max_bytes), left))
+            left -= limit
+            planned.append((ti, pi, tp, offset, limit, None if topic_id is None else str(topic_id)))
+    reads = await asyncio.gather(
+        *(
+            _read_archive(state, archive, tp, offset, limit, tid)
+            for _ti, _pi, tp, offset, limit, tid in planned
+        ),
+        return_exceptions=True,
+    )
+    for (ti, pi, tp, offset, _limit, _tid), got in zip(planned, reads, strict=True):
+        if isinstance(got, BaseException):  # a storage failure or a damaged object: this partition only
+            log.warning("gateway: archive read of %s at offset %d failed: %s", tp, offset, got)
+            metrics.GATEWAY_ERRORS.labels(str(API_FETCH), "archive").inc()
+            if state.mode == BELOW_LOG_START:
+                failed[(ti, pi)] = tp  # the broker no longer has it: a retriable error, never a reset
+            continue
+        if got is None or not got.batches:
+            continue
+        served[(ti, pi)] = (tp, got)
+        budget -= got.size
     if not served and not failed and int(getattr(body, "session_epoch", -1)) == -1:
         return await send(frame)  # nothing for the archive, and already sessionless: unchanged
     rest_topics = []
@@ -182,7 +200,9 @@ async def _answer_fetch(frame: bytes, state: GatewayState, archive: Archive, sen
         rest = _sessionless(body, tuple(rest_topics), max(1, budget) if served else None)
         fetched = asyncio.ensure_future(send(encode_request(header, rest)))
     try:
-        broker = await _broker_offsets(state, [tp for tp, _ in served.values()], isolation, header, send)
+        broker = await _broker_offsets(
+            state, [tp for tp, _ in served.values()], isolation, header, own_send or send
+        )
     finally:
         answer = await fetched if fetched is not None else None
     if answer is not None:
@@ -232,6 +252,14 @@ async def _answer_fetch(frame: bytes, state: GatewayState, archive: Archive, sen
     return encode_response(int(header.correlation_id), response)
 
 
+async def _read_archive(
+    state: GatewayState, archive: Archive, tp: TopicPartition, offset: int, limit: int, topic_id: str | None
+) -> ArchivedBatches | None:
+    if state.prefetch is not None:
+        return await state.prefetch.get(tp, offset, limit, topic_id)
+    return await asyncio.to_thread(archive.read_batches, tp, offset, limit, topic_id)
+
+
 def _add_partition(topics: list[Any], module: Any, key_field: str, key_value: Any, part: Any) -> None:
     for i, existing in enumerate(topics):
         if getattr(existing, key_field) == key_value:
@@ -279,19 +307,60 @@ def _sessionless(body: Any, topics: tuple[Any, ...], max_bytes: int | None) -> A
     return replace(body, **{k: v for k, v in values.items() if k in names})
 
 
+BROKER_OFFSETS_TTL_S = 1.0
+
+
 async def _broker_offsets(
     state: GatewayState, tps: list[TopicPartition], isolation: int, header: Any, send: Send
 ) -> dict[TopicPartition, tuple[int, int, int]]:
-    """(high watermark, last stable offset, log start) of each partition, from its broker."""
-    if not tps:
-        return {}
+    """(high watermark, last stable offset, log start) of each partition, from its broker (ListOffsets).
+
+    A consumer reading the archive fetches many times a second, and these only tell it how far
+    behind it is (an archived offset is below all three's earlier values, which only grow): a known
+    value is answered at once, and one older than ``BROKER_OFFSETS_TTL_S`` is refreshed in the
+    background (a broker's ListOffsets answer can take tens of milliseconds, which every archived
+    fetch would otherwise wait for). Only a partition never asked about waits for its broker."""
+    now = time.monotonic()
+    out: dict[TopicPartition, tuple[int, int, int]] = {}
+    unknown, stale = [], []
+    for tp in tps:
+        cached = state.broker_offsets.get((tp, isolation))
+        if cached is None:
+            unknown.append(tp)
+            continue
+        out[tp] = cached[1]
+        if now - cached[0] >= BROKER_OFFSETS_TTL_S and (tp, isolation) not in state.refreshing:
+            stale.append(tp)
+    if stale:
+        state.refreshing.update((tp, isolation) for tp in stale)
+        task = asyncio.ensure_future(_ask_broker_offsets(state, stale, isolation, header, send))
+        task.add_done_callback(lambda t: _refreshed(state, stale, isolation, t))
+    if unknown:
+        out.update(await _ask_broker_offsets(state, unknown, isolation, header, send))
+    return out
+
+
+def _refreshed(
+    state: GatewayState, tps: list[TopicPartition], isolation: int, task: asyncio.Future[Any]
+) -> None:
+    state.refreshing.difference_update((tp, isolation) for tp in tps)
+    if not task.cancelled() and task.exception() is not None:  # the next fetch asks again
+        log.info("gateway: refreshing the brokers' offsets failed: %s", task.exception())
+
+
+async def _ask_broker_offsets(
+    state: GatewayState, tps: list[TopicPartition], isolation: int, header: Any, send: Send
+) -> dict[TopicPartition, tuple[int, int, int]]:
     asks = [(LATEST, 0), (EARLIEST, 0)] + ([(LATEST, 1)] if isolation == 1 else [])
     answers = await asyncio.gather(*(_list_offsets(state, tps, ts, iso, header, send) for ts, iso in asks))
+    now = time.monotonic()
     out = {}
     for tp in tps:
         hw, start = answers[0].get(tp, -1), answers[1].get(tp, -1)
         lso = answers[2].get(tp, -1) if isolation == 1 else hw
         out[tp] = (hw, lso, start)
+        if hw >= 0:
+            state.broker_offsets[(tp, isolation)] = (now, out[tp])
         if start >= 0:
             state.broker_log_start[tp] = start
     return out

@@ -19,6 +19,7 @@ from processor import metrics
 from processor.gateway.archive_answers import (
     Archive,
     GatewayState,
+    Send,
     answer_fetch,
     answer_list_offsets,
     learn_topic_ids,
@@ -57,11 +58,13 @@ class ClientConnection:
         ports: PortMap,
         learned: Callable[[int, str, int], None],
         listeners_ready: Callable[[], Awaitable[None]],
+        own_send: Send | None = None,
     ) -> None:
         self.reader, self.writer = client
         self.upstream = upstream
         self.state, self.archive, self.ports = state, archive, ports
         self.learned, self.listeners_ready = learned, listeners_ready
+        self.own_send = own_send  # the gateway's own connection to this broker (None: this one)
         self._answers: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
 
     async def send(self, request: bytes) -> bytes:
@@ -129,7 +132,7 @@ class ClientConnection:
     async def _answer(self, api_key: int, frame: bytes) -> bytes | None:
         try:
             if api_key == API_FETCH:
-                return await answer_fetch(frame, self.state, self.archive, self.send)
+                return await answer_fetch(frame, self.state, self.archive, self.send, self.own_send)
             if api_key == API_LIST_OFFSETS:
                 return await answer_list_offsets(frame, self.state, self.archive, self.send)
             if api_key == API_API_VERSIONS:

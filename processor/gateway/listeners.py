@@ -18,7 +18,7 @@ from typing import Any
 from processor import metrics
 from processor.config import Settings
 from processor.errors import ConfigError, OffsetNotInRemoteError
-from processor.gateway.archive_answers import Archive, GatewayState
+from processor.gateway.archive_answers import Archive, GatewayState, Send
 from processor.gateway.connection import ClientConnection
 from processor.gateway.prefetch import Prefetcher
 from processor.gateway.rewrite import PortMap
@@ -62,6 +62,10 @@ class Gateway:
     tls_upstream: ssl.SSLContext | None = None
     upstream_addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
     servers: dict[int | None, asyncio.Server] = field(default_factory=dict)
+    # The gateway's own connection to each broker, for its own ListOffsets (so a client's requests
+    # never queue behind them on the client's connection). None: the upstream asks every client to
+    # authenticate (SASL, passed through), so the gateway has no identity of its own there.
+    own_connections: dict[int, Upstream] | None = field(default_factory=dict)
 
     async def start(self) -> None:
         self.servers[None] = await asyncio.start_server(
@@ -95,6 +99,23 @@ class Gateway:
                 failure = exc
         raise ConnectionError(f"no upstream broker reachable ({failure})")
 
+    def own_send(self, node: int | None) -> Send | None:
+        """How the gateway sends its own requests to broker ``node`` (None: on the client's
+        connection)."""
+        if node is None or self.own_connections is None:
+            return None
+        connections = self.own_connections
+
+        async def send(request: bytes) -> bytes:
+            upstream = connections.get(node)
+            if upstream is None or upstream.failed:
+                upstream = connections[node] = await self._upstream(node)
+            answer = upstream.send(request)
+            await upstream.drain()
+            return await answer
+
+        return send
+
     async def _serve(
         self, node: int | None, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
@@ -114,6 +135,7 @@ class Gateway:
                 self.ports,
                 self.learn,
                 self.open_node_listeners,
+                self.own_send(node),
             )
             await conn.run()
         finally:
@@ -122,6 +144,8 @@ class Gateway:
     async def close(self) -> None:
         if self.state.prefetch is not None:
             self.state.prefetch.close()
+        for upstream in (self.own_connections or {}).values():
+            await upstream.close()
         for server in self.servers.values():
             server.close()
         for server in self.servers.values():
@@ -166,6 +190,8 @@ def build_gateway(settings: Settings, reader: RemoteReader) -> Gateway:
     cluster = new_admin(settings.kafka, "processor-gateway").list_topics(timeout=15)
     for node_id, broker in cluster.brokers.items():
         gateway.learn(int(node_id), str(broker.host), int(broker.port))
+    if conn.security.uses_sasl:
+        gateway.own_connections = None
     if settings.gateway_prefetch_bytes > 0:
         gateway.state.prefetch = Prefetcher(gateway.archive.read_batches, settings.gateway_prefetch_bytes)
     gateway.state.served_records_bytes = lambda topic, source, n: metrics.GATEWAY_FETCH_BYTES.labels(

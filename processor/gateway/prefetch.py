@@ -1,16 +1,23 @@
 """Read-ahead for consumers reading the archive sequentially.
 
 A consumer that reads a partition from the archive asks for offset X, then for the offset after the
-batches it got, and so on. After answering X, the gateway starts reading the next range in a thread
-(a ranged GET) and then the one after it (``depth`` ranges ahead per partition), so the consumer's
-next fetch finds its answer ready instead of waiting for S3. Memory is bounded: every read ahead
-reserves its byte limit against ``max_bytes`` for the whole gateway, and nothing is read ahead while
-that is spent; a read ahead nobody asked for within ``ttl_s`` is dropped. A read ahead that fails is
-dropped too: the consumer's own fetch reads again and reports the failure.
+batches it got, and so on. After answering X, the gateway reads on in a thread: ranges of
+``read_bytes`` (one ranged GET each, larger than a fetch's partition limit, since S3 answers a large
+GET about as fast as a small one), up to ``depth`` ranges ahead per partition; a range larger than
+the next fetch may take is split, its remainder kept for the fetch after. So the consumer's next
+fetch finds its answer ready instead of waiting for S3. A fetch the read-ahead has nothing for (the
+first of a consumer, a seek) reads just what it may return, so a cold read stays as fast as before.
+
+Memory is bounded: every range read ahead reserves its byte limit (a kept remainder its size)
+against ``max_bytes`` for the whole gateway, and nothing more is read ahead while that is spent; a
+range nobody asked for within ``ttl_s`` is dropped. Reading ahead starts with a partition's second
+fetch in a row (a fetch at the offset where the previous answer ended): a consumer that seeks to
+read a few records reads nothing more than it asked for. A read ahead that fails is dropped too: the
+consumer's own fetch reads again and reports the failure.
 
 Written here rather than taken from a library: it is a small map of futures keyed by where a
-consumer will ask next, tied to the archive reader's own answer (the next offset is only known
-once the previous range is read).
+consumer will ask next, tied to the archive reader's own answer (the next offset is only known once
+the previous range is read).
 """
 
 from __future__ import annotations
@@ -29,69 +36,114 @@ log = logging.getLogger(__name__)
 
 Key = tuple[TopicPartition, int, str | None]  # partition, offset, topic id
 Read = Callable[[TopicPartition, int, int, str | None], ArchivedBatches | None]
+MiB = 1024 * 1024
+MAX_PARTITIONS_TRACKED = 100_000
 
 
 @dataclass
 class _Ahead:
-    task: asyncio.Task[ArchivedBatches | None]
-    limit: int
-    depth: int  # how far ahead of the consumer's last fetch (1: the next one)
+    task: asyncio.Future[ArchivedBatches | None]
+    reserved: int
     started: float
 
 
 class Prefetcher:
     def __init__(
-        self, read: Read, max_bytes: int = 64 * 1024 * 1024, depth: int = 2, ttl_s: float = 30.0
+        self,
+        read: Read,
+        max_bytes: int = 64 * MiB,
+        depth: int = 3,
+        read_bytes: int = 4 * MiB,
+        ttl_s: float = 30.0,
     ) -> None:
         self.read = read
         self.max_bytes = max_bytes
         self.depth = depth
+        self.read_bytes = read_bytes
         self.ttl_s = ttl_s
         self.reserved = 0
         self._ahead: dict[Key, _Ahead] = {}
+        # where each partition's last answer ended: a fetch there is sequential reading
+        self._next: dict[tuple[TopicPartition, str | None], int] = {}
         self.hits = 0
         self.misses = 0
 
     async def get(
         self, tp: TopicPartition, offset: int, limit: int, topic_id: str | None
     ) -> ArchivedBatches | None:
-        """The archive's answer at ``offset`` (read ahead, or read now), then read ahead after it."""
+        """The archive's answer at ``offset`` within ``limit`` bytes (read ahead, or read now), then
+        read ahead after it."""
         self._expire()
-        ahead = self._ahead.pop((tp, offset, topic_id), None)
+        key = (tp, offset, topic_id)
+        ahead = self._ahead.pop(key, None)
         got: ArchivedBatches | None = None
         if ahead is not None:
-            self.reserved -= ahead.limit
-            if ahead.limit >= limit:
-                try:
-                    got = await ahead.task
-                    self.hits += 1
-                    metrics.GATEWAY_PREFETCH.labels("hit").inc()
-                except Exception as exc:  # read again below, where the failure is reported
-                    log.debug("read ahead of %s at %d failed: %s", tp, offset, exc)
-            else:
-                ahead.task.cancel()
+            self.reserved -= ahead.reserved
+            try:
+                got = await ahead.task
+            except Exception as exc:  # read again below, where the failure is reported
+                log.debug("read ahead of %s at %d failed: %s", tp, offset, exc)
+            if got is not None:
+                self.hits += 1
+                metrics.GATEWAY_PREFETCH.labels("hit").inc()
         if got is None:
             self.misses += 1
             metrics.GATEWAY_PREFETCH.labels("miss").inc()
             got = await asyncio.to_thread(self.read, tp, offset, limit, topic_id)
-        if got is not None and got.batches:
-            self._start(tp, got.next_offset, limit, topic_id, 1)
-        return _trimmed(got, limit)
+        if got is None or not got.batches:
+            return got
+        head, rest = split(got, limit)
+        if rest is not None:
+            self._keep(tp, head.next_offset, topic_id, rest)
+        sequential = ahead is not None or self._next.get((tp, topic_id)) == offset
+        self._next[(tp, topic_id)] = head.next_offset
+        if len(self._next) > MAX_PARTITIONS_TRACKED:
+            self._next.pop(next(iter(self._next)))
+        if sequential:  # a seek (a random read) reads nothing ahead: it would only slow the next one
+            self._extend(tp, head.next_offset, topic_id)
+        return head
 
-    def _start(self, tp: TopicPartition, offset: int, limit: int, topic_id: str | None, depth: int) -> None:
+    def _extend(self, tp: TopicPartition, offset: int, topic_id: str | None) -> None:
+        """Walk the ranges already read ahead from ``offset`` and start the next one, unless
+        ``depth`` ranges are ahead or one is still being read (its completion goes on)."""
+        for depth in range(1, self.depth + 1):
+            ahead = self._ahead.get((tp, offset, topic_id))
+            if ahead is None:
+                self._start(tp, offset, topic_id, depth)
+                return
+            task = ahead.task
+            if not task.done() or task.cancelled() or task.exception() is not None:
+                return
+            result = task.result()
+            if result is None or not result.batches:
+                return
+            offset = result.next_offset
+
+    def _keep(self, tp: TopicPartition, offset: int, topic_id: str | None, rest: ArchivedBatches) -> None:
+        """A range's remainder, ready for the fetch that comes next (if the bound allows)."""
         key = (tp, offset, topic_id)
-        if depth > self.depth or key in self._ahead or self.reserved + limit > self.max_bytes:
+        if key in self._ahead or self.reserved + rest.size > self.max_bytes:
             return
-        task = asyncio.ensure_future(asyncio.to_thread(self.read, tp, offset, limit, topic_id))
-        self._ahead[key] = _Ahead(task, limit, depth, time.monotonic())
-        self.reserved += limit
+        done: asyncio.Future[ArchivedBatches | None] = asyncio.get_running_loop().create_future()
+        done.set_result(rest)
+        self._ahead[key] = _Ahead(done, rest.size, time.monotonic())
+        self.reserved += rest.size
 
-        def chained(done: asyncio.Task[ArchivedBatches | None]) -> None:
+    def _start(self, tp: TopicPartition, offset: int, topic_id: str | None, depth: int) -> None:
+        key = (tp, offset, topic_id)
+        size = self.read_bytes
+        if depth > self.depth or key in self._ahead or self.reserved + size > self.max_bytes:
+            return
+        task = asyncio.ensure_future(asyncio.to_thread(self.read, tp, offset, size, topic_id))
+        self._ahead[key] = _Ahead(task, size, time.monotonic())
+        self.reserved += size
+
+        def chained(done: asyncio.Future[ArchivedBatches | None]) -> None:
             if done.cancelled() or done.exception() is not None:  # read, so never "unretrieved"
                 return
             result = done.result()
             if result is not None and result.batches and key in self._ahead:
-                self._start(tp, result.next_offset, limit, topic_id, depth + 1)
+                self._start(tp, result.next_offset, topic_id, depth + 1)
 
         task.add_done_callback(chained)
 
@@ -100,7 +152,7 @@ class Prefetcher:
         for key, ahead in list(self._ahead.items()):
             if now - ahead.started > self.ttl_s:
                 del self._ahead[key]
-                self.reserved -= ahead.limit
+                self.reserved -= ahead.reserved
                 ahead.task.cancel()
 
     def close(self) -> None:
@@ -110,20 +162,22 @@ class Prefetcher:
         self.reserved = 0
 
 
-def _trimmed(got: ArchivedBatches | None, limit: int) -> ArchivedBatches | None:
-    """At most ``limit`` bytes (whole batches, at least one): a read ahead may have used a larger
-    limit than this fetch allows."""
-    if got is None or got.size <= limit:
-        return got
-    kept: list[memoryview] = []
+def _last_offset(batch: memoryview) -> int:
+    return int.from_bytes(batch[:8], "big", signed=True) + int.from_bytes(batch[23:27], "big", signed=True)
+
+
+def split(got: ArchivedBatches, limit: int) -> tuple[ArchivedBatches, ArchivedBatches | None]:
+    """The whole batches that fit in ``limit`` bytes (at least one), and the rest (None if none)."""
+    if got.size <= limit:
+        return got, None
     size = 0
+    cut = 0
     for batch in got.batches:
-        if kept and size + len(batch) > limit:
+        if cut and size + len(batch) > limit:
             break
-        kept.append(batch)
         size += len(batch)
-    last = kept[-1]
-    next_offset = (
-        int.from_bytes(last[:8], "big", signed=True) + int.from_bytes(last[23:27], "big", signed=True) + 1
-    )
-    return ArchivedBatches(kept, next_offset, size)
+        cut += 1
+    head = ArchivedBatches(got.batches[:cut], _last_offset(got.batches[cut - 1]) + 1, size)
+    if cut == len(got.batches):
+        return head, None
+    return head, ArchivedBatches(got.batches[cut:], got.next_offset, got.size - size)

@@ -55,6 +55,10 @@ class Upstream:
         self._failure: BaseException | None = None
         self._task = asyncio.get_running_loop().create_task(self._read_answers())
 
+    @property
+    def failed(self) -> bool:
+        return self._failure is not None
+
     @classmethod
     async def open(cls, host: str, port: int, tls: ssl.SSLContext | None, timeout_s: float) -> Upstream:
         reader, writer = await asyncio.wait_for(

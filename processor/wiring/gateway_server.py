@@ -8,6 +8,7 @@ and serves health and metrics on the web port.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from processor.wiring.follower import Follower, build_follower, build_reader
 from processor.wiring.startup import check_shared, read_api_token
 
 log = logging.getLogger("processor.gateway")
+ARCHIVE_READ_THREADS = 32
 
 
 @dataclass
@@ -50,6 +52,11 @@ class GatewayServer:
         return cls(settings, follower, reader, build_gateway(settings, reader), web_app)
 
     async def serve(self, stop: asyncio.Event) -> None:
+        # Archive reads run in threads (boto3 blocks): enough of them for every partition of a
+        # fetch and the read-ahead at once (the default pool has min(32, CPUs + 4)).
+        asyncio.get_running_loop().set_default_executor(
+            concurrent.futures.ThreadPoolExecutor(ARCHIVE_READ_THREADS, thread_name_prefix="gateway-read")
+        )
         runner = web.AppRunner(self.web_app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.settings.web_host, self.settings.web_port)

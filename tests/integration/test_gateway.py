@@ -45,6 +45,9 @@ ARCHIVED = 1200  # records offloaded, then the worker stops
 TAIL = 400  # records produced after: only the broker has them
 TXN = "gw-txn"  # transactions: some committed, some aborted, all archived
 META = "__remote_log_metadata_gw"
+# Tansu answers a JoinGroup after half the member's session timeout (librdkafka's default 45 s would
+# make every group join here wait 22 s).
+SESSION_MS = 6000
 PREFIX = "gw"
 
 
@@ -218,6 +221,7 @@ def _consume_confluent(bootstrap: str, group: str, want: int) -> list[Seen]:
         {
             "bootstrap.servers": bootstrap,
             "group.id": group,
+            "session.timeout.ms": SESSION_MS,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 10,
@@ -291,7 +295,7 @@ def test_aiokafka_reads_from_offset_0_across_the_boundary(gateway: RunningGatewa
 
     async def consume() -> list[Seen]:
         consumer = AIOKafkaConsumer(
-            TOPIC, bootstrap_servers=gateway.bootstrap, group_id="gw-aiokafka",
+            TOPIC, bootstrap_servers=gateway.bootstrap, group_id="gw-aiokafka", session_timeout_ms=SESSION_MS,
             auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=10,
         )  # fmt: skip
         await consumer.start()
@@ -322,7 +326,8 @@ def test_kafka_python_reads_from_offset_0_across_the_boundary(gateway: RunningGa
 
     want = sum(len(rs) for rs in gateway.by_partition.values())
     consumer = KafkaConsumer(
-        TOPIC, bootstrap_servers=gateway.bootstrap, group_id="gw-kafka-python",
+        TOPIC, bootstrap_servers=gateway.bootstrap, group_id="gw-kafka-python", session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=1000,
         auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=10,
     )  # fmt: skip
     got: list[Seen] = []
@@ -379,7 +384,8 @@ def test_kcat_reads_from_offset_0_across_the_boundary(gateway: RunningGateway) -
     result = subprocess.run(
         [
             _kcat(), "-b", gateway.bootstrap, "-G", "gw-kcat", TOPIC, "-o", "beginning", "-e", "-q",
-            "-X", "fetch.wait.max.ms=10", "-f", "%p %o %T %K %S\n%k%s",
+            "-X", "fetch.wait.max.ms=10", "-X", f"session.timeout.ms={SESSION_MS}",
+            "-f", "%p %o %T %K %S\n%k%s",
         ],
         capture_output=True, timeout=180, check=False,
     )  # fmt: skip
@@ -455,6 +461,7 @@ def test_a_consumer_goes_on_after_the_gateway_is_killed_mid_read(
     want = sum(len(rs) for rs in gateway.by_partition.values())
     config = {
         "bootstrap.servers": f"127.0.0.1:{port}", "group.id": "gw-killed", "auto.offset.reset": "earliest",
+        "session.timeout.ms": SESSION_MS,
         "enable.auto.commit": False, "fetch.wait.max.ms": 10, "max.partition.fetch.bytes": 16384,
     }  # fmt: skip
     got: list[Seen] = []

@@ -65,16 +65,30 @@ async def _read_sequentially(prefetcher: Prefetcher, start: int, fetches: int, l
 
 def test_a_sequential_reader_finds_its_next_ranges_read_ahead() -> None:
     archive = Archive()
-    prefetcher = Prefetcher(archive.read, max_bytes=10_000, depth=2)
+    prefetcher = Prefetcher(archive.read, max_bytes=10_000, depth=2, read_bytes=500)
     seen = asyncio.run(_read_sequentially(prefetcher, 0, 20, 500))
     assert seen == list(range(0, 20 * 50, 50))
-    assert prefetcher.misses == 1 and prefetcher.hits == 19
+    assert prefetcher.misses == 2 and prefetcher.hits == 18  # reading ahead starts at the second
+
+
+def test_a_seek_reads_nothing_ahead() -> None:
+    archive = Archive()
+    prefetcher = Prefetcher(archive.read, max_bytes=10_000, depth=2, read_bytes=500)
+
+    async def run() -> None:
+        for offset in (1000, 5000, 300, 7000):  # random reads, one fetch each
+            await prefetcher.get(TP, offset, 500, None)
+            await asyncio.sleep(0.01)
+
+    asyncio.run(run())
+    assert archive.reads == [1000, 5000, 300, 7000]
+    prefetcher.close()
     prefetcher.close()
 
 
 def test_read_ahead_stays_within_its_byte_bound() -> None:
     archive = Archive()
-    prefetcher = Prefetcher(archive.read, max_bytes=500, depth=4)  # room for one range ahead
+    prefetcher = Prefetcher(archive.read, max_bytes=500, depth=4, read_bytes=500)  # one range ahead
     asyncio.run(_read_sequentially(prefetcher, 0, 10, 500))
     assert prefetcher.hits >= 1
     prefetcher.close()
@@ -82,30 +96,43 @@ def test_read_ahead_stays_within_its_byte_bound() -> None:
 
 
 def test_a_failed_read_ahead_is_read_again_and_its_failure_reaches_the_consumer() -> None:
-    archive = Archive(fail_at={50})
-    prefetcher = Prefetcher(archive.read, max_bytes=10_000)
+    archive = Archive(fail_at={100})
+    prefetcher = Prefetcher(archive.read, max_bytes=10_000, read_bytes=500)
 
     async def run() -> None:
-        got = await prefetcher.get(TP, 0, 500, None)
-        assert got is not None and got.next_offset == 50
+        await prefetcher.get(TP, 0, 500, None)
+        got = await prefetcher.get(TP, 50, 500, None)  # sequential: 100 is read ahead, and fails
+        assert got is not None and got.next_offset == 100
         await asyncio.sleep(0.05)
-        with pytest.raises(OSError, match="cannot read 50"):
-            await prefetcher.get(TP, 50, 500, None)
+        with pytest.raises(OSError, match="cannot read 100"):
+            await prefetcher.get(TP, 100, 500, None)
 
     asyncio.run(run())
-    assert archive.reads.count(50) == 2  # ahead, then the consumer's own
+    assert archive.reads.count(100) == 2  # ahead, then the consumer's own
     prefetcher.close()
 
 
-def test_a_read_ahead_larger_than_the_next_fetch_allows_is_trimmed_to_whole_batches() -> None:
+def test_a_range_read_ahead_larger_than_a_fetch_is_split_and_its_rest_kept_for_the_next() -> None:
+    """Ranges are read ahead in large GETs; each fetch takes the whole batches its limit allows
+    and the rest waits for the fetch after it, without another read."""
     archive = Archive()
-    prefetcher = Prefetcher(archive.read, max_bytes=10_000)
+    prefetcher = Prefetcher(archive.read, max_bytes=10_000, depth=1, read_bytes=1_000)
 
-    async def run() -> ArchivedBatches | None:
-        await prefetcher.get(TP, 0, 500, None)
+    async def run() -> list[ArchivedBatches | None]:
+        out = [await prefetcher.get(TP, 0, 150, None)]  # a miss: reads just what it may return
+        out.append(await prefetcher.get(TP, 10, 150, None))  # sequential: reading ahead starts
         await asyncio.sleep(0.05)
-        return await prefetcher.get(TP, 50, 150, None)
+        for offset in (20, 30):
+            out.append(await prefetcher.get(TP, offset, 150, None))
+        return out
 
     got = asyncio.run(run())
-    assert got is not None and got.size == 100 and got.next_offset == 60
+    assert [(g.size, g.next_offset) for g in got if g is not None] == [
+        (100, 10),
+        (100, 20),
+        (100, 30),
+        (100, 40),
+    ]
+    assert archive.reads == [0, 10, 20]  # 20..119 in one read ahead, split over the fetches
+    assert prefetcher.hits == 2
     prefetcher.close()
