@@ -109,6 +109,11 @@ class Settings(BaseSettings):
     gateway_node_ids: str = Field(
         default="0-63", pattern=r"^[0-9]{1,10}-[0-9]{1,10}$", description="first-last node id, e.g. 0-63"
     )
+    # TLS towards the gateway's clients: its certificate and key (PEM); with a CA file, clients must
+    # present a certificate it signed (mutual TLS). Unset: plaintext.
+    gateway_tls_certfile: str | None = None
+    gateway_tls_keyfile: str | None = None
+    gateway_tls_client_cafile: str | None = None
     # Bytes the gateway may hold read ahead of sequential archive readers, in total (0: no read-ahead).
     gateway_prefetch_bytes: int = Field(default=64 * MiB, ge=0)
     gateway_archive_reads: str = Field(

@@ -31,6 +31,9 @@ DEFAULTS: dict[str, str] = {
     "worker_id": "host name",
     "follow_topics": "all",
     "gateway_advertised_host": "the gateway host",
+    "gateway_tls_certfile": "plaintext",
+    "gateway_tls_keyfile": "none",
+    "gateway_tls_client_cafile": "none",
     "follow_metadata_partitions": "all",
     "ssl_cafile": "system CAs",
     "worker_urls": "`http://127.0.0.1:$PROCESSOR_WEB_PORT`",
@@ -90,6 +93,11 @@ MEANINGS: dict[str, str] = {
     ),
     "gateway_advertised_host": "`processor gateway`: the host name clients reach it by (in Metadata answers)",
     "gateway_node_ids": "`processor gateway`: the upstream brokers' node ids given a port, `first-last`",
+    "gateway_tls_certfile": "`processor gateway`: its TLS certificate (PEM) towards clients",
+    "gateway_tls_keyfile": "`processor gateway`: the private key (PEM) of `PROCESSOR_GATEWAY_TLS_CERTFILE`",
+    "gateway_tls_client_cafile": (
+        "`processor gateway`: clients must present a certificate this CA (PEM) signed (mutual TLS)"
+    ),
     "gateway_prefetch_bytes": (
         "`processor gateway`: bytes read ahead of consumers reading the archive in order (each "
         "partition up to two ranges ahead), in total; `0`: no read-ahead"

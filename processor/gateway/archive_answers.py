@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 ARCHIVED = "archived"
 BELOW_LOG_START = "below-log-start"
 EARLIEST = -2
+MAX_RESPONSE_BYTES = 57_671_680  # Kafka's default fetch.max.bytes (55 MiB)
 LATEST = -1
 
 
@@ -91,6 +92,9 @@ class GatewayState:
     refreshing: set[tuple[TopicPartition, int]] = field(default_factory=set)  # being asked again
     list_offsets_version: int = 4
     prefetch: Prefetcher | None = None  # read-ahead for sequential consumers (None: off)
+    # SASL passed through: ask the broker, with the client's identity, whether it may read a
+    # partition before the archive answers for it (see _may_read)
+    check_access: bool = False
     served_records_bytes: Callable[[str, str, int], None] = lambda _topic, _source, _n: None
 
 
@@ -104,12 +108,17 @@ def _build(cls: Any, **values: Any) -> Any:
 
 
 async def answer_fetch(
-    frame: bytes, state: GatewayState, archive: Archive, send: Send, own_send: Send | None = None
+    frame: bytes,
+    state: GatewayState,
+    archive: Archive,
+    send: Send,
+    own_send: Send | None = None,
+    access: dict[TopicPartition, float] | None = None,
 ) -> bytes:
     """The answer to a client's Fetch. With ``below-log-start`` reads, a partition the broker answers
     OFFSET_OUT_OF_RANGE for teaches the gateway that broker's log start (ListOffsets EARLIEST), and
     the fetch is answered again: the offsets below it that the archive holds come from the archive."""
-    answer = await _answer_fetch(frame, state, archive, send, own_send)
+    answer = await _answer_fetch(frame, state, archive, send, own_send, access)
     if state.mode != BELOW_LOG_START:
         return answer
     header, body = decode_request(frame)
@@ -132,17 +141,23 @@ async def answer_fetch(
     starts = await _list_offsets(state, lost, EARLIEST, 0, header, own_send or send)
     state.broker_log_start.update(starts)
     if any(asked.get((tp.topic, tp.partition), -1) < start for tp, start in starts.items()):
-        return await _answer_fetch(frame, state, archive, send, own_send)
+        return await _answer_fetch(frame, state, archive, send, own_send, access)
     return answer
 
 
 async def _answer_fetch(
-    frame: bytes, state: GatewayState, archive: Archive, send: Send, own_send: Send | None = None
+    frame: bytes,
+    state: GatewayState,
+    archive: Archive,
+    send: Send,
+    own_send: Send | None = None,
+    access: dict[TopicPartition, float] | None = None,
 ) -> bytes:
     header, body = decode_request(frame)
     version = int(header.request_api_version)
     isolation = int(getattr(body, "isolation_level", 0))
-    budget = int(getattr(body, "max_bytes", 2**31 - 1))
+    # a broker caps a response at its fetch.max.bytes whatever the client asks: so does the gateway
+    budget = min(int(getattr(body, "max_bytes", 2**31 - 1)), MAX_RESPONSE_BYTES)
     if version >= 13:
         await _learn_unknown_topic_ids(state, [t.topic_id for t in body.topics], header, send)
     served: dict[tuple[int, int], tuple[TopicPartition, ArchivedBatches]] = {}
@@ -167,6 +182,15 @@ async def _answer_fetch(
             limit = max(1, min(int(part.partition_max_bytes), left))
             left -= limit
             planned.append((ti, pi, tp, offset, limit, None if topic_id is None else str(topic_id)))
+    if state.check_access and planned:
+        allowed = await _may_read(
+            [(ti, pi, tp) for ti, pi, tp, *_rest in planned],
+            body,
+            header,
+            send,
+            {} if access is None else access,
+        )
+        planned = [p for p in planned if p[2] in allowed]
     reads = await asyncio.gather(
         *(
             _read_archive(state, archive, tp, offset, limit, tid)
@@ -250,6 +274,57 @@ async def _answer_fetch(
         responses=tuple(topics),
     )
     return encode_response(int(header.correlation_id), response)
+
+
+ACCESS_TTL_S = 60.0
+
+
+async def _may_read(
+    parts: list[tuple[int, int, TopicPartition]],
+    body: Any,
+    header: Any,
+    send: Send,
+    access: dict[TopicPartition, float],
+) -> set[TopicPartition]:
+    """The partitions this client may read, asked of its broker with its own identity (SASL passed
+    through): the archive answers only what the broker would let it fetch. One Fetch of the partitions
+    not known yet on this connection (one byte each, no wait): a partition the broker answers with an
+    authorization error is left to the broker, whose answer the client gets. Known for
+    ``ACCESS_TTL_S`` on this connection (a revoked ACL counts from the next check)."""
+    now = time.monotonic()
+    allowed = {tp for _ti, _pi, tp in parts if access.get(tp, 0.0) > now}
+    ask = [(ti, pi, tp) for ti, pi, tp in parts if tp not in allowed]
+    if not ask:
+        return allowed
+    topics = []
+    for ti in dict.fromkeys(ti for ti, _pi, _tp in ask):
+        topic = body.topics[ti]
+        wanted = {pi for t, pi, _tp in ask if t == ti}
+        partitions = tuple(
+            replace(p, partition_max_bytes=1) for pi, p in enumerate(topic.partitions) if pi in wanted
+        )
+        topics.append(replace(topic, partitions=partitions))
+    probe = _sessionless(body, tuple(topics), 1)
+    probe = replace(probe, min_bytes=0, max_wait=datetime.timedelta(0))
+    version = int(header.request_api_version)
+    _corr, answer = decode_response(API_FETCH, version, await send(encode_request(header, probe)))
+    refused = {ErrorCode.topic_authorization_failed, ErrorCode.cluster_authorization_failed}
+    for topic in answer.responses:
+        for part in topic.partitions:
+            key = topic.topic if version < 13 else topic.topic_id
+            match = [
+                tp
+                for ti, pi, tp in ask
+                if _topic_key(body.topics[ti], version) == key and tp.partition == int(part.partition_index)
+            ]
+            if match and part.error_code not in refused:
+                access[match[0]] = now + ACCESS_TTL_S
+                allowed.add(match[0])
+    return allowed
+
+
+def _topic_key(topic: Any, version: int) -> Any:
+    return topic.topic if version < 13 else topic.topic_id
 
 
 async def _read_archive(

@@ -1,5 +1,6 @@
 """One client connection: its requests read in order, answered in order, at most ``MAX_IN_FLIGHT``
-at a time (the reader waits, so one client's memory is bounded by its in-flight frames).
+at a time and ``MAX_REQUEST_BYTES`` of requests (the reader waits, so one client's memory is bounded
+by its in-flight frames; answers are bounded by the Fetch limits).
 
 Each request is handled by API: the ones the gateway changes (ApiVersions, Metadata,
 FindCoordinator, DescribeCluster, Fetch, ListOffsets) through :mod:`processor.gateway.rewrite` and
@@ -11,6 +12,7 @@ A frame the gateway cannot handle, or an upstream that fails, closes this connec
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -40,10 +42,12 @@ from processor.gateway.protocol import (
 )
 from processor.gateway.rewrite import PortMap, cap_api_versions, rewrite_addresses
 from processor.gateway.upstream import Upstream, read_frame
+from processor.metadata.model import TopicPartition
 
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 16
+MAX_REQUEST_BYTES = 128 * 1024 * 1024  # request bytes one connection may have in flight
 _ADDRESSES = (API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER)
 API_PRODUCE = 0
 
@@ -65,7 +69,9 @@ class ClientConnection:
         self.state, self.archive, self.ports = state, archive, ports
         self.learned, self.listeners_ready = learned, listeners_ready
         self.own_send = own_send  # the gateway's own connection to this broker (None: this one)
+        self.access: dict[TopicPartition, float] = {}  # partitions this client may read, until when
         self._answers: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        self._held: collections.deque[tuple[asyncio.Task[bytes | None], int]] = collections.deque()
 
     async def send(self, request: bytes) -> bytes:
         answer = self.upstream.send(request)
@@ -81,7 +87,9 @@ class ClientConnection:
                     break
                 head = request_head(frame)
                 metrics.GATEWAY_REQUESTS.labels(str(head.api_key)).inc()
+                await self._within_request_bytes(len(frame))
                 task = asyncio.create_task(self._answer(head.api_key, frame))
+                self._held.append((task, len(frame)))
                 if not await self._queue(task, writer_task):
                     task.cancel()
                     break
@@ -99,6 +107,17 @@ class ClientConnection:
             self.writer.close()
             with contextlib.suppress(OSError):
                 await self.writer.wait_closed()
+
+    async def _within_request_bytes(self, size: int) -> None:
+        """Wait until the requests still being answered hold at most MAX_REQUEST_BYTES with this one
+        (the oldest finish first): one client's requests cannot take more of the gateway's memory."""
+        while self._held and (
+            self._held[0][0].done() or sum(n for _t, n in self._held) + size > MAX_REQUEST_BYTES
+        ):
+            oldest, _n = self._held[0]
+            if not oldest.done():
+                await asyncio.wait([oldest])
+            self._held.popleft()
 
     async def _queue(self, task: asyncio.Task[bytes | None] | None, writer_task: asyncio.Task[None]) -> bool:
         """Queue an answer for the writer (waiting while MAX_IN_FLIGHT are queued); False if the
@@ -132,7 +151,9 @@ class ClientConnection:
     async def _answer(self, api_key: int, frame: bytes) -> bytes | None:
         try:
             if api_key == API_FETCH:
-                return await answer_fetch(frame, self.state, self.archive, self.send, self.own_send)
+                return await answer_fetch(
+                    frame, self.state, self.archive, self.send, self.own_send, self.access
+                )
             if api_key == API_LIST_OFFSETS:
                 return await answer_list_offsets(frame, self.state, self.archive, self.send)
             if api_key == API_API_VERSIONS:

@@ -66,10 +66,15 @@ class Gateway:
     # never queue behind them on the client's connection). None: the upstream asks every client to
     # authenticate (SASL, passed through), so the gateway has no identity of its own there.
     own_connections: dict[int, Upstream] | None = field(default_factory=dict)
+    tls_clients: ssl.SSLContext | None = None  # TLS towards clients (None: plaintext)
 
     async def start(self) -> None:
         self.servers[None] = await asyncio.start_server(
-            functools.partial(self._serve, None), self.bind_host, self.ports.port, limit=1 << 20
+            functools.partial(self._serve, None),
+            self.bind_host,
+            self.ports.port,
+            limit=1 << 20,
+            ssl=self.tls_clients,
         )
         await self.open_node_listeners()
 
@@ -85,7 +90,11 @@ class Gateway:
                 log.error("broker %d: node id outside PROCESSOR_GATEWAY_NODE_IDS, not served", node)
                 continue
             self.servers[node] = await asyncio.start_server(
-                functools.partial(self._serve, node), self.bind_host, port, limit=1 << 20
+                functools.partial(self._serve, node),
+                self.bind_host,
+                port,
+                limit=1 << 20,
+                ssl=self.tls_clients,
             )
             log.info("gateway: broker %d on port %d", node, port)
 
@@ -171,6 +180,32 @@ def gateway_ports(settings: Settings) -> PortMap:
     return PortMap(advertised, settings.gateway_port, int(first), int(last))
 
 
+def client_tls(settings: Settings) -> ssl.SSLContext | None:
+    """The TLS context of the gateway's listeners (None: plaintext); ConfigError naming the setting
+    when a file is missing or does not load."""
+    cert, key, cafile = (
+        settings.gateway_tls_certfile,
+        settings.gateway_tls_keyfile,
+        settings.gateway_tls_client_cafile,
+    )
+    if cert is None and key is None and cafile is None:
+        return None
+    if cert is None or key is None:
+        raise ConfigError(
+            "PROCESSOR_GATEWAY_TLS_CERTFILE and PROCESSOR_GATEWAY_TLS_KEYFILE go together (TLS towards "
+            "clients needs both)"
+        )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+        if cafile is not None:
+            context.load_verify_locations(cafile)
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"PROCESSOR_GATEWAY_TLS_*: cannot load the gateway's TLS files: {exc}") from None
+    return context
+
+
 def build_gateway(settings: Settings, reader: RemoteReader) -> Gateway:
     """The gateway's listeners, told every broker of the upstream cluster (a Metadata request)."""
     conn = connection(settings.kafka)
@@ -192,6 +227,8 @@ def build_gateway(settings: Settings, reader: RemoteReader) -> Gateway:
         gateway.learn(int(node_id), str(broker.host), int(broker.port))
     if conn.security.uses_sasl:
         gateway.own_connections = None
+        gateway.state.check_access = True
+    gateway.tls_clients = client_tls(settings)
     if settings.gateway_prefetch_bytes > 0:
         gateway.state.prefetch = Prefetcher(gateway.archive.read_batches, settings.gateway_prefetch_bytes)
     gateway.state.served_records_bytes = lambda topic, source, n: metrics.GATEWAY_FETCH_BYTES.labels(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from processor.config import Settings
-from processor.gateway.listeners import Gateway, build_gateway, gateway_ports
+from processor.gateway.listeners import Gateway, build_gateway, client_tls, gateway_ports
 from processor.reader.remote_reader import RemoteReader
 from processor.web.servers import follower_web_app
 from processor.wiring.follower import Follower, build_follower, build_reader
@@ -36,6 +36,7 @@ class GatewayServer:
     @classmethod
     def build(cls, settings: Settings) -> GatewayServer:
         gateway_ports(settings)  # a setting clients could not use fails before anything connects
+        client_tls(settings)
         token = read_api_token(settings)
         started = check_shared(settings)
         settings.data_dir.mkdir(parents=True, exist_ok=True)

@@ -245,3 +245,74 @@ def test_mutual_tls_without_a_client_certificate_exits_3(secured_stack: StackInf
     done = _segments_in_a_child(env)
     assert done.returncode == 3, done.stderr
     assert secured.mtls.bootstrap_servers in done.stderr and "SSL" in done.stderr
+
+
+def test_the_gateway_serves_the_archive_over_tls_with_sasl_passed_through(
+    sasl_ssl_archive: dict[str, str], secured_stack: StackInfo, tmp_path: Path
+) -> None:
+    """`processor gateway` in front of the SASL_SSL listener: TLS towards the brokers from the Kafka
+    security settings, TLS towards clients from its own certificate, and the client's SASL login
+    passed through to the brokers. A confluent-kafka consumer group reads every archived record from
+    offset 0, the archived ones from the archive."""
+    from confluent_kafka import Consumer
+
+    from processor.kafka_clients import consumer_config
+    from processor.kafka_security import KafkaSecurity
+
+    secured = secured_stack.secured
+    assert secured is not None
+    port, web = free_port(), free_port()
+    env = {
+        **sasl_ssl_archive,
+        "PROCESSOR_DATA_DIR": str(tmp_path / "gateway"),
+        "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
+        "PROCESSOR_GATEWAY_PORT": str(port),
+        "PROCESSOR_GATEWAY_NODE_IDS": "100-127",  # Tansu's node id is 111
+        "PROCESSOR_GATEWAY_ARCHIVE_READS": "archived",
+        "PROCESSOR_GATEWAY_TLS_CERTFILE": secured.pki.broker_cert,  # valid for 127.0.0.1
+        "PROCESSOR_GATEWAY_TLS_KEYFILE": secured.pki.broker_key,
+        "PROCESSOR_WEB_HOST": "127.0.0.1",
+        "PROCESSOR_WEB_PORT": str(web),
+    }
+    with (tmp_path / "gateway.log").open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "processor", "gateway"], env=env, stdout=out, stderr=out
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while _get(f"http://127.0.0.1:{web}/readyz")[0] != 200:
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "gateway.log").read_text()
+            time.sleep(0.2)
+        client = KafkaConnection(f"127.0.0.1:{port}", KafkaSecurity.from_env(secured.sasl_ssl_env()))
+        consumer = Consumer(
+            consumer_config(
+                client, "gw-secured",
+                **{"group.id": "gw-secured", "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                   "session.timeout.ms": 6000, "fetch.wait.max.ms": 10},
+            )
+        )  # fmt: skip
+        consumer.subscribe([TOPIC])
+        seen: Counter[int] = Counter()
+        offsets: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+        try:
+            while sum(seen.values()) < RECORDS and time.monotonic() < deadline + 60:
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                assert msg.error() is None, msg.error()
+                seen[msg.partition() or 0] += 1
+                offsets[msg.partition() or 0].append(msg.offset() or 0)
+            consumer.commit(asynchronous=False)
+        finally:
+            consumer.close()
+        assert sum(seen.values()) == RECORDS
+        assert all(got == list(range(len(got))) for got in offsets.values())
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{web}/metrics", timeout=10).read().decode()
+        served = [
+            line for line in metrics.splitlines()
+            if line.startswith("processor_gateway_fetch_bytes_total{") and f'topic="{TOPIC}"' in line
+        ]  # fmt: skip
+        assert served and float(served[0].rsplit(" ", 1)[1]) > 0, "nothing came from the archive"
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -250,3 +251,90 @@ def test_list_offsets_earliest_and_by_time_answer_from_the_archive_below_the_bro
         found = got.topics[0].partitions[0]
         assert corr == 3
         assert (int(found.offset), int(found.timestamp)) == ((0, -1) if part.timestamp == -2 else (40, 1_005))
+
+
+def test_the_gateways_tls_settings_are_checked_before_anything_listens(tmp_path: Path) -> None:
+    from processor.config import load_settings
+    from processor.errors import ConfigError
+    from processor.gateway.listeners import client_tls, gateway_ports
+
+    base = {"PROCESSOR_GATEWAY_HOST": "127.0.0.1"}
+    assert client_tls(load_settings(base)) is None
+    with pytest.raises(ConfigError, match="go together"):
+        client_tls(load_settings({**base, "PROCESSOR_GATEWAY_TLS_CERTFILE": str(tmp_path / "c.pem")}))
+    with pytest.raises(ConfigError, match="cannot load"):
+        client_tls(
+            load_settings(
+                {
+                    **base,
+                    "PROCESSOR_GATEWAY_TLS_CERTFILE": str(tmp_path / "missing.pem"),
+                    "PROCESSOR_GATEWAY_TLS_KEYFILE": str(tmp_path / "missing-key.pem"),
+                }
+            )
+        )
+    with pytest.raises(ConfigError, match="PROCESSOR_GATEWAY_ADVERTISED_HOST"):
+        gateway_ports(load_settings({"PROCESSOR_GATEWAY_HOST": "0.0.0.0"}))
+    with pytest.raises(ConfigError, match="PROCESSOR_GATEWAY_NODE_IDS"):
+        gateway_ports(load_settings({**base, "PROCESSOR_GATEWAY_NODE_IDS": "5-2000"}))
+    ports = gateway_ports(load_settings({**base, "PROCESSOR_GATEWAY_NODE_IDS": "100-127"}))
+    assert (ports.node_port(99), ports.node_port(100), ports.node_port(127)) == (None, 19093, 19120)
+
+
+class ScriptedBroker:
+    """A broker answering every Fetch of partition orders-0 with one error code and no records."""
+
+    def __init__(self, version: int, error: ErrorCode) -> None:
+        self.version, self.error = version, error
+        self.fetches: list[int] = []  # the min_bytes of each Fetch it got
+
+    async def __call__(self, request: bytes) -> bytes:
+        head = request_head(request)
+        _header, asked = decode_request(request)
+        if head.api_key == API_FETCH:
+            self.fetches.append(int(asked.min_bytes))
+            schema = response_schema(API_FETCH, self.version)
+            m = _module(schema)
+            part = m.PartitionData(
+                partition_index=0, error_code=self.error, high_watermark=10,
+                aborted_transactions=None, records=None,
+            )  # fmt: skip
+            body = schema(
+                throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, session_id=0,
+                responses=(m.FetchableTopicResponse(topic="orders", partitions=(part,)),),
+            )  # fmt: skip
+            return encode_response(head.correlation_id, body)
+        return await TruncatedBroker(self.version)(request)
+
+
+def _archive_with_one_batch() -> Archive:
+    return Archive(
+        lambda tp, o, n, t: ArchivedBatches([memoryview(BATCH)], o + 1, len(BATCH)),
+        lambda tp: 0,
+        lambda tp, ts: None,
+    )
+
+
+def test_with_sasl_passed_through_a_client_the_broker_refuses_gets_nothing_from_the_archive() -> None:
+    """The archive is read with the gateway's credentials; a client's own may not allow the topic.
+    The broker is asked with the client's identity first, and its refusal is what the client gets."""
+    broker = ScriptedBroker(12, ErrorCode.topic_authorization_failed)
+    state = GatewayState("archived", check_access=True)
+    answer = asyncio.run(
+        answer_fetch(_fetch_request(12, 5), state, _archive_with_one_batch(), broker, None, {})
+    )
+    _corr, body = decode_response(API_FETCH, 12, answer)
+    part = body.responses[0].partitions[0]
+    assert part.error_code == ErrorCode.topic_authorization_failed and part.records is None
+
+
+def test_an_allowed_client_is_asked_about_once_per_connection() -> None:
+    broker = ScriptedBroker(12, ErrorCode.none)
+    state = GatewayState("archived", check_access=True)
+    access: dict[TopicPartition, float] = {}
+    for _ in range(3):
+        answer = asyncio.run(
+            answer_fetch(_fetch_request(12, 5), state, _archive_with_one_batch(), broker, None, access)
+        )
+        _corr, body = decode_response(API_FETCH, 12, answer)
+        assert body.responses[0].partitions[0].records == BATCH
+    assert broker.fetches == [0]  # one probe (min_bytes 0: no wait), then the connection knows
