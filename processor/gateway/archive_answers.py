@@ -289,7 +289,8 @@ async def _may_read(
     """The partitions this client may read, asked of its broker with its own identity (SASL passed
     through): the archive answers only what the broker would let it fetch. One Fetch of the partitions
     not known yet on this connection (one byte each, no wait): a partition the broker answers with an
-    authorization error is left to the broker, whose answer the client gets. Known for
+    authorization error (for it, or for the whole request) is left to the broker, whose answer the
+    client gets. Known for
     ``ACCESS_TTL_S`` on this connection (a revoked ACL counts from the next check)."""
     now = time.monotonic()
     allowed = {tp for _ti, _pi, tp in parts if access.get(tp, 0.0) > now}
@@ -308,18 +309,26 @@ async def _may_read(
     probe = replace(probe, min_bytes=0, max_wait=datetime.timedelta(0))
     version = int(header.request_api_version)
     _corr, answer = decode_response(API_FETCH, version, await send(encode_request(header, probe)))
-    refused = {ErrorCode.topic_authorization_failed, ErrorCode.cluster_authorization_failed}
+    refusals = {ErrorCode.topic_authorization_failed, ErrorCode.cluster_authorization_failed}
+    refused: set[TopicPartition] = set()
+    if answer.error_code in refusals:
+        refused = {tp for _ti, _pi, tp in ask}
     for topic in answer.responses:
+        key = _topic_key(topic, version)
         for part in topic.partitions:
-            key = topic.topic if version < 13 else topic.topic_id
-            match = [
-                tp
-                for ti, pi, tp in ask
-                if _topic_key(body.topics[ti], version) == key and tp.partition == int(part.partition_index)
-            ]
-            if match and part.error_code not in refused:
-                access[match[0]] = now + ACCESS_TTL_S
-                allowed.add(match[0])
+            if part.error_code in refusals:
+                refused |= {
+                    tp
+                    for ti, _pi, tp in ask
+                    if _topic_key(body.topics[ti], version) == key
+                    and tp.partition == int(part.partition_index)
+                }
+    # Only an explicit refusal denies: a broker may leave out of its answer a partition it has
+    # nothing for (Tansu does), and Kafka names every partition it refuses.
+    for _ti, _pi, tp in ask:
+        if tp not in refused:
+            access[tp] = now + ACCESS_TTL_S
+            allowed.add(tp)
     return allowed
 
 

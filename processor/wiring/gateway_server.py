@@ -76,6 +76,11 @@ class GatewayServer:
             await runner.cleanup()
 
     def run(self) -> int:
+        # The metadata first: a gateway that listened before its follower caught up would leave
+        # archived offsets to the brokers, which (below their log start) answer OFFSET_OUT_OF_RANGE,
+        # and a client resets past the archive.
+        log.info("gateway: reading the metadata topic before listening")
+        self.follower.materializer.catch_up()
         self.follower.materializer.start()
         try:
             asyncio.run(self.serve(asyncio.Event()))

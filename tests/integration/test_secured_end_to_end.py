@@ -302,7 +302,7 @@ def test_the_gateway_serves_the_archive_over_tls_with_sasl_passed_through(
                 assert msg.error() is None, msg.error()
                 seen[msg.partition() or 0] += 1
                 offsets[msg.partition() or 0].append(msg.offset() or 0)
-            consumer.commit(asynchronous=False)
+                consumer.commit(message=msg, asynchronous=False)  # through the gateway too
         finally:
             consumer.close()
         assert sum(seen.values()) == RECORDS
