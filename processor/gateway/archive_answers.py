@@ -206,6 +206,17 @@ async def _answer_fetch(
                 failed[(ti, pi)] = tp  # the broker no longer has it: a retriable error, never a reset
             continue
         if got is None or not got.batches:
+            if state.mode == BELOW_LOG_START and await _archive_should_hold(archive, tp, offset):
+                # below the broker's log start and not below the archive's: the follower has not
+                # applied it yet (or coverage has a gap). The broker would answer OFFSET_OUT_OF_RANGE
+                # and the client would reset past the archive; a retriable error keeps it here.
+                log.warning(
+                    "gateway: %s offset %d is below the broker's log start, not yet in the archive",
+                    tp,
+                    offset,
+                )
+                metrics.GATEWAY_ERRORS.labels(str(API_FETCH), "not_in_archive_yet").inc()
+                failed[(ti, pi)] = tp
             continue
         served[(ti, pi)] = (tp, got)
         budget -= got.size
@@ -277,6 +288,11 @@ async def _answer_fetch(
 
 
 ACCESS_TTL_S = 60.0
+
+
+async def _archive_should_hold(archive: Archive, tp: TopicPartition, offset: int) -> bool:
+    first = await asyncio.to_thread(archive.first_offset, tp)
+    return first is not None and offset >= first
 
 
 async def _may_read(

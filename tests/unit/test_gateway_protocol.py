@@ -338,3 +338,20 @@ def test_an_allowed_client_is_asked_about_once_per_connection() -> None:
         _corr, body = decode_response(API_FETCH, 12, answer)
         assert body.responses[0].partitions[0].records == BATCH
     assert broker.fetches == [0]  # one probe (min_bytes 0: no wait), then the connection knows
+
+
+def test_below_the_log_start_an_offset_the_archive_should_hold_but_does_not_yet_is_retried() -> None:
+    """The archive starts at 0 but its follower has not applied offset 5 yet: OFFSET_OUT_OF_RANGE
+    would make the client reset past the archive; it gets a retriable KAFKA_STORAGE_ERROR instead.
+    Below the archive's own start, the broker's OFFSET_OUT_OF_RANGE stands (nothing holds it)."""
+    version = 12
+    state = GatewayState(BELOW_LOG_START)
+    state.broker_log_start[TopicPartition("orders", 0)] = 100
+    lagging = Archive(lambda *a: None, lambda tp: 0, lambda tp, ts: None)
+    answer = asyncio.run(answer_fetch(_fetch_request(version, 5), state, lagging, TruncatedBroker(version)))
+    part = decode_response(API_FETCH, version, answer)[1].responses[0].partitions[0]
+    assert part.error_code == ErrorCode.kafka_storage_error
+    deleted = Archive(lambda *a: None, lambda tp: 50, lambda tp, ts: None)  # retention removed 0..49
+    answer = asyncio.run(answer_fetch(_fetch_request(version, 5), state, deleted, TruncatedBroker(version)))
+    part = decode_response(API_FETCH, version, answer)[1].responses[0].partitions[0]
+    assert part.error_code == ErrorCode.offset_out_of_range
