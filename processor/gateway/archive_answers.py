@@ -126,13 +126,13 @@ async def answer_fetch(
     _corr, response = decode_response(API_FETCH, version, answer)
     asked = {}
     for topic in body.topics:
-        name = topic.topic if version < 13 else state.topic_names.get(topic.topic_id)
+        name = _topic_name(state, topic, version)
         for part in topic.partitions:
             if name is not None:
                 asked[(name, int(part.partition))] = int(part.fetch_offset)
     lost = []
     for topic in response.responses:
-        name = topic.topic if version < 13 else state.topic_names.get(topic.topic_id)
+        name = _topic_name(state, topic, version)
         for part in topic.partitions:
             if name is not None and part.error_code == ErrorCode.offset_out_of_range:
                 lost.append(TopicPartition(name, int(part.partition_index)))
@@ -167,7 +167,7 @@ async def _answer_fetch(
     planned: list[tuple[int, int, TopicPartition, int, int, str | None]] = []
     left = budget
     for ti, topic in enumerate(body.topics):
-        name = topic.topic if version < 13 else state.topic_names.get(topic.topic_id)
+        name = _topic_name(state, topic, version)
         if name is None:
             continue
         # the topic id the brokers know the topic by: a re-created topic's archive is another's
@@ -349,7 +349,13 @@ async def _may_read(
 
 
 def _topic_key(topic: Any, version: int) -> Any:
+    """How a Fetch names a topic: by name, or from version 13 by topic id."""
     return topic.topic if version < 13 else topic.topic_id
+
+
+def _topic_name(state: GatewayState, topic: Any, version: int) -> str | None:
+    """The name of a Fetch request's or response's topic (None: an id no Metadata answer named)."""
+    return str(topic.topic) if version < 13 else state.topic_names.get(topic.topic_id)
 
 
 async def _read_archive(

@@ -38,6 +38,7 @@ from processor.gateway.protocol import (
     decode_response,
     encode_response,
     framed,
+    produce_acks,
     request_head,
 )
 from processor.gateway.rewrite import PortMap, cap_api_versions, rewrite_addresses
@@ -160,7 +161,7 @@ class ClientConnection:
                 return await self._api_versions(frame)
             if api_key in _ADDRESSES:
                 return await self._addresses(api_key, frame)
-            if api_key == API_PRODUCE and _acks(frame) == 0:
+            if api_key == API_PRODUCE and produce_acks(frame) == 0:
                 self.upstream.send_unanswered(frame)
                 await self.upstream.drain()
                 return None
@@ -193,12 +194,3 @@ class ClientConnection:
         body = rewrite_addresses(api_key, body, self.ports, self.learned)
         await self.listeners_ready()
         return encode_response(corr, body)
-
-
-def _acks(frame: bytes) -> int | None:
-    """A Produce request's acks (None if it cannot be read: then an answer is awaited)."""
-    try:
-        _header, body = decode_request(frame)
-    except ProtocolError:
-        return None
-    return int(body.acks)

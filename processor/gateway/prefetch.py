@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from processor import metrics
 from processor.metadata.model import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
+from processor.segment.entries_v2 import batch_last_offset
 
 log = logging.getLogger(__name__)
 
@@ -162,10 +163,6 @@ class Prefetcher:
         self.reserved = 0
 
 
-def _last_offset(batch: memoryview) -> int:
-    return int.from_bytes(batch[:8], "big", signed=True) + int.from_bytes(batch[23:27], "big", signed=True)
-
-
 def split(got: ArchivedBatches, limit: int) -> tuple[ArchivedBatches, ArchivedBatches | None]:
     """The whole batches that fit in ``limit`` bytes (at least one), and the rest (None if none)."""
     if got.size <= limit:
@@ -177,7 +174,7 @@ def split(got: ArchivedBatches, limit: int) -> tuple[ArchivedBatches, ArchivedBa
             break
         size += len(batch)
         cut += 1
-    head = ArchivedBatches(got.batches[:cut], _last_offset(got.batches[cut - 1]) + 1, size)
+    head = ArchivedBatches(got.batches[:cut], batch_last_offset(got.batches[cut - 1]) + 1, size)
     if cut == len(got.batches):
         return head, None
     return head, ArchivedBatches(got.batches[cut:], got.next_offset, got.size - size)

@@ -132,6 +132,33 @@ def encode_response(correlation_id: int, body: Any) -> bytes:
     return buf.getvalue()
 
 
+def produce_acks(frame: bytes | memoryview) -> int | None:
+    """A Produce request's ``acks`` without decoding its records (None: not readable, so an answer
+    is awaited). After the header (read by its schema): v3+ ``transactional_id`` (int16 length, -1
+    null; v9+ flexible: uvarint length + 1, 0 null), then ``int16 acks``."""
+    head = request_head(frame)
+    try:
+        schema = load_request_schema(0, head.api_version)
+        _header, pos = entity_reader(schema.__header_schema__)(frame, 0)
+        if head.api_version >= 9:
+            length, shift = 0, 0
+            while True:
+                byte = frame[pos]
+                pos += 1
+                length |= (byte & 0x7F) << shift
+                shift += 7
+                if not byte & 0x80:
+                    break
+            pos += max(length - 1, 0)
+        elif head.api_version >= 3:
+            (length,) = struct.unpack_from(">h", frame, pos)
+            pos += 2 + max(length, 0)
+        (acks,) = struct.unpack_from(">h", frame, pos)
+    except Exception:  # kio lacks the version, or the bytes end early: an answer is awaited
+        return None
+    return int(acks)
+
+
 def response_schema(api_key: int, api_version: int) -> Any:
     return load_response_schema(api_key, api_version)
 

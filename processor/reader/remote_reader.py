@@ -33,7 +33,7 @@ from processor.reader.segment_blocks import check_block, fetch_index
 from processor.segment.block_header import BLOCK_FORMAT_V2
 from processor.segment.blocks import block_payload, decode_block
 from processor.segment.blocks_v2 import block_batches
-from processor.segment.entries_v2 import check_batch_crc
+from processor.segment.entries_v2 import batch_last_offset, check_batch_crc
 from processor.segment.index_format import SegmentIndex
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.records import KafkaRecord
@@ -204,8 +204,7 @@ class RemoteReader:
                     str(exc), object_key=segment.data_object_key, segment=str(segment.segment_id)
                 ) from exc
             for batch in batches:
-                base = int.from_bytes(batch[:8], "big", signed=True)
-                batch_last = base + int.from_bytes(batch[23:27], "big", signed=True)
+                batch_last = batch_last_offset(batch)
                 if batch_last < out.next_offset:
                     continue
                 if out.batches and out.size + len(batch) > max_bytes:

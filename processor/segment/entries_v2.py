@@ -89,6 +89,11 @@ class BatchHeader:
         return self.attributes & ATTR_CODEC_MASK
 
 
+def batch_last_offset(batch: bytes | bytearray | memoryview) -> int:
+    """The last offset of a record batch whose framing was checked: baseOffset + lastOffsetDelta."""
+    return int.from_bytes(batch[:8], "big", signed=True) + int.from_bytes(batch[23:27], "big", signed=True)
+
+
 def parse_batch_header(data: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     if len(data) - pos < BATCH_HEADER_LEN:
         raise FormatError(f"record batch header at byte {pos} is truncated")

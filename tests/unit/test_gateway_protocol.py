@@ -355,3 +355,31 @@ def test_below_the_log_start_an_offset_the_archive_should_hold_but_does_not_yet_
     answer = asyncio.run(answer_fetch(_fetch_request(version, 5), state, deleted, TruncatedBroker(version)))
     part = decode_response(API_FETCH, version, answer)[1].responses[0].partitions[0]
     assert part.error_code == ErrorCode.offset_out_of_range
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    version=st.integers(3, 9),
+    acks=st.sampled_from([-1, 0, 1]),
+    transactional_id=st.one_of(st.none(), st.text(max_size=300)),
+)
+def test_produce_acks_are_read_without_decoding_the_records(
+    version: int, acks: int, transactional_id: str | None
+) -> None:
+    """The gateway reads a Produce request's acks from its first bytes (acks=0 gets no answer);
+    the same value kio's full decode gives."""
+    from processor.gateway.protocol import produce_acks
+
+    schema = request_schema(0, version)
+    m = _module(schema)
+    partition = m.PartitionProduceData(index=0, records=b"x" * 70)
+    body = _build_any(
+        schema, transactional_id=transactional_id, acks=acks, timeout=datetime.timedelta(seconds=30),
+        topic_data=(m.TopicProduceData(name="orders", partition_data=(partition,)),),
+    )  # fmt: skip
+    head = schema.__header_schema__(
+        request_api_key=0, request_api_version=version, correlation_id=1, client_id="c"
+    )
+    frame = encode_request(head, body)
+    assert produce_acks(frame) == int(decode_request(frame)[1].acks) == acks
+    assert produce_acks(frame[:10]) is None
