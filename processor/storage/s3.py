@@ -51,6 +51,23 @@ log = logging.getLogger(__name__)
 
 MIN_PART_SIZE = 5 * 1024 * 1024
 
+# Every object is labelled with S3's own default type for bytes. S3-compatible stores guess from an
+# unlabelled (or "application/octet-stream") body whether to compress it: SeaweedFS gzips each 4 MiB
+# chunk of compressible data (uncompressed records) and then inflates a whole chunk for every ranged
+# read of it. Measured on SeaweedFS 4.48: 1 MiB ranged reads of text-like objects p50 62 ms and p90
+# 116 ms unlabelled, 7.4 ms and 9.9 ms labelled so; that was the slow tail of random archive reads.
+OBJECT_CONTENT_TYPE = "binary/octet-stream"
+
+
+def _label_parts(client: Any) -> None:
+    """UploadPart has no ContentType parameter, yet SeaweedFS decides per part whether to compress
+    it: each part request carries the same label as its upload."""
+
+    def label(params: dict[str, Any], **_: Any) -> None:
+        params.setdefault("headers", {})["Content-Type"] = OBJECT_CONTENT_TYPE
+
+    client.meta.events.register("before-call.s3.UploadPart", label)
+
 
 @dataclass(frozen=True, slots=True)
 class S3Options:
@@ -215,6 +232,7 @@ class S3ChunkStorage(ChunkStorage):
             ),
         )
         _count_requests(self._client)
+        _label_parts(self._client)
         self._parts_pool = ThreadPoolExecutor(
             max_workers=options.max_concurrency, thread_name_prefix="s3-part"
         )
@@ -237,6 +255,7 @@ class S3ChunkStorage(ChunkStorage):
                     Key=key,
                     Body=cast(IO[bytes], ChainedReader(parts)),
                     ContentLength=size,
+                    ContentType=OBJECT_CONTENT_TYPE,
                     IfNoneMatch="*",
                 )
             except (ClientError, BotoCoreError) as exc:
@@ -271,7 +290,9 @@ class S3ChunkStorage(ChunkStorage):
         """Create a multipart upload, let ``upload_parts(upload_id)`` fill it, complete it
         conditionally (never over an existing object); abort on any failure."""
         try:
-            upload_id = self._client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
+            upload_id = self._client.create_multipart_upload(
+                Bucket=self.bucket, Key=key, ContentType=OBJECT_CONTENT_TYPE
+            )["UploadId"]
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("create multipart", key, exc) from exc
         try:

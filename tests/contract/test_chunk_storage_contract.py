@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +11,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from processor.devstack.stack import StackInfo
 from processor.errors import InvalidNameError, InvalidRangeError, ObjectExistsError, ObjectNotFoundError
 from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.filesystem import FilesystemChunkStorage
@@ -146,3 +149,53 @@ def test_multipart_uploads_are_listed_and_aborted(storage: ChunkStorage) -> None
     assert listed[0].initiated_ms > 0
     storage.abort_multipart_upload(f"{base}/x", started)
     assert storage.list_multipart_uploads(base + "/") == []
+
+
+def _weed_ports(pid: int) -> dict[str, str]:
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    return {a.split("=")[0].lstrip("-"): a.split("=", 1)[1] for a in args if a.startswith("-") and "=" in a}
+
+
+def _chunks_stored_gzipped(pid: int, bucket: str, k: str) -> list[bool]:
+    """Per chunk of ``k``: does SeaweedFS's volume server hold it gzipped (it answers a gzip-accepting
+    GET of a chunk it stored compressed with Content-Encoding: gzip)?"""
+    ports = _weed_ports(pid)
+    url = f"http://127.0.0.1:{ports['filer.port']}/buckets/{bucket}/{k}?metadata=true"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        chunks = json.load(resp)["chunks"]
+    stored = []
+    for chunk in chunks:
+        get = urllib.request.Request(
+            f"http://127.0.0.1:{ports['volume.port']}/{chunk['file_id']}", headers={"Accept-Encoding": "gzip"}
+        )
+        with urllib.request.urlopen(get, timeout=10) as resp:
+            stored.append(resp.headers.get("Content-Encoding") == "gzip")
+    return stored
+
+
+@pytest.mark.parametrize("parts", [1, 3], ids=["one-put", "multipart"])
+def test_objects_are_labelled_as_bytes_and_stored_as_is(local_stack: StackInfo, parts: int) -> None:
+    """Objects carry S3's type for bytes, so an S3-compatible store does not compress compressible
+    archives (SeaweedFS then inflates a whole 4 MiB chunk for every ranged read)."""
+    if "weed" not in local_stack.pids:
+        pytest.skip("looks inside the stack's own SeaweedFS")
+    s = S3ChunkStorage(
+        S3Options(
+            bucket=local_stack.bucket,
+            endpoint_url=local_stack.s3_endpoint_url,
+            region="us-east-1",
+            part_size=5 * MiB,
+            multipart_threshold=6 * MiB,
+        )
+    )
+    lines = b"".join(b"record %08d of a very compressible topic\n" % i for i in range(140_000))
+    text = lines[: parts * 4 * MiB + 12345]
+    k = key()
+    try:
+        s.create(k, [text])
+        assert s.client.head_object(Bucket=s.bucket, Key=k)["ContentType"] == "binary/octet-stream"
+        stored = _chunks_stored_gzipped(local_stack.pids["weed"], s.bucket, k)
+        assert stored and not any(stored)
+        assert s.read(k, 4 * MiB - 7, 20) == text[4 * MiB - 7 : 4 * MiB + 13]
+    finally:
+        s.close()
