@@ -1,0 +1,1 @@
+"""Encryption at rest: per-segment data keys, their wrapping by key providers, sealed blocks."""
