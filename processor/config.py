@@ -161,6 +161,25 @@ class Settings(BaseSettings):
     log_format: str = Field(default="text", pattern=r"^(?i:text|json)$")
     # Time between the cheap S3 reachability probes (HeadBucket) that drive readiness.
     storage_probe_interval_ms: int = Field(default=10_000, ge=100)
+    # Encryption at rest of new segments (processor/crypto/): none, or envelope encryption with a
+    # fresh AES-256 data key per segment wrapped by a local key ring or AWS KMS. Readers open any
+    # segment whose key provider they are given, whatever this says (old segments stay readable).
+    encryption: str = Field(
+        default="none", pattern=r"^(none|keyring|kms)$", description="none, keyring or kms"
+    )
+    # A directory of key files (`processor keyring new`); readers of keyring-encrypted segments need it.
+    encryption_keyring: Path | None = None
+    # KMS key (id, ARN or alias) new data keys are made under; per topic: "orders=alias/orders,...".
+    # KMS is reached in PROCESSOR_S3_REGION (or the AWS default) at AWS_ENDPOINT_URL_KMS when set.
+    kms_key_id: str | None = None
+    kms_topic_key_ids: Annotated[tuple[tuple[str, str], ...], NoDecode] = ()
+    # S3 server-side encryption of every object, a separate and simpler option: none, AES256 (SSE-S3)
+    # or aws:kms (SSE-KMS, with s3_sse_kms_key_id or the bucket's default, and S3 Bucket Keys).
+    s3_sse: str = Field(
+        default="none", pattern=r"^(none|AES256|aws:kms)$", description="none, AES256 or aws:kms"
+    )
+    s3_sse_kms_key_id: str | None = None
+    s3_sse_bucket_key: bool = True
 
     @model_validator(mode="before")
     @classmethod
@@ -266,6 +285,24 @@ class Settings(BaseSettings):
     def _valid_prefix(cls, value: str) -> str:
         return validate_prefix(value)
 
+    @field_validator("kms_topic_key_ids", mode="before")
+    @classmethod
+    def _parse_topic_keys(cls, value: Any) -> Any:
+        """``topic=key id`` entries, comma-separated (a key id or ARN has no comma)."""
+        if not isinstance(value, str):
+            return value
+        pairs = []
+        for entry in (e.strip() for e in value.split(",")):
+            if not entry:
+                continue
+            topic, sep, key = entry.partition("=")
+            if not sep or not topic.strip() or not key.strip():
+                raise ValueError(f"{entry!r} is not topic=key-id")
+            pairs.append((validate_topic(topic.strip()), key.strip()))
+        if len({t for t, _ in pairs}) != len(pairs):
+            raise ValueError("a topic is listed more than once")
+        return tuple(pairs)
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         if self.metadata_topic in self.topics:
@@ -277,6 +314,14 @@ class Settings(BaseSettings):
             )
         if self.block_bytes > self.segment_bytes:
             raise ValueError("PROCESSOR_BLOCK_BYTES must not exceed PROCESSOR_SEGMENT_BYTES")
+        if self.encryption == "keyring" and self.encryption_keyring is None:
+            raise ValueError(
+                "PROCESSOR_ENCRYPTION=keyring needs PROCESSOR_ENCRYPTION_KEYRING (a key directory)"
+            )
+        if self.encryption == "kms" and not self.kms_key_id:
+            raise ValueError("PROCESSOR_ENCRYPTION=kms needs PROCESSOR_KMS_KEY_ID")
+        if self.s3_sse_kms_key_id and self.s3_sse != "aws:kms":
+            raise ValueError("PROCESSOR_S3_SSE_KMS_KEY_ID needs PROCESSOR_S3_SSE=aws:kms")
         problems = self.kafka_security.problems()
         if problems:
             raise ValueError("\n  ".join(problems))

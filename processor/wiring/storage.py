@@ -19,6 +19,9 @@ def build_storage(settings: Settings, *, probe: bool = False) -> S3ChunkStorage:
         part_size=settings.s3_part_bytes,
         multipart_threshold=settings.s3_part_bytes,
         max_concurrency=settings.s3_upload_concurrency,
+        sse=None if settings.s3_sse == "none" else settings.s3_sse,
+        sse_kms_key_id=settings.s3_sse_kms_key_id,
+        sse_bucket_key=settings.s3_sse_bucket_key,
     )
     if probe:
         options = replace(
