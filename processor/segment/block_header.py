@@ -11,10 +11,11 @@ padding::
       12     8  block_len       u64  header + stored payload, in bytes
       20     8  first_entry_id  i64  Kafka offset of the block's first entry
       28     8  ledger_id       i64  the source partition (PIP-76's ledger id; one per segment here)
-      36     2  format_version  u16  1 (``blocks_v1``, read only) or 2 (``blocks_v2``, written)
+      36     2  format_version  u16  1 (``blocks_v1``, read only), 2 (``blocks_v2``, written) or
+                                     3 (``blocks_v3``: a version 2 block encrypted at rest)
 
-Bytes 38..127 depend on the format version (see ``blocks_v1`` and ``blocks_v2``); ``blocks``
-dispatches on ``format_version``.
+Bytes 38..127 depend on the format version (see ``blocks_v1``, ``blocks_v2`` and ``blocks_v3``);
+``blocks`` dispatches on ``format_version``.
 
 There is no padding after the payload: ``block_len`` is exact, so blocks follow each other without
 gaps and the index records each block's byte position. A block holds whole entries only.
@@ -32,7 +33,8 @@ BLOCK_MAGIC = 0x26A66D32
 BLOCK_HEADER_LEN = 128
 BLOCK_FORMAT_V1 = 1
 BLOCK_FORMAT_V2 = 2
-BLOCK_FORMAT_VERSION = BLOCK_FORMAT_V2  # what the leader writes
+BLOCK_FORMAT_V3 = 3  # an encrypted version 2 block (``blocks_v3``)
+BLOCK_FORMAT_VERSION = BLOCK_FORMAT_V2  # what the leader writes (unencrypted)
 CODEC_NONE = 0
 CODEC_ZSTD = 1
 MAX_RAW_PAYLOAD = 2**32 - 1
@@ -51,7 +53,8 @@ class BlockHeader:
     payload_crc32: int
     format_version: int = BLOCK_FORMAT_VERSION
     payload_codec: int = CODEC_NONE
-    raw_payload_len: int = 0  # v2 only
+    raw_payload_len: int = 0  # v2 and v3 only
+    nonce: bytes = b""  # v3 only: the block's AES-GCM nonce
 
 
 @dataclass(frozen=True, slots=True)

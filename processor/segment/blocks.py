@@ -1,9 +1,14 @@
 """Data blocks of any format version: one dispatch on the header's ``format_version``.
 
 The common header layout (bytes 0..37) is in ``block_header``; bytes 38..127 and the payload of each
-version in ``blocks_v1`` (one entry per record, read only) and ``blocks_v2`` (one entry per Kafka
-record batch, written). Every reader (remote reads, Spark, verify, tests) goes through here, so a
-new version is one module and one branch below.
+version in ``blocks_v1`` (one entry per record, read only), ``blocks_v2`` (one entry per Kafka
+record batch, written) and ``blocks_v3`` (a version 2 block encrypted at rest). Every reader (remote
+reads, Spark, verify, tests) goes through here, so a new version is one module and one branch below.
+
+A version 3 header decodes here like any other (header-only readers and scans need no key), but its
+payload does not: :func:`block_payload` and :func:`decode_block` refuse an encrypted block, which
+``blocks_v3.open_block`` first turns back into the version 2 block it sealed, with the segment's
+data key.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from processor.errors import FormatError
 from processor.segment.block_header import (
     BLOCK_FORMAT_V1,
     BLOCK_FORMAT_V2,
+    BLOCK_FORMAT_V3,
     BLOCK_HEADER_LEN,
     BLOCK_MAGIC,
     CODEC_NONE,
@@ -25,8 +31,18 @@ from processor.segment.block_header import (
 )
 from processor.segment.blocks_v1 import decode_header_v1, decode_records_v1
 from processor.segment.blocks_v2 import decode_header_v2, decode_records_v2
+from processor.segment.blocks_v3 import decode_header_v3
 from processor.segment.checksums import crc32
 from processor.segment.records import KafkaRecord
+
+
+def is_encrypted_block(data: bytes | bytearray | memoryview) -> bool:
+    """True when ``data`` starts with a block header of format version 3 (encrypted); nothing past
+    the common 38 bytes is checked."""
+    if len(data) < COMMON.size:
+        return False
+    magic, _header_len, _block_len, _first, _ledger, version = COMMON.unpack_from(data, 0)
+    return bool(magic == BLOCK_MAGIC and version == BLOCK_FORMAT_V3)
 
 
 def decode_block_header(data: bytes | bytearray | memoryview, *, where: str = "block") -> BlockHeader:
@@ -39,6 +55,8 @@ def decode_block_header(data: bytes | bytearray | memoryview, *, where: str = "b
         header = decode_header_v1(data, where=where)
     elif version == BLOCK_FORMAT_V2:
         header = decode_header_v2(data, where=where)
+    elif version == BLOCK_FORMAT_V3:
+        header = decode_header_v3(data, where=where)
     else:
         raise FormatError(f"{where}: unsupported block format version {version}")
     if header.block_len < BLOCK_HEADER_LEN:
@@ -51,8 +69,13 @@ def decode_block_header(data: bytes | bytearray | memoryview, *, where: str = "b
 def block_payload(
     data: bytes | bytearray | memoryview, *, where: str = "block"
 ) -> tuple[BlockHeader, memoryview]:
-    """Verify a whole block and return its header and its (decompressed) payload."""
+    """Verify a whole block and return its header and its (decompressed) payload. Format 1 or 2:
+    an encrypted block (format 3) is opened with ``blocks_v3.open_block`` first."""
     header = decode_block_header(data, where=where)
+    if header.format_version == BLOCK_FORMAT_V3:
+        raise FormatError(
+            f"{where}: block is encrypted (format 3); open it with the segment's data key first"
+        )
     if len(data) != header.block_len:
         raise FormatError(f"{where}: expected {header.block_len} bytes, got {len(data)}")
     payload = memoryview(data)[BLOCK_HEADER_LEN:]
