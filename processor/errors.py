@@ -39,6 +39,22 @@ class CorruptObjectError(FormatError):
         self.segment = segment
 
 
+class SegmentKeyError(ProcessorError):
+    """An encrypted segment's data key cannot be had: no key provider configured for it, Decrypt
+    refused, the key unknown or its wrapping altered. Names the segment; never a wrong record."""
+
+    def __init__(self, message: str, *, segment: str, topic: str | None = None) -> None:
+        where = f"segment={segment}" + (f", topic={topic}" if topic else "")
+        super().__init__(f"{message}; {where}")
+        self.segment = segment
+        self.topic = topic
+
+
+class SegmentShreddedError(SegmentKeyError):
+    """The segment's topic was crypto-shredded: its key was destroyed on purpose, so the segment can
+    never be read again. Not corruption."""
+
+
 class IllegalTransitionError(ProcessorError):
     """A RemoteLogSegmentMetadata state change that KIP-405 does not allow."""
 

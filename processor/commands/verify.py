@@ -30,6 +30,7 @@ from processor.kafka_clients import check_broker, partition_counts
 from processor.metadata.manifest import decode_manifest, manifest_key
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
 from processor.reader.segment_check import check_segment
+from processor.reader.segment_keys import NO_DECRYPTION, SegmentDecryption
 from processor.segment.object_keys import ObjectKeyFactory, validate_topic
 from processor.storage.chunk_storage import ChunkStorage
 from processor.wiring.read_side import open_read_side
@@ -41,25 +42,44 @@ class VerifyReport:
     partitions: list[int] = field(default_factory=list)
     segments_checked: int = 0
     bytes_checked: int = 0
+    encrypted_segments: int = 0  # of the segments checked, sealed under data keys of their own
+    plaintext_segments: int = 0
     missing: list[dict[str, Any]] = field(default_factory=list)
     corrupt: list[dict[str, Any]] = field(default_factory=list)
     unreferenced: list[dict[str, Any]] = field(default_factory=list)
+    # encrypted segments whose key cannot be unwrapped here (no provider, no Decrypt permission)
+    key_unavailable: list[dict[str, Any]] = field(default_factory=list)
+    # segments of a crypto-shredded topic: unreadable on purpose, not a problem of the archive
+    shredded: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return not (self.missing or self.corrupt or self.unreferenced)
+        return not (self.missing or self.corrupt or self.unreferenced or self.key_unavailable)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "clean": self.clean}
 
 
 def check_finished(
-    storage: ChunkStorage, keys: ObjectKeyFactory, segment: RemoteLogSegmentMetadata, report: VerifyReport
+    storage: ChunkStorage,
+    keys: ObjectKeyFactory,
+    segment: RemoteLogSegmentMetadata,
+    report: VerifyReport,
+    decryption: SegmentDecryption = NO_DECRYPTION,
 ) -> None:
     """Check one finished segment's objects with the one checker (:func:`check_segment`): presence,
-    sizes, the index, every block's CRCs, the record count."""
+    sizes, the index, every block's CRCs (and authentication tags), the record count."""
     base = {"segment_id": str(segment.segment_id.id), "partition": segment.segment_id.partition}
-    found = check_segment(storage, keys, segment, blocks="all")
+    found = check_segment(storage, keys, segment, blocks="all", decryption=decryption)
+    if found.encrypted:
+        report.encrypted_segments += 1
+    else:
+        report.plaintext_segments += 1
+    for problem in found.problems:
+        if problem.kind in ("shredded", "key_unavailable"):
+            getattr(report, problem.kind).append(
+                {**base, "key": problem.object_key, "problem": problem.detail}
+            )
     report.missing += [{**base, "key": key, "problem": problem} for key, problem in found.missing]
     report.corrupt += [{**base, "key": key, "problem": problem} for key, problem in found.corrupt]
     report.bytes_checked += found.bytes_read
@@ -93,6 +113,7 @@ def verify_partition(
     keys: ObjectKeyFactory,
     report: VerifyReport,
     advance: Any = None,
+    decryption: SegmentDecryption = NO_DECRYPTION,
 ) -> None:
     referenced: set[str] = set()
     for segment in segments:
@@ -102,7 +123,7 @@ def verify_partition(
             (segment.data_object_key, segment.index_object_key, manifest_key(segment.data_object_key))
         )
         if segment.state == SegmentState.COPY_SEGMENT_FINISHED:
-            check_finished(storage, keys, segment, report)
+            check_finished(storage, keys, segment, report, decryption)
             check_manifest(storage, segment, report)
             report.segments_checked += 1
             if advance is not None:
@@ -139,6 +160,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     keys,
                     report,
                     advance,
+                    side.reader.decryption,
                 )
     finally:
         side.close()
@@ -147,9 +169,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         print(
             f"{topic}: {report.segments_checked} segments checked in {len(report.partitions)} partitions, "
-            f"{report.bytes_checked} bytes read"
+            f"{report.bytes_checked} bytes read; {report.encrypted_segments} encrypted, "
+            f"{report.plaintext_segments} in the clear"
         )
-        for kind in ("missing", "corrupt", "unreferenced"):
+        for kind in ("missing", "corrupt", "unreferenced", "key_unavailable", "shredded"):
             for finding in getattr(report, kind):
                 problem = finding.get("problem", "")
                 print(f"  {kind:12} partition {finding['partition']}  {finding['key']}  {problem}")

@@ -76,7 +76,7 @@ _TRANSIENT_CODES = frozenset(
 
 
 def kms_client(
-    region: str,
+    region: str | None,
     endpoint_url: str | None = None,
     *,
     access_key_id: str | None = None,
@@ -178,9 +178,13 @@ class KmsProvider(KeyProvider):
 
     name: ClassVar[str] = "kms"
 
-    def __init__(self, client: Any, default_key_id: str, topic_key_ids: Mapping[str, str]) -> None:
+    def __init__(self, client: Any, default_key_id: str | None, topic_key_ids: Mapping[str, str]) -> None:
+        """``default_key_id`` None: a reader's provider (unwrapping needs only the key id a record
+        names); making or re-wrapping data keys of a topic without a key of its own is refused."""
         self._client = client
-        self.default_key_id = _check_key_id(default_key_id, "the default KMS key")
+        self.default_key_id = (
+            None if default_key_id is None else _check_key_id(default_key_id, "the default KMS key")
+        )
         self.topic_key_ids = {
             topic: _check_key_id(key_id, f"the KMS key of topic {topic}")
             for topic, key_id in topic_key_ids.items()
@@ -190,7 +194,13 @@ class KmsProvider(KeyProvider):
         return f"KmsProvider(default_key_id={self.default_key_id!r}, topics={sorted(self.topic_key_ids)!r})"
 
     def current_key_id(self, topic: str) -> str:
-        return self.topic_key_ids.get(topic, self.default_key_id)
+        key_id = self.topic_key_ids.get(topic, self.default_key_id)
+        if key_id is None:
+            raise KeyConfigError(
+                f"no KMS key for topic {topic}: set PROCESSOR_KMS_KEY_ID (or a key of its own in "
+                "PROCESSOR_KMS_TOPIC_KEY_IDS)"
+            )
+        return key_id
 
     def new_data_key(self, ctx: EncryptionContext) -> DataKey:
         key_id = self.current_key_id(ctx.topic)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from processor import metrics
+from processor.crypto.keys import EncryptionContext, KeyProvider
 from processor.errors import FencedWriterError, ObjectExistsError, ProcessorError, StorageError
 from processor.leader.ports import ClaimId, CurrentClaim
 from processor.logs import segment_fields
@@ -43,7 +44,9 @@ from processor.metadata.model import (
     TopicPartition,
 )
 from processor.metadata.sink import Confirm, MetadataSink
+from processor.segment.blocks_v3 import encrypt_segment
 from processor.segment.index_format import encode_index, index_crc
+from processor.segment.index_sealing import seal_index
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import ChunkStorage
@@ -76,6 +79,7 @@ class SegmentCopier:
         confirm: Confirm | None = None,
         claim_id: ClaimId | None = None,
         new_id: Callable[[], uuid.UUID] = uuid.uuid4,
+        encryption: KeyProvider | None = None,
     ) -> None:
         self.storage = storage
         self.sink = sink
@@ -93,6 +97,8 @@ class SegmentCopier:
         self.claim_id = claim_id
         # a new segment UUID per attempt (a model test passes deterministic ones to replay a run)
         self.new_id = new_id
+        # PROCESSOR_ENCRYPTION: each segment sealed under a fresh data key this provider wraps
+        self.encryption = encryption
         self._in_flight: dict[TopicPartition, set[uuid.UUID]] = {}
         self._lock = threading.Lock()
 
@@ -126,11 +132,28 @@ class SegmentCopier:
     def build_metadata(
         self, tp: TopicPartition, segment: SealedSegment, writer_epoch: int
     ) -> tuple[RemoteLogSegmentMetadata, bytes]:
+        """The attempt's STARTED metadata and its index object (as stored)."""
+        metadata, index, _stored = self._prepare(tp, segment, writer_epoch)
+        return metadata, index
+
+    def _prepare(
+        self, tp: TopicPartition, segment: SealedSegment, writer_epoch: int
+    ) -> tuple[RemoteLogSegmentMetadata, bytes, SealedSegment]:
+        """The attempt's STARTED metadata, its index object and its blocks, as stored: with
+        encryption, blocks and index sealed under a fresh data key, wrapped in the custom metadata
+        (and so in the manifest). The metadata's format version stays the blocks' own (2): the
+        blocks say they are sealed (format 3), so an older reader refuses them by name."""
         topic_id = self.topic_ids.get(tp.topic)
         segment_id = RemoteLogSegmentId(tp.topic, tp.partition, self.new_id(), topic_id)
         keys = self.keys.segment(
             tp.topic, tp.partition, segment.start_offset, segment_id.id, writer_epoch, topic_id
         )
+        format_version = segment.format_version
+        data_key = None
+        if self.encryption is not None:
+            context = EncryptionContext(tp.topic, topic_id or "", tp.partition, str(segment_id.id))
+            data_key = self.encryption.new_data_key(context)
+            segment = encrypt_segment(segment, data_key.plaintext, segment_id.id)
         index = encode_index(
             topic=tp.topic,
             partition=tp.partition,
@@ -155,12 +178,19 @@ class SegmentCopier:
             state=SegmentState.COPY_SEGMENT_STARTED,
             data_object_key=keys.data,
             index_object_key=keys.index,
-            segment_format_version=segment.format_version,
+            segment_format_version=format_version,
             record_count=segment.record_count,
             index_crc32=index_crc(index),
             index_size_in_bytes=len(index),
         )
-        return metadata, index
+        if data_key is not None:
+            index = seal_index(index, data_key.plaintext, segment_id.id)
+            metadata = replace(
+                metadata,
+                index_size_in_bytes=len(index),
+                custom_metadata=data_key.wrapped.encode(),
+            )
+        return metadata, index, segment
 
     def copy(
         self,
@@ -172,7 +202,7 @@ class SegmentCopier:
         """One copy attempt. Returns the FINISHED metadata or raises (after cleaning up what may be
         cleaned up; see the module docstring)."""
         self.check_fence(tp, writer_epoch)
-        started, index = self.build_metadata(tp, segment, writer_epoch)
+        started, index, segment = self._prepare(tp, segment, writer_epoch)
         sid = started.segment_id.id
         with self._lock:
             self._in_flight.setdefault(tp, set()).add(sid)

@@ -7,7 +7,9 @@ use. Blocks of format version 1 (one entry per record) and 2 (one entry per Kafk
 with aiokafka's C reader) are both read. Every block's header and payload CRCs (and in version 2
 each batch's CRC-32C) are checked before a record leaves the reader, and reads
 continue across segment boundaries (the next segment starts at the previous end + 1). Wrong bytes are
-never returned: a mismatch raises CorruptObjectError naming the segment and the object.
+never returned: a mismatch raises CorruptObjectError naming the segment and the object. Encrypted
+segments are opened with their data key (``segment_keys``): a block that does not authenticate is
+corrupt, a key that cannot be had raises SegmentKeyError (SegmentShreddedError once shredded).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from processor.errors import (
 )
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.reader.segment_blocks import check_block, fetch_index
+from processor.reader.segment_keys import NO_DECRYPTION, SegmentCipher, SegmentDecryption
 from processor.segment.block_header import BLOCK_FORMAT_V2
 from processor.segment.blocks import block_payload, decode_block
 from processor.segment.blocks_v2 import block_batches
@@ -92,6 +95,10 @@ def _counted(tp: TopicPartition) -> Iterator[None]:
         raise
 
 
+def _opened(block: memoryview, position: int, cipher: SegmentCipher | None, where: str) -> memoryview:
+    return block if cipher is None else cipher.open_block(block, position, where=where)
+
+
 class RemoteReader:
     def __init__(
         self,
@@ -99,10 +106,12 @@ class RemoteReader:
         lookup: SegmentLookup,
         keys: ObjectKeyFactory,
         index_cache_entries: int = 1024,
+        decryption: SegmentDecryption = NO_DECRYPTION,
     ) -> None:
         self.storage = storage
         self.lookup = lookup
         self.keys = keys
+        self.decryption = decryption
         self.stats = ReadStats()
         self._indexes: collections.OrderedDict[object, SegmentIndex] = collections.OrderedDict()
         self._index_cache_entries = index_cache_entries
@@ -187,11 +196,13 @@ class RemoteReader:
         start = index.blocks[first].position
         end = index.blocks[last].position + index.blocks[last].length
         data = memoryview(self._get(segment, segment.data_object_key, start, end - start))
+        cipher = self.decryption.cipher(segment)
         for number in range(first, last + 1):
             info = index.blocks[number]
             where = f"{segment.data_object_key} block {number}"
             block = data[info.position - start : info.position - start + info.length]
             try:
+                block = _opened(block, info.position, cipher, where)
                 check_block(block, info, where)
                 header, payload = block_payload(block, where=where)
                 if header.format_version != BLOCK_FORMAT_V2:
@@ -241,6 +252,7 @@ class RemoteReader:
             self.keys,
             segment,
             lambda key, start, length: self._get(segment, key, start, length),
+            self.decryption.cipher(segment),
         )
         with self._lock:
             self._indexes[sid] = index
@@ -322,12 +334,14 @@ class RemoteReader:
         start = index.blocks[first].position
         end = index.blocks[last].position + index.blocks[last].length
         data = memoryview(self._get(segment, segment.data_object_key, start, end - start))
+        cipher = self.decryption.cipher(segment)
         for number in range(first, last + 1):
             info = index.blocks[number]
             rel = info.position - start
             where = f"{segment.data_object_key} block {number}"
             block = data[rel : rel + info.length]
             try:
+                block = _opened(block, info.position, cipher, where)
                 check_block(block, info, where)
                 records = decode_block(block, where=where, min_offset=min_offset)
             except FormatError as exc:

@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from processor.errors import (
     CorruptObjectError,
@@ -35,6 +35,9 @@ from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.records import KafkaRecord
 from processor.storage.chunk_storage import ChunkStorage
 
+if TYPE_CHECKING:
+    from processor.reader.segment_keys import SegmentCipher
+
 T = TypeVar("T")
 # (object key, start, length) -> bytes; raises ObjectNotFoundError. The remote reader passes its own
 # (it counts requests and bytes); the default reads the storage directly.
@@ -53,12 +56,17 @@ def _where(segment: RemoteLogSegmentMetadata, key: str) -> dict[str, str]:
 
 
 def fetch_index(
-    storage: ChunkStorage, keys: ObjectKeyFactory, segment: RemoteLogSegmentMetadata, get: Get | None = None
+    storage: ChunkStorage,
+    keys: ObjectKeyFactory,
+    segment: RemoteLogSegmentMetadata,
+    get: Get | None = None,
+    cipher: SegmentCipher | None = None,
 ) -> SegmentIndex:
     """Fetch and verify a segment's index object (one GET, through ``get`` when given): its keys are
     ones the key factory would build for this segment's partition, the bytes match the CRC and size
     the metadata carries, and the index describes this segment (id, offsets, data object length).
-    Raises CorruptObjectError, or SegmentObjectMissingError when the object is gone."""
+    ``cipher``: the segment is encrypted; its index is opened (authenticated) first. Raises
+    CorruptObjectError, or SegmentObjectMissingError when the object is gone."""
     tp = segment.topic_partition
     where = _where(segment, segment.index_object_key)
     try:
@@ -73,6 +81,8 @@ def fetch_index(
     except ObjectNotFoundError as exc:
         raise SegmentObjectMissingError("object is missing", **where) from exc
     try:
+        if cipher is not None:
+            raw = cipher.open_index(raw, where=segment.index_object_key)
         index = decode_index(raw, where=segment.index_object_key)
     except FormatError as exc:
         raise CorruptObjectError(str(exc), **where) from exc
@@ -151,6 +161,7 @@ def _verified_blocks(
     first_number: int,
     decode: Callable[[memoryview, str], T],
     chunk_bytes: int | None = None,
+    cipher: SegmentCipher | None = None,
 ) -> Iterator[T]:
     if not blocks:
         return
@@ -165,6 +176,8 @@ def _verified_blocks(
             where = f"{data_object_key} block {number}"
             block = data[rel : rel + info.length]
             try:
+                if cipher is not None:
+                    block = cipher.open_block(block, info.position, where=where)
                 check_block(block, info, where)
                 decoded = decode(block, where)
             except FormatError as exc:
@@ -178,6 +191,7 @@ def read_block_range(
     segment_name: str,
     blocks: tuple[BlockInfo, ...] | list[BlockInfo],
     first_number: int,
+    cipher: SegmentCipher | None = None,
 ) -> Iterator[list[KafkaRecord]]:
     """Fetch consecutive blocks (``blocks`` are their index entries, the first being block number
     ``first_number``) with one ranged GET; yield each block's verified records, block by block."""
@@ -188,6 +202,7 @@ def read_block_range(
         blocks,
         first_number,
         lambda block, where: decode_block(block, where=where),
+        cipher=cipher,
     )
 
 
@@ -216,10 +231,13 @@ def read_block_range_batches(
     segment_name: str,
     blocks: tuple[BlockInfo, ...] | list[BlockInfo],
     first_number: int,
+    cipher: SegmentCipher | None = None,
 ) -> Iterator[BlockContent]:
     """``read_block_range`` without decoding records: each block's record batches as archived, for
     bulk readers that hand them on (the restore produces straight from them)."""
-    yield from _verified_blocks(storage, data_object_key, segment_name, blocks, first_number, _block_content)
+    yield from _verified_blocks(
+        storage, data_object_key, segment_name, blocks, first_number, _block_content, cipher=cipher
+    )
 
 
 def read_block_range_columns(
@@ -233,6 +251,7 @@ def read_block_range_columns(
     max_offset: int | None = None,
     with_headers: bool = True,
     chunk_bytes: int | None = None,
+    cipher: SegmentCipher | None = None,
 ) -> Iterator[RecordColumns]:
     """``read_block_range`` in columns (``decode_block_columns``), only offsets in
     ``[min_offset, max_offset]``, headers only if ``with_headers``: what bulk readers (Spark) use.
@@ -247,4 +266,5 @@ def read_block_range_columns(
             block, where=where, min_offset=min_offset, max_offset=max_offset, with_headers=with_headers
         ),
         chunk_bytes,
+        cipher,
     )

@@ -10,6 +10,10 @@ has a kind:
   (its blocks cannot be where the index says, so nothing more is read);
 - ``crc_mismatch``: the index or a block fails its checks (keys outside the segment's prefix, CRCs,
   an index that describes another segment, a block that is not its index entry's);
+- ``shredded``: the segment's topic was crypto-shredded (its key destroyed on purpose): not corrupt,
+  never readable again;
+- ``key_unavailable``: the segment is encrypted and its data key cannot be unwrapped here (no key
+  provider configured for it, Decrypt refused, the key unknown): not corrupt, not readable here;
 - ``count_mismatch`` / ``timestamp_mismatch``: the index's record count or largest timestamp is not
   the metadata's; a block holds more rows than its index entry's offsets, or a later timestamp; with
   every block read, more rows or a later timestamp than the metadata's. Control batches (transaction
@@ -26,9 +30,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from processor.errors import CorruptObjectError, InvalidRangeError, SegmentObjectMissingError
+from processor.errors import (
+    CorruptObjectError,
+    InvalidRangeError,
+    SegmentKeyError,
+    SegmentObjectMissingError,
+    SegmentShreddedError,
+)
 from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.reader.segment_blocks import chunk_runs, fetch_index, read_block_range_columns
+from processor.reader.segment_keys import NO_DECRYPTION, SegmentDecryption
 from processor.segment.block_header import BlockInfo
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
@@ -53,6 +64,7 @@ class SegmentCheck:
     """What :func:`check_segment` found about one segment, and what it cost."""
 
     problems: list[Problem] = field(default_factory=list)
+    encrypted: bool = False  # sealed under a data key of its own (encryption at rest)
     requests: int = 0
     bytes_read: int = 0
     blocks_checked: int = 0
@@ -85,9 +97,11 @@ def check_segment(
     blocks: Blocks = "all",
     *,
     sample_blocks: int = SAMPLE_BLOCKS,
+    decryption: SegmentDecryption = NO_DECRYPTION,
 ) -> SegmentCheck:
-    """Check one finished segment's objects; see the module docstring."""
-    out = SegmentCheck()
+    """Check one finished segment's objects (encrypted ones opened through ``decryption``); see the
+    module docstring."""
+    out = SegmentCheck(encrypted=segment.custom_metadata is not None)
     seg = segment
     for key, wanted in (
         (seg.data_object_key, seg.segment_size_in_bytes),
@@ -106,7 +120,11 @@ def check_segment(
     if out.problems:
         return out
     try:
-        _check_objects(storage, keys, seg, blocks, max(2, sample_blocks), out)
+        _check_objects(storage, keys, seg, blocks, max(2, sample_blocks), out, decryption)
+    except SegmentShreddedError as exc:
+        out.problems.append(Problem("shredded", seg.data_object_key, str(exc)))
+    except SegmentKeyError as exc:
+        out.problems.append(Problem("key_unavailable", seg.data_object_key, str(exc)))
     except SegmentObjectMissingError as exc:  # gone between the stat and the read
         out.problems.append(Problem("missing_object", exc.object_key or seg.data_object_key, str(exc)))
     except CorruptObjectError as exc:
@@ -123,10 +141,12 @@ def _check_objects(
     blocks: Blocks,
     sample_blocks: int,
     out: SegmentCheck,
+    decryption: SegmentDecryption,
 ) -> None:
+    cipher = decryption.cipher(seg)
     out.requests += 1
     out.bytes_read += seg.index_size_in_bytes
-    index = fetch_index(storage, keys, seg)
+    index = fetch_index(storage, keys, seg, cipher=cipher)
     out.problems += _index_against_metadata(index.record_count, index.max_timestamp, seg)
     infos = index.blocks
     if blocks == "none" or not infos:
@@ -142,7 +162,13 @@ def _check_objects(
         chosen = [infos[n] for n in run]
         out.bytes_read += sum(b.length for b in chosen)
         columns = read_block_range_columns(
-            storage, seg.data_object_key, str(seg.segment_id), chosen, run[0], chunk_bytes=CHUNK_BYTES
+            storage,
+            seg.data_object_key,
+            str(seg.segment_id),
+            chosen,
+            run[0],
+            chunk_bytes=CHUNK_BYTES,
+            cipher=cipher,
         )
         for number, info, cols in zip(run, chosen, columns, strict=True):
             out.blocks_checked += 1

@@ -164,7 +164,8 @@ class ChunkStream:
         for segment in self._catalog.finished_segments(tp, position):
             if segment.start_offset >= stop or self._closed.is_set():
                 break
-            index = fetch_index(storage, keys, segment)
+            cipher = self._reader.decryption.cipher(segment)
+            index = fetch_index(storage, keys, segment, cipher=cipher)
             number = index.block_for_offset(max(position, segment.start_offset))
             while (
                 number is not None and number < len(index.blocks) and index.blocks[number].first_offset < stop
@@ -179,7 +180,7 @@ class ChunkStream:
                 batches: list[memoryview] = []
                 records: list[KafkaRecord] = []
                 for content in read_block_range_batches(
-                    storage, segment.data_object_key, str(segment.segment_id), blocks, number
+                    storage, segment.data_object_key, str(segment.segment_id), blocks, number, cipher
                 ):
                     batches += content.batches
                     records += content.records

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from processor.reader.segment_blocks import read_block_range_columns
+from processor.reader.segment_keys import SegmentCipher
 from processor.segment.block_columns import RecordColumns
 from processor.segment.block_header import BlockInfo
 from processor.segment.records import Header, KafkaRecord
@@ -230,6 +231,7 @@ def read_slice_as_arrow(
     min_timestamp: int | None = None,
     max_timestamp: int | None = None,
     include_headers: bool = True,
+    cipher: SegmentCipher | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Blocks ``first_block..`` of one segment as Arrow batches, only offsets in
     ``[from_offset, until_offset)`` and timestamps in ``[min_timestamp, max_timestamp]``.
@@ -249,6 +251,7 @@ def read_slice_as_arrow(
         max_offset=until_offset - 1,
         with_headers=include_headers,
         chunk_bytes=CHUNK_BYTES,
+        cipher=cipher,
     ):
         BLOCKS_READ.add(1)
         big = len(cols) >= BLOCK_BATCH_ROWS or cols.payload_bytes >= BLOCK_BATCH_BYTES

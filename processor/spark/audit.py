@@ -135,11 +135,13 @@ def check_many(
     storage = conn.shared_storage()
     keys = ObjectKeyFactory(conn.s3_prefix)
     for seg in segments:
-        findings, stats = segment_findings(storage, keys, seg, full_crc=full_crc, sample_blocks=sample_blocks)
+        findings, stats = segment_findings(
+            storage, keys, seg, full_crc=full_crc, sample_blocks=sample_blocks, decryption=conn.decryption()
+        )
         yield json.dumps(
             {
                 "findings": [dict(zip(FINDING_COLUMNS, f.row(), strict=True)) for f in findings],
-                "stats": [stats.segments, stats.requests, stats.bytes_read],
+                "stats": [stats.segments, stats.requests, stats.bytes_read, stats.encrypted],
             }
         )
 
@@ -223,14 +225,15 @@ class Auditor:
                 ", ".join(f"{n} record(s) {reason}" for reason, n in sorted(rejected.items())),
             )
         log.info(
-            "audit pass %s: %d finding(s), %d opened, %d resolved, %d open; %d segment(s) checked, %d "
-            "request(s), %d byte(s)",
+            "audit pass %s: %d finding(s), %d opened, %d resolved, %d open; %d segment(s) checked (%d "
+            "encrypted), %d request(s), %d byte(s)",
             pass_id,
             len(findings),
             len(outcome.opened),
             len(outcome.resolved),
             len(run.open_problems),
             stats.segments,
+            stats.encrypted,
             stats.requests,
             stats.bytes_read,
         )

@@ -85,6 +85,10 @@ KINDS: dict[str, str] = {  # kind -> severity
     "truncated_object": "error",
     "count_mismatch": "error",
     "timestamp_mismatch": "error",
+    # encrypted segments: a crypto-shredded topic's (unreadable on purpose, not corruption), and one
+    # whose data key this audit cannot unwrap (no key provider, no kms:Decrypt)
+    "shredded": "info",
+    "key_unavailable": "error",
     "orphan_object": "warning",
     "missing_manifest": "error",
     "offload_lag": "warning",

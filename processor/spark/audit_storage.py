@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from processor.metadata.manifest import manifest_key
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.reader.segment_check import check_segment
+from processor.reader.segment_keys import NO_DECRYPTION, SegmentDecryption
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.audit_rules import Finding, segment_finding, segment_scope
 from processor.spark.fold_adapter import PartitionArchive
@@ -33,11 +34,13 @@ class ScrubStats:
     segments: int = 0
     requests: int = 0
     bytes_read: int = 0
+    encrypted: int = 0  # of the segments checked, sealed under data keys of their own
 
     def add(self, other: ScrubStats) -> None:
         self.segments += other.segments
         self.requests += other.requests
         self.bytes_read += other.bytes_read
+        self.encrypted += other.encrypted
 
 
 def segment_findings(
@@ -47,11 +50,19 @@ def segment_findings(
     *,
     full_crc: bool = False,
     sample_blocks: int = 3,
+    decryption: SegmentDecryption = NO_DECRYPTION,
 ) -> tuple[list[Finding], ScrubStats]:
-    found = check_segment(storage, keys, seg, "all" if full_crc else "sample", sample_blocks=sample_blocks)
+    found = check_segment(
+        storage,
+        keys,
+        seg,
+        "all" if full_crc else "sample",
+        sample_blocks=sample_blocks,
+        decryption=decryption,
+    )
     scope = segment_scope(str(seg.segment_id.id))
     findings = [segment_finding(p.kind, seg, p.detail, scope, p.object_key) for p in found.problems]
-    return findings, ScrubStats(1, found.requests, found.bytes_read)
+    return findings, ScrubStats(1, found.requests, found.bytes_read, int(found.encrypted))
 
 
 def list_objects(storage: ChunkStorage, keys: ObjectKeyFactory) -> tuple[list[str], int]:

@@ -174,7 +174,9 @@ def timestamp_lookup(
     def lookup(tp: TopicPartition, timestamp: int) -> int | None:
         arch = availability.archived(tp)
         if arch is not None:
-            found = archive_offset_for_timestamp(conn.shared_storage(), keys, arch, timestamp)
+            found = archive_offset_for_timestamp(
+                conn.shared_storage(), keys, arch, timestamp, conn.decryption()
+            )
             if found is not None:
                 return found
         if availability.live is not None and tp in availability.live:

@@ -24,11 +24,14 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
+from processor.crypto.providers import key_providers
 from processor.errors import ConfigError
 from processor.kafka_security import KafkaConnection, KafkaSecurity
 from processor.metadata.model import TopicPartition
+from processor.reader.segment_keys import SegmentDecryption
 from processor.segment.object_keys import validate_prefix, validate_topic
 from processor.storage.s3 import S3ChunkStorage, S3Options
 from processor.units import parse_duration_ms
@@ -73,6 +76,8 @@ SUPPORTED_OPTIONS: dict[str, str] = {
     "s3.bucket": "default PROCESSOR_S3_BUCKET",
     "s3.prefix": "default PROCESSOR_S3_PREFIX",
     "s3.region": "default PROCESSOR_S3_REGION",
+    "encryption.keyring": "key ring directory for keyring-encrypted segments (default "
+    "PROCESSOR_ENCRYPTION_KEYRING; KMS-encrypted ones need only kms:Decrypt)",
     "tail": "live: continue on the live topic past the archive (and fill archive holes from it)",
     "partitionBytes": "bytes of archive one Spark task reads at most",
 }
@@ -99,6 +104,9 @@ class Connection:
     # The other kafka.* settings for every Kafka client the sources create (librdkafka names); the
     # security ones are in ``kafka.security``. See kafka_client_settings.
     kafka_settings: tuple[tuple[str, str], ...] = ()
+    # Encrypted segments: the key ring directory (on every node) for keyring-wrapped data keys; KMS
+    # is reached in s3_region with the node's AWS credentials.
+    encryption_keyring: str | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -118,6 +126,10 @@ class Connection:
         small slice. boto3 clients are thread-safe; it lives as long as the process."""
         return _shared_storage(self)
 
+    def decryption(self) -> SegmentDecryption:
+        """One per process and connection (unwrapped data keys are kept for the next task)."""
+        return _shared_decryption(self)
+
     def consumer(self, client_id: str, **extra: Any) -> Any:
         """A new assign-only consumer with this connection's Kafka settings and security (the caller
         closes it)."""
@@ -134,6 +146,12 @@ class Connection:
 @functools.cache
 def _shared_storage(conn: Connection) -> S3ChunkStorage:
     return conn.storage()
+
+
+@functools.cache
+def _shared_decryption(conn: Connection) -> SegmentDecryption:
+    keyring = Path(conn.encryption_keyring) if conn.encryption_keyring else None
+    return SegmentDecryption(key_providers(keyring, conn.s3_region))
 
 
 def _lowered(options: Mapping[str, str]) -> dict[str, str]:
@@ -199,6 +217,8 @@ def connection_from(options: Mapping[str, str], environ: Mapping[str, str] | Non
         s3_prefix=validate_prefix(_get(options, "s3.prefix") or settings.s3_prefix),
         s3_region=_get(options, "s3.region") or settings.s3_region,
         kafka_settings=kafka_client_settings(options),
+        encryption_keyring=_get(options, "encryption.keyring")
+        or (str(settings.encryption_keyring) if settings.encryption_keyring else None),
     )
 
 

@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from processor.errors import ProcessorError
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicPartition
 from processor.reader.segment_blocks import fetch_index, read_block_range_columns
+from processor.reader.segment_keys import NO_DECRYPTION, SegmentDecryption
 from processor.segment.block_header import BlockInfo
 from processor.segment.index_format import SegmentIndex
 from processor.segment.object_keys import ObjectKeyFactory
@@ -51,6 +52,9 @@ class SegmentSlice:
     until_offset: int  # exclusive
     min_timestamp: int | None = None
     max_timestamp: int | None = None
+    # an encrypted segment's id and wrapped data key (its custom metadata), for the task to open it
+    segment_id: RemoteLogSegmentId | None = None
+    custom_metadata: bytes | None = None
 
     @property
     def tp(self) -> TopicPartition:
@@ -117,26 +121,34 @@ def cover(archive: PartitionArchive | None, lo: int, hi: int, live_low: int | No
 
 
 def read_indexes(
-    storage: ChunkStorage, keys: ObjectKeyFactory, segments: Iterable[RemoteLogSegmentMetadata]
+    storage: ChunkStorage,
+    keys: ObjectKeyFactory,
+    segments: Iterable[RemoteLogSegmentMetadata],
+    decryption: SegmentDecryption = NO_DECRYPTION,
 ) -> dict[str, SegmentIndex]:
     """Indexes of many segments, fetched in parallel (small objects: latency, not bandwidth, bound)."""
     todo = list({str(s.segment_id.id): s for s in segments}.values())
     if not todo:
         return {}
     with ThreadPoolExecutor(max_workers=min(8, len(todo)), thread_name_prefix="index-read") as pool:
-        indexes = list(pool.map(lambda s: fetch_index(storage, keys, s), todo))
+        indexes = list(pool.map(lambda s: fetch_index(storage, keys, s, cipher=decryption.cipher(s)), todo))
     return {str(s.segment_id.id): idx for s, idx in zip(todo, indexes, strict=True)}
 
 
 def archive_offset_for_timestamp(
-    storage: ChunkStorage, keys: ObjectKeyFactory, archive: PartitionArchive, timestamp: int
+    storage: ChunkStorage,
+    keys: ObjectKeyFactory,
+    archive: PartitionArchive,
+    timestamp: int,
+    decryption: SegmentDecryption = NO_DECRYPTION,
 ) -> int | None:
     """The first served offset whose record timestamp is >= ``timestamp`` (Kafka's offsetsForTimes:
     the earliest offset, in log order, at or after the time), or None."""
     for first, nxt, segment in archive.intervals():
         if segment.max_timestamp_ms < timestamp:
             continue
-        index = fetch_index(storage, keys, segment)
+        cipher = decryption.cipher(segment)
+        index = fetch_index(storage, keys, segment, cipher=cipher)
         start = index.block_for_timestamp(timestamp)
         if start is None:
             continue
@@ -152,6 +164,7 @@ def archive_offset_for_timestamp(
                 number,
                 min_offset=first,
                 max_offset=nxt - 1,
+                cipher=cipher,
             ):
                 for offset, ts in zip(cols.offsets, cols.timestamps, strict=True):
                     if ts >= timestamp:
@@ -216,6 +229,8 @@ def _slice(
         until_offset=min(hi, run[-1][1].last_offset + 1),
         min_timestamp=min_ts,
         max_timestamp=max_ts,
+        segment_id=segment.segment_id if segment.custom_metadata is not None else None,
+        custom_metadata=segment.custom_metadata,
     )
 
 

@@ -36,13 +36,14 @@ def _indexes(options: RecordOptions, segments: list[RemoteLogSegmentMetadata]) -
     delete raced the planning) has no entry."""
     storage = options.connection.shared_storage()
     keys = ObjectKeyFactory(options.connection.s3_prefix)
+    decryption = options.connection.decryption()
     try:
-        return read_indexes(storage, keys, segments)
+        return read_indexes(storage, keys, segments, decryption)
     except SegmentObjectMissingError:
         out: dict[str, SegmentIndex] = {}
         for seg in segments:
             try:
-                out.update(read_indexes(storage, keys, [seg]))
+                out.update(read_indexes(storage, keys, [seg], decryption))
             except SegmentObjectMissingError:
                 continue
         return out

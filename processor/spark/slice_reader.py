@@ -122,6 +122,9 @@ def read_partition(options: RecordOptions, value: Any) -> Iterator[pa.RecordBatc
             min_timestamp=value.min_timestamp,
             max_timestamp=value.max_timestamp,
             include_headers=options.include_headers,
+            cipher=options.connection.decryption().cipher_for(value.segment_id, value.custom_metadata)
+            if value.segment_id is not None
+            else None,
         ):
             if batch.num_rows:
                 resume = max(resume, int(pc.max(batch.column("offset")).as_py()) + 1)

@@ -16,6 +16,7 @@ from processor.metadata.model import TopicPartition
 from processor.reader.remote_reader import RemoteReader
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
+from processor.wiring.encryption import segment_decryption
 
 
 def followed_partitions(settings: Settings, metadata_partitions: int, own_topics: bool = False) -> list[int]:
@@ -90,4 +91,6 @@ def metadata_origin(settings: Settings) -> str:
 
 
 def build_reader(settings: Settings, storage: ChunkStorage, rlmm: RemoteLogMetadataManager) -> RemoteReader:
-    return RemoteReader(storage, rlmm, ObjectKeyFactory(settings.s3_prefix))
+    return RemoteReader(
+        storage, rlmm, ObjectKeyFactory(settings.s3_prefix), decryption=segment_decryption(settings)
+    )

@@ -17,6 +17,7 @@ from processor.metadata.topic_io import MetadataPublisher
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.rate_limited import rate_limited
+from processor.wiring.encryption import segment_encryption
 from processor.wiring.fetch_sizes import fetch_options
 from processor.wiring.read_your_write import confirm_by_follower
 from processor.wiring.resume import remote_state_loader
@@ -45,6 +46,7 @@ def build_engine(
         current_claim=materializer.current_epoch if materializer is not None else None,
         confirm=confirm_by_follower(materializer, metadata_partitions) if materializer else None,
         claim_id=materializer.claim_id if materializer is not None else None,
+        encryption=segment_encryption(settings),
     )
     fetch = fetch_options(settings)
 

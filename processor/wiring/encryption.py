@@ -1,0 +1,30 @@
+"""Key providers from the settings: what new segments are sealed under (PROCESSOR_ENCRYPTION), and
+what readers may unwrap with (every provider configured, whatever new segments get, so segments
+written under an earlier setting stay readable)."""
+
+from __future__ import annotations
+
+from processor.config import Settings
+from processor.crypto.keys import KeyConfigError, KeyProvider
+from processor.crypto.providers import key_providers
+from processor.reader.segment_keys import SegmentDecryption
+
+
+def providers(settings: Settings) -> dict[str, KeyProvider]:
+    return key_providers(
+        settings.encryption_keyring, settings.s3_region, settings.kms_key_id, dict(settings.kms_topic_key_ids)
+    )
+
+
+def segment_encryption(settings: Settings) -> KeyProvider | None:
+    """The provider new segments are sealed under; None with PROCESSOR_ENCRYPTION=none."""
+    if settings.encryption == "none":
+        return None
+    provider = providers(settings).get(settings.encryption)
+    if provider is None:  # the settings' own checks make this unreachable; say so if not
+        raise KeyConfigError(f"PROCESSOR_ENCRYPTION={settings.encryption} has no key provider configured")
+    return provider
+
+
+def segment_decryption(settings: Settings) -> SegmentDecryption:
+    return SegmentDecryption(providers(settings))
