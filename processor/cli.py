@@ -19,15 +19,19 @@ from processor.commands import (
     fetch,
     follower,
     gateway,
+    keyring,
     offload,
     rebuild_metadata,
+    rekey,
     restore,
     restore_groups,
     segments,
+    shred,
     sweep,
     verify,
     worker,
 )
+from processor.crypto.keys import KeyConfigError
 from processor.errors import (
     ConfigError,
     InvalidNameError,
@@ -60,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.register(sub)
     for command in (restore, restore_groups, rebuild_metadata):  # backup
         command.register(sub)
+    for command in (keyring, rekey, shred):  # encryption at rest
+        command.register(sub)
     return parser
 
 
@@ -79,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tune_gc()
     try:
         return int(args.func(args))
-    except (ConfigError, InvalidNameError, OffsetNotInRemoteError) as exc:
+    except (ConfigError, KeyConfigError, InvalidNameError, OffsetNotInRemoteError) as exc:
         _error(exc)
         return 2
     except (ServiceUnavailableError, StorageError, MetadataTopicError) as exc:

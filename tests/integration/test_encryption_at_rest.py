@@ -18,9 +18,11 @@ import pytest
 
 from processor.config import Settings, load_settings
 from processor.crypto.keyring import new_key
+from processor.crypto.keys import WrappedKey
 from processor.devstack.stack import StackInfo
 from processor.errors import CorruptObjectError, InvalidRangeError, SegmentKeyError, SegmentShreddedError
 from processor.kafka_clients import ensure_topic, new_admin, new_producer
+from processor.metadata.manifest import decode_manifest, manifest_key
 from processor.metadata.model import TopicPartition
 from processor.reader.remote_reader import RemoteReader
 from processor.wiring.follower import build_follower, build_reader
@@ -232,3 +234,76 @@ def test_fetch_and_verify_commands_read_the_encrypted_archive(encrypted) -> None
     assert report["clean"] and report["encrypted_segments"] == report["segments_checked"] > 0
     assert report["plaintext_segments"] == 0
     assert [base64.b64decode(r["value"]) for r in rows] == [w.value for w in want[5:8]]
+
+
+def _wrapping_key_ids(reader: RemoteReader, topic: str) -> set[str]:
+    return {
+        WrappedKey.decode(s.custom_metadata or b"", where="test").key_id
+        for p in range(PARTITIONS)
+        for s in reader.lookup.finished_segments(TopicPartition(topic, p), 0)
+    }
+
+
+def test_rekey_rewraps_every_data_key_under_the_new_key_and_is_idempotent(encrypted, reader_for) -> None:
+    topic = list(encrypted.topics)[1]  # under the ring's default key
+    old = _wrapping_key_ids(reader_for(), topic)
+    assert len(old) == 1
+    new = new_key(encrypted.keyring)  # the ring's new default
+    env = {**encrypted.cli_env, "PROCESSOR_ENCRYPTION": "keyring"}
+    first = run_cli(env, "rekey", "--topic", topic, "--json")
+    assert first.returncode == 0, first.stdout + first.stderr
+    report = json.loads(first.stdout)
+    assert report["key_id"] == new and report["rewrapped"] == report["segments"] > 0
+    again = json.loads(run_cli(env, "rekey", "--topic", topic, "--json").stdout)
+    assert again["rewrapped"] == 0 and again["already_current"] == report["segments"]
+    reader = reader_for()
+    assert _wrapping_key_ids(reader, topic) == {new}
+    # the old key can go: everything reads under the new one, manifests included
+    (encrypted.keyring / f"{old.pop()}.key").rename(encrypted.tmp / "retired.key")
+    for p, want in encrypted.topics[topic].items():
+        got = _read_all(reader_for(), TopicPartition(topic, p), len(want))
+        assert all(_same(g, w) for g, w in zip(got, want, strict=True))
+        for seg in reader.lookup.finished_segments(TopicPartition(topic, p), 0):
+            key = manifest_key(seg.data_object_key)
+            manifest = decode_manifest(build_storage(encrypted.settings()).read_all(key), where=key)
+            assert manifest.segment.custom_metadata == seg.custom_metadata
+
+
+def test_the_metadata_rebuilds_from_the_bucket_of_an_encrypted_archive(encrypted, reader_for) -> None:
+    rebuilt = f"__meta_enc_rebuilt_{uuid.uuid4().hex[:6]}"
+    done = run_cli(encrypted.cli_env, "rebuild-metadata", "--to-topic", rebuilt, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    reader = reader_for(PROCESSOR_METADATA_TOPIC=rebuilt)
+    for topic, parts in encrypted.topics.items():
+        for p, want in parts.items():
+            got = _read_all(reader, TopicPartition(topic, p), len(want))
+            assert [g.offset for g in got] == list(range(len(want)))
+            assert all(_same(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_shred_makes_one_topic_unreadable_as_shredded_and_leaves_the_other(encrypted, reader_for) -> None:
+    own, shared = list(encrypted.topics)
+    env = {**encrypted.cli_env, "PROCESSOR_ENCRYPTION": "keyring"}
+    refused = run_cli(env, "shred", "--topic", shared, "--yes")
+    assert refused.returncode == 2 and "shared" in refused.stderr + refused.stdout, refused.stderr
+    dry = run_cli(env, "shred", "--topic", own, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout)
+    assert plan["under_key"] > 0 and not plan["shredded"] and plan["refusal"] is None
+    no_tty = run_cli(env, "shred", "--topic", own)
+    assert no_tty.returncode == 2, "without --yes and without a terminal nothing is destroyed"
+    assert _read_all(reader_for(), TopicPartition(own, 0), 5)
+    done = run_cli(env, "shred", "--topic", own, "--yes", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["shredded"] is True
+    reader = reader_for()
+    for p in range(PARTITIONS):
+        with pytest.raises(SegmentShreddedError, match="shredded"):
+            _read_all(reader, TopicPartition(own, p), 10)
+    for p, want in encrypted.topics[shared].items():
+        got = _read_all(reader, TopicPartition(shared, p), len(want))
+        assert all(_same(g, w) for g, w in zip(got, want, strict=True))
+    verify = run_cli(encrypted.cli_env, "verify", "--topic", own, "--json")
+    report = json.loads(verify.stdout)
+    assert len(report["shredded"]) == report["segments_checked"] > 0
+    assert not report["corrupt"] and not report["key_unavailable"]
