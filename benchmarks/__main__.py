@@ -1,5 +1,5 @@
 """Run the benchmarks: ``python -m benchmarks [--only SECTION,...]``, sections: offload, memory, reads,
-gateway, follower, scale, spark, restore, rebuild."""
+gateway, follower, scale, spark, restore, rebuild, encryption."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.encryption import bench_encryption
 from benchmarks.gateway import bench_gateway
 from benchmarks.offload import bench_memory, bench_offload, load_topic
 from benchmarks.reads import bench_follower, bench_read_latency, bench_scale
@@ -21,7 +22,18 @@ from benchmarks.spark import bench_spark
 from processor.devstack import stack
 from processor.runtime import tune_gc
 
-SECTIONS = ("offload", "memory", "reads", "gateway", "follower", "scale", "spark", "restore", "rebuild")
+SECTIONS = (
+    "offload",
+    "memory",
+    "reads",
+    "gateway",
+    "follower",
+    "scale",
+    "spark",
+    "restore",
+    "rebuild",
+    "encryption",
+)
 MiB = 1024 * 1024
 
 
@@ -47,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         "--smoke",
         action="store_true",
         help="one configuration per section: the offload section skips its 100 B and compressed runs, "
-        "the memory section its 256 MiB run "
+        "the memory section its 256 MiB run, the encryption section its second round "
         "(what the test suite's smoke test runs: every section's code, not every figure)",
     )
     parser.add_argument("--out", default="bench-results.json")
@@ -96,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
                     bench_gateway(report, info, workdir, small, reads=args.reads)
             if "spark" in only:
                 bench_spark(report, info, workdir, big)
+        if info is not None and "encryption" in only:
+            # the 1 KiB topic the sections above loaded, or (run on its own) one of the same size
+            total = int(args.gib * 1024 * MiB)
+            bench_encryption(report, info, workdir, big, total, reads=args.reads, smoke=args.smoke)
         if info is not None and "follower" in only:
             bench_follower(report, info, workdir, records=args.follower_records)
         if info is not None and "restore" in only:

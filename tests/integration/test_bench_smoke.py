@@ -20,9 +20,9 @@ from processor.devstack.stack import StackInfo
 pytestmark = pytest.mark.integration
 
 
-# Longer than the default 120 s: three worker runs (each a process start, a group join and a stop),
-# a restore and a Spark JVM, all inside one child process.
-@pytest.mark.timeout(300)
+# Longer than the default 120 s: worker runs (each a process start, a group join and a stop; the
+# encryption section adds two, 60 s more allowed), a restore and a Spark JVM, all inside one child process.
+@pytest.mark.timeout(360)
 def test_every_bench_section_completes_and_reports_its_figures(
     local_stack: StackInfo, tmp_path: Path
 ) -> None:
@@ -56,7 +56,7 @@ def test_every_bench_section_completes_and_reports_its_figures(
         ],
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=340,
         cwd=Path(__file__).resolve().parents[2],
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
