@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,21 +16,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.config import Settings, load_settings
 from processor.crypto.keyring import new_key
 from processor.crypto.keys import WrappedKey
-from processor.devstack.stack import StackInfo
+from processor.devstack.stack import StackInfo, free_port
 from processor.errors import CorruptObjectError, InvalidRangeError, SegmentKeyError, SegmentShreddedError
 from processor.kafka_clients import ensure_topic, new_admin, new_producer
 from processor.metadata.manifest import decode_manifest, manifest_key
 from processor.metadata.model import TopicPartition
 from processor.reader.remote_reader import RemoteReader
 from processor.wiring.follower import build_follower, build_reader
+from processor.wiring.gateway_server import GatewayServer
 from processor.wiring.storage import build_storage
 from tests.integration.worker_process import WorkerProcess, worker_env
 from tests.support.archive import objects_restored, s3_client
 from tests.support.cli import run_cli
+from tests.support.gateway_thread import gateway_running
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -234,6 +239,33 @@ def test_fetch_and_verify_commands_read_the_encrypted_archive(encrypted) -> None
     assert report["clean"] and report["encrypted_segments"] == report["segments_checked"] > 0
     assert report["plaintext_segments"] == 0
     assert [base64.b64decode(r["value"]) for r in rows] == [w.value for w in want[5:8]]
+
+
+def test_a_kafka_client_reads_the_encrypted_archive_through_the_gateway(encrypted, tmp_path) -> None:
+    topic = next(iter(encrypted.topics))
+    port, web = free_port(), free_port()
+    settings = encrypted.settings(
+        PROCESSOR_DATA_DIR=str(tmp_path / "gateway-data"),
+        PROCESSOR_GATEWAY_HOST="127.0.0.1",
+        PROCESSOR_GATEWAY_PORT=str(port),
+        PROCESSOR_GATEWAY_ARCHIVE_READS="archived",
+        PROCESSOR_GATEWAY_NODE_IDS="100-127",  # Tansu's node id is 111
+        PROCESSOR_WEB_HOST="127.0.0.1",
+        PROCESSOR_WEB_PORT=str(web),
+    )
+    want = encrypted.topics[topic][1]
+    with gateway_running(GatewayServer.build(settings)):
+        consumer = Consumer(
+            {"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "enc-gw", "fetch.wait.max.ms": 10}
+        )
+        consumer.assign([KafkaTP(topic, 1, 0)])
+        got: list[Any] = []
+        deadline = time.monotonic() + 60
+        while len(got) < len(want) and time.monotonic() < deadline:
+            got += [m for m in consumer.consume(500, 1.0) if m.error() is None]
+        consumer.close()
+    assert [m.offset() for m in got] == list(range(len(want)))
+    assert [(m.key(), m.value()) for m in got] == [(w.key, w.value) for w in want]
 
 
 def _wrapping_key_ids(reader: RemoteReader, topic: str) -> set[str]:

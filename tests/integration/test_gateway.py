@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.model import TopicPartition
 from processor.wiring.gateway_server import GatewayServer
 from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.gateway_thread import gateway_running
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -59,19 +59,6 @@ class RunningGateway:
     by_partition: dict[int, list[SampleRecord]]
     archived_end: dict[int, int]  # last archived offset per partition
     txn_committed: list[tuple[int, bytes | None, bytes | None]]  # what read_committed sees of TXN
-
-
-def _serve(server: GatewayServer, ready: threading.Event, stop_box: list[Any]) -> None:
-    async def main() -> None:
-        stop = asyncio.Event()
-        stop_box.extend([asyncio.get_running_loop(), stop])
-        task = asyncio.create_task(server.serve(stop))
-        while not server.gateway.servers:
-            await asyncio.sleep(0.01)
-        ready.set()
-        await task
-
-    asyncio.run(main())
 
 
 @pytest.fixture(scope="module")
@@ -127,14 +114,7 @@ def gateway(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) ->
             "PROCESSOR_WEB_PORT": str(web),
         }
     )
-    server = GatewayServer.build(settings)
-    server.follower.materializer.catch_up()
-    server.follower.materializer.start()
-    ready, box = threading.Event(), list[Any]()
-    thread = threading.Thread(target=_serve, args=(server, ready, box), daemon=True)
-    thread.start()
-    assert ready.wait(60), "gateway did not start"
-    try:
+    with gateway_running(GatewayServer.build(settings)):
         yield RunningGateway(
             f"127.0.0.1:{port}",
             f"http://127.0.0.1:{web}",
@@ -143,11 +123,6 @@ def gateway(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) ->
             {tp.partition: e for tp, e in ends.items()},
             txn_committed,
         )
-    finally:
-        loop, stop = box
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(30)
-        server.close()
 
 
 def _produce_transactions(bootstrap: str) -> None:
