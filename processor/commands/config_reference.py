@@ -37,6 +37,10 @@ DEFAULTS: dict[str, str] = {
     "follow_metadata_partitions": "all",
     "ssl_cafile": "system CAs",
     "worker_urls": "`http://127.0.0.1:$PROCESSOR_WEB_PORT`",
+    "encryption_keyring": "none",
+    "kms_key_id": "none",
+    "kms_topic_key_ids": "none",
+    "s3_sse_kms_key_id": "the bucket's default key",
 }
 
 SECURITY = "[Security](security.md#connecting-to-a-secured-kafka)"
@@ -121,6 +125,18 @@ MEANINGS: dict[str, str] = {
         "`keep` (or `off`): store batches as fetched (a compressed topic stays compressed); `zstd`: "
         "blocks holding uncompressed batches are stored as one zstd frame"
     ),
+    "encryption": (
+        "encryption at rest of new segments: `none`, `keyring` or `kms` (a fresh AES-256 data key per "
+        "segment, wrapped): see [Encryption at rest](encryption.md)"
+    ),
+    "encryption_keyring": (
+        "directory of key files (`processor keyring new`); readers of keyring-encrypted segments need it"
+    ),
+    "kms_key_id": "KMS key id or ARN new data keys are made under (`PROCESSOR_ENCRYPTION=kms`)",
+    "kms_topic_key_ids": "keys of topics' own: `topic=key-id,...` (what `processor shred` can destroy)",
+    "s3_sse": "S3 server-side encryption of every object: `none`, `AES256` (SSE-S3) or `aws:kms` (SSE-KMS)",
+    "s3_sse_kms_key_id": "SSE-KMS key id or ARN",
+    "s3_sse_bucket_key": "SSE-KMS with S3 Bucket Keys (fewer KMS requests)",
     "fetch_concurrency": "source fetch requests in flight (each for the ready partitions of one broker)",
     "security_protocol": f"`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`: see {SECURITY}",
     "sasl_mechanism": "`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`, `OAUTHBEARER`",
