@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTP
@@ -268,6 +269,37 @@ def test_a_kafka_client_reads_the_encrypted_archive_through_the_gateway(encrypte
     assert [(m.key(), m.value()) for m in got] == [(w.key, w.value) for w in want]
 
 
+def test_the_spark_source_plans_and_reads_the_encrypted_archive(encrypted, tmp_path) -> None:
+    """What a Spark task runs (the reader's plan and read_partition), in this process: the source's
+    option ``encryption.keyring`` names the key ring."""
+    from pyspark.sql.datasource import InputPartition
+
+    from processor.spark.options import record_options
+    from processor.spark.tiered_records import TieredRecordsReader
+
+    topic = list(encrypted.topics)[1]
+    options = {
+        "kafka.bootstrap.servers": str(encrypted.info.bootstrap_servers),
+        "metadata.topic": encrypted.env["PROCESSOR_METADATA_TOPIC"],
+        "metadata.cacheDir": str(tmp_path / "spark-meta"),
+        "s3.endpoint": encrypted.info.s3_endpoint_url,
+        "s3.bucket": encrypted.info.bucket,
+        "s3.prefix": encrypted.env["PROCESSOR_S3_PREFIX"],
+        "s3.region": "us-east-1",
+        "encryption.keyring": str(encrypted.keyring),
+        "subscribe": topic,
+        "includeHeaders": "true",
+    }
+    reader = TieredRecordsReader(record_options(options, environ={}))
+    rows: dict[int, list[tuple[int, bytes, bytes]]] = {p: [] for p in range(PARTITIONS)}
+    for piece in reader.plan():
+        for batch in reader.read(InputPartition(piece)):
+            for row in batch.to_pylist():
+                rows[row["partition"]].append((row["offset"], row["key"], row["value"]))
+    for p, want in encrypted.topics[topic].items():
+        assert sorted(rows[p]) == [(i, w.key, w.value) for i, w in enumerate(want)]
+
+
 def _wrapping_key_ids(reader: RemoteReader, topic: str) -> set[str]:
     return {
         WrappedKey.decode(s.custom_metadata or b"", where="test").key_id
@@ -339,3 +371,72 @@ def test_shred_makes_one_topic_unreadable_as_shredded_and_leaves_the_other(encry
     report = json.loads(verify.stdout)
     assert len(report["shredded"]) == report["segments_checked"] > 0
     assert not report["corrupt"] and not report["key_unavailable"]
+
+
+@pytest.fixture(scope="module")
+def kms_endpoint() -> Iterator[str]:
+    """moto's KMS in server mode: the worker (a child process) and the readers reach it through boto3."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def test_a_kms_encrypted_archive_reads_back_byte_exact_with_only_decrypt(
+    local_stack, kms_endpoint, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", kms_endpoint)
+    kms = boto3.client("kms", region_name="us-east-1", endpoint_url=kms_endpoint)
+    key_id = kms.create_key()["KeyMetadata"]["KeyId"]
+    tag = uuid.uuid4().hex[:6]
+    topic = f"enc-kms-{tag}"
+    ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), topic, PARTITIONS, 1, {})
+    produced = _produce(local_stack.bootstrap_servers, topic)
+    env = worker_env(
+        local_stack,
+        tmp_path / "data",
+        topic,
+        PROCESSOR_METADATA_TOPIC=f"__meta_kms_{tag}",
+        PROCESSOR_S3_PREFIX=f"kms-{tag}",
+        PROCESSOR_S3_REGION="us-east-1",
+        PROCESSOR_SEGMENT_BYTES=str(96 * 1024),
+        PROCESSOR_BLOCK_BYTES=str(16 * 1024),
+        PROCESSOR_SEGMENT_MS="1000",
+        PROCESSOR_BUFFER_BYTES=str(16 * 1024 * 1024),
+        PROCESSOR_ENCRYPTION="kms",
+        PROCESSOR_KMS_KEY_ID=key_id,
+        AWS_ENDPOINT_URL_KMS=kms_endpoint,
+    )
+    worker = WorkerProcess(env, tmp_path / "worker.log")
+    ends = {TopicPartition(topic, p): len(rs) - 1 for p, rs in produced.items()}
+    try:
+        wait_offloaded(local_stack.bootstrap_servers, env["PROCESSOR_METADATA_TOPIC"], ends, 180, worker.proc)
+    finally:
+        worker.stop()
+    keep = ("PROCESSOR_METADATA_TOPIC", "PROCESSOR_S3_PREFIX", "PROCESSOR_S3_REGION")
+    settings = load_settings({**local_stack.env(), **{k: env[k] for k in keep}})  # no key id: readers unwrap
+    follower = build_follower(settings, 4, cache_dir=tmp_path / "cache")
+    follower.materializer.catch_up()
+    storage = build_storage(settings)
+    try:
+        reader = build_reader(settings, storage, follower.rlmm)
+        for p, want in produced.items():
+            tp = TopicPartition(topic, p)
+            got = _read_all(reader, tp, len(want))
+            assert [g.offset for g in got] == list(range(len(want)))
+            assert all(_same(g, w) for g, w in zip(got, want, strict=True))
+            assert {
+                WrappedKey.decode(s.custom_metadata or b"", where="t").provider
+                for s in reader.lookup.finished_segments(tp, 0)
+            } == {"kms"}
+        s3 = s3_client(local_stack)
+        for o in s3.list_objects_v2(Bucket=local_stack.bucket, Prefix=f"kms-{tag}")["Contents"]:
+            assert MARKER not in s3.get_object(Bucket=local_stack.bucket, Key=o["Key"])["Body"].read()
+    finally:
+        follower.close()
+        storage.close()
