@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
 
 from processor.errors import ProcessorError
 
@@ -82,6 +84,36 @@ def response_correlation_id(frame: bytes | memoryview) -> int:
     if len(frame) < 4:
         raise ProtocolError(f"response of {len(frame)} bytes has no correlation id")
     return int.from_bytes(frame[:4], "big", signed=True)
+
+
+def schema_versions(api_key: int, top: int) -> tuple[int, int] | None:
+    """The versions up to ``top`` of ``api_key`` kio has both a request and a response schema for,
+    from its index (no schema module imported)."""
+    versions = schema_name_map.get(api_key_map.get(api_key, ""), {})
+    have = [
+        v
+        for v, entities in versions.items()
+        if v <= top and EntityType.request in entities and EntityType.response in entities
+    ]
+    return (min(have), max(have)) if have else None
+
+
+def warm_up() -> int:
+    """Import the schemas of every API version the gateway decodes and build their codecs, before
+    it listens: done on a client's first request, this took over a second of the event loop's time
+    (kio's schema modules are hundreds of generated dataclasses). Returns the schemas loaded."""
+    loaded = 0
+    for api_key, top in GATEWAY_MAX_VERSIONS.items():
+        found = schema_versions(api_key, top)
+        if found is None:
+            continue
+        for version in range(found[0], found[1] + 1):
+            for schema in (load_request_schema(api_key, version), load_response_schema(api_key, version)):
+                entity_reader(schema.__header_schema__)
+                entity_reader(schema)
+                entity_writer(schema)
+                loaded += 1
+    return loaded
 
 
 def framed(payload: bytes) -> bytes:

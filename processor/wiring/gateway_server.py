@@ -16,6 +16,7 @@ from aiohttp import web
 
 from processor.config import Settings
 from processor.gateway.listeners import Gateway, build_gateway, client_tls, gateway_ports
+from processor.gateway.protocol import warm_up
 from processor.reader.remote_reader import RemoteReader
 from processor.web.servers import follower_web_app
 from processor.wiring.follower import Follower, build_follower, build_reader
@@ -53,6 +54,7 @@ class GatewayServer:
         return cls(settings, follower, reader, build_gateway(settings, reader), web_app)
 
     async def serve(self, stop: asyncio.Event) -> None:
+        warm_up()  # the protocol's schemas, before any client waits on them
         # Archive reads run in threads (boto3 blocks): enough of them for every partition of a
         # fetch and the read-ahead at once (the default pool has min(32, CPUs + 4)).
         asyncio.get_running_loop().set_default_executor(

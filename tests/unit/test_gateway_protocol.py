@@ -383,3 +383,14 @@ def test_produce_acks_are_read_without_decoding_the_records(
     frame = encode_request(head, body)
     assert produce_acks(frame) == int(decode_request(frame)[1].acks) == acks
     assert produce_acks(frame[:10]) is None
+
+
+def test_the_versions_the_gateway_offers_come_from_kios_index_and_warm_up_loads_them() -> None:
+    from processor.gateway.protocol import GATEWAY_MAX_VERSIONS, schema_versions, warm_up
+
+    assert schema_versions(1, 15) == (4, 15)  # Fetch: kio has v4 and up
+    assert schema_versions(1, 12) == (4, 12)  # capped
+    assert schema_versions(9999, 3) is None  # an API kio does not know
+    loaded = warm_up()
+    ranges = [schema_versions(k, top) for k, top in GATEWAY_MAX_VERSIONS.items()]
+    assert loaded == 2 * sum(high - low + 1 for low, high in filter(None, ranges))
