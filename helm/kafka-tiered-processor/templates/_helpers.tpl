@@ -150,6 +150,7 @@ install choices with no safe default (an unselected object or a blocked scraper 
 {{- if .Values.gateway.enabled }}
 {{- $_ := include "ktp.gatewayNodeIds" . }}
 {{- end }}
+{{- include "ktp.validateEncryption" . }}
 {{- $np := .Values.networkPolicy }}
 {{- if and $np.enabled $m.serviceMonitor.enabled (not (or $np.metrics.namespace $np.metrics.fromNamespaces)) }}
 {{- fail "networkPolicy.enabled and monitoring.serviceMonitor.enabled are true but the NetworkPolicy admits no metrics scraper: set networkPolicy.metrics.namespace to the namespace Prometheus runs in (typically your kube-prometheus-stack's, e.g. --set networkPolicy.metrics.namespace=monitoring), or networkPolicy.metrics.fromNamespaces to label selectors of the scrapers' namespaces; no namespace is assumed" }}
@@ -241,6 +242,91 @@ PROCESSOR_SSL_KEYFILE: {{ printf "%s/%s" (include "ktp.kafkaClientDir" $) $k.tls
     secretKeyRef:
       name: {{ $tls.keyPasswordSecret }}
       key: {{ $tls.keyPasswordKey }}
+{{- end }}
+{{- end }}
+
+{{/*
+Encryption at rest (docs/encryption.md): the key ring a Secret mounted read-only, the mode and KMS
+key ids as environment variables of every container that reads or writes the archive (workers,
+followers, the gateway, the audit, `helm test`'s verify). Nothing at all with the defaults.
+*/}}
+{{- define "ktp.keyringDir" -}}/etc/processor/keyring{{- end }}
+
+{{/* Refuses encryption values that cannot work (the schema checks each value alone; the enums are
+checked here too, for renders with schema validation skipped). */}}
+{{- define "ktp.validateEncryption" -}}
+{{- $e := .Values.encryption }}
+{{- $mode := toString $e.mode }}
+{{- if not (has $mode (list "none" "keyring" "kms")) }}
+{{- fail (printf "encryption.mode is %q: use none, keyring (a key ring from encryption.keyring.existingSecret) or kms (AWS KMS, encryption.kms.keyId)" $mode) }}
+{{- end }}
+{{- if and (eq $mode "keyring") (not $e.keyring.existingSecret) }}
+{{- fail (printf "encryption.mode is keyring: set encryption.keyring.existingSecret to an existing Secret whose files are the key ring (kubectl create secret generic processor-keyring --from-file=<key ring directory>, made with `processor keyring new`); it is mounted read-only at %s, see docs/encryption.md" (include "ktp.keyringDir" .)) }}
+{{- end }}
+{{- if and (eq $mode "kms") (not $e.kms.keyId) }}
+{{- fail "encryption.mode is kms: set encryption.kms.keyId to the KMS key id or key ARN new data keys are made under (not an alias; see docs/encryption.md)" }}
+{{- end }}
+{{- if and (ne $mode "kms") (or $e.kms.keyId $e.kms.topicKeyIds) }}
+{{- fail (printf "encryption.kms.keyId/topicKeyIds are set but encryption.mode is %s: set encryption.mode=kms, or clear them (readers unwrap KMS-encrypted segments without a key id)" $mode) }}
+{{- end }}
+{{- $c := .Values.config }}
+{{- $sse := toString $c.s3Sse }}
+{{- if not (has $sse (list "none" "AES256" "aws:kms")) }}
+{{- fail (printf "config.s3Sse is %q: use none, AES256 (SSE-S3) or aws:kms (SSE-KMS)" $sse) }}
+{{- end }}
+{{- if and $c.s3SseKmsKeyId (ne $sse "aws:kms") }}
+{{- fail (printf "config.s3SseKmsKeyId is set but config.s3Sse is %s: set config.s3Sse=aws:kms, or clear it" $sse) }}
+{{- end }}
+{{- end }}
+
+{{/* encryption.kms.topicKeyIds (topic: key id) as PROCESSOR_KMS_TOPIC_KEY_IDS, "topic=key-id,...". */}}
+{{- define "ktp.kmsTopicKeyIds" -}}
+{{- $pairs := list }}
+{{- range $topic, $key := .Values.encryption.kms.topicKeyIds }}
+{{- $pairs = append $pairs (printf "%s=%s" $topic $key) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}
+
+{{/* Encryption settings as env entries. The key ring's directory whenever its Secret is set, whatever
+the mode: readers unwrap with every key provider configured, so segments sealed under the key ring
+stay readable after a move to kms or none. */}}
+{{- define "ktp.encryptionEnv" -}}
+{{- $e := .Values.encryption }}
+{{- if ne $e.mode "none" }}
+- name: PROCESSOR_ENCRYPTION
+  value: {{ $e.mode | quote }}
+{{- end }}
+{{- if $e.keyring.existingSecret }}
+- name: PROCESSOR_ENCRYPTION_KEYRING
+  value: {{ include "ktp.keyringDir" . | quote }}
+{{- end }}
+{{- if eq $e.mode "kms" }}
+- name: PROCESSOR_KMS_KEY_ID
+  value: {{ $e.kms.keyId | quote }}
+{{- if $e.kms.topicKeyIds }}
+- name: PROCESSOR_KMS_TOPIC_KEY_IDS
+  value: {{ include "ktp.kmsTopicKeyIds" . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The key ring's mount (read-only) and volume (the Secret, files mode 0400: with the pods' fsGroup,
+readable by the processor's user and group only). */}}
+{{- define "ktp.encryptionMounts" -}}
+{{- if .Values.encryption.keyring.existingSecret }}
+- name: encryption-keyring
+  mountPath: {{ include "ktp.keyringDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "ktp.encryptionVolumes" -}}
+{{- with .Values.encryption.keyring.existingSecret }}
+- name: encryption-keyring
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0400
 {{- end }}
 {{- end }}
 
@@ -382,6 +468,7 @@ containers:
       {{- include "ktp.envFrom" .root | nindent 6 }}
     env:
       {{- include "ktp.secretEnv" .root | nindent 6 }}
+      {{- include "ktp.encryptionEnv" .root | nindent 6 }}
       - name: SPARK_LOCAL_IP
         value: "127.0.0.1"
     resources:
@@ -402,6 +489,7 @@ containers:
       - name: data
         mountPath: /data
       {{- include "ktp.extraMounts" .root | nindent 6 }}
+      {{- include "ktp.encryptionMounts" .root | nindent 6 }}
 volumes:
   - name: tmp
     emptyDir:
@@ -415,6 +503,7 @@ volumes:
       sizeLimit: 4Gi
     {{- end }}
   {{- include "ktp.extraVolumes" .root | nindent 2 }}
+  {{- include "ktp.encryptionVolumes" .root | nindent 2 }}
 {{- end }}
 
 {{/* Pod-level settings of the `helm test` pods. */}}
