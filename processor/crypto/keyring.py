@@ -7,6 +7,8 @@ Layout of the directory::
                                   "topic": null | "<topic>", "material": "<base64 of 32 random bytes>"}
     <dir>/shredded/<topic>.json  a tombstone per shredded topic, JSON:
                                  {"topic": "<topic>", "key_ids": ["k-...", ...], "shredded_ms": <int>}
+    <dir>/<topic>.shredded       the same tombstone at the top, for a ring kept where folders cannot
+                                 be (a Kubernetes Secret): read, never written here
 
 The default key is the newest key file (by ``created_ms``, then ``key_id``) whose ``topic`` is null;
 a topic's own key is the newest whose ``topic`` is that topic. New data keys are wrapped under the
@@ -63,6 +65,7 @@ log = logging.getLogger(__name__)
 KEY_FILE_VERSION = 1
 KEY_SUFFIX = ".key"
 SHREDDED_DIR = "shredded"
+SHREDDED_SUFFIX = ".shredded"
 NONCE_BYTES = 12
 TAG_BYTES = 16
 BLOB_BYTES = NONCE_BYTES + DATA_KEY_BYTES + TAG_BYTES
@@ -218,7 +221,7 @@ def _parse_tombstone(path: Path) -> _Tombstone:
         return KeyConfigError(f"malformed shred tombstone {path}: {what}")
 
     topic = doc.get("topic")
-    if not isinstance(topic, str) or path.name != f"{topic}.json":
+    if not isinstance(topic, str) or path.name not in (f"{topic}.json", f"{topic}{SHREDDED_SUFFIX}"):
         raise bad("topic missing or does not match the file name")
     key_ids = doc.get("key_ids")
     if not isinstance(key_ids, list) or not all(isinstance(k, str) and k for k in key_ids):
@@ -243,6 +246,7 @@ class KeyringProvider(KeyProvider):
         self._lock = threading.Lock()
         self._keys: dict[str, tuple[_Stamp, _Key]] = {}  # by file name
         self._tombstones: dict[str, tuple[_Stamp, _Tombstone]] = {}  # by file name
+        self._flat_tombstones: dict[str, tuple[_Stamp, _Tombstone]] = {}  # <topic>.shredded files
         self._warned_modes: set[str] = set()
         if not self.directory.is_dir():
             raise KeyConfigError(f"the key ring directory {self.directory} does not exist")
@@ -259,8 +263,13 @@ class KeyringProvider(KeyProvider):
             self._keys = self._refresh(self.directory, KEY_SUFFIX, self._keys, self._parse_key_file)
             shredded = self.directory / SHREDDED_DIR
             self._tombstones = self._refresh(shredded, ".json", self._tombstones, _parse_tombstone)
+            self._flat_tombstones = self._refresh(
+                self.directory, SHREDDED_SUFFIX, self._flat_tombstones, _parse_tombstone
+            )
             keys = {k.key_id: k for _, k in self._keys.values()}
-            tombstones = {t.topic: t for _, t in self._tombstones.values()}
+            tombstones = {
+                t.topic: t for _, t in (*self._flat_tombstones.values(), *self._tombstones.values())
+            }
         return keys, tombstones
 
     @staticmethod

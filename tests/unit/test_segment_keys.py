@@ -96,3 +96,20 @@ def test_a_shredded_topic_is_shredded_and_another_topic_reads_on(tmp_path: Path)
     with pytest.raises(SegmentShreddedError, match="shredded"):
         decryption.cipher_for(mine, mine_blob)
     assert decryption.cipher_for(theirs, theirs_blob) is not None
+
+
+def test_a_tombstone_at_the_top_of_the_ring_counts_as_in_its_folder(tmp_path: Path) -> None:
+    """A ring kept in a Kubernetes Secret has no folders: after shredding a copy of the ring, the
+    Secret gets ``<topic>.shredded`` beside the keys, and readers say "shredded", not "unknown key"."""
+    ring_dir, secret = tmp_path / "ring", tmp_path / "secret"
+    new_key(ring_dir)
+    new_key(ring_dir, topic=TOPIC)
+    sid = _segment()
+    blob = _sealed(KeyringProvider(ring_dir), sid).wrapped.encode()
+    KeyringProvider(ring_dir).shred_topic(TOPIC)
+    secret.mkdir()
+    for key_file in ring_dir.glob("*.key"):
+        (secret / key_file.name).write_bytes(key_file.read_bytes())
+    (secret / f"{TOPIC}.shredded").write_bytes((ring_dir / "shredded" / f"{TOPIC}.json").read_bytes())
+    with pytest.raises(SegmentShreddedError):
+        SegmentDecryption({"keyring": KeyringProvider(secret)}).cipher_for(sid, blob)
