@@ -47,6 +47,7 @@ import dataclasses
 import os
 import struct
 import uuid
+from collections.abc import Callable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -145,18 +146,32 @@ def _check_position(position: int) -> None:
         raise ValueError(f"block position {position} is not a u64")
 
 
-def _verified_v2(data: bytes | bytearray | memoryview, *, where: str) -> BlockHeader:
-    """The header of a whole, intact version 2 block (payload CRC included)."""
+def _checked_header(
+    data: bytes | bytearray | memoryview,
+    version_wanted: int,
+    decode: Callable[..., BlockHeader],
+    wrong_version: str,
+    where: str,
+) -> BlockHeader:
+    """The header of a block that must be of ``version_wanted``: magic, version, header CRC, codec."""
     if len(data) < BLOCK_HEADER_LEN:
         raise FormatError(f"{where}: header needs {BLOCK_HEADER_LEN} bytes, got {len(data)}")
     magic, _header_len, _block_len, _first, _ledger, version = COMMON.unpack_from(data, 0)
     if magic != BLOCK_MAGIC:
         raise FormatError(f"{where}: bad block magic 0x{magic:08X}")
-    if version != BLOCK_FORMAT_V2:
-        raise FormatError(f"{where}: only a format 2 block can be sealed, got format {version}")
-    header = decode_header_v2(data, where=where)
+    if version != version_wanted:
+        raise FormatError(f"{where}: {wrong_version} (format version {version})")
+    header = decode(data, where=where)
     if header.payload_codec not in (CODEC_NONE, CODEC_ZSTD):
         raise FormatError(f"{where}: unknown payload codec {header.payload_codec}")
+    return header
+
+
+def _verified_v2(data: bytes | bytearray | memoryview, *, where: str) -> BlockHeader:
+    """The header of a whole, intact version 2 block (payload CRC included)."""
+    header = _checked_header(
+        data, BLOCK_FORMAT_V2, decode_header_v2, "only a format 2 block can be sealed", where
+    )
     if len(data) != header.block_len:
         raise FormatError(f"{where}: expected {header.block_len} bytes, got {len(data)}")
     if crc32(memoryview(data)[BLOCK_HEADER_LEN:]) != header.payload_crc32:
@@ -212,16 +227,7 @@ def open_block(
     cipher = data_key_cipher(key)
     _check_position(position)
     data = memoryview(v3_block)
-    if len(data) < BLOCK_HEADER_LEN:
-        raise FormatError(f"{where}: header needs {BLOCK_HEADER_LEN} bytes, got {len(data)}")
-    magic, _header_len, _block_len, _first, _ledger, version = COMMON.unpack_from(data, 0)
-    if magic != BLOCK_MAGIC:
-        raise FormatError(f"{where}: bad block magic 0x{magic:08X}")
-    if version != BLOCK_FORMAT_V3:
-        raise FormatError(f"{where}: not an encrypted block (format version {version})")
-    header = decode_header_v3(data, where=where)
-    if header.payload_codec not in (CODEC_NONE, CODEC_ZSTD):
-        raise FormatError(f"{where}: unknown payload codec {header.payload_codec}")
+    header = _checked_header(data, BLOCK_FORMAT_V3, decode_header_v3, "not an encrypted block", where)
     if header.block_len < BLOCK_HEADER_LEN + TAG_LEN:
         raise FormatError(f"{where}: block length {header.block_len} is too short for an encrypted block")
     if len(data) != header.block_len:

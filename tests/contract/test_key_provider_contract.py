@@ -28,6 +28,7 @@ from processor.crypto.keys import (
     WrappedKey,
 )
 from processor.crypto.kms import KmsProvider, kms_client, kms_error
+from tests.support.kms_server import moto_kms
 
 REGION = "us-east-1"
 DUMMY = {"access_key_id": "testing", "secret_access_key": "testing"}
@@ -35,15 +36,8 @@ DUMMY = {"access_key_id": "testing", "secret_access_key": "testing"}
 
 @pytest.fixture(scope="module")
 def kms_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_kms() as endpoint:
+        yield endpoint
 
 
 @dataclass

@@ -36,6 +36,7 @@ from tests.integration.worker_process import WorkerProcess, worker_env
 from tests.support.archive import objects_restored, s3_client
 from tests.support.cli import run_cli
 from tests.support.gateway_thread import gateway_running
+from tests.support.kms_server import moto_kms
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -375,16 +376,8 @@ def test_shred_makes_one_topic_unreadable_as_shredded_and_leaves_the_other(encry
 
 @pytest.fixture(scope="module")
 def kms_endpoint() -> Iterator[str]:
-    """moto's KMS in server mode: the worker (a child process) and the readers reach it through boto3."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_kms() as endpoint:
+        yield endpoint
 
 
 def test_a_kms_encrypted_archive_reads_back_byte_exact_with_only_decrypt(
