@@ -212,12 +212,17 @@ def test_verify_clean_then_finds_each_kind_of_problem(offloaded):
         "partitions",
         "segments_checked",
         "bytes_checked",
+        "encrypted_segments",
+        "plaintext_segments",
         "missing",
         "corrupt",
         "unreferenced",
+        "key_unavailable",
+        "shredded",
         "clean",
     }
     assert report["clean"] is True and report["partitions"] == list(range(PARTITIONS))
+    assert report["plaintext_segments"] == report["segments_checked"] and report["encrypted_segments"] == 0
     assert report["segments_checked"] >= 2
     assert cli(env, "verify", "--topic", TOPIC).stdout.strip().endswith("clean")
 
