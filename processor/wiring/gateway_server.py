@@ -39,7 +39,7 @@ class GatewayServer:
         gateway_ports(settings)  # a setting clients could not use fails before anything connects
         client_tls(settings)
         token = read_api_token(settings)
-        started = check_shared(settings)
+        started = check_shared(settings, read_threads=ARCHIVE_READ_THREADS)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         follower = build_follower(settings, started.metadata_partitions)
         reader = build_reader(settings, started.storage, follower.rlmm)

@@ -26,10 +26,11 @@ class Started:
     admin: Any  # confluent_kafka AdminClient
 
 
-def check_shared(settings: Settings) -> Started:
-    """The checks every long-running role shares (worker, read-only follower)."""
+def check_shared(settings: Settings, read_threads: int = 0) -> Started:
+    """The checks every long-running role shares (worker, read-only follower). ``read_threads``:
+    threads that read the archive at once (the storage keeps a connection for each)."""
     admin = check_broker(settings.kafka)
-    storage = build_storage(settings)
+    storage = build_storage(settings, read_threads=read_threads)
     storage.check_bucket()
     metadata_partitions = ensure_metadata_topic(
         settings.kafka,

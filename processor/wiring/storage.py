@@ -9,16 +9,18 @@ from processor.probes import PROBE_CONNECT_TIMEOUT_S, PROBE_READ_TIMEOUT_S
 from processor.storage.s3 import S3ChunkStorage, S3Options
 
 
-def build_storage(settings: Settings, *, probe: bool = False) -> S3ChunkStorage:
+def build_storage(settings: Settings, *, probe: bool = False, read_threads: int = 0) -> S3ChunkStorage:
     """The data path's S3 client, or (``probe``) a small one with short timeouts and no SDK retries
-    for the readiness probe (see processor/probes.py)."""
+    for the readiness probe (see processor/probes.py). ``read_threads``: threads that read through
+    it at once; its connection pool holds one connection for each (a pool smaller than the readers
+    closed a connection after nearly every read and opened another: a TCP connect per ranged GET)."""
     options = S3Options(
         bucket=settings.s3_bucket,
         endpoint_url=settings.s3_endpoint_url,
         region=settings.s3_region,
         part_size=settings.s3_part_bytes,
         multipart_threshold=settings.s3_part_bytes,
-        max_concurrency=settings.s3_upload_concurrency,
+        max_concurrency=max(settings.s3_upload_concurrency, read_threads),
         sse=None if settings.s3_sse == "none" else settings.s3_sse,
         sse_kms_key_id=settings.s3_sse_kms_key_id,
         sse_bucket_key=settings.s3_sse_bucket_key,
