@@ -301,6 +301,31 @@ def test_the_spark_source_plans_and_reads_the_encrypted_archive(encrypted, tmp_p
         assert sorted(rows[p]) == [(i, w.key, w.value) for i, w in enumerate(want)]
 
 
+def test_restore_replays_the_encrypted_archive_into_a_topic(encrypted) -> None:
+    topic = list(encrypted.topics)[1]
+    target = f"{topic}-restored"
+    done = run_cli(encrypted.cli_env, "restore", "--topic", topic, "--to-topic", target, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    consumer = Consumer(
+        {
+            "bootstrap.servers": str(encrypted.info.bootstrap_servers),
+            "group.id": "enc-restored",
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    want = {p: [(w.key, w.value) for w in rs] for p, rs in encrypted.topics[topic].items()}
+    consumer.assign([KafkaTP(target, p, 0) for p in want])
+    got: dict[int, list[tuple[Any, Any]]] = {p: [] for p in want}
+    deadline = time.monotonic() + 60
+    while sum(map(len, got.values())) < sum(map(len, want.values())) and time.monotonic() < deadline:
+        for m in consumer.consume(500, 1.0):
+            if m.error() is None:
+                got[m.partition() or 0].append((m.key(), m.value()))
+    consumer.close()
+    assert got == want
+
+
 def _wrapping_key_ids(reader: RemoteReader, topic: str) -> set[str]:
     return {
         WrappedKey.decode(s.custom_metadata or b"", where="test").key_id
