@@ -288,7 +288,8 @@ class Settings(BaseSettings):
     @field_validator("kms_topic_key_ids", mode="before")
     @classmethod
     def _parse_topic_keys(cls, value: Any) -> Any:
-        """``topic=key id`` entries, comma-separated (a key id or ARN has no comma)."""
+        """``topic=key id`` entries, comma-separated (a key id or ARN has no comma); ``topic@topic-id``
+        names a key for one topic id of the name (a re-created topic's earlier incarnation)."""
         if not isinstance(value, str):
             return value
         pairs = []
@@ -298,7 +299,11 @@ class Settings(BaseSettings):
             topic, sep, key = entry.partition("=")
             if not sep or not topic.strip() or not key.strip():
                 raise ValueError(f"{entry!r} is not topic=key-id")
-            pairs.append((validate_topic(topic.strip()), key.strip()))
+            name, at, topic_id = topic.strip().partition("@")
+            validate_topic(name)
+            if at and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", topic_id):
+                raise ValueError(f"{entry!r}: {topic_id!r} is not a topic id")
+            pairs.append((topic.strip(), key.strip()))
         if len({t for t, _ in pairs}) != len(pairs):
             raise ValueError("a topic is listed more than once")
         return tuple(pairs)

@@ -1,5 +1,7 @@
-"""``processor shred --topic T [--dry-run] [--yes] [--json]``: crypto-shredding. Destroys the key of
-T's own that wraps the data keys of T's archive (key ring: its key files, a tombstone kept so reads
+"""``processor shred --topic T [--topic-id ID] [--dry-run] [--yes] [--json]``: crypto-shredding.
+Destroys the key of T's own (with ``--topic-id``, the key of that topic id of T's own: one
+incarnation of a topic deleted and re-created, ``processor keyring new --topic T --topic-id ID``)
+that wraps the data keys of T's archive (key ring: its key files, a tombstone kept so reads
 say "shredded"; KMS: the key disabled and scheduled for deletion), so no reader can open T's
 segments again, while the objects stay where they are and every other topic reads on.
 
@@ -21,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from processor.config import load_settings
-from processor.crypto.keys import WrappedKey
+from processor.crypto.keys import WrappedKey, key_scope
 from processor.errors import ConfigError
 from processor.metadata.model import TopicPartition
 from processor.segment.object_keys import validate_topic
@@ -31,7 +33,7 @@ from processor.wiring.read_side import open_read_side
 
 @dataclass
 class ShredPlan:
-    topic: str
+    topic: str  # the key's scope: the topic, or topic@topic_id
     key_id: str  # the key of the topic's own that would be destroyed
     under_key: int = 0  # segments whose data keys it wraps: unreadable afterwards
     under_other_keys: dict[str, int] = field(default_factory=dict)  # key id -> segments
@@ -48,8 +50,8 @@ class ShredPlan:
         if self.under_other_keys:
             keys = ", ".join(f"{k} ({n})" for k, n in sorted(self.under_other_keys.items()))
             return (
-                f"segments of {self.topic} are wrapped under other keys ({keys}): give the topic a key of "
-                f"its own and run processor rekey --topic {self.topic} first"
+                f"segments of {self.topic} are wrapped under other keys ({keys}): give it a key of its own "
+                f"(processor keyring new --topic ...) and run processor rekey --topic ... first"
             )
         return None
 
@@ -57,10 +59,13 @@ class ShredPlan:
         return {**asdict(self), "refusal": self.refusal}
 
 
-def plan_shred(topic: str, key_id: str, segments: list[Any]) -> ShredPlan:
-    plan = ShredPlan(topic, key_id)
+def plan_shred(topic: str, key_id: str, segments: list[Any], topic_id: str = "") -> ShredPlan:
+    """What shredding ``key_id`` does to ``segments`` (of ``topic_id`` only, when given)."""
+    plan = ShredPlan(key_scope(topic, topic_id), key_id)
     others: Counter[str] = Counter()
     for seg in segments:
+        if topic_id and str(seg.segment_id.topic_id) != topic_id:
+            continue
         if seg.custom_metadata is None:
             plan.plaintext += 1
             continue
@@ -99,12 +104,15 @@ def cmd_shred(args: argparse.Namespace) -> int:
         ]
     finally:
         side.close()
-    plan = plan_shred(topic, provider.current_key_id(topic), segments)
+    topic_id = args.topic_id or ""
+    plan = plan_shred(topic, provider.current_key_id(topic, topic_id), segments, topic_id)
+    if topic_id and not plan.under_key + plan.plaintext + sum(plan.under_other_keys.values()):
+        raise ConfigError(f"{topic} has no archived segment of topic id {topic_id}")
     refusal = plan.refusal
     if not args.json:
         print(
-            f"{topic}: key {plan.key_id} wraps the data keys of {plan.under_key} segment(s); shredding it "
-            "makes them unreadable for good"
+            f"{plan.topic}: key {plan.key_id} wraps the data keys of {plan.under_key} segment(s); shredding "
+            "it makes them unreadable for good"
         )
     if refusal is not None:
         if args.json:
@@ -114,14 +122,14 @@ def cmd_shred(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(plan.to_json()))
         return 0
-    if not args.yes and not _confirmed(topic):
+    if not args.yes and not _confirmed(plan.topic):
         raise ConfigError("not confirmed: pass --yes, or answer with the topic name on a terminal")
-    destroyed = provider.shred_topic(topic)  # refuses a key the topic shares with others
+    destroyed = provider.shred_topic(plan.topic)  # refuses a key the scope shares with others
     plan.key_id, plan.shredded = destroyed, True
     if args.json:
         print(json.dumps(plan.to_json()))
     else:
-        print(f"{topic}: key {destroyed} destroyed; {plan.under_key} segment(s) can no longer be read")
+        print(f"{plan.topic}: key {destroyed} destroyed; {plan.under_key} segment(s) can no longer be read")
     return 0
 
 
@@ -131,6 +139,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="crypto-shred a topic: destroy its own key so its archive can never be read again",
     )
     parser.add_argument("--topic", required=True)
+    parser.add_argument(
+        "--topic-id", help="only this topic id of the name (an earlier incarnation with a key of its own)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="say what it would destroy, change nothing")
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     parser.add_argument("--json", action="store_true", help="one JSON report on stdout")

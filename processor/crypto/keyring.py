@@ -57,6 +57,7 @@ from processor.crypto.keys import (
     KeyProvider,
     KeyShreddedError,
     WrappedKey,
+    key_scope,
 )
 from processor.errors import InvalidNameError
 
@@ -71,7 +72,7 @@ TAG_BYTES = 16
 BLOB_BYTES = NONCE_BYTES + DATA_KEY_BYTES + TAG_BYTES
 MAX_KEY_FILE_BYTES = 64 * 1024
 _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}(@[A-Za-z0-9_-]{1,64})?")  # a key scope: topic[@topic id]
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,9 @@ class _Tombstone:
 
 
 def _check_topic(topic: str) -> str:
-    if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in {".", ".."}:
-        raise InvalidNameError(f"not a valid Kafka topic name for a key: {topic!r}")
+    """A key's scope: a Kafka topic name, or ``topic@topic_id``."""
+    if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic.split("@")[0] in {".", ".."}:
+        raise InvalidNameError(f"not a valid Kafka topic name (or topic@topic-id) for a key: {topic!r}")
     return topic
 
 
@@ -128,7 +130,8 @@ def _fsync_dir(directory: Path) -> None:
 
 def new_key(directory: Path, topic: str | None = None) -> str:
     """Create a key file in ``directory`` (created if missing, mode 0700): the new default key,
-    or ``topic``'s own key. Returns the new key id, ``k-<UTC timestamp>-<random hex>``."""
+    or the own key of ``topic`` (a topic, or ``topic@topic_id``: one topic id of the name). Returns
+    the new key id, ``k-<UTC timestamp>-<random hex>``."""
     if topic is not None:
         _check_topic(topic)
     directory = Path(directory)
@@ -310,19 +313,22 @@ class KeyringProvider(KeyProvider):
         candidates = [k for k in keys.values() if k.topic == topic and k.key_id not in shredded]
         return max(candidates, key=lambda k: (k.created_ms, k.key_id), default=None)
 
-    def _current(self, topic: str, keys: dict[str, _Key], tombstones: dict[str, _Tombstone]) -> _Key:
+    def _current(
+        self, topic: str, keys: dict[str, _Key], tombstones: dict[str, _Tombstone], topic_id: str = ""
+    ) -> _Key:
         # a key both on file and in a tombstone: a shred that stopped before deleting it
         shredded = {key_id for t in tombstones.values() for key_id in t.key_ids}
-        own = self._newest(keys, topic, shredded)
-        if own is not None:
-            return own
-        if topic in tombstones:
-            # never fall back to the shared key silently: the topic was meant to be unreadable
-            raise KeyShreddedError(
-                f"topic {topic}'s key was shredded and it has no new key of its own; create one "
-                f"(new_key(directory, topic)) before writing the topic again",
-                key_id=", ".join(tombstones[topic].key_ids),
-            )
+        for scope in ([key_scope(topic, topic_id)] if topic_id else []) + [topic]:
+            own = self._newest(keys, scope, shredded)
+            if own is not None:
+                return own
+            if scope in tombstones:
+                # never fall back to a wider key silently: the scope was meant to be unreadable
+                raise KeyShreddedError(
+                    f"{scope}'s key was shredded and it has no new key of its own; create one "
+                    f"(processor keyring new --topic {scope}) before writing it again",
+                    key_id=", ".join(tombstones[scope].key_ids),
+                )
         default = self._newest(keys, None, shredded)
         if default is None:
             raise KeyConfigError(
@@ -333,13 +339,13 @@ class KeyringProvider(KeyProvider):
 
     # --- KeyProvider
 
-    def current_key_id(self, topic: str) -> str:
+    def current_key_id(self, topic: str, topic_id: str = "") -> str:
         keys, tombstones = self._scan()
-        return self._current(topic, keys, tombstones).key_id
+        return self._current(topic, keys, tombstones, topic_id).key_id
 
     def new_data_key(self, ctx: EncryptionContext) -> DataKey:
         keys, tombstones = self._scan()
-        key = self._current(ctx.topic, keys, tombstones)
+        key = self._current(ctx.topic, keys, tombstones, ctx.topic_id)
         plaintext = secrets.token_bytes(DATA_KEY_BYTES)
         return DataKey(plaintext, self._wrap(key, plaintext, ctx))
 
@@ -351,13 +357,14 @@ class KeyringProvider(KeyProvider):
     def rewrap(self, wrapped: WrappedKey, ctx: EncryptionContext) -> WrappedKey:
         self._check_provider(wrapped, ctx)
         keys, tombstones = self._scan()
-        current = self._current(ctx.topic, keys, tombstones)
+        current = self._current(ctx.topic, keys, tombstones, ctx.topic_id)
         if wrapped.key_id == current.key_id:
             return wrapped
         plaintext = self._unwrap(wrapped, ctx, keys, tombstones)
         return self._wrap(current, plaintext, ctx)
 
     def shred_topic(self, topic: str) -> str:
+        """``topic``: a scope, a topic or ``topic@topic_id`` (see :meth:`KeyProvider.shred_topic`)."""
         _check_topic(topic)
         keys, tombstones = self._scan()
         own = sorted((k for k in keys.values() if k.topic == topic), key=lambda k: (k.created_ms, k.key_id))

@@ -34,6 +34,12 @@ _U16 = struct.Struct(">H")
 _FIXED_BYTES = _HEADER.size + _U16.size  # 10: everything but the key id and the blob
 
 
+def key_scope(topic: str, topic_id: str = "") -> str:
+    """Whose key: ``topic``, or ``topic@topic_id`` for one topic id (a re-created topic's earlier
+    incarnation can have keys of its own, and be shredded alone)."""
+    return f"{topic}@{topic_id}" if topic_id else topic
+
+
 # --- errors -------------------------------------------------------------------------------------
 
 
@@ -251,14 +257,17 @@ class KeyProvider(abc.ABC):
         object) when it is already under it."""
 
     @abc.abstractmethod
-    def current_key_id(self, topic: str) -> str:
-        """The key new data keys of ``topic`` are wrapped under: its own key, else the default."""
+    def current_key_id(self, topic: str, topic_id: str = "") -> str:
+        """The key new data keys of ``topic`` (of topic id ``topic_id``) are wrapped under: the
+        key of that topic id's own (scope ``topic@topic_id``), else the topic's own, else the
+        default."""
 
     @abc.abstractmethod
-    def shred_topic(self, topic: str) -> str:
-        """Destroy the topic's own key (every data key it wrapped becomes unreadable) and return
-        its id. :class:`KeyConfigError` when the topic has no key of its own: shredding a shared
-        key would shred every topic using it."""
+    def shred_topic(self, scope: str) -> str:
+        """Destroy the keys of ``scope`` (a topic, or ``topic@topic_id``: one incarnation of a
+        re-created topic): every data key they wrapped becomes unreadable. Returns the newest
+        destroyed key id. :class:`KeyConfigError` when the scope has no key of its own: shredding
+        a shared key would shred every topic using it."""
 
     def _check_provider(self, wrapped: WrappedKey, ctx: EncryptionContext) -> None:
         if wrapped.provider != self.name:

@@ -45,6 +45,7 @@ from processor.crypto.keys import (
     KeyProvider,
     KeyShreddedError,
     WrappedKey,
+    key_scope,
 )
 
 log = logging.getLogger(__name__)
@@ -193,8 +194,11 @@ class KmsProvider(KeyProvider):
     def __repr__(self) -> str:
         return f"KmsProvider(default_key_id={self.default_key_id!r}, topics={sorted(self.topic_key_ids)!r})"
 
-    def current_key_id(self, topic: str) -> str:
-        key_id = self.topic_key_ids.get(topic, self.default_key_id)
+    def current_key_id(self, topic: str, topic_id: str = "") -> str:
+        """``topic_key_ids`` may name a key for one topic id as ``topic@topic_id``; it comes first."""
+        key_id = self.topic_key_ids.get(key_scope(topic, topic_id)) if topic_id else None
+        if key_id is None:
+            key_id = self.topic_key_ids.get(topic, self.default_key_id)
         if key_id is None:
             raise KeyConfigError(
                 f"no KMS key for topic {topic}: set PROCESSOR_KMS_KEY_ID (or a key of its own in "
@@ -203,7 +207,7 @@ class KmsProvider(KeyProvider):
         return key_id
 
     def new_data_key(self, ctx: EncryptionContext) -> DataKey:
-        key_id = self.current_key_id(ctx.topic)
+        key_id = self.current_key_id(ctx.topic, ctx.topic_id)
         try:
             answer = self._client.generate_data_key(
                 KeyId=key_id, KeySpec="AES_256", EncryptionContext=ctx.as_kms()
@@ -242,7 +246,7 @@ class KmsProvider(KeyProvider):
 
     def rewrap(self, wrapped: WrappedKey, ctx: EncryptionContext) -> WrappedKey:
         self._check_provider(wrapped, ctx)
-        destination = self.current_key_id(ctx.topic)
+        destination = self.current_key_id(ctx.topic, ctx.topic_id)
         if wrapped.key_id == destination:
             return wrapped
         try:
@@ -264,6 +268,7 @@ class KmsProvider(KeyProvider):
         return WrappedKey(self.name, destination, bytes(answer["CiphertextBlob"]))
 
     def shred_topic(self, topic: str) -> str:
+        """``topic``: a scope, a topic or ``topic@topic_id`` (a PROCESSOR_KMS_TOPIC_KEY_IDS entry)."""
         key_id = self.topic_key_ids.get(topic)
         if key_id is None or key_id == self.default_key_id:
             raise KeyConfigError(

@@ -38,8 +38,8 @@ class LazyProvider(KeyProvider):
     def rewrap(self, wrapped: WrappedKey, ctx: EncryptionContext) -> WrappedKey:
         return self._get().rewrap(wrapped, ctx)
 
-    def current_key_id(self, topic: str) -> str:
-        return self._get().current_key_id(topic)
+    def current_key_id(self, topic: str, topic_id: str = "") -> str:
+        return self._get().current_key_id(topic, topic_id)
 
     def shred_topic(self, topic: str) -> str:
         return self._get().shred_topic(topic)

@@ -274,6 +274,26 @@ def test_shred_without_a_topic_key_is_a_config_error(ring: Ring) -> None:
     assert ring.provider.unwrap(shared.wrapped, ctx) == shared.plaintext
 
 
+def test_a_topic_ids_own_key_wraps_that_incarnation_only_and_shreds_alone(ring: Ring) -> None:
+    """A topic deleted and re-created is another topic id: its earlier incarnation can have a key of
+    its own (scope ``topic@topic_id``), used for that id only, and shredded without the live one."""
+    old_id, live_id = str(uuid.uuid4()), str(uuid.uuid4())
+    topic_key = ring.new_topic_key("orders")
+    old_key = ring.new_topic_key(f"orders@{old_id}")
+    old = replace(context("orders"), topic_id=old_id)
+    live = replace(context("orders"), topic_id=live_id)
+    assert ring.provider.current_key_id("orders", old_id) == old_key
+    assert ring.provider.current_key_id("orders", live_id) == topic_key
+    old_data, live_data = ring.provider.new_data_key(old), ring.provider.new_data_key(live)
+    assert (old_data.wrapped.key_id, live_data.wrapped.key_id) == (old_key, topic_key)
+    assert ring.provider.rewrap(live_data.wrapped, live) is live_data.wrapped  # already current
+
+    assert ring.provider.shred_topic(f"orders@{old_id}") == old_key
+    assert ring.destroyed(old_key) and not ring.destroyed(topic_key)
+    assert ring.provider.unwrap(live_data.wrapped, live) == live_data.plaintext
+    assert ring.provider.new_data_key(replace(live, segment_id=str(uuid.uuid4()))).wrapped.key_id == topic_key
+
+
 # --- the key ring only --------------------------------------------------------------------------
 
 

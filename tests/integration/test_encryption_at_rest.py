@@ -399,6 +399,32 @@ def test_shred_makes_one_topic_unreadable_as_shredded_and_leaves_the_other(encry
     assert not report["corrupt"] and not report["key_unavailable"]
 
 
+def test_one_topic_id_gets_a_key_of_its_own_and_is_shredded_alone(encrypted, reader_for) -> None:
+    """The shared-key topic's topic id gets a key of its own; rekey moves its data keys there (each
+    segment's encryption context names its topic id); shredding that id makes it unreadable."""
+    _own, topic = list(encrypted.topics)
+    reader = reader_for()
+    (topic_id,) = {
+        str(s.segment_id.topic_id)
+        for p in range(PARTITIONS)
+        for s in reader.lookup.finished_segments(TopicPartition(topic, p), 0)
+    }
+    env = {**encrypted.cli_env, "PROCESSOR_ENCRYPTION": "keyring"}
+    made = run_cli(env, "keyring", "new", "--topic", topic, "--topic-id", topic_id, "--json")
+    assert made.returncode == 0, made.stderr
+    key_id = json.loads(made.stdout)["key_id"]
+    refused = run_cli(env, "shred", "--topic", topic, "--topic-id", topic_id, "--yes")
+    assert refused.returncode == 2 and "rekey" in refused.stderr  # still under the ring's default key
+    moved = json.loads(run_cli(env, "rekey", "--topic", topic, "--json").stdout)
+    assert moved["rewrapped"] == moved["segments"] > 0
+    assert _wrapping_key_ids(reader_for(), topic) == {key_id}
+    done = run_cli(env, "shred", "--topic", topic, "--topic-id", topic_id, "--yes", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["topic"] == f"{topic}@{topic_id}"
+    with pytest.raises(SegmentShreddedError):
+        _read_all(reader_for(), TopicPartition(topic, 0), 5)
+
+
 @pytest.fixture(scope="module")
 def kms_endpoint() -> Iterator[str]:
     with moto_kms() as endpoint:
