@@ -62,7 +62,10 @@ class Upstream:
     @classmethod
     async def open(cls, host: str, port: int, tls: ssl.SSLContext | None, timeout_s: float) -> Upstream:
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=tls, limit=1 << 20), timeout_s
+            # a 16 MiB buffer limit: at 1 MiB, reading one fetch answer (up to 55 MiB) paused and
+            # resumed the socket every 2 MiB
+            asyncio.open_connection(host, port, ssl=tls, limit=16 << 20),
+            timeout_s,
         )
         return cls(reader, writer, f"{host}:{port}")
 
