@@ -15,7 +15,14 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.offload import PARTITIONS, LoadedTopic, OffloadRun, load_topic, run_worker_offload
+from benchmarks.offload import (
+    PARTITIONS,
+    LoadedTopic,
+    OffloadRun,
+    archive_env,
+    load_topic,
+    run_worker_offload,
+)
 from benchmarks.report import Figure, Report, percentile
 from processor.config import load_settings
 from processor.crypto.keyring import new_key
@@ -42,14 +49,7 @@ class Archive:
 def _archive_env(
     info: stack.StackInfo, topic: LoadedTopic, kind: str, keyring: Path | None
 ) -> dict[str, str]:
-    tag = uuid.uuid4().hex[:8]
-    env = {
-        **{k: v for k, v in info.env().items() if k.startswith("PROCESSOR_")},
-        "PROCESSOR_TOPICS": topic.name,
-        "PROCESSOR_METADATA_TOPIC": f"__bench_enc_{kind}_meta_{tag}",
-        "PROCESSOR_S3_PREFIX": f"bench-enc-{kind}-{tag}",
-        "PROCESSOR_S3_REGION": "us-east-1",
-    }
+    env = archive_env(info, topic, f"enc-{kind}")
     if keyring is not None:
         env["PROCESSOR_ENCRYPTION"] = "keyring"
         env["PROCESSOR_ENCRYPTION_KEYRING"] = str(keyring)

@@ -23,7 +23,7 @@ from pathlib import Path
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTP
 
-from benchmarks.offload import PARTITIONS, LoadedTopic, run_worker_offload
+from benchmarks.offload import PARTITIONS, LoadedTopic, archive_env, run_worker_offload
 from benchmarks.report import Figure, Report, percentile
 from processor.devstack import stack
 
@@ -130,14 +130,7 @@ def bench_gateway(
     report: Report, info: stack.StackInfo, workdir: Path, topic: LoadedTopic, reads: int
 ) -> None:
     print(f"[gateway] offloading {topic.name} for the gateway benchmark ...", flush=True)
-    tag = uuid.uuid4().hex[:8]
-    env = {
-        **{k: v for k, v in info.env().items() if k.startswith("PROCESSOR_")},
-        "PROCESSOR_TOPICS": topic.name,
-        "PROCESSOR_METADATA_TOPIC": f"__bench_gw_meta_{tag}",
-        "PROCESSOR_S3_PREFIX": f"bench-gw-{tag}",
-        "PROCESSOR_S3_REGION": "us-east-1",
-    }
+    env = archive_env(info, topic, "gw")
     run_worker_offload(info, topic, workdir, 256 * MiB, 64 * MiB, extra_env=env)
     label = f"{topic.value_bytes} B records"
     mb = topic.payload_bytes / 1e6

@@ -158,6 +158,19 @@ def stored_bytes(info: stack.StackInfo, prefix: str) -> int:
     return total
 
 
+def archive_env(info: stack.StackInfo, topic: LoadedTopic, name: str) -> dict[str, str]:
+    """A worker's settings offloading ``topic`` into an archive of its own: its own metadata topic
+    and S3 prefix (``name`` and a fresh tag in both), so sections never read each other's."""
+    tag = uuid.uuid4().hex[:8]
+    return {
+        **{k: v for k, v in info.env().items() if k.startswith("PROCESSOR_")},
+        "PROCESSOR_TOPICS": topic.name,
+        "PROCESSOR_METADATA_TOPIC": f"__bench_{name}_meta_{tag}",
+        "PROCESSOR_S3_PREFIX": f"bench-{name}-{tag}",
+        "PROCESSOR_S3_REGION": "us-east-1",
+    }
+
+
 def run_worker_offload(
     info: stack.StackInfo,
     topic: LoadedTopic,

@@ -12,7 +12,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaTP
 
-from benchmarks.offload import PARTITIONS, LoadedTopic, run_worker_offload
+from benchmarks.offload import PARTITIONS, LoadedTopic, archive_env, run_worker_offload
 from benchmarks.report import Figure, Report, percentile
 from processor.config import load_settings
 from processor.devstack import stack
@@ -38,18 +38,12 @@ def bench_read_latency(
     report: Report, info: stack.StackInfo, workdir: Path, topic: LoadedTopic, reads: int = 200
 ) -> None:
     print(f"[reads] offloading {topic.name} for the read benchmark ...", flush=True)
-    tag = uuid.uuid4().hex[:8]
-    env = {
-        **{k: v for k, v in info.env().items() if k.startswith("PROCESSOR_")},
-        "PROCESSOR_TOPICS": topic.name,
-        "PROCESSOR_METADATA_TOPIC": f"__bench_read_meta_{tag}",
-        "PROCESSOR_S3_PREFIX": f"bench-read-{tag}",
-        "PROCESSOR_S3_REGION": "us-east-1",
-    }
+    env = archive_env(info, topic, "read")
     run_worker_offload(info, topic, workdir, 256 * MiB, 64 * MiB, extra_env=env)
     settings = load_settings(env)
     meta_parts = 4
-    follower = build_follower(settings, meta_parts, cache_dir=workdir / f"read-cache-{tag}")
+    cache_dir = workdir / f"read-cache-{env['PROCESSOR_S3_PREFIX']}"
+    follower = build_follower(settings, meta_parts, cache_dir=cache_dir)
     follower.materializer.catch_up()
     storage = build_storage(settings)
     reader = build_reader(settings, storage, follower.rlmm)
