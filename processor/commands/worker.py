@@ -8,11 +8,16 @@ from collections.abc import Callable
 from processor.config import Settings, load_settings
 from processor.errors import ConfigError
 from processor.logs import setup_logging
+from processor.wiring.encryption import require_encryption_keys
 from processor.wiring.startup import read_api_token, require_topics
 
 # What the worker refuses before it connects to anything (each raises ConfigError: exit 2), in the
 # order Worker.build runs them; `processor config --check` runs the same list (config_cmd.py).
-START_UP_CHECKS: tuple[Callable[[Settings], object], ...] = (require_topics, read_api_token)
+START_UP_CHECKS: tuple[Callable[[Settings], object], ...] = (
+    require_topics,
+    read_api_token,
+    require_encryption_keys,
+)
 
 
 def start_up_problems(settings: Settings) -> list[str]:

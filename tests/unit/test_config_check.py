@@ -15,10 +15,12 @@ from processor.commands.worker import START_UP_CHECKS
 from processor.config import Settings, known_variables, load_settings, unknown_variables
 from processor.errors import ConfigError
 from processor.wiring import storage
+from processor.wiring.encryption import require_encryption_keys
 from processor.wiring.startup import read_api_token, require_topics
 from tests.support.cli import CliResult, run_cli
 
 AWS = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1"}
+EMPTY_RING = tempfile.mkdtemp(prefix="empty-key-ring-")  # a key ring directory with no key in it
 VALID = {**AWS, "PROCESSOR_TOPICS": "orders", "PROCESSOR_WEB_TOKEN": "s3cret-token"}
 
 
@@ -109,7 +111,8 @@ def check(env: dict[str, str], *args: str) -> CliResult:
 
 
 def test_check_runs_the_workers_own_start_up_validation() -> None:
-    assert (require_topics, read_api_token) == START_UP_CHECKS  # what Worker.build runs first
+    # what Worker.build runs first
+    assert (require_topics, read_api_token, require_encryption_keys) == START_UP_CHECKS
 
 
 @pytest.mark.parametrize(
@@ -117,6 +120,14 @@ def test_check_runs_the_workers_own_start_up_validation() -> None:
     [
         ({**AWS, "PROCESSOR_WEB_TOKEN": "t"}, "PROCESSOR_TOPICS"),  # no source topics
         ({**AWS, "PROCESSOR_TOPICS": "orders"}, "PROCESSOR_WEB_TOKEN"),  # read API open off loopback
+        (  # a key ring that is not there: every copy would fail
+            {**VALID, "PROCESSOR_ENCRYPTION": "keyring", "PROCESSOR_ENCRYPTION_KEYRING": "/nonexistent-ring"},
+            "PROCESSOR_ENCRYPTION=keyring: no key provider",
+        ),
+        (  # a key ring without a key for the topic
+            {**VALID, "PROCESSOR_ENCRYPTION": "keyring", "PROCESSOR_ENCRYPTION_KEYRING": EMPTY_RING},
+            "no key for topic orders",
+        ),
     ],
 )
 def test_check_exits_2_where_the_worker_refuses(env: dict[str, str], named: str) -> None:
