@@ -38,7 +38,14 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChunkSto
             s.close()
         return
     info = request.getfixturevalue("local_stack")
-    s = S3ChunkStorage(
+    s = seaweedfs_storage(info)
+    yield s
+    s.close()
+
+
+def seaweedfs_storage(info: StackInfo) -> S3ChunkStorage:
+    """S3 on the stack's SeaweedFS, with parts small enough that a few MiB go up in parts."""
+    return S3ChunkStorage(
         S3Options(
             bucket=info.bucket,
             endpoint_url=info.s3_endpoint_url,
@@ -47,8 +54,6 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChunkSto
             multipart_threshold=6 * MiB,
         )
     )
-    yield s
-    s.close()
 
 
 def key() -> str:
@@ -179,15 +184,7 @@ def test_objects_are_labelled_as_bytes_and_stored_as_is(local_stack: StackInfo, 
     archives (SeaweedFS then inflates a whole 4 MiB chunk for every ranged read)."""
     if "weed" not in local_stack.pids:
         pytest.skip("looks inside the stack's own SeaweedFS")
-    s = S3ChunkStorage(
-        S3Options(
-            bucket=local_stack.bucket,
-            endpoint_url=local_stack.s3_endpoint_url,
-            region="us-east-1",
-            part_size=5 * MiB,
-            multipart_threshold=6 * MiB,
-        )
-    )
+    s = seaweedfs_storage(local_stack)
     lines = b"".join(b"record %08d of a very compressible topic\n" % i for i in range(140_000))
     text = lines[: parts * 4 * MiB + 12345]
     k = key()
