@@ -17,7 +17,12 @@ import logging
 from processor.kafka_clients import KafkaTarget, new_admin
 from processor.metadata.codec import delete_key, encode_value, metadata_partition_for, segment_key
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
-from processor.metadata.topic_io import DurableProducer, ensure_compacted_topic, read_partitions
+from processor.metadata.topic_io import (
+    DurableProducer,
+    ensure_compacted_topic,
+    read_partitions,
+    topic_partitions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +69,15 @@ class DeletionTopic:
         replication: int | None,  # None: min(3, the cluster's brokers)
         producer: DurableProducer,
     ) -> DeletionTopic:
+        admin = new_admin(kafka, "processor-admin")
         ensure_compacted_topic(
-            new_admin(kafka, "processor-admin"),
-            topic,
-            "deletion topic",
-            num_partitions,
-            replication,
-            DELETION_TOPIC_CONFIG,
-            min_lag_ms=None,
+            admin, topic, "deletion topic", num_partitions, replication, DELETION_TOPIC_CONFIG, None
         )
-        return cls(kafka, topic, num_partitions, producer)
+        # Its own partition count (the one asked for only if this call created it): one deletion
+        # topic, named by a setting of its own, may serve deployments whose metadata topics differ in
+        # size, and writing or reading a partition it does not have fails.
+        have = topic_partitions(admin, topic, "deletion topic")
+        return cls(kafka, topic, have, producer)
 
     def _partition(self, tp: TopicPartition) -> int:
         return metadata_partition_for(tp, self.num_partitions)

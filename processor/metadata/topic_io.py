@@ -139,12 +139,18 @@ def ensure_metadata_topic(kafka: KafkaTarget, topic: str, partitions: int, repli
     )
     if created:
         log.info("created metadata topic %s (%d partitions, compacted)", topic, partitions)
+    return topic_partitions(admin, topic, "metadata topic")
+
+
+def topic_partitions(admin: AdminClient, topic: str, what: str) -> int:
+    """The partition count ``topic`` has (after :func:`ensure_compacted_topic`: the one asked for only
+    when that call created it). Raises MetadataTopicError."""
     try:
         counts = partition_counts(admin, [topic])
     except KafkaException as exc:
-        raise MetadataTopicError(f"cannot describe metadata topic {topic}: {exc.args[0]}") from None
+        raise MetadataTopicError(f"cannot describe {what} {topic}: {exc.args[0]}") from None
     if topic not in counts:
-        raise MetadataTopicError(f"metadata topic {topic} is not visible after creation")
+        raise MetadataTopicError(f"{what} {topic} is not visible after creation")
     return counts[topic]
 
 

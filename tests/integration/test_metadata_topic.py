@@ -164,6 +164,28 @@ def test_deletion_topic_that_is_not_compacted_is_refused(local_stack: StackInfo)
         producer.close()
 
 
+def test_a_deletion_topic_of_another_size_is_used_with_the_partitions_it_has(local_stack: StackInfo) -> None:
+    """The deletion topic is shared by name: created by a deployment with a 1-partition metadata
+    topic, it serves one with 4 (before, the second wrote to and read partitions it does not have:
+    "Unknown partition")."""
+    bootstrap = local_stack.bootstrap_servers
+    topic = f"__deletions_sized_{uuid.uuid4().hex[:8]}"
+    producer = DurableProducer(bootstrap, "t")
+    try:
+        assert DeletionTopic.ensure(bootstrap, topic, 1, 1, producer).num_partitions == 1
+        deletions = DeletionTopic.ensure(bootstrap, topic, 4, 1, producer)
+        assert deletions.num_partitions == 1
+        failed = [
+            meta(TopicPartition(f"t{i}", i), 0, 9, SegmentState.DELETE_SEGMENT_STARTED) for i in range(4)
+        ]
+        for segment in failed:
+            deletions.record_failed(segment)
+        deletions.resolve(failed[0])
+        assert [s.segment_id for s in deletions.pending()] == [s.segment_id for s in failed[1:]]
+    finally:
+        producer.close()
+
+
 def test_unset_replication_is_from_the_cluster_one_on_a_single_broker(local_stack: StackInfo) -> None:
     """No PROCESSOR_METADATA_REPLICATION_FACTOR: min(3, brokers), so 1 on the single-broker stack (and
     no min.insync.replicas of ours: that comes with a factor of 3)."""
