@@ -42,10 +42,13 @@ from processor.gateway.protocol import (
     API_FETCH,
     API_LIST_OFFSETS,
     API_METADATA,
+    Answer,
+    RecordsRef,
     decode_request,
     decode_response,
     encode_request,
     encode_response,
+    encode_response_chunks,
     request_schema,
     response_schema,
 )
@@ -114,16 +117,21 @@ async def answer_fetch(
     send: Send,
     own_send: Send | None = None,
     access: dict[TopicPartition, float] | None = None,
-) -> bytes:
+) -> Answer:
     """The answer to a client's Fetch. With ``below-log-start`` reads, a partition the broker answers
     OFFSET_OUT_OF_RANGE for teaches the gateway that broker's log start (ListOffsets EARLIEST), and
     the fetch is answered again: the offsets below it that the archive holds come from the archive."""
-    answer = await _answer_fetch(frame, state, archive, send, own_send, access)
+    fetched = await _answer_fetch(frame, state, archive, send, own_send, access)
+    answer = fetched.answer
     if state.mode != BELOW_LOG_START:
         return answer
     header, body = decode_request(frame)
     version = int(header.request_api_version)
-    _corr, response = decode_response(API_FETCH, version, answer)
+    response = fetched.upstream
+    if response is None:
+        if not isinstance(answer, bytes):
+            return answer  # the archive answered every partition: no broker answer to look at
+        _corr, response = decode_response(API_FETCH, version, answer)
     asked = {}
     for topic in body.topics:
         name = _topic_name(state, topic, version)
@@ -141,8 +149,14 @@ async def answer_fetch(
     starts = await _list_offsets(state, lost, EARLIEST, 0, header, own_send or send)
     state.broker_log_start.update(starts)
     if any(asked.get((tp.topic, tp.partition), -1) < start for tp, start in starts.items()):
-        return await _answer_fetch(frame, state, archive, send, own_send, access)
+        return (await _answer_fetch(frame, state, archive, send, own_send, access)).answer
     return answer
+
+
+@dataclass(frozen=True, slots=True)
+class _Fetched:
+    answer: Answer
+    upstream: Any = None  # the broker's part of the answer, decoded (None: not decoded, or none)
 
 
 async def _answer_fetch(
@@ -152,7 +166,7 @@ async def _answer_fetch(
     send: Send,
     own_send: Send | None = None,
     access: dict[TopicPartition, float] | None = None,
-) -> bytes:
+) -> _Fetched:
     header, body = decode_request(frame)
     version = int(header.request_api_version)
     isolation = int(getattr(body, "isolation_level", 0))
@@ -221,7 +235,7 @@ async def _answer_fetch(
         served[(ti, pi)] = (tp, got)
         budget -= got.size
     if not served and not failed and int(getattr(body, "session_epoch", -1)) == -1:
-        return await send(frame)  # nothing for the archive, and already sessionless: unchanged
+        return _Fetched(await send(frame))  # nothing for the archive, and already sessionless: unchanged
     rest_topics = []
     for ti, topic in enumerate(body.topics):
         parts = tuple(
@@ -242,7 +256,7 @@ async def _answer_fetch(
         answer = await fetched if fetched is not None else None
     if answer is not None:
         if not (served or failed):
-            return answer  # only made sessionless: the broker's answer as it is
+            return _Fetched(answer)  # only made sessionless: the broker's answer as it is
         _corr, upstream = decode_response(API_FETCH, version, answer)
     schema = response_schema(API_FETCH, version)
     module = __import__(schema.__module__, fromlist=["PartitionData"])
@@ -265,7 +279,7 @@ async def _answer_fetch(
             log_start_offset=start,
             aborted_transactions=() if isolation == 1 else None,
             preferred_read_replica=-1,
-            records=b"".join(got.batches),  # memoryviews joined once, not copied to bytes first
+            records=RecordsRef(got.batches),  # written to the socket from where the archive read them
         )
         state.served_records_bytes(tp.topic, "archive", got.size)
         _add_partition(topics, module, key_field, getattr(body.topics[ti], key_field), part)
@@ -287,7 +301,7 @@ async def _answer_fetch(
         session_id=0,
         responses=tuple(topics),
     )
-    return encode_response(int(header.correlation_id), response)
+    return _Fetched(encode_response_chunks(int(header.correlation_id), response), upstream)
 
 
 ACCESS_TTL_S = 60.0

@@ -34,7 +34,9 @@ from processor.gateway.protocol import (
     API_LIST_OFFSETS,
     API_METADATA,
     SIZE,
+    Answer,
     ProtocolError,
+    answer_size,
     decode_request,
     decode_response,
     encode_response,
@@ -71,8 +73,8 @@ class ClientConnection:
         self.learned, self.listeners_ready = learned, listeners_ready
         self.own_send = own_send  # the gateway's own connection to this broker (None: this one)
         self.access: dict[TopicPartition, float] = {}  # partitions this client may read, until when
-        self._answers: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
-        self._held: collections.deque[tuple[asyncio.Task[bytes | None], int]] = collections.deque()
+        self._answers: asyncio.Queue[asyncio.Task[Answer | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        self._held: collections.deque[tuple[asyncio.Task[Answer | None], int]] = collections.deque()
 
     async def send(self, request: bytes) -> bytes:
         answer = self.upstream.send(request)
@@ -120,7 +122,7 @@ class ClientConnection:
                 await asyncio.wait([oldest])
             self._held.popleft()
 
-    async def _queue(self, task: asyncio.Task[bytes | None] | None, writer_task: asyncio.Task[None]) -> bool:
+    async def _queue(self, task: asyncio.Task[Answer | None] | None, writer_task: asyncio.Task[None]) -> bool:
         """Queue an answer for the writer (waiting while MAX_IN_FLIGHT are queued); False if the
         writer has ended (the connection is closing) before it could take it."""
         if writer_task.done():
@@ -137,8 +139,8 @@ class ClientConnection:
             while (task := await self._answers.get()) is not None:
                 answer = await task
                 if answer is not None:
-                    # size and answer written apart: joining them copied every answer (up to 55 MiB)
-                    self.writer.writelines((SIZE.pack(len(answer)), answer))
+                    for piece in _framed_pieces(answer):
+                        self.writer.write(piece)
                     await self.writer.drain()
         except BaseException:
             # the connection is done: the client sees it closed, and reconnects (as after a broker
@@ -150,7 +152,7 @@ class ClientConnection:
                     pending.cancel()
             raise
 
-    async def _answer(self, api_key: int, frame: bytes) -> bytes | None:
+    async def _answer(self, api_key: int, frame: bytes) -> Answer | None:
         try:
             if api_key == API_FETCH:
                 return await answer_fetch(
@@ -195,3 +197,17 @@ class ClientConnection:
         body = rewrite_addresses(api_key, body, self.ports, self.learned)
         await self.listeners_ready()
         return encode_response(corr, body)
+
+
+SMALL_PIECE = 64 * 1024
+
+
+def _framed_pieces(answer: Answer) -> list[bytes | memoryview]:
+    """An answer's frame (size, then its bytes) as the pieces to write: a large piece is written as it
+    is (writelines would join them first, and asyncio copies what the socket does not take at once:
+    one copy at most instead of three), the size joined to a small first piece (one send, not two)."""
+    pieces = [answer] if isinstance(answer, bytes) else answer
+    head = SIZE.pack(answer_size(answer))
+    if pieces and len(pieces[0]) < SMALL_PIECE:
+        return [head + pieces[0], *pieces[1:]]
+    return [head, *pieces]

@@ -1,8 +1,10 @@
 """One connection to an upstream broker, shared by a client connection and the gateway's own requests.
 
-Requests are written in order with correlation ids of the gateway's own (the client's are restored on
-the answers), so the gateway can put requests of its own (ListOffsets for a partition it answers from
-the archive) on the same connection; a reader task matches each answer to its request by id. A
+Requests are written in order and a reader task matches each answer to its request by correlation
+id, so the gateway can put requests of its own (ListOffsets for a partition it answers from the
+archive) on the same connection. A request keeps its correlation id unless a request in flight
+already has it (then it gets a free one, and its own is restored on the answer): rewriting every id
+copied every request and every answer once more (an answer can be 55 MiB). A
 connection that fails fails every request waiting on it (the client connection then closes: a
 Kafka client reconnects and retries, as after a broker restart).
 """
@@ -19,7 +21,6 @@ from processor.gateway.protocol import (
     MAX_FRAME_BYTES,
     SIZE,
     ProtocolError,
-    framed,
     response_correlation_id,
     with_correlation_id,
 )
@@ -73,22 +74,36 @@ class Upstream:
         """Write a request Kafka answers with nothing (a Produce with acks=0)."""
         if self._failure is not None:
             raise ConnectionError(f"upstream {self.name} failed: {self._failure}")
-        self.writer.write(framed(with_correlation_id(request, next(self._ids) & 0x7FFFFFFF, 4)))
+        self._write(request)
 
     def send(self, request: bytes) -> asyncio.Future[bytes]:
         """Write ``request`` (a whole request, header first) now; the future holds its answer, with
-        the request's own correlation id restored."""
+        the request's own correlation id."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[bytes] = loop.create_future()
         if self._failure is not None:
             answer.set_exception(ConnectionError(f"upstream {self.name} failed: {self._failure}"))
             return answer
-        ours = next(self._ids) & 0x7FFFFFFF
         theirs = int.from_bytes(request[4:8], "big", signed=True)
+        if theirs in self._waiting:  # taken by a request in flight: this one gets an id of its own
+            ours = self._free_id()
+            self._restore[ours] = theirs
+            request = with_correlation_id(request, ours, 4)
+        else:
+            ours = theirs
         self._waiting[ours] = answer
-        self._restore[ours] = theirs
-        self.writer.write(framed(with_correlation_id(request, ours, 4)))
+        self._write(request)
         return answer
+
+    def _free_id(self) -> int:
+        while (ours := next(self._ids) & 0x7FFFFFFF) in self._waiting or ours in self._restore:
+            pass
+        return ours
+
+    def _write(self, request: bytes) -> None:
+        # size and request written apart: joining them copied the request (a Produce can be large)
+        self.writer.write(SIZE.pack(len(request)))
+        self.writer.write(request)
 
     async def drain(self) -> None:
         await self.writer.drain()
@@ -102,10 +117,10 @@ class Upstream:
                 ours = response_correlation_id(frame)
                 answer = self._waiting.pop(ours, None)
                 theirs = self._restore.pop(ours, None)
-                if answer is None or theirs is None:
+                if answer is None:
                     raise ProtocolError(f"answer with correlation id {ours} that no request has")
                 if not answer.done():
-                    answer.set_result(with_correlation_id(frame, theirs, 0))
+                    answer.set_result(frame if theirs is None else with_correlation_id(frame, theirs, 0))
         except asyncio.CancelledError:
             self._fail(ConnectionError("gateway connection closed"))
             raise

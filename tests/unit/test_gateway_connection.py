@@ -116,3 +116,33 @@ def test_a_client_that_vanishes_mid_request_leaves_the_gateway_serving() -> None
         writer.close()
 
     _run(test)
+
+
+def test_requests_in_flight_with_one_correlation_id_each_get_their_own_answer() -> None:
+    """A request keeps its correlation id on the way up unless one in flight has it (the gateway's
+    own requests use 0, as a client may too): then it travels under a free id, and the answer comes
+    back under its own."""
+
+    async def main() -> None:
+        seen: list[int] = []
+
+        async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            frames = [await read_frame(reader) for _ in range(3)]
+            for frame in reversed(frames):  # answered out of order: matched by id, not by position
+                assert frame is not None
+                seen.append(struct.unpack_from(">i", frame, 4)[0])
+                writer.write(framed(frame[4:8] + frame[8:]))
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(broker, "127.0.0.1", 0)
+        upstream = await Upstream.open("127.0.0.1", server.sockets[0].getsockname()[1], None, 5)
+        requests = [struct.pack(">hhih", 8, 0, 0, -1) + b"client-%d" % i for i in range(3)]
+        answers = [upstream.send(r) for r in requests]
+        got = await asyncio.wait_for(asyncio.gather(*answers), 10)
+        assert got == [struct.pack(">i", 0) + b"\xff\xffclient-%d" % i for i in range(3)]
+        assert sorted(seen)[0] == 0 and len(set(seen)) == 3  # the first kept its id, the others not
+        await upstream.close()
+        server.close()
+
+    asyncio.run(main())

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from processor.gateway.archive_answers import (
     BELOW_LOG_START,
     Archive,
     GatewayState,
+    _build,
     answer_fetch,
     answer_list_offsets,
 )
@@ -27,10 +29,13 @@ from processor.gateway.protocol import (
     API_FETCH,
     API_LIST_OFFSETS,
     ProtocolError,
+    RecordsRef,
+    answer_size,
     decode_request,
     decode_response,
     encode_request,
     encode_response,
+    encode_response_chunks,
     request_head,
     request_schema,
     response_schema,
@@ -394,3 +399,37 @@ def test_the_versions_the_gateway_offers_come_from_kios_index_and_warm_up_loads_
     loaded = warm_up()
     ranges = [schema_versions(k, top) for k, top in GATEWAY_MAX_VERSIONS.items()]
     assert loaded == 2 * sum(high - low + 1 for low, high in filter(None, ranges))
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    version=st.sampled_from([4, 11, 12, 13, 15]),
+    batches=st.lists(st.lists(st.binary(min_size=1, max_size=300), max_size=4), min_size=1, max_size=3),
+)
+def test_an_answer_encoded_as_chunks_is_byte_for_byte_the_encoded_answer(
+    version: int, batches: list[list[bytes]]
+) -> None:
+    """The archive's batches are written by reference (RecordsRef), never joined: the bytes on the
+    wire are exactly what kio encodes with the records as one bytes value."""
+    schema = response_schema(API_FETCH, version)
+    m = _module(schema)
+
+    def answer(records: Any) -> Any:
+        parts = tuple(
+            _build(
+                m.PartitionData, partition_index=i, error_code=ErrorCode.none, high_watermark=9,
+                last_stable_offset=9, log_start_offset=0, aborted_transactions=None,
+                preferred_read_replica=-1, records=records(pieces),
+            )
+            for i, pieces in enumerate(batches)
+        )  # fmt: skip
+        key = {"topic": "orders"} if version < 13 else {"topic_id": uuid.UUID(int=7)}
+        topics = (_build(m.FetchableTopicResponse, **key, partitions=parts),)
+        return _build(
+            schema, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, session_id=0,
+            responses=topics,
+        )  # fmt: skip
+
+    chunks = encode_response_chunks(3, answer(lambda p: RecordsRef([memoryview(b) for b in p])))
+    assert b"".join(chunks) == encode_response(3, answer(lambda p: b"".join(p)))
+    assert answer_size(chunks) == len(b"".join(chunks))
