@@ -73,8 +73,12 @@ class Archive:
         read_batches: Callable[[TopicPartition, int, int, str | None], ArchivedBatches | None],
         first_offset: Callable[[TopicPartition], int | None],
         offset_for_timestamp: Callable[[TopicPartition, int], tuple[int, int] | None],
+        read_whole_blocks: Callable[[TopicPartition, int, int, str | None], ArchivedBatches | None]
+        | None = None,
     ) -> None:
         self.read_batches = read_batches
+        # read-ahead's reads: whole blocks within the byte limit (default: as read_batches)
+        self.read_whole_blocks = read_batches if read_whole_blocks is None else read_whole_blocks
         self.first_offset = first_offset
         self.offset_for_timestamp = offset_for_timestamp
 

@@ -47,7 +47,12 @@ def reader_archive(reader: RemoteReader) -> Archive:
             return None
         return (found[0].offset, found[0].timestamp) if found else None
 
-    return Archive(reader.read_batches, first_offset, offset_for_timestamp)
+    return Archive(
+        reader.read_batches,
+        first_offset,
+        offset_for_timestamp,
+        functools.partial(reader.read_batches, whole_blocks=True),
+    )
 
 
 @dataclass
@@ -230,7 +235,11 @@ def build_gateway(settings: Settings, reader: RemoteReader) -> Gateway:
         gateway.state.check_access = True
     gateway.tls_clients = client_tls(settings)
     if settings.gateway_prefetch_bytes > 0:
-        gateway.state.prefetch = Prefetcher(gateway.archive.read_batches, settings.gateway_prefetch_bytes)
+        gateway.state.prefetch = Prefetcher(
+            gateway.archive.read_batches,
+            settings.gateway_prefetch_bytes,
+            read_ahead=gateway.archive.read_whole_blocks,
+        )
     gateway.state.served_records_bytes = lambda topic, source, n: metrics.GATEWAY_FETCH_BYTES.labels(
         topic, source
     ).inc(n)

@@ -8,7 +8,8 @@ the next fetch may take is split, its remainder kept for the fetch after. So the
 fetch finds its answer ready instead of waiting for S3. A fetch the read-ahead has nothing for (the
 first of a consumer, a seek) reads just what it may return, so a cold read stays as fast as before.
 
-Memory is bounded: every range read ahead reserves its byte limit (a kept remainder its size)
+Memory is bounded: every range read ahead reserves its byte limit (a kept remainder its size; a
+range of whole blocks the archive compressed can hold more once decompressed)
 against ``max_bytes`` for the whole gateway, and nothing more is read ahead while that is spent; a
 range nobody asked for within ``ttl_s`` is dropped. Reading ahead starts with a partition's second
 fetch in a row (a fetch at the offset where the previous answer ended): a consumer that seeks to
@@ -56,8 +57,12 @@ class Prefetcher:
         depth: int = 3,
         read_bytes: int = 4 * MiB,
         ttl_s: float = 30.0,
+        read_ahead: Read | None = None,
     ) -> None:
         self.read = read
+        # how a range is read ahead (default: as a fetch is): whole blocks, so the next range starts
+        # at a block's first batch and no block is fetched twice
+        self.read_ahead = read if read_ahead is None else read_ahead
         self.max_bytes = max_bytes
         self.depth = depth
         self.read_bytes = read_bytes
@@ -144,7 +149,7 @@ class Prefetcher:
         size = self.read_bytes
         if depth > self.depth or key in self._ahead or self.reserved + size > self.max_bytes:
             return
-        task = asyncio.ensure_future(asyncio.to_thread(self.read, tp, offset, size, topic_id))
+        task = asyncio.ensure_future(asyncio.to_thread(self.read_ahead, tp, offset, size, topic_id))
         self._ahead[key] = _Ahead(task, size, time.monotonic())
         self.reserved += size
 

@@ -152,23 +152,43 @@ class RemoteReader:
             return list(self._read(tp, segment, start, timestamp, max_records, max_bytes))
 
     def read_batches(
-        self, tp: TopicPartition, offset: int, max_bytes: int, topic_id: str | None = None
+        self,
+        tp: TopicPartition,
+        offset: int,
+        max_bytes: int,
+        topic_id: str | None = None,
+        whole_blocks: bool = False,
     ) -> ArchivedBatches | None:
         """The archived record batches of ``tp`` from the one that holds ``offset`` (a batch may start
         below it: a consumer skips those records, as it does with a broker's answer), undecoded and
         verified (block CRC, each batch's CRC-32C). At least one batch, then whole batches while they
         fit in ``max_bytes``, across segments. None when no finished segment holds ``offset`` (or
-        holds it under another ``topic_id``: a re-created topic's archive is another topic's)."""
+        holds it under another ``topic_id``: a re-created topic's archive is another topic's).
+
+        ``whole_blocks``: whole blocks while their stored bytes fit in ``max_bytes`` (at least one),
+        and every batch in them from ``offset`` on, so a read going on from the answer's end starts
+        at a block's first batch (read-ahead: cut at ``max_bytes``, each range fetched the rest of its
+        last block again with the next, a quarter more bytes from S3). With blocks compressed by the
+        archive, the batches can exceed ``max_bytes`` by what decompression adds."""
         with metrics.REMOTE_FETCH_SECONDS.labels("batches").time(), _counted(tp):
             segment = self.lookup.finished_segment_for_offset(tp, offset)
             if segment is None or (topic_id is not None and str(segment.segment_id.topic_id) != topic_id):
                 return None
             out = ArchivedBatches([], offset, 0)
+            fetched = 0  # stored bytes of the blocks read (whole_blocks)
             current: RemoteLogSegmentMetadata | None = segment
             while current is not None:
                 index = self._index(current)
                 number = index.block_for_offset(out.next_offset)
                 while number is not None and number < len(index.blocks):
+                    if whole_blocks:
+                        last = _blocks_within(index, number, max_bytes - fetched, not out.batches)
+                        if last is None:
+                            return out
+                        fetched += sum(index.blocks[n].length for n in range(number, last + 1))
+                        self._add_blocks(out, current, index, number, last, 1 << 62)
+                        number = last + 1
+                        continue
                     last = self._last_block_needed(
                         index, number, out.next_offset, 1 << 30, max_bytes - out.size
                     )
@@ -349,3 +369,16 @@ class RemoteReader:
                     str(exc), object_key=segment.data_object_key, segment=str(segment.segment_id)
                 ) from exc
             yield from records
+
+
+def _blocks_within(index: SegmentIndex, first: int, budget: int, at_least_one: bool) -> int | None:
+    """The last block from ``first`` on whose stored bytes, with those before it, fit in ``budget``
+    (``first`` itself if ``at_least_one``); None if not even ``first`` is to be read."""
+    span = 0
+    last = None
+    for number in range(first, len(index.blocks)):
+        span += index.blocks[number].length
+        if span > budget and (last is not None or not at_least_one):
+            break
+        last = number
+    return last

@@ -14,9 +14,12 @@ from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.codec import encode_value, record_key
 from processor.metadata.model import MetadataRecord, SegmentState, TopicPartition
 from processor.reader.remote_reader import RemoteReader
+from processor.segment.entries_v2 import parse_batch_header
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.records import KafkaRecord, TimestampType
+from processor.segment.segment_assembler import SegmentAssembler
 from processor.storage.filesystem import FilesystemChunkStorage
+from tests.batch_samples import make_batch
 from tests.support.segment_v1_writer import SegmentBuilder
 
 TP = TopicPartition("events", 1)
@@ -163,3 +166,37 @@ def test_remote_fetch_requests_bytes_and_errors_per_topic(world) -> None:
         sample("processor_remote_fetch_requests_total") == before["processor_remote_fetch_requests_total"] + 3
     )
     assert sample("processor_remote_fetch_errors_total") == before["processor_remote_fetch_errors_total"] + 1
+
+
+def test_whole_block_reads_go_on_where_the_last_ended_and_fetch_each_block_once(tmp_path: Path) -> None:
+    """Read-ahead's reads (whole_blocks): consecutive reads from each answer's end return every batch
+    once, in order, and fetch every stored byte of the data object once (cut at the byte limit, the
+    next read fetched the rest of the last block again); a fetch-sized read keeps its limit."""
+    storage = FilesystemChunkStorage(tmp_path / "s3")
+    cache = MetadataCache(tmp_path / "cache")
+    keys = ObjectKeyFactory("p")
+    copier = SegmentCopier(storage, CacheSink(cache), keys, "w")
+    batches = [
+        make_batch(i * 4, [(1_700_000_000_000 + i, b"k", b"v" * (200 + 37 * i), ())] * 4) for i in range(60)
+    ]
+    for first in (0, 30):  # two segments of 30 batches, 1 KiB blocks
+        asm = SegmentAssembler(TP.partition, first * 4, 1024)
+        for raw in batches[first : first + 30]:
+            asm.append(parse_batch_header(raw), raw)
+        copier.copy(TP, asm.seal(), 0)
+    reader = RemoteReader(storage, RemoteLogMetadataManager(cache), keys)
+    try:
+        got: list[bytes] = []
+        offset = 0
+        while (answer := reader.read_batches(TP, offset, 3000, whole_blocks=True)) is not None:
+            assert answer.batches and answer.size == sum(len(b) for b in answer.batches)
+            got += [bytes(b) for b in answer.batches]
+            offset = answer.next_offset
+        assert got == batches
+        data = [s.data_object_key for s in cache.finished_segments(TP, 0)]
+        index_bytes = sum(s.index_size_in_bytes for s in cache.finished_segments(TP, 0))
+        assert reader.stats.bytes_requested == sum(storage.stat(k).size for k in data) + index_bytes
+        cut = reader.read_batches(TP, 0, 3000)
+        assert cut is not None and cut.size <= 3000 and cut.batches[0] == batches[0]
+    finally:
+        cache.close()
