@@ -115,7 +115,7 @@ class Settings(BaseSettings):
     gateway_tls_keyfile: str | None = None
     gateway_tls_client_cafile: str | None = None
     # Bytes the gateway may hold read ahead of sequential archive readers, in total (0: no read-ahead).
-    gateway_prefetch_bytes: int = Field(default=64 * MiB, ge=0)
+    gateway_prefetch_bytes: int = Field(default=128 * MiB, ge=0)
     gateway_archive_reads: str = Field(
         default="below-log-start",
         pattern=r"^(below-log-start|archived)$",
