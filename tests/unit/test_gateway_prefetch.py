@@ -30,6 +30,7 @@ class Archive:
     def __init__(self, end: int = 10_000, fail_at: set[int] | None = None) -> None:
         self.end = end
         self.reads: list[int] = []
+        self.limits: list[int] = []
         self.fail_at = fail_at or set()
         self.lock = threading.Lock()
 
@@ -38,6 +39,7 @@ class Archive:
     ) -> ArchivedBatches | None:
         with self.lock:
             self.reads.append(offset)
+            self.limits.append(limit)
         if offset in self.fail_at:
             raise OSError(f"injected: cannot read {offset}")
         if offset >= self.end:
@@ -135,4 +137,31 @@ def test_a_range_read_ahead_larger_than_a_fetch_is_split_and_its_rest_kept_for_t
     ]
     assert archive.reads == [0, 10, 20]  # 20..119 in one read ahead, split over the fetches
     assert prefetcher.hits == 2
+    prefetcher.close()
+
+
+def test_read_ahead_starts_at_twice_a_fetch_and_doubles_with_each_range_taken() -> None:
+    """Like an operating system's read-ahead: a reader that goes on sequentially gets ranges of
+    2, 4, 8 fetches (up to read_bytes, then depth ranges ahead); one that seeks after two fetches
+    (a Kafka client fetches on until its application moves on) costs one range of two fetches."""
+    archive = Archive(end=100_000)
+    prefetcher = Prefetcher(archive.read, max_bytes=100_000, depth=2, read_bytes=800)
+    asyncio.run(_read_sequentially(prefetcher, 0, 30, 100))
+    ahead = archive.limits[2:]  # the first two fetches read what they return (100 bytes each)
+    assert archive.limits[:2] == [100, 100] and ahead[:3] == [200, 400, 800]
+    assert set(ahead[3:]) == {800} and prefetcher.misses == 2
+    prefetcher.close()
+
+    archive = Archive(end=100_000)
+    prefetcher = Prefetcher(archive.read, max_bytes=100_000, depth=2, read_bytes=800)
+
+    async def seeks() -> None:
+        for start in (1000, 50_000, 3000, 70_000):
+            got = await prefetcher.get(TP, start, 100, None)
+            assert got is not None
+            await prefetcher.get(TP, got.next_offset, 100, None)  # the client's next fetch
+            await asyncio.sleep(0.02)
+
+    asyncio.run(seeks())
+    assert sum(archive.limits) == 4 * (100 + 100 + 200)  # each seek: two fetches, one small range
     prefetcher.close()
