@@ -18,7 +18,7 @@ from benchmarks.reads import bench_follower, bench_read_latency, bench_scale
 from benchmarks.rebuild import bench_rebuild
 from benchmarks.report import Report
 from benchmarks.restore import bench_restore
-from benchmarks.spark import bench_spark
+from benchmarks.spark import RUNS, bench_spark
 from processor.devstack import stack
 from processor.runtime import tune_gc
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                     small = load_topic(info, "bench-gateway-100b", 100, int(small_gib * 1024 * MiB))
                     bench_gateway(report, info, workdir, small, reads=args.reads)
             if "spark" in only:
-                bench_spark(report, info, workdir, big)
+                bench_spark(report, info, workdir, big, runs=1 if args.smoke else RUNS)
         if info is not None and "encryption" in only:
             # the 1 KiB topic the sections above loaded, or (run on its own) one of the same size
             total = int(args.gib * 1024 * MiB)

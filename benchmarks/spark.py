@@ -138,7 +138,10 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - t0, result
 
 
-def bench_spark(report: Report, info: stack.StackInfo, workdir: Path, topic: LoadedTopic) -> None:
+def bench_spark(
+    report: Report, info: stack.StackInfo, workdir: Path, topic: LoadedTopic, runs: int = RUNS
+) -> None:
+    """``runs``: each query's repetitions (the smoke test runs one)."""
     print(f"[spark] offloading {topic.name} for the Spark benchmark ...", flush=True)
     tag = uuid.uuid4().hex[:8]
     meta, prefix = f"__bench_spark_meta_{tag}", f"bench-spark-{tag}"
@@ -174,7 +177,7 @@ def bench_spark(report: Report, info: stack.StackInfo, workdir: Path, topic: Loa
         cpu = dict.fromkeys(sources, float("inf"))
         answers: dict[str, Any] = {}
         roots = {os.getpid(), *info.pids.values()}  # Spark's JVM and workers, and the S3 server
-        for _ in range(RUNS):
+        for _ in range(runs):
             for name, df in sources.items():
                 before = process_tree_cpu_s(roots)
                 seconds, answers[name] = _timed(functools.partial(_aggregate, df))
@@ -182,7 +185,7 @@ def bench_spark(report: Report, info: stack.StackInfo, workdir: Path, topic: Loa
                 best[name], cpu[name] = min(best[name], seconds), min(cpu[name], used)
                 print(f"[spark] {name}: {seconds:.2f} s, {used:.2f} CPU s", flush=True)
         empty_s = min(
-            _timed(lambda: archived.where("offset < 0").selectExpr(*QUERY).collect())[0] for _ in range(RUNS)
+            _timed(lambda: archived.where("offset < 0").selectExpr(*QUERY).collect())[0] for _ in range(runs)
         )
         for name, got in answers.items():
             if got["n"] != topic.records or got["bytes"] != answers["parquet"]["bytes"]:
@@ -192,7 +195,7 @@ def bench_spark(report: Report, info: stack.StackInfo, workdir: Path, topic: Loa
     rate = {name: topic.records / s for name, s in best.items()}
     mb = topic.payload_bytes / 1e6
     vs_standin = rate["tiered_records"] / rate["stand-in"]
-    note = f"{topic.records} records, {mb:.0f} MB, local[2], best of {RUNS}"
+    note = f"{topic.records} records, {mb:.0f} MB, local[2], best of {runs}"
     report.add(
         Figure(
             "spark",
@@ -230,7 +233,7 @@ def bench_spark(report: Report, info: stack.StackInfo, workdir: Path, topic: Loa
             "stand-in",
             per_record["stand-in"],
             per_record["stand-in"] / per_record["tiered_records"],
-            note=f"Parquet scan {per_record['parquet']:.2f} us; least of {RUNS}",
+            note=f"Parquet scan {per_record['parquet']:.2f} us; least of {runs}",
         )
     )
     report.add(Figure("spark", "tiered_records: an empty query (planning and job)", empty_s, "s"))
