@@ -103,8 +103,8 @@ MEANINGS: dict[str, str] = {
         "`processor gateway`: clients must present a certificate this CA (PEM) signed (mutual TLS)"
     ),
     "gateway_prefetch_bytes": (
-        "`processor gateway`: bytes read ahead of consumers reading the archive in order (each "
-        "partition up to two ranges ahead), in total; `0`: no read-ahead"
+        "`processor gateway`: bytes read ahead of consumers reading the archive in order (in ranges "
+        "of up to 8 MiB, up to three per partition), in total; `0`: no read-ahead"
     ),
     "gateway_archive_reads": (
         "`processor gateway`: `below-log-start` (the archive answers offsets the brokers no longer "
