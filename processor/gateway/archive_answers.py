@@ -43,6 +43,7 @@ from processor.gateway.protocol import (
     API_LIST_OFFSETS,
     API_METADATA,
     Answer,
+    ProtocolError,
     RecordsRef,
     decode_request,
     decode_response,
@@ -125,17 +126,24 @@ async def answer_fetch(
     """The answer to a client's Fetch. With ``below-log-start`` reads, a partition the broker answers
     OFFSET_OUT_OF_RANGE for teaches the gateway that broker's log start (ListOffsets EARLIEST), and
     the fetch is answered again: the offsets below it that the archive holds come from the archive."""
-    fetched = await _answer_fetch(frame, state, archive, send, own_send, access)
-    answer = fetched.answer
-    if state.mode != BELOW_LOG_START:
-        return answer
     header, body = decode_request(frame)
     version = int(header.request_api_version)
-    response = fetched.upstream
+    fetched = await _answer_fetch(frame, state, archive, send, own_send, access)
+    answer = fetched.answer
+    try:
+        response = _broker_part(fetched, version)
+    except ProtocolError as exc:
+        if state.mode == BELOW_LOG_START:
+            raise  # its errors must be read: an out-of-range answer would reset the client
+        # with archived reads the broker's own answer passes on as it is, only not counted
+        log.warning("gateway: a broker's Fetch answer not counted (not decodable): %s", exc)
+        metrics.GATEWAY_ERRORS.labels(str(API_FETCH), "broker_answer_not_counted").inc()
+        return answer
     if response is None:
-        if not isinstance(answer, bytes):
-            return answer  # the archive answered every partition: no broker answer to look at
-        _corr, response = decode_response(API_FETCH, version, answer)
+        return answer  # the archive answered every partition: no broker answer to look at
+    _count_broker_bytes(state, response, version)
+    if state.mode != BELOW_LOG_START:
+        return answer
     asked = {}
     for topic in body.topics:
         name = _topic_name(state, topic, version)
@@ -153,8 +161,28 @@ async def answer_fetch(
     starts = await _list_offsets(state, lost, EARLIEST, 0, header, own_send or send)
     state.broker_log_start.update(starts)
     if any(asked.get((tp.topic, tp.partition), -1) < start for tp, start in starts.items()):
-        return (await _answer_fetch(frame, state, archive, send, own_send, access)).answer
+        again = await _answer_fetch(frame, state, archive, send, own_send, access)
+        if (broker_part := _broker_part(again, version)) is not None:
+            _count_broker_bytes(state, broker_part, version)
+        return again.answer
     return answer
+
+
+def _broker_part(fetched: _Fetched, version: int) -> Any:
+    """The broker's part of a Fetch answer, decoded (None: the archive answered every partition)."""
+    if fetched.upstream is not None:
+        return fetched.upstream
+    if isinstance(fetched.answer, bytes):  # the broker's answer, passed on as it is
+        return decode_response(API_FETCH, version, fetched.answer)[1]
+    return None
+
+
+def _count_broker_bytes(state: GatewayState, response: Any, version: int) -> None:
+    for topic in response.responses:
+        name = _topic_name(state, topic, version)
+        size = sum(len(p.records) for p in topic.partitions if p.records is not None)
+        if name is not None and size:
+            state.served_records_bytes(name, "broker", size)
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,6 +136,9 @@ def test_api_versions_are_capped_to_what_the_gateway_decodes_and_share_fetch_is_
     assert capped == {0: (0, 9), 1: (4, 15), 2: (1, 9), 8: (0, 9)}
 
 
+BROKER_BATCH = bytes(77)  # what the broker answers at 100 and above
+
+
 class TruncatedBroker:
     """A broker whose log starts at 100 (it truncated; the archive holds 0..149), its high watermark
     150: Fetch below 100 answers OFFSET_OUT_OF_RANGE, ListOffsets EARLIEST 100 and LATEST 150."""
@@ -150,10 +153,15 @@ class TruncatedBroker:
         if head.api_key == API_FETCH:
             schema = response_schema(API_FETCH, self.version)
             m = _module(schema)
+            _header, asked_fetch = decode_request(request)
+            held = int(asked_fetch.topics[0].partitions[0].fetch_offset) >= 100
             part = m.PartitionData(
-                partition_index=0, error_code=ErrorCode.offset_out_of_range, high_watermark=-1,
-                aborted_transactions=None, records=None,
-            )  # fmt: skip
+                partition_index=0,
+                error_code=ErrorCode.none if held else ErrorCode.offset_out_of_range,
+                high_watermark=150 if held else -1,
+                aborted_transactions=None,
+                records=BROKER_BATCH if held else None,
+            )
             topic = m.FetchableTopicResponse(topic="orders", partitions=(part,))
             body = schema(
                 throttle_time=datetime.timedelta(0),
@@ -433,3 +441,27 @@ def test_an_answer_encoded_as_chunks_is_byte_for_byte_the_encoded_answer(
     chunks = encode_response_chunks(3, answer(lambda p: RecordsRef([memoryview(b) for b in p])))
     assert b"".join(chunks) == encode_response(3, answer(lambda p: b"".join(p)))
     assert answer_size(chunks) == len(b"".join(chunks))
+
+
+@pytest.mark.parametrize("mode", [BELOW_LOG_START, "archived"])
+def test_bytes_served_are_counted_by_topic_and_source(mode: str) -> None:
+    """The archive's part and the broker's part of Fetch answers, by topic, in either mode (the
+    broker's answer passed on as it is is decoded to count it)."""
+    version = 12
+    counted: list[tuple[str, str, int]] = []
+    state = GatewayState(mode)
+    state.served_records_bytes = lambda topic, source, n: counted.append((topic, source, n))
+
+    def read_batches(
+        tp: TopicPartition, offset: int, max_bytes: int, topic_id: str | None
+    ) -> ArchivedBatches | None:
+        return ArchivedBatches([memoryview(BATCH)], offset + 1, len(BATCH)) if offset < 100 else None
+
+    archive = Archive(read_batches, lambda tp: 0, lambda tp, ts: None)
+    for offset in (5, 120):
+        answer = asyncio.run(
+            answer_fetch(_fetch_request(version, offset), state, archive, TruncatedBroker(version))
+        )
+        part = decode_response(API_FETCH, version, answer)[1].responses[0].partitions[0]
+        assert part.records == (BATCH if offset < 100 else BROKER_BATCH)
+    assert counted == [("orders", "archive", len(BATCH)), ("orders", "broker", len(BROKER_BATCH))]
