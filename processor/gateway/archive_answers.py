@@ -128,7 +128,7 @@ async def answer_fetch(
     the fetch is answered again: the offsets below it that the archive holds come from the archive."""
     header, body = decode_request(frame)
     version = int(header.request_api_version)
-    fetched = await _answer_fetch(frame, state, archive, send, own_send, access)
+    fetched = await _answer_fetch(frame, header, body, state, archive, send, own_send, access)
     answer = fetched.answer
     try:
         response = _broker_part(fetched, version)
@@ -161,7 +161,7 @@ async def answer_fetch(
     starts = await _list_offsets(state, lost, EARLIEST, 0, header, own_send or send)
     state.broker_log_start.update(starts)
     if any(asked.get((tp.topic, tp.partition), -1) < start for tp, start in starts.items()):
-        again = await _answer_fetch(frame, state, archive, send, own_send, access)
+        again = await _answer_fetch(frame, header, body, state, archive, send, own_send, access)
         if (broker_part := _broker_part(again, version)) is not None:
             _count_broker_bytes(state, broker_part, version)
         return again.answer
@@ -193,13 +193,15 @@ class _Fetched:
 
 async def _answer_fetch(
     frame: bytes,
+    header: Any,
+    body: Any,
     state: GatewayState,
     archive: Archive,
     send: Send,
     own_send: Send | None = None,
     access: dict[TopicPartition, float] | None = None,
 ) -> _Fetched:
-    header, body = decode_request(frame)
+    """``frame``'s answer; ``header`` and ``body``: the frame decoded (once, by answer_fetch)."""
     version = int(header.request_api_version)
     isolation = int(getattr(body, "isolation_level", 0))
     # a broker caps a response at its fetch.max.bytes whatever the client asks: so does the gateway
