@@ -278,6 +278,12 @@ GATEWAY_FETCH_BYTES = Counter(
     "Record batch bytes the gateway answered Fetch requests with, by topic and source (archive, broker)",
     ["topic", "source"],
 )
+GATEWAY_FETCH_RECORDS = Counter(
+    "processor_gateway_fetch_records_total",
+    "Records the gateway answered Fetch requests with (transaction markers left out), by topic and "
+    "source (archive, broker)",
+    ["topic", "source"],
+)
 GATEWAY_CONNECTIONS = Gauge("processor_gateway_connections", "Client connections the gateway holds")
 GATEWAY_PREFETCH = Counter(
     "processor_gateway_prefetch_total",

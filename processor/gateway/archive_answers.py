@@ -55,6 +55,7 @@ from processor.gateway.protocol import (
 )
 from processor.metadata.model import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
+from processor.segment.entries_v2 import count_records
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,8 @@ class GatewayState:
     # SASL passed through: ask the broker, with the client's identity, whether it may read a
     # partition before the archive answers for it (see _may_read)
     check_access: bool = False
-    served_records_bytes: Callable[[str, str, int], None] = lambda _topic, _source, _n: None
+    # records and record batch bytes of Fetch answers: (topic, source "archive" or "broker", records, bytes)
+    served: Callable[[str, str, int, int], None] = lambda _topic, _source, _records, _bytes: None
 
 
 Send = Callable[[bytes], Awaitable[bytes]]
@@ -180,9 +182,9 @@ def _broker_part(fetched: _Fetched, version: int) -> Any:
 def _count_broker_bytes(state: GatewayState, response: Any, version: int) -> None:
     for topic in response.responses:
         name = _topic_name(state, topic, version)
-        size = sum(len(p.records) for p in topic.partitions if p.records is not None)
-        if name is not None and size:
-            state.served_records_bytes(name, "broker", size)
+        sets = [p.records for p in topic.partitions if p.records]
+        if name is not None and sets:
+            state.served(name, "broker", sum(map(count_records, sets)), sum(map(len, sets)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +317,7 @@ async def _answer_fetch(
             preferred_read_replica=-1,
             records=RecordsRef(got.batches),  # written to the socket from where the archive read them
         )
-        state.served_records_bytes(tp.topic, "archive", got.size)
+        state.served(tp.topic, "archive", sum(map(count_records, got.batches)), got.size)
         _add_partition(topics, module, key_field, getattr(body.topics[ti], key_field), part)
     for ti, pi in failed:
         part = _build(

@@ -240,7 +240,10 @@ def build_gateway(settings: Settings, reader: RemoteReader) -> Gateway:
             settings.gateway_prefetch_bytes,
             read_ahead=gateway.archive.read_whole_blocks,
         )
-    gateway.state.served_records_bytes = lambda topic, source, n: metrics.GATEWAY_FETCH_BYTES.labels(
-        topic, source
-    ).inc(n)
+    gateway.state.served = _count_served
     return gateway
+
+
+def _count_served(topic: str, source: str, records: int, size: int) -> None:
+    metrics.GATEWAY_FETCH_RECORDS.labels(topic, source).inc(records)
+    metrics.GATEWAY_FETCH_BYTES.labels(topic, source).inc(size)

@@ -127,6 +127,23 @@ def split_batches(
         pos += size
 
 
+def count_records(records: bytes | memoryview) -> int:
+    """The records a consumer gets from a fetched record set: the record counts of its whole batches,
+    control batches (transaction markers) left out. A trailing partial batch is not counted (the
+    next fetch starts at it), nor are message format v0/v1 message sets (never archived). A metric's
+    count: it reads headers only and refuses nothing; the batches' own checks are their readers'."""
+    view = memoryview(records)
+    pos, end, count = 0, len(view), 0
+    while end - pos >= BATCH_HEADER_LEN:
+        (_base, blen, _epoch, magic, _crc, attrs, *_rest, n) = BATCH_HEADER.unpack_from(view, pos)
+        if blen < BATCH_HEADER_LEN - BATCH_LOG_OVERHEAD or pos + blen + BATCH_LOG_OVERHEAD > end:
+            break
+        if magic == 2 and not attrs & ATTR_CONTROL and n > 0:
+            count += n
+        pos += blen + BATCH_LOG_OVERHEAD
+    return count
+
+
 def iter_batch_entries(payload: bytes | bytearray | memoryview, *, where: str) -> Iterator[memoryview]:
     """The batches of a (decompressed) version 2 payload, after checking each entry's framing."""
     view = memoryview(payload)

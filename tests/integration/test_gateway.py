@@ -251,17 +251,26 @@ def _served_bytes(gateway: RunningGateway, topic: str = TOPIC, source: str = "ar
     return _metric(gateway.web, "processor_gateway_fetch_bytes_total", topic=topic, source=source)
 
 
+def _served_records(gateway: RunningGateway, source: str) -> float:
+    return _metric(gateway.web, "processor_gateway_fetch_records_total", topic=TOPIC, source=source)
+
+
 def test_confluent_kafka_reads_from_offset_0_across_the_archive_and_broker_boundary(
     gateway: RunningGateway,
 ) -> None:
     before = _served_bytes(gateway)
     before_broker = _served_bytes(gateway, source="broker")
+    records_before = {s: _served_records(gateway, s) for s in ("archive", "broker")}
     want = sum(len(rs) for rs in gateway.by_partition.values())
     _check_every_record_once(
         gateway, _consume_confluent(gateway.bootstrap, "gw-confluent", want), "confluent"
     )
     assert _served_bytes(gateway) > before, "the archived part did not come from the archive"
     assert _served_bytes(gateway, source="broker") > before_broker, "the rest came from the broker"
+    served = {s: _served_records(gateway, s) - records_before[s] for s in ("archive", "broker")}
+    assert served["archive"] > 0 and served["broker"] > 0, served
+    # every record the consumer got was counted where it came from (a record fetched twice, twice)
+    assert served["archive"] + served["broker"] >= want, (served, want)
 
 
 def test_aiokafka_reads_from_offset_0_across_the_boundary(gateway: RunningGateway) -> None:

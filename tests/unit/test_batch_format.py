@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from processor.errors import FormatError
 from processor.segment.block_header import BLOCK_FORMAT_V2, BLOCK_HEADER_LEN, CODEC_NONE, CODEC_ZSTD
 from processor.segment.blocks import decode_block, decode_block_header, iter_blocks
-from processor.segment.entries_v2 import parse_batch_header, split_batches
+from processor.segment.entries_v2 import count_records, parse_batch_header, split_batches
 from processor.segment.index_format import decode_index, encode_index
 from processor.segment.records import KafkaRecord
 from processor.segment.sealed_segment import SealedSegment
 from processor.segment.segment_assembler import SegmentAssembler, compress_segment
-from tests.batch_samples import CODECS, Rec, expected_records, make_batch
+from tests.batch_samples import CODECS, Rec, control_batch, expected_records, make_batch
 from tests.support.segment_v1_writer import SegmentBuilder
 
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=300))
@@ -172,6 +172,25 @@ def test_fetched_record_sets_split_into_whole_batches() -> None:
     legacy[16] = 1
     with pytest.raises(FormatError, match="magic 1"):
         list(split_batches(bytes(legacy)))
+
+
+def test_records_of_a_fetched_record_set_are_counted_from_batch_headers() -> None:
+    """Whole batches' record counts, compressed or not; transaction markers and a trailing partial
+    batch are not records a consumer gets; bytes that do not frame a batch end the count."""
+    three = make_batch(0, [(1, None, b"a", []), (1, None, b"b", []), (1, None, b"c", [])], "zstd")
+    one = make_batch(3, [(1, b"k", b"d", [("h", b"v")])], producer_id=7, transactional=True)
+    marker = control_batch(4, 7, commit=True)
+    tail = make_batch(5, [(1, None, b"e", [])] * 2)
+    assert count_records(three + one + marker + tail) == 6
+    assert count_records(three + one + marker + tail[:40]) == 4  # cut at the fetch's byte limit
+    assert count_records(three + bytes(70)) == 3  # zeros: no batch length, nothing more counted
+    assert count_records(b"") == 0
+
+
+@given(st.binary(max_size=300))
+@settings(max_examples=200, deadline=None)
+def test_counting_records_of_any_bytes_never_fails(junk: bytes) -> None:
+    assert count_records(junk) >= 0
 
 
 def test_version_1_objects_still_decode() -> None:
