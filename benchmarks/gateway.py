@@ -94,7 +94,8 @@ def _read_all(bootstrap: str, topic: LoadedTopic) -> float:
     t0 = time.perf_counter()
     n = 0
     while n < topic.records:
-        for m in consumer.consume(10_000, 1.0):
+        # asks for what is left, no more: consume() waits out its timeout for a batch it cannot fill
+        for m in consumer.consume(min(10_000, topic.records - n), 1.0):
             if m.error() is None:
                 n += 1
     seconds = time.perf_counter() - t0

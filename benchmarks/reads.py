@@ -179,7 +179,8 @@ def bench_follower(report: Report, info: stack.StackInfo, workdir: Path, records
     consumer.assign([KafkaTP(topic, p, 0) for p in range(parts)])
     seen, t0 = 0, time.perf_counter()
     while seen < records:
-        seen += sum(1 for m in consumer.consume(10_000, 0.5) if m.error() is None)
+        # asks for what is left, no more: consume() waits out its timeout for a batch it cannot fill
+        seen += sum(1 for m in consumer.consume(min(10_000, records - seen), 0.5) if m.error() is None)
     baseline_rate = records / (time.perf_counter() - t0)
     consumer.close()
 
