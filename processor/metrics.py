@@ -287,6 +287,6 @@ GATEWAY_FETCH_RECORDS = Counter(
 GATEWAY_CONNECTIONS = Gauge("processor_gateway_connections", "Client connections the gateway holds")
 GATEWAY_PREFETCH = Counter(
     "processor_gateway_prefetch_total",
-    "Archive reads of the gateway's Fetch answers, by whether a read-ahead had them ready (hit, miss)",
+    "Archived answers of the gateway's Fetch requests, by whether a read-ahead had them ready (hit, miss)",
     ["result"],
 )

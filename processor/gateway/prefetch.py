@@ -105,16 +105,16 @@ class Prefetcher:
                     got = await ahead.task
                 except Exception as exc:  # read again below, where the failure is reported
                     log.debug("read ahead of %s at %d failed: %s", tp, offset, exc)
-                if got is not None:
-                    hit = True
-                    self.hits += 1
-                    metrics.GATEWAY_PREFETCH.labels("hit").inc()
+                hit = got is not None
             if got is None:
-                self.misses += 1
-                metrics.GATEWAY_PREFETCH.labels("miss").inc()
                 got = await asyncio.to_thread(self.read, tp, offset, limit, topic_id)
             if got is None or not got.batches:
-                return got
+                return got  # not archived (yet): neither a hit nor a miss of the read-ahead
+            if hit:
+                self.hits += 1
+            else:
+                self.misses += 1
+            metrics.GATEWAY_PREFETCH.labels("hit" if hit else "miss").inc()
             head, rest = split(got, limit)
             if rest is not None:
                 self._keep(tp, head.next_offset, topic_id, rest, credit=held)

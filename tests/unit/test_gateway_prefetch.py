@@ -73,6 +73,20 @@ def test_a_sequential_reader_finds_its_next_ranges_read_ahead() -> None:
     assert prefetcher.misses == 2 and prefetcher.hits == 18  # reading ahead starts at the second
 
 
+def test_a_fetch_past_the_archives_end_is_neither_a_hit_nor_a_miss() -> None:
+    """A consumer at the archive's end fetches on (the broker answers it): those reads find nothing
+    and say nothing of the read-ahead."""
+    archive = Archive(end=100)
+    prefetcher = Prefetcher(archive.read, max_bytes=10_000, depth=2, read_bytes=500)
+
+    async def run() -> None:
+        for _ in range(5):
+            assert await prefetcher.get(TP, 100, 500, None) is None
+
+    asyncio.run(run())
+    assert (prefetcher.hits, prefetcher.misses) == (0, 0) and archive.reads == [100] * 5
+
+
 def test_a_seek_reads_nothing_ahead() -> None:
     archive = Archive()
     prefetcher = Prefetcher(archive.read, max_bytes=10_000, depth=2, read_bytes=500)
