@@ -4,6 +4,12 @@ the same consumer reading the same records from the broker directly, in the same
 The topic is offloaded by a worker first; the gateway then runs as its own process with
 ``archived`` reads, so every archived offset is answered from the bucket (Tansu never
 truncates its log, so ``below-log-start`` would send everything to the broker).
+
+The sequential read starts with the gateway's block cache empty (every block from S3, the cache
+filled on the way); the random reads and a second sequential read after it (another consumer group
+replaying) find their blocks cached, as reads of a range read before do. Cold random reads (every
+block from S3) run on a second gateway without a cache and are reported beside them: the first
+record of a cold archived offset, p50 and p99.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ MiB = 1024 * 1024
 
 
 @contextmanager
-def running_gateway(env: dict[str, str], workdir: Path, reads: str = "archived") -> Iterator[str]:
+def running_gateway(
+    env: dict[str, str], workdir: Path, reads: str = "archived", cache_bytes: int | None = None
+) -> Iterator[str]:
     """``processor gateway`` over the archive ``env`` names, as its own process (as deployed: the
     consumer measured here must not share an interpreter with it); yields its bootstrap address."""
     port, web = stack.free_port(), stack.free_port()
@@ -47,6 +55,8 @@ def running_gateway(env: dict[str, str], workdir: Path, reads: str = "archived")
         "PROCESSOR_WEB_PORT": str(web),
         "PROCESSOR_LOG_LEVEL": "warn",
     }
+    if cache_bytes is not None:
+        gateway_env["PROCESSOR_GATEWAY_CACHE_BYTES"] = str(cache_bytes)
     log = (workdir / f"gateway-{port}.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "processor", "gateway"], env=gateway_env, stdout=log, stderr=subprocess.STDOUT
@@ -151,6 +161,18 @@ def bench_gateway(
         targets = [(rng.randrange(PARTITIONS), rng.randrange(0, per_partition - span)) for _ in range(reads)]
         g_first, g_whole = _random_reads(bootstrap, topic, targets, span)
         b_first, b_whole = _random_reads(info.bootstrap_servers, topic, targets, span)
+        again = _read_all(bootstrap, topic)  # another consumer group replaying: blocks cached
+        report.add(
+            Figure(
+                "gateway", f"archived read through the gateway, cached, {label}", mb / again, "MB/s",
+                "the same consumer from the broker", mb / direct, direct / again, "",
+            )
+        )  # fmt: skip
+    # Cold: other offsets, on a gateway with no block cache (every block from S3)
+    cold_targets = [(rng.randrange(PARTITIONS), rng.randrange(0, per_partition - span)) for _ in range(reads)]
+    with running_gateway(env, workdir, cache_bytes=0) as bootstrap:
+        c_first, _c_whole = _random_reads(bootstrap, topic, cold_targets, span)
+    cb_first, _cb_whole = _random_reads(info.bootstrap_servers, topic, cold_targets, span)
     # Live reads: with below-log-start reads every offset Tansu holds (all of them: it never
     # truncates) is the broker's, so every fetch passes through the gateway to it.
     with running_gateway(env, workdir, reads="below-log-start") as bootstrap:
@@ -166,14 +188,20 @@ def bench_gateway(
         g, b = percentile(g_whole, p) * 1000, percentile(b_whole, p) * 1000
         report.add(
             Figure(
-                "gateway", f"{span} records at a random archived offset, {name}", g, "ms",
+                "gateway", f"{span} records at a random archived offset (cached), {name}", g, "ms",
                 "the same reads from the broker", b, g / b, "<= broker" if name == "p99" else "",
                 (g <= b) if name == "p99" else None,
             )
         )  # fmt: skip
         report.add(
             Figure(
-                "gateway", f"first record of a random archived offset, {name}", percentile(g_first, p) * 1000,
-                "ms", "from the broker", percentile(b_first, p) * 1000,
+                "gateway", f"first record of a random archived offset (cached), {name}",
+                percentile(g_first, p) * 1000, "ms", "from the broker", percentile(b_first, p) * 1000,
+            )
+        )  # fmt: skip
+        report.add(
+            Figure(
+                "gateway", f"first record of a cold archived offset (from S3), {name}",
+                percentile(c_first, p) * 1000, "ms", "from the broker", percentile(cb_first, p) * 1000,
             )
         )  # fmt: skip

@@ -116,6 +116,8 @@ class Settings(BaseSettings):
     gateway_tls_client_cafile: str | None = None
     # Bytes the gateway may hold read ahead of sequential archive readers, in total (0: no read-ahead).
     gateway_prefetch_bytes: int = Field(default=128 * MiB, ge=0)
+    # Bytes of blocks the gateway keeps on local disk (under data_dir) once read (0: no block cache).
+    gateway_cache_bytes: int = Field(default=2048 * MiB, ge=0)
     gateway_archive_reads: str = Field(
         default="below-log-start",
         pattern=r"^(below-log-start|archived)$",

@@ -284,6 +284,13 @@ GATEWAY_FETCH_RECORDS = Counter(
     "source (archive, broker)",
     ["topic", "source"],
 )
+BLOCK_CACHE = Counter(
+    "processor_block_cache_total",
+    "Block reads asked of the local block cache, by result (hit, miss; damaged: a file gone, short "
+    "or failing its CRC, read from storage instead; not_written: a block that could not be cached)",
+    ["result"],
+)
+BLOCK_CACHE_BYTES = Gauge("processor_block_cache_bytes", "Bytes of blocks in the local block cache")
 GATEWAY_CONNECTIONS = Gauge("processor_gateway_connections", "Client connections the gateway holds")
 GATEWAY_PREFETCH = Counter(
     "processor_gateway_prefetch_total",

@@ -106,6 +106,11 @@ MEANINGS: dict[str, str] = {
         "`processor gateway`: bytes read ahead of consumers reading the archive in order (in ranges "
         "of up to 8 MiB, up to three per partition), in total; `0`: no read-ahead"
     ),
+    "gateway_cache_bytes": (
+        "`processor gateway`: bytes of archived blocks kept on local disk (`PROCESSOR_DATA_DIR`/"
+        "`block-cache`, emptied at start) once read, so ranges read again skip S3; the least recently "
+        "read go first; `0`: no cache"
+    ),
     "gateway_archive_reads": (
         "`processor gateway`: `below-log-start` (the archive answers offsets the brokers no longer "
         "have) or `archived` (every archived offset: catch-up reads stay off the brokers' disks)"

@@ -31,6 +31,7 @@ from processor.errors import (
     SegmentObjectMissingError,
 )
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.reader.block_cache import BlockCache
 from processor.reader.segment_blocks import check_block, fetch_index
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentCipher, SegmentDecryption
 from processor.segment.block_header import BLOCK_FORMAT_V2
@@ -107,8 +108,11 @@ class RemoteReader:
         keys: ObjectKeyFactory,
         index_cache_entries: int = 1024,
         decryption: SegmentDecryption = NO_DECRYPTION,
+        block_cache: BlockCache | None = None,
     ) -> None:
         self.storage = storage
+        # blocks read before, from local disk (None: every block from storage)
+        self.block_cache = block_cache
         self.lookup = lookup
         self.keys = keys
         self.decryption = decryption
@@ -213,16 +217,13 @@ class RemoteReader:
         max_bytes: int,
     ) -> bool:
         """Add the batches of blocks ``first..last`` to ``out``; True once ``max_bytes`` is reached."""
-        start = index.blocks[first].position
-        end = index.blocks[last].position + index.blocks[last].length
-        data = memoryview(self._get(segment, segment.data_object_key, start, end - start))
         cipher = self.decryption.cipher(segment)
-        for number in range(first, last + 1):
+        stored_blocks = self._stored_blocks(segment, index, first, last)
+        for number, (stored, fresh) in zip(range(first, last + 1), stored_blocks, strict=True):
             info = index.blocks[number]
             where = f"{segment.data_object_key} block {number}"
-            block = data[info.position - start : info.position - start + info.length]
             try:
-                block = _opened(block, info.position, cipher, where)
+                block = _opened(stored, info.position, cipher, where)
                 check_block(block, info, where)
                 header, payload = block_payload(block, where=where)
                 if header.format_version != BLOCK_FORMAT_V2:
@@ -234,6 +235,7 @@ class RemoteReader:
                 raise CorruptObjectError(
                     str(exc), object_key=segment.data_object_key, segment=str(segment.segment_id)
                 ) from exc
+            self._verified(segment, info.position, stored, fresh)
             for batch in batches:
                 batch_last = batch_last_offset(batch)
                 if batch_last < out.next_offset:
@@ -246,6 +248,47 @@ class RemoteReader:
         return out.size >= max_bytes
 
     # -- internals --------------------------------------------------------------------------------
+
+    def _stored_blocks(
+        self, segment: RemoteLogSegmentMetadata, index: SegmentIndex, first: int, last: int
+    ) -> list[tuple[memoryview, bool]]:
+        """The stored bytes of blocks ``first..last``, each with whether it came from storage: from
+        the block cache where it has them, the rest with one ranged GET per run of consecutive
+        blocks. Not verified here: the caller caches a block from storage once it verified it."""
+        key = segment.data_object_key
+        numbers = range(first, last + 1)
+        cache = self.block_cache
+        found: dict[int, memoryview] = {}
+        fresh: set[int] = set()
+        if cache is not None:
+            for n in numbers:
+                info = index.blocks[n]
+                cached = cache.get(key, info.position, info.length)
+                if cached is not None:
+                    found[n] = memoryview(cached)
+        run: list[int] = []
+        for n in [*numbers, last + 1]:
+            if n <= last and n not in found:
+                run.append(n)
+                continue
+            if run:
+                start = index.blocks[run[0]].position
+                end = index.blocks[run[-1]].position + index.blocks[run[-1]].length
+                data = memoryview(self._get(segment, key, start, end - start))
+                for m in run:
+                    info = index.blocks[m]
+                    found[m] = data[info.position - start : info.position - start + info.length]
+                    fresh.add(m)
+                run = []
+        return [(found[n], n in fresh) for n in numbers]
+
+    def _verified(
+        self, segment: RemoteLogSegmentMetadata, position: int, stored: memoryview, fresh: bool
+    ) -> None:
+        """A block read from storage and verified goes into the block cache (never one that failed:
+        bytes damaged on their way would otherwise stay)."""
+        if fresh and self.block_cache is not None:
+            self.block_cache.put(segment.data_object_key, position, stored)
 
     def _get(self, segment: RemoteLogSegmentMetadata, key: str, start: int, length: int) -> bytes:
         try:
@@ -351,23 +394,20 @@ class RemoteReader:
         last: int,
         min_offset: int | None = None,
     ) -> Iterator[KafkaRecord]:
-        start = index.blocks[first].position
-        end = index.blocks[last].position + index.blocks[last].length
-        data = memoryview(self._get(segment, segment.data_object_key, start, end - start))
         cipher = self.decryption.cipher(segment)
-        for number in range(first, last + 1):
+        stored_blocks = self._stored_blocks(segment, index, first, last)
+        for number, (stored, fresh) in zip(range(first, last + 1), stored_blocks, strict=True):
             info = index.blocks[number]
-            rel = info.position - start
             where = f"{segment.data_object_key} block {number}"
-            block = data[rel : rel + info.length]
             try:
-                block = _opened(block, info.position, cipher, where)
+                block = _opened(stored, info.position, cipher, where)
                 check_block(block, info, where)
                 records = decode_block(block, where=where, min_offset=min_offset)
             except FormatError as exc:
                 raise CorruptObjectError(
                     str(exc), object_key=segment.data_object_key, segment=str(segment.segment_id)
                 ) from exc
+            self._verified(segment, info.position, stored, fresh)
             yield from records
 
 

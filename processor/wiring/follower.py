@@ -13,6 +13,7 @@ from processor.follower.remote_log_metadata_manager import RemoteLogMetadataMana
 from processor.kafka_clients import new_admin, new_consumer, partition_counts, topic_ids
 from processor.metadata.codec import metadata_partition_for
 from processor.metadata.model import TopicPartition
+from processor.reader.block_cache import BlockCache
 from processor.reader.remote_reader import RemoteReader
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
@@ -90,7 +91,16 @@ def metadata_origin(settings: Settings) -> str:
     return f"{topic}/{found.get(topic, '')}"
 
 
-def build_reader(settings: Settings, storage: ChunkStorage, rlmm: RemoteLogMetadataManager) -> RemoteReader:
+def build_reader(
+    settings: Settings,
+    storage: ChunkStorage,
+    rlmm: RemoteLogMetadataManager,
+    block_cache: BlockCache | None = None,
+) -> RemoteReader:
     return RemoteReader(
-        storage, rlmm, ObjectKeyFactory(settings.s3_prefix), decryption=segment_decryption(settings)
+        storage,
+        rlmm,
+        ObjectKeyFactory(settings.s3_prefix),
+        decryption=segment_decryption(settings),
+        block_cache=block_cache,
     )

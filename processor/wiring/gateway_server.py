@@ -17,6 +17,7 @@ from aiohttp import web
 from processor.config import Settings
 from processor.gateway.listeners import Gateway, build_gateway, client_tls, gateway_ports
 from processor.gateway.protocol import warm_up
+from processor.reader.block_cache import BlockCache
 from processor.reader.remote_reader import RemoteReader
 from processor.web.servers import follower_web_app
 from processor.wiring.follower import Follower, build_follower, build_reader
@@ -42,7 +43,12 @@ class GatewayServer:
         started = check_shared(settings, read_threads=ARCHIVE_READ_THREADS)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         follower = build_follower(settings, started.metadata_partitions)
-        reader = build_reader(settings, started.storage, follower.rlmm)
+        cache = (
+            BlockCache(settings.data_dir / "block-cache", settings.gateway_cache_bytes)
+            if settings.gateway_cache_bytes > 0
+            else None
+        )
+        reader = build_reader(settings, started.storage, follower.rlmm, block_cache=cache)
         materializer = follower.materializer
 
         def follower_failure() -> str | None:
@@ -93,3 +99,5 @@ class GatewayServer:
     def close(self) -> None:
         self.follower.close()
         self.reader.storage.close()
+        if self.reader.block_cache is not None:
+            self.reader.block_cache.close()

@@ -13,6 +13,7 @@ from processor.follower.remote_log_metadata_manager import RemoteLogMetadataMana
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.codec import encode_value, record_key
 from processor.metadata.model import MetadataRecord, SegmentState, TopicPartition
+from processor.reader.block_cache import BlockCache
 from processor.reader.remote_reader import RemoteReader
 from processor.segment.entries_v2 import parse_batch_header
 from processor.segment.object_keys import ObjectKeyFactory
@@ -168,23 +169,28 @@ def test_remote_fetch_requests_bytes_and_errors_per_topic(world) -> None:
     assert sample("processor_remote_fetch_errors_total") == before["processor_remote_fetch_errors_total"] + 1
 
 
-def test_whole_block_reads_go_on_where_the_last_ended_and_fetch_each_block_once(tmp_path: Path) -> None:
-    """Read-ahead's reads (whole_blocks): consecutive reads from each answer's end return every batch
-    once, in order, and fetch every stored byte of the data object once (cut at the byte limit, the
-    next read fetched the rest of the last block again); a fetch-sized read keeps its limit."""
+def _batch_archive(tmp_path: Path) -> tuple[FilesystemChunkStorage, MetadataCache, list[bytes]]:
+    """Two format 2 segments of 30 record batches each (240 records), in 1 KiB blocks."""
     storage = FilesystemChunkStorage(tmp_path / "s3")
     cache = MetadataCache(tmp_path / "cache")
-    keys = ObjectKeyFactory("p")
-    copier = SegmentCopier(storage, CacheSink(cache), keys, "w")
+    copier = SegmentCopier(storage, CacheSink(cache), ObjectKeyFactory("p"), "w")
     batches = [
         make_batch(i * 4, [(1_700_000_000_000 + i, b"k", b"v" * (200 + 37 * i), ())] * 4) for i in range(60)
     ]
-    for first in (0, 30):  # two segments of 30 batches, 1 KiB blocks
+    for first in (0, 30):
         asm = SegmentAssembler(TP.partition, first * 4, 1024)
         for raw in batches[first : first + 30]:
             asm.append(parse_batch_header(raw), raw)
         copier.copy(TP, asm.seal(), 0)
-    reader = RemoteReader(storage, RemoteLogMetadataManager(cache), keys)
+    return storage, cache, batches
+
+
+def test_whole_block_reads_go_on_where_the_last_ended_and_fetch_each_block_once(tmp_path: Path) -> None:
+    """Read-ahead's reads (whole_blocks): consecutive reads from each answer's end return every batch
+    once, in order, and fetch every stored byte of the data object once (cut at the byte limit, the
+    next read fetched the rest of the last block again); a fetch-sized read keeps its limit."""
+    storage, cache, batches = _batch_archive(tmp_path)
+    reader = RemoteReader(storage, RemoteLogMetadataManager(cache), ObjectKeyFactory("p"))
     try:
         got: list[bytes] = []
         offset = 0
@@ -201,5 +207,67 @@ def test_whole_block_reads_go_on_where_the_last_ended_and_fetch_each_block_once(
         assert reader.stats.bytes_requested == sum(sizes) + index_bytes
         cut = reader.read_batches(TP, 0, 3000)
         assert cut is not None and cut.size <= 3000 and cut.batches[0] == batches[0]
+    finally:
+        cache.close()
+
+
+def test_blocks_read_once_come_from_the_block_cache_after(tmp_path: Path) -> None:
+    """A reader with a block cache reads each block from storage once: reading the same ranges
+    again (batches or records, from any offset inside them) asks storage for nothing, and the
+    answers are the same bytes."""
+    storage, cache, batches = _batch_archive(tmp_path)
+    blocks = BlockCache(tmp_path / "blocks", 1 << 20)
+    reader = RemoteReader(storage, RemoteLogMetadataManager(cache), ObjectKeyFactory("p"), block_cache=blocks)
+    try:
+        first = reader.read_batches(TP, 0, 1 << 20)
+        assert first is not None and [bytes(b) for b in first.batches] == batches
+        records = reader.read_from_offset(TP, 0, max_records=10_000, max_bytes=1 << 30)
+        asked = reader.stats.requests
+        again = reader.read_batches(TP, 0, 1 << 20)
+        assert again is not None and [bytes(b) for b in again.batches] == batches
+        assert reader.read_from_offset(TP, 0, max_records=10_000, max_bytes=1 << 30) == records
+        middle = reader.read_batches(TP, 101, 3000)
+        assert middle is not None and bytes(middle.batches[0]) == batches[25]
+        assert reader.stats.requests == asked  # nothing more from storage
+    finally:
+        cache.close()
+
+
+def test_a_cached_block_damaged_on_disk_is_read_from_storage_again(tmp_path: Path) -> None:
+    storage, cache, batches = _batch_archive(tmp_path)
+    blocks = BlockCache(tmp_path / "blocks", 1 << 20)
+    reader = RemoteReader(storage, RemoteLogMetadataManager(cache), ObjectKeyFactory("p"), block_cache=blocks)
+    try:
+        reader.read_batches(TP, 0, 1 << 20)
+        for f in (tmp_path / "blocks").iterdir():
+            raw = bytearray(f.read_bytes())
+            raw[len(raw) // 2] ^= 0x01
+            f.write_bytes(bytes(raw))
+        asked = reader.stats.requests
+        again = reader.read_batches(TP, 0, 1 << 20)
+        assert again is not None and [bytes(b) for b in again.batches] == batches
+        assert reader.stats.requests > asked  # read from storage, not answered with damaged bytes
+    finally:
+        cache.close()
+
+
+def test_a_block_damaged_in_storage_is_never_cached(tmp_path: Path) -> None:
+    """A block that fails verification is reported and not kept: the next read asks storage again
+    (a block damaged on its way would otherwise stay wrong in the cache)."""
+    storage, cache, _batches = _batch_archive(tmp_path)
+    blocks = BlockCache(tmp_path / "blocks", 1 << 20)
+    reader = RemoteReader(storage, RemoteLogMetadataManager(cache), ObjectKeyFactory("p"), block_cache=blocks)
+    try:
+        seg = next(iter(cache.finished_segments(TP, 0)))
+        path = storage.root / seg.data_object_key
+        good = path.read_bytes()
+        raw = bytearray(good)
+        raw[40] ^= 0x40  # inside the first block
+        path.write_bytes(bytes(raw))
+        with pytest.raises(CorruptObjectError):
+            reader.read_batches(TP, 0, 1 << 20)
+        assert blocks.get(seg.data_object_key, 0, len(good)) is None and blocks.size == 0
+        path.write_bytes(good)
+        assert reader.read_batches(TP, 0, 1 << 20) is not None
     finally:
         cache.close()
