@@ -127,6 +127,7 @@ def test_deployment_runs_processor_gateway(gateway_docs: list[dict[str, Any]]) -
         "PROCESSOR_GATEWAY_ADVERTISED_HOST": SERVICE_DNS,
         "PROCESSOR_GATEWAY_NODE_IDS": "0-63",
         "PROCESSOR_GATEWAY_ARCHIVE_READS": "below-log-start",
+        "PROCESSOR_GATEWAY_CACHE_BYTES": "2GiB",
     }
     refs = {e["name"]: e["valueFrom"] for e in container["env"] if "valueFrom" in e}
     assert refs["PROCESSOR_WORKER_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
@@ -228,6 +229,14 @@ def test_archive_reads(helm: Path) -> None:
     docs = render(helm, *BASE, *GATEWAY, "--set", "gateway.archiveReads=archived")
     assert _env(docs)["PROCESSOR_GATEWAY_ARCHIVE_READS"] == "archived"
     assert load_settings({**config_map(docs), **_env(docs)}).gateway_archive_reads == "archived"
+
+
+def test_block_cache_size(helm: Path) -> None:
+    docs = render(helm, *BASE, *GATEWAY)
+    assert load_settings({**config_map(docs), **_env(docs)}).gateway_cache_bytes == 2 * 1024**3
+    docs = render(helm, *BASE, *GATEWAY, "--set", "gateway.blockCacheBytes=0")
+    assert load_settings({**config_map(docs), **_env(docs)}).gateway_cache_bytes == 0
+    assert "blockCacheBytes" in render_error(helm, *BASE, *GATEWAY, "--set", "gateway.blockCacheBytes=lots")
 
 
 def test_bad_archive_reads_fails_naming_the_value(helm: Path) -> None:
