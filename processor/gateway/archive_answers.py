@@ -144,8 +144,6 @@ async def answer_fetch(
     if response is None:
         return answer  # the archive answered every partition: no broker answer to look at
     _count_broker_bytes(state, response, version)
-    if state.mode != BELOW_LOG_START:
-        return answer
     asked = {}
     for topic in body.topics:
         name = _topic_name(state, topic, version)
@@ -162,12 +160,41 @@ async def answer_fetch(
         return answer
     starts = await _list_offsets(state, lost, EARLIEST, 0, header, own_send or send)
     state.broker_log_start.update(starts)
+    if state.mode != BELOW_LOG_START:
+        # With archived reads, a partition the archive did not answer (its read failed, or the
+        # follower has not applied its segment yet) went to the broker. Below the broker's log start
+        # at an offset the archive should hold, OFFSET_OUT_OF_RANGE would make the client reset past
+        # the archive: answered again, those partitions get KAFKA_STORAGE_ERROR, which clients retry.
+        # Out of range above the log's end, or below the archive's start, stays the broker's answer.
+        held = await _held_offsets(archive, asked, starts)
+        if not held:
+            return answer
+        log.warning(
+            "gateway: %s below the brokers' log start, not answered by the archive: retried", sorted(held)
+        )
+        metrics.GATEWAY_ERRORS.labels(str(API_FETCH), "archive_held").inc(len(held))
+        again = await _answer_fetch(frame, header, body, state, archive, send, own_send, access, held)
+        if (broker_part := _broker_part(again, version)) is not None:
+            _count_broker_bytes(state, broker_part, version)
+        return again.answer
     if any(asked.get((tp.topic, tp.partition), -1) < start for tp, start in starts.items()):
         again = await _answer_fetch(frame, header, body, state, archive, send, own_send, access)
         if (broker_part := _broker_part(again, version)) is not None:
             _count_broker_bytes(state, broker_part, version)
         return again.answer
     return answer
+
+
+async def _held_offsets(
+    archive: Archive, asked: dict[tuple[str, int], int], starts: dict[TopicPartition, int]
+) -> frozenset[TopicPartition]:
+    """The partitions asked below their broker's log start at an offset the archive should hold."""
+    held = set()
+    for tp, start in starts.items():
+        offset = asked.get((tp.topic, tp.partition), -1)
+        if 0 <= offset < start and await _archive_should_hold(archive, tp, offset):
+            held.add(tp)
+    return frozenset(held)
 
 
 def _broker_part(fetched: _Fetched, version: int) -> Any:
@@ -202,6 +229,7 @@ async def _answer_fetch(
     send: Send,
     own_send: Send | None = None,
     access: dict[TopicPartition, float] | None = None,
+    hold: frozenset[TopicPartition] = frozenset(),
 ) -> _Fetched:
     """``frame``'s answer; ``header`` and ``body``: the frame decoded (once, by answer_fetch)."""
     version = int(header.request_api_version)
@@ -225,6 +253,9 @@ async def _answer_fetch(
         for pi, part in enumerate(topic.partitions):
             tp = TopicPartition(name, int(part.partition))
             offset = int(part.fetch_offset)
+            if tp in hold:  # the archive should answer it and did not: a retriable error
+                failed[(ti, pi)] = tp
+                continue
             if state.mode == BELOW_LOG_START and offset >= state.broker_log_start.get(tp, -1):
                 continue
             if left <= 0 and planned:

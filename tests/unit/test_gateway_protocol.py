@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from processor.gateway.archive_answers import (
+    ARCHIVED,
     BELOW_LOG_START,
     Archive,
     GatewayState,
@@ -28,6 +29,7 @@ from processor.gateway.archive_answers import (
 from processor.gateway.protocol import (
     API_FETCH,
     API_LIST_OFFSETS,
+    Answer,
     ProtocolError,
     RecordsRef,
     answer_size,
@@ -240,6 +242,36 @@ def test_an_archive_that_fails_below_the_log_start_answers_a_retriable_error_not
     _corr, body = decode_response(API_FETCH, version, answer)
     part = body.responses[0].partitions[0]
     assert part.error_code == ErrorCode.kafka_storage_error and part.records is None
+
+
+@pytest.mark.parametrize(
+    ("archive_start", "error"), [(0, "kafka_storage_error"), (50, "offset_out_of_range")]
+)
+def test_with_archived_reads_an_archived_offset_the_archive_fails_is_retried_never_out_of_range(
+    archive_start: int, error: str
+) -> None:
+    """With ``archived`` reads a partition whose archive read fails goes to the broker; below the
+    broker's log start the broker answers OFFSET_OUT_OF_RANGE, which would make the client reset
+    past the archive: when the archive should hold the offset, the client gets KAFKA_STORAGE_ERROR
+    (retried). Below the archive's start too, out of range is the truth and stays."""
+    version = 12
+    broker = TruncatedBroker(version)
+
+    def read_batches(
+        tp: TopicPartition, offset: int, max_bytes: int, topic_id: str | None
+    ) -> ArchivedBatches:
+        raise OSError("S3 unreachable")
+
+    state = GatewayState(ARCHIVED)
+    archive = Archive(read_batches, lambda tp: archive_start, lambda tp, ts: None)
+    answer = asyncio.run(answer_fetch(_fetch_request(version, 5), state, archive, broker))
+    part = decode_response(API_FETCH, version, _joined(answer))[1].responses[0].partitions[0]
+    assert part.error_code == getattr(ErrorCode, error) and part.records is None
+    assert state.broker_log_start[TopicPartition("orders", 0)] == 100
+
+
+def _joined(answer: Answer) -> bytes:
+    return answer if isinstance(answer, bytes) else b"".join(answer)
 
 
 def test_list_offsets_earliest_and_by_time_answer_from_the_archive_below_the_broker() -> None:
