@@ -27,17 +27,17 @@ from processor.errors import (
     FormatError,
     ObjectNotFoundError,
     OffsetNotInRemoteError,
-    ProcessorError,
     SegmentObjectMissingError,
 )
 from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
 from processor.reader.block_cache import BlockCache
 from processor.reader.segment_blocks import check_block, fetch_index
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentCipher, SegmentDecryption
-from processor.segment.block_header import BLOCK_FORMAT_V2
+from processor.segment.block_header import BLOCK_FORMAT_V1
 from processor.segment.blocks import block_payload, decode_block
+from processor.segment.blocks_v1 import decode_records_v1
 from processor.segment.blocks_v2 import block_batches
-from processor.segment.entries_v2 import batch_last_offset, check_batch_crc
+from processor.segment.entries_v2 import batch_last_offset, check_batch_crc, records_as_batches
 from processor.segment.index_format import SegmentIndex
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.records import KafkaRecord
@@ -67,15 +67,11 @@ class ReadStats:
     bytes_requested: int = 0
 
 
-class NotServableRawError(ProcessorError):
-    """The archive holds the offset, but not as Kafka record batches (format version 1 blocks, one
-    entry per record, written by early versions): a raw read cannot serve it."""
-
-
 @dataclass
 class ArchivedBatches:
-    """Kafka record batches exactly as the source partition held them (base offsets, CRCs and all),
-    from the one holding the asked offset on; ``next_offset``: the offset after the last one."""
+    """Kafka record batches exactly as the source partition held them (base offsets, CRCs and all;
+    from format 1 blocks, batches built for their records), from the one holding the asked offset
+    on; ``next_offset``: the offset after the last one."""
 
     batches: list[memoryview]
     next_offset: int
@@ -167,7 +163,9 @@ class RemoteReader:
         below it: a consumer skips those records, as it does with a broker's answer), undecoded and
         verified (block CRC, each batch's CRC-32C). At least one batch, then whole batches while they
         fit in ``max_bytes``, across segments. None when no finished segment holds ``offset`` (or
-        holds it under another ``topic_id``: a re-created topic's archive is another topic's).
+        holds it under another ``topic_id``: a re-created topic's archive is another topic's). Blocks
+        of format 1 (one entry per record) give their records from ``offset`` on in batches built for
+        them (``records_as_batches``), at the records' own offsets.
 
         ``whole_blocks``: whole blocks while their stored bytes fit in ``max_bytes`` (at least one),
         and every batch in them from ``offset`` on, so a read going on from the answer's end starts
@@ -175,7 +173,7 @@ class RemoteReader:
         last block again with the next, a quarter more bytes from S3). With blocks compressed by the
         archive, the batches can exceed ``max_bytes`` by what decompression adds."""
         with metrics.REMOTE_FETCH_SECONDS.labels("batches").time(), _counted(tp):
-            segment = self.lookup.finished_segment_for_offset(tp, offset)
+            segment = self.lookup.finished_segment_for_offset(tp, offset) or self._after_gap(tp, offset)
             if segment is None or (topic_id is not None and str(segment.segment_id.topic_id) != topic_id):
                 return None
             out = ArchivedBatches([], offset, 0)
@@ -226,11 +224,15 @@ class RemoteReader:
                 block = _opened(stored, info.position, cipher, where)
                 check_block(block, info, where)
                 header, payload = block_payload(block, where=where)
-                if header.format_version != BLOCK_FORMAT_V2:
-                    raise NotServableRawError(f"{where} holds records, not record batches (format 1)")
-                batches = block_batches(header, payload, where=where)
-                for batch in batches:
-                    check_batch_crc(batch, where=where)
+                if header.format_version == BLOCK_FORMAT_V1:
+                    # records, one entry each (written by early versions): served as the batches a
+                    # broker would hold them in, at their own offsets
+                    records = decode_records_v1(header, payload, where=where, min_offset=out.next_offset)
+                    batches = [memoryview(b) for b in records_as_batches(records)]
+                else:
+                    batches = block_batches(header, payload, where=where)
+                    for batch in batches:
+                        check_batch_crc(batch, where=where)
             except FormatError as exc:
                 raise CorruptObjectError(
                     str(exc), object_key=segment.data_object_key, segment=str(segment.segment_id)
@@ -248,6 +250,19 @@ class RemoteReader:
         return out.size >= max_bytes
 
     # -- internals --------------------------------------------------------------------------------
+
+    def _after_gap(self, tp: TopicPartition, offset: int) -> RemoteLogSegmentMetadata | None:
+        """The next segment when ``offset`` falls between two archived segments (a compacted topic
+        leaves such gaps): a broker answers a fetch in a gap with the next batch, and so does the
+        archive. None below the archive's first segment or its log start, or past its last segment."""
+        log_start = getattr(self.lookup, "log_start_offset", None)
+        if log_start is not None and offset < log_start(tp):
+            return None
+        first = next(iter(self.lookup.finished_segments(tp, 0)), None)
+        if first is None or first.start_offset > offset:
+            return None
+        following = next(iter(self.lookup.finished_segments(tp, offset)), None)
+        return following if following is not None and following.start_offset > offset else None
 
     def _stored_blocks(
         self, segment: RemoteLogSegmentMetadata, index: SegmentIndex, first: int, last: int

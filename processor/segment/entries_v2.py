@@ -39,7 +39,7 @@ from typing import Any
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from processor.errors import FormatError
-from processor.segment.checksums import batch_crc_ok
+from processor.segment.checksums import BATCH_CRC_FROM, batch_crc_ok, crc32c_of
 from processor.segment.records import KafkaRecord, TimestampType
 
 BATCH_HEADER = struct.Struct(">qiiBIhiqqqhii")
@@ -211,3 +211,47 @@ def batch_record_views(batch: bytes | bytearray | memoryview) -> list[Any]:
     batches give no records."""
     decoded = DefaultRecordBatch(batch)
     return [] if decoded.is_control_batch else list(decoded)
+
+
+def records_as_batches(records: list[KafkaRecord], max_batch_bytes: int = 1 << 20) -> list[bytes]:
+    """Record batches (message format v2, uncompressed) holding ``records`` at their own offsets:
+    for serving format 1 blocks (one entry per record) to a Kafka client as a broker would. A batch
+    starts at its first record's offset and takes the following records while they fit
+    ``max_batch_bytes`` (at least one) and share a timestamp type (and, for LogAppendTime, the
+    append time, which a batch carries once, in its header); offset gaps (compaction) stay gaps.
+    Keys, values, headers and timestamps are the records' own; the producer fields are unset (-1)
+    and the CRC-32C is computed."""
+    batches: list[bytes] = []
+    builder: Any = None
+    first: KafkaRecord | None = None
+    for record in records:
+        if first is not None and (
+            record.timestamp_type is not first.timestamp_type
+            or (record.timestamp_type is _LOG_APPEND_TIME and record.timestamp != first.timestamp)
+            or _append(builder, first, record) is None
+        ):
+            batches.append(_finished(builder, first))
+            first = None
+        if first is None:
+            first, builder = record, new_batch_builder(0, max_batch_bytes)
+            _append(builder, first, record)
+    if first is not None:
+        batches.append(_finished(builder, first))
+    return batches
+
+
+def _append(builder: Any, first: KafkaRecord, record: KafkaRecord) -> Any:
+    headers = [(name, value) for name, value in record.headers]
+    return builder.append(record.offset - first.offset, record.timestamp, record.key, record.value, headers)
+
+
+def _finished(builder: Any, first: KafkaRecord) -> bytes:
+    """The built batch placed at ``first``'s offset (and LogAppendTime marked), its CRC computed."""
+    batch = builder.build()
+    struct.pack_into(">q", batch, 0, first.offset)
+    if first.timestamp_type is _LOG_APPEND_TIME:
+        attrs = struct.unpack_from(">h", batch, 21)[0] | ATTR_LOG_APPEND_TIME
+        struct.pack_into(">h", batch, 21, attrs)
+        struct.pack_into(">q", batch, 35, first.timestamp)  # maxTimestamp: the append time
+    struct.pack_into(">I", batch, 17, crc32c_of(memoryview(batch)[BATCH_CRC_FROM:]))
+    return bytes(batch)

@@ -13,9 +13,15 @@ from hypothesis import strategies as st
 from processor.errors import FormatError
 from processor.segment.block_header import BLOCK_FORMAT_V2, BLOCK_HEADER_LEN, CODEC_NONE, CODEC_ZSTD
 from processor.segment.blocks import decode_block, decode_block_header, iter_blocks
-from processor.segment.entries_v2 import count_records, parse_batch_header, split_batches
+from processor.segment.entries_v2 import (
+    batch_records,
+    count_records,
+    parse_batch_header,
+    records_as_batches,
+    split_batches,
+)
 from processor.segment.index_format import decode_index, encode_index
-from processor.segment.records import KafkaRecord
+from processor.segment.records import KafkaRecord, TimestampType
 from processor.segment.sealed_segment import SealedSegment
 from processor.segment.segment_assembler import SegmentAssembler, compress_segment
 from tests.batch_samples import CODECS, Rec, control_batch, expected_records, make_batch
@@ -252,3 +258,48 @@ def test_an_entry_that_does_not_frame_its_batch_is_caught() -> None:
     )
     with pytest.raises(FormatError, match="does not frame"):
         decode_block(block)
+
+
+_TS_TYPES = st.sampled_from([TimestampType.CREATE_TIME, TimestampType.LOG_APPEND_TIME])
+
+
+@st.composite
+def _record_runs(draw: st.DrawFn) -> list[KafkaRecord]:
+    """Records at increasing offsets (gaps: compaction), mixed timestamp types, log-append times
+    shared by runs (as a broker stamps a batch), any keys, values and headers."""
+    offset = draw(st.integers(0, 10**12))
+    header = st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=5))
+    out: list[KafkaRecord] = []
+    append_time = draw(st.integers(0, 2**40))
+    for _ in range(draw(st.integers(1, 40))):
+        offset += draw(st.sampled_from([1, 1, 1, 2, 7]))
+        kind = draw(_TS_TYPES)
+        if kind is TimestampType.LOG_APPEND_TIME:
+            append_time += draw(st.sampled_from([0, 0, 0, 5]))
+            ts = append_time
+        else:
+            ts = draw(st.integers(0, 2**41))
+        out.append(
+            KafkaRecord(
+                offset, ts, kind,
+                draw(st.none() | st.binary(max_size=20)),
+                draw(st.none() | st.binary(max_size=3000)),
+                tuple(draw(st.lists(header, max_size=2))),
+            )
+        )  # fmt: skip
+    return out
+
+
+@given(_record_runs(), st.sampled_from([200, 4096, 1 << 20]))
+@settings(max_examples=80, deadline=None)
+def test_format_1_records_become_batches_at_their_own_offsets(records: list[KafkaRecord], limit: int) -> None:
+    """What a Kafka client decodes from the built batches is the records, each at its own offset with
+    its own timestamp and type, keys, values and headers; every batch starts at its first record's
+    offset and carries a valid CRC-32C."""
+    batches = records_as_batches(records, max_batch_bytes=limit)
+    decoded = [r for b in batches for r in batch_records(b)]
+    assert decoded == records
+    for batch in batches:
+        header = parse_batch_header(batch)
+        assert header.base_offset == batch_records(batch)[0].offset
+        assert header.last_offset == batch_records(batch)[-1].offset
