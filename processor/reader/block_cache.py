@@ -62,6 +62,11 @@ class BlockCache:
         # created anew: an earlier run's bytes are not trusted, nor even kept
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         self._lock = threading.Lock()
+        # reads and writes of the file in flight: close() waits for them, so none ever reaches a
+        # descriptor number the process has since given to another file
+        self._idle = threading.Condition(self._lock)
+        self._in_flight = 0
+        self._closed = False
         self._index: dict[tuple[str, int], _Entry] = {}
         # writes in the order they were placed: (offset, length, serial, key), the oldest first
         self._ring: collections.deque[tuple[int, int, int, tuple[str, int]]] = collections.deque()
@@ -74,7 +79,9 @@ class BlockCache:
         """The block of object ``key`` at ``position`` (``length`` bytes), or None (not cached)."""
         with self._lock:
             entry = self._index.get((key, position))
-        if entry is None or entry.length != length:
+            if entry is not None and (entry.length != length or not self._begin()):
+                entry = None
+        if entry is None:
             metrics.BLOCK_CACHE.labels("miss").inc()
             return None
         try:
@@ -84,6 +91,8 @@ class BlockCache:
                 "block cache: cannot read %s at %d: %s (read from storage instead)", key, position, exc
             )
             data = b""
+        finally:
+            self._end()
         if len(data) != length or crc32(data) != entry.crc:
             with self._lock:
                 if self._index.get((key, position)) is entry:
@@ -101,7 +110,7 @@ class BlockCache:
             return
         crc = crc32(data)
         with self._lock:
-            if (key, position) in self._index:
+            if (key, position) in self._index or not self._begin():
                 return
             offset, serial = self._place(length, (key, position))
         try:
@@ -114,6 +123,8 @@ class BlockCache:
             with self._lock:
                 self._live.discard(serial)
             return
+        finally:
+            self._end()
         with self._lock:
             if serial in self._live and (key, position) not in self._index:
                 self._index[(key, position)] = _Entry(offset, length, crc, serial)
@@ -121,7 +132,27 @@ class BlockCache:
         metrics.BLOCK_CACHE_BYTES.set(self.size)
 
     def close(self) -> None:
-        os.close(self._fd)
+        """Close the file once the reads and writes in flight are done (later ones find it closed:
+        a miss, or a block not cached)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._idle.wait_for(lambda: self._in_flight == 0)
+            os.close(self._fd)
+
+    def _begin(self) -> bool:
+        """One more read or write of the file (False once closed). Called with the lock held."""
+        if self._closed:
+            return False
+        self._in_flight += 1
+        return True
+
+    def _end(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.notify_all()
 
     def _place(self, length: int, key: tuple[str, int]) -> tuple[int, int]:
         """Where the next write of ``length`` bytes goes (at the head, or wrapped to the start),

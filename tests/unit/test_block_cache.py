@@ -80,6 +80,18 @@ def test_a_block_that_cannot_be_written_is_not_cached_and_is_counted(tmp_path: P
     cache.close()
 
 
+def test_a_closed_cache_reads_and_writes_nothing(tmp_path: Path) -> None:
+    """Reads still running when the gateway stops must not reach a descriptor the process has given
+    to another file since: after close, a get is a miss and a put does nothing."""
+    cache = BlockCache(tmp_path / "c", 1 << 20)
+    cache.put("k", 0, b"a" * 100)
+    cache.close()
+    cache.close()  # twice is once
+    assert cache.get("k", 0, 100) is None
+    cache.put("k", 100, b"b" * 100)
+    assert cache.size == 100
+
+
 class CacheModel(RuleBasedStateMachine):
     """Any interleaving of puts, gets and damage to the file: a get returns exactly the block put at
     that key and position, or nothing; what the index holds stays within the bound."""
