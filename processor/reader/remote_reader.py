@@ -173,7 +173,7 @@ class RemoteReader:
         last block again with the next, a quarter more bytes from S3). With blocks compressed by the
         archive, the batches can exceed ``max_bytes`` by what decompression adds."""
         with metrics.REMOTE_FETCH_SECONDS.labels("batches").time(), _counted(tp):
-            segment = self.lookup.finished_segment_for_offset(tp, offset) or self._after_gap(tp, offset)
+            segment = self.lookup.finished_segment_for_offset(tp, offset)
             if segment is None or (topic_id is not None and str(segment.segment_id.topic_id) != topic_id):
                 return None
             out = ArchivedBatches([], offset, 0)
@@ -250,19 +250,6 @@ class RemoteReader:
         return out.size >= max_bytes
 
     # -- internals --------------------------------------------------------------------------------
-
-    def _after_gap(self, tp: TopicPartition, offset: int) -> RemoteLogSegmentMetadata | None:
-        """The next segment when ``offset`` falls between two archived segments (a compacted topic
-        leaves such gaps): a broker answers a fetch in a gap with the next batch, and so does the
-        archive. None below the archive's first segment or its log start, or past its last segment."""
-        log_start = getattr(self.lookup, "log_start_offset", None)
-        if log_start is not None and offset < log_start(tp):
-            return None
-        first = next(iter(self.lookup.finished_segments(tp, 0)), None)
-        if first is None or first.start_offset > offset:
-            return None
-        following = next(iter(self.lookup.finished_segments(tp, offset)), None)
-        return following if following is not None and following.start_offset > offset else None
 
     def _stored_blocks(
         self, segment: RemoteLogSegmentMetadata, index: SegmentIndex, first: int, last: int
