@@ -224,20 +224,18 @@ def test_below_the_brokers_log_start_the_fetch_is_answered_from_the_archive() ->
     assert API_FETCH not in broker.sent
 
 
+def _unreachable(tp: TopicPartition, offset: int, max_bytes: int, topic_id: str | None) -> ArchivedBatches:
+    raise OSError("S3 unreachable")
+
+
 def test_an_archive_that_fails_below_the_log_start_answers_a_retriable_error_not_out_of_range() -> None:
     """OFFSET_OUT_OF_RANGE would make the client reset (auto.offset.reset) and skip the archived
     history; a storage failure is KAFKA_STORAGE_ERROR, which clients retry."""
     version = 12
     broker = TruncatedBroker(version)
-
-    def read_batches(
-        tp: TopicPartition, offset: int, max_bytes: int, topic_id: str | None
-    ) -> ArchivedBatches:
-        raise OSError("S3 unreachable")
-
     state = GatewayState(BELOW_LOG_START)
     state.broker_log_start[TopicPartition("orders", 0)] = 100
-    archive = Archive(read_batches, lambda tp: 0, lambda tp, ts: None)
+    archive = Archive(_unreachable, lambda tp: 0, lambda tp, ts: None)
     answer = asyncio.run(answer_fetch(_fetch_request(version, 5), state, archive, broker))
     _corr, body = decode_response(API_FETCH, version, answer)
     part = body.responses[0].partitions[0]
@@ -256,14 +254,8 @@ def test_with_archived_reads_an_archived_offset_the_archive_fails_is_retried_nev
     (retried). Below the archive's start too, out of range is the truth and stays."""
     version = 12
     broker = TruncatedBroker(version)
-
-    def read_batches(
-        tp: TopicPartition, offset: int, max_bytes: int, topic_id: str | None
-    ) -> ArchivedBatches:
-        raise OSError("S3 unreachable")
-
     state = GatewayState(ARCHIVED)
-    archive = Archive(read_batches, lambda tp: archive_start, lambda tp, ts: None)
+    archive = Archive(_unreachable, lambda tp: archive_start, lambda tp, ts: None)
     answer = asyncio.run(answer_fetch(_fetch_request(version, 5), state, archive, broker))
     part = decode_response(API_FETCH, version, _joined(answer))[1].responses[0].partitions[0]
     assert part.error_code == getattr(ErrorCode, error) and part.records is None
