@@ -37,12 +37,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from processor import metrics
+from processor.gateway.fetch_walk import BrokerPartition, fetch_partitions
 from processor.gateway.prefetch import Prefetcher
 from processor.gateway.protocol import (
     API_FETCH,
     API_LIST_OFFSETS,
     API_METADATA,
     Answer,
+    Frame,
     ProtocolError,
     RecordsRef,
     decode_request,
@@ -108,7 +110,7 @@ class GatewayState:
     served: Callable[[str, str, int, int], None] = lambda _topic, _source, _records, _bytes: None
 
 
-Send = Callable[[bytes], Awaitable[bytes]]
+Send = Callable[[bytes], Awaitable[Frame]]
 
 
 def _build(cls: Any, **values: Any) -> Any:
@@ -133,17 +135,17 @@ async def answer_fetch(
     fetched = await _answer_fetch(frame, header, body, state, archive, send, own_send, access)
     answer = fetched.answer
     try:
-        response = _broker_part(fetched, version)
+        broker_part = _broker_part(fetched, version)
     except ProtocolError as exc:
         if state.mode == BELOW_LOG_START:
             raise  # its errors must be read: an out-of-range answer would reset the client
         # with archived reads the broker's own answer passes on as it is, only not counted
-        log.warning("gateway: a broker's Fetch answer not counted (not decodable): %s", exc)
+        log.warning("gateway: a broker's Fetch answer not counted (not readable): %s", exc)
         metrics.GATEWAY_ERRORS.labels(str(API_FETCH), "broker_answer_not_counted").inc()
         return answer
-    if response is None:
+    if broker_part is None:
         return answer  # the archive answered every partition: no broker answer to look at
-    _count_broker_bytes(state, response, version)
+    _count_broker_bytes(state, broker_part, version)
     asked = {}
     for topic in body.topics:
         name = _topic_name(state, topic, version)
@@ -151,11 +153,10 @@ async def answer_fetch(
             if name is not None:
                 asked[(name, int(part.partition))] = int(part.fetch_offset)
     lost = []
-    for topic in response.responses:
-        name = _topic_name(state, topic, version)
-        for part in topic.partitions:
-            if name is not None and part.error_code == ErrorCode.offset_out_of_range:
-                lost.append(TopicPartition(name, int(part.partition_index)))
+    for bp in broker_part:
+        name = _name(state, bp.topic, version)
+        if name is not None and bp.error_code == ErrorCode.offset_out_of_range.value:
+            lost.append(TopicPartition(name, bp.partition))
     if not lost:
         return answer
     starts = await _list_offsets(state, lost, EARLIEST, 0, header, own_send or send)
@@ -174,13 +175,13 @@ async def answer_fetch(
         )
         metrics.GATEWAY_ERRORS.labels(str(API_FETCH), "archive_held").inc(len(held))
         again = await _answer_fetch(frame, header, body, state, archive, send, own_send, access, held)
-        if (broker_part := _broker_part(again, version)) is not None:
-            _count_broker_bytes(state, broker_part, version)
+        if (again_part := _broker_part(again, version)) is not None:
+            _count_broker_bytes(state, again_part, version)
         return again.answer
     if any(asked.get((tp.topic, tp.partition), -1) < start for tp, start in starts.items()):
         again = await _answer_fetch(frame, header, body, state, archive, send, own_send, access)
-        if (broker_part := _broker_part(again, version)) is not None:
-            _count_broker_bytes(state, broker_part, version)
+        if (again_part := _broker_part(again, version)) is not None:
+            _count_broker_bytes(state, again_part, version)
         return again.answer
     return answer
 
@@ -197,21 +198,28 @@ async def _held_offsets(
     return frozenset(held)
 
 
-def _broker_part(fetched: _Fetched, version: int) -> Any:
-    """The broker's part of a Fetch answer, decoded (None: the archive answered every partition)."""
+def _broker_part(fetched: _Fetched, version: int) -> list[BrokerPartition] | None:
+    """The partitions of a Fetch answer the broker answered (None: the archive answered every one).
+    An answer passed on as it is is walked, its records left where they are (not decoded)."""
     if fetched.upstream is not None:
-        return fetched.upstream
-    if isinstance(fetched.answer, bytes):  # the broker's answer, passed on as it is
-        return decode_response(API_FETCH, version, fetched.answer)[1]
+        return [
+            BrokerPartition(_topic_key(t, version), int(p.partition_index), int(p.error_code), p.records)
+            for t in fetched.upstream.responses
+            for p in t.partitions
+        ]
+    if not isinstance(fetched.answer, list):  # the broker's answer, passed on as it is
+        return fetch_partitions(fetched.answer, version)
     return None
 
 
-def _count_broker_bytes(state: GatewayState, response: Any, version: int) -> None:
-    for topic in response.responses:
-        name = _topic_name(state, topic, version)
-        sets = [p.records for p in topic.partitions if p.records]
-        if name is not None and sets:
-            state.served(name, "broker", sum(map(count_records, sets)), sum(map(len, sets)))
+def _count_broker_bytes(state: GatewayState, parts: list[BrokerPartition], version: int) -> None:
+    by_topic: dict[str, list[bytes | memoryview]] = {}
+    for bp in parts:
+        name = _name(state, bp.topic, version)
+        if name is not None and bp.records:
+            by_topic.setdefault(name, []).append(bp.records)
+    for name, sets in by_topic.items():
+        state.served(name, "broker", sum(map(count_records, sets)), sum(map(len, sets)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +319,7 @@ async def _answer_fetch(
         if parts:
             rest_topics.append(replace(topic, partitions=parts))
     upstream: Any = None
-    fetched: asyncio.Task[bytes] | None = None
+    fetched: asyncio.Task[Frame] | None = None
     if rest_topics or not (served or failed):
         rest = _sessionless(body, tuple(rest_topics), max(1, budget) if served else None)
         fetched = asyncio.ensure_future(send(encode_request(header, rest)))
@@ -439,7 +447,14 @@ def _topic_key(topic: Any, version: int) -> Any:
 
 def _topic_name(state: GatewayState, topic: Any, version: int) -> str | None:
     """The name of a Fetch request's or response's topic (None: an id no Metadata answer named)."""
-    return str(topic.topic) if version < 13 else state.topic_names.get(topic.topic_id)
+    return _name(state, _topic_key(topic, version), version)
+
+
+def _name(state: GatewayState, key: Any, version: int) -> str | None:
+    """The name of a topic a Fetch names by ``key``: its name, or from version 13 its id."""
+    if version < 13:
+        return str(key)
+    return None if key is None else state.topic_names.get(key)
 
 
 async def _read_archive(
@@ -601,7 +616,7 @@ async def _list_offsets(
     return out
 
 
-async def answer_list_offsets(frame: bytes, state: GatewayState, archive: Archive, send: Send) -> bytes:
+async def answer_list_offsets(frame: bytes, state: GatewayState, archive: Archive, send: Send) -> Frame:
     """Forward the request; then EARLIEST and timestamp answers the archive can improve on."""
     header, body = decode_request(frame)
     version = int(header.request_api_version)

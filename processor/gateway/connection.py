@@ -35,6 +35,7 @@ from processor.gateway.protocol import (
     API_METADATA,
     SIZE,
     Answer,
+    Frame,
     ProtocolError,
     answer_size,
     decode_request,
@@ -76,7 +77,7 @@ class ClientConnection:
         self._answers: asyncio.Queue[asyncio.Task[Answer | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         self._held: collections.deque[tuple[asyncio.Task[Answer | None], int]] = collections.deque()
 
-    async def send(self, request: bytes) -> bytes:
+    async def send(self, request: bytes) -> Frame:
         answer = self.upstream.send(request)
         await self.upstream.drain()
         return await answer
@@ -177,7 +178,7 @@ class ClientConnection:
             log.exception("gateway request (api %d) failed", api_key)
             raise
 
-    async def _api_versions(self, frame: bytes) -> bytes:
+    async def _api_versions(self, frame: bytes) -> Frame:
         head = request_head(frame)
         raw = await self.send(frame)
         try:
@@ -206,7 +207,7 @@ def _framed_pieces(answer: Answer) -> list[bytes | memoryview]:
     """An answer's frame (size, then its bytes) as the pieces to write: a large piece is written as it
     is (writelines would join them first, and asyncio copies what the socket does not take at once:
     one copy at most instead of three), the size joined to a small first piece (one send, not two)."""
-    pieces = [answer] if isinstance(answer, bytes) else answer
+    pieces = answer if isinstance(answer, list) else [answer]
     head = SIZE.pack(answer_size(answer))
     if pieces and len(pieces[0]) < SMALL_PIECE:
         return [head + pieces[0], *pieces[1:]]

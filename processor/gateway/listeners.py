@@ -21,6 +21,7 @@ from processor.errors import ConfigError, OffsetNotInRemoteError
 from processor.gateway.archive_answers import Archive, GatewayState, Send
 from processor.gateway.connection import ClientConnection
 from processor.gateway.prefetch import Prefetcher
+from processor.gateway.protocol import Frame
 from processor.gateway.rewrite import PortMap
 from processor.gateway.upstream import Upstream
 from processor.kafka_clients import connection, new_admin
@@ -120,7 +121,7 @@ class Gateway:
             return None
         connections = self.own_connections
 
-        async def send(request: bytes) -> bytes:
+        async def send(request: bytes) -> Frame:
             upstream = connections.get(node)
             if upstream is None or upstream.failed:
                 upstream = connections[node] = await self._upstream(node)

@@ -55,8 +55,9 @@ SIZE = struct.Struct(">i")
 MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 
 
+Frame = bytes | memoryview  # a whole frame's payload (an upstream answer: a view of its own buffer)
 Chunks = list[bytes | memoryview]  # one answer's bytes in order, large pieces kept by reference
-Answer = bytes | Chunks
+Answer = Frame | Chunks
 
 
 class ProtocolError(ProcessorError):
@@ -222,7 +223,7 @@ def encode_response_chunks(correlation_id: int, body: Any) -> Chunks:
 
 
 def answer_size(answer: Answer) -> int:
-    return len(answer) if isinstance(answer, bytes) else sum(len(c) for c in answer)
+    return sum(len(c) for c in answer) if isinstance(answer, list) else len(answer)
 
 
 def produce_acks(frame: bytes | memoryview) -> int | None:
