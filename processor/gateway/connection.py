@@ -26,6 +26,7 @@ from processor.gateway.archive_answers import (
     answer_list_offsets,
     learn_topic_ids,
 )
+from processor.gateway.fetch_walk import fetch_body_tagged
 from processor.gateway.protocol import (
     API_API_VERSIONS,
     API_DESCRIBE_CLUSTER,
@@ -33,6 +34,7 @@ from processor.gateway.protocol import (
     API_FIND_COORDINATOR,
     API_LIST_OFFSETS,
     API_METADATA,
+    NODE_ENDPOINTS_FROM,
     SIZE,
     Answer,
     Frame,
@@ -156,9 +158,10 @@ class ClientConnection:
     async def _answer(self, api_key: int, frame: bytes) -> Answer | None:
         try:
             if api_key == API_FETCH:
-                return await answer_fetch(
+                fetched = await answer_fetch(
                     frame, self.state, self.archive, self.send, self.own_send, self.access
                 )
+                return await self._node_endpoints(frame, fetched)
             if api_key == API_LIST_OFFSETS:
                 return await answer_list_offsets(frame, self.state, self.archive, self.send)
             if api_key == API_API_VERSIONS:
@@ -169,6 +172,8 @@ class ClientConnection:
                 self.upstream.send_unanswered(frame)
                 await self.upstream.drain()
                 return None
+            if api_key == API_PRODUCE:
+                return await self._node_endpoints(frame, await self.send(frame))
             return await self.send(frame)
         except ProtocolError as exc:
             metrics.GATEWAY_ERRORS.labels(str(api_key), "protocol").inc()
@@ -188,6 +193,24 @@ class ClientConnection:
         if int(body.error_code) != 0:
             return raw
         return encode_response(corr, cap_api_versions(body))
+
+    async def _node_endpoints(self, frame: bytes, answer: Answer) -> Answer:
+        """A Fetch or Produce answer passed on from the broker, its node endpoints (broker addresses,
+        KIP-951) rewritten to the gateway's. A Fetch answer is decoded only when it has tagged
+        fields of its own (a broker sends node endpoints when a partition's leader moved); the
+        answers the gateway builds carry none (a client then asks Metadata, as of an older broker)."""
+        head = request_head(frame)
+        since = NODE_ENDPOINTS_FROM[head.api_key]
+        if head.api_version < since or not isinstance(answer, bytes | memoryview):
+            return answer
+        if head.api_key == API_FETCH and not fetch_body_tagged(answer, head.api_version):
+            return answer
+        corr, body = decode_response(head.api_key, head.api_version, answer)
+        if not body.node_endpoints:
+            return answer
+        body = rewrite_addresses(head.api_key, body, self.ports, self.learned)
+        await self.listeners_ready()
+        return encode_response(corr, body)
 
     async def _addresses(self, api_key: int, frame: bytes) -> bytes:
         head = request_head(frame)

@@ -22,7 +22,8 @@ the answer. Kept to the fields it must step over; the layout is Kafka's ``FetchR
 Flexible versions (12+) write arrays, strings and bytes with an unsigned varint length + 1 (0: null)
 and end each struct with tagged fields (a count, then per field a tag, a size and that many bytes);
 older ones use int32 (arrays, bytes) and int16 (strings) lengths, -1 for null. Versions 16 and later
-add node endpoints as a tagged field of the body; this walk does not read tags, so it reads them too.
+add node endpoints (broker addresses) as a tagged field of the body: the walk steps over tagged
+fields and counts the body's, so an answer that has some is decoded and its addresses rewritten.
 An answer that does not follow the layout (cut short, a length past its end, bytes left over) is a
 :class:`ProtocolError`, as kio's would be.
 """
@@ -66,19 +67,33 @@ class BrokerPartition:
 def fetch_partitions(answer: bytes | memoryview, version: int) -> list[BrokerPartition]:
     """Every partition of the Fetch answer ``answer`` (a whole response frame, header first) of
     ``version``, in order; ProtocolError if it does not follow the layout."""
-    view = memoryview(answer).toreadonly()
-    try:
-        return _Walk(view, version).answer()
-    except (DecodeError, ValueError, IndexError, TypeError) as exc:
-        raise ProtocolError(f"cannot read the broker's Fetch v{version} answer: {exc}") from None
+    return _walked(answer, version).answer()
+
+
+def fetch_body_tagged(answer: bytes | memoryview, version: int) -> bool:
+    """Whether the Fetch answer has tagged fields of its own (from version 16: node endpoints)."""
+    walk = _walked(answer, version)
+    walk.answer()
+    return walk.body_tags > 0
+
+
+def _walked(answer: bytes | memoryview, version: int) -> _Walk:
+    return _Walk(memoryview(answer).toreadonly(), version)
 
 
 class _Walk:
     def __init__(self, view: memoryview, version: int) -> None:
         self.view, self.version, self.pos = view, version, 0
         self.flexible = version >= FLEXIBLE_FROM
+        self.body_tags = 0
 
     def answer(self) -> list[BrokerPartition]:
+        try:
+            return self._answer()
+        except (DecodeError, ValueError, IndexError, TypeError) as exc:
+            raise ProtocolError(f"cannot read the broker's Fetch v{self.version} answer: {exc}") from None
+
+    def _answer(self) -> list[BrokerPartition]:
         self.skip(4)  # correlation id
         self.tags()
         self.skip((4 if self.version >= 1 else 0) + (6 if self.version >= 7 else 0))
@@ -88,7 +103,7 @@ class _Walk:
             for _ in range(self.array()):
                 out.append(self.partition(topic))
             self.tags()
-        self.tags()
+        self.body_tags = self.tags()
         if self.pos != len(self.view):
             raise ProtocolError(f"Fetch v{self.version} answer: {len(self.view) - self.pos} bytes left over")
         return out
@@ -144,9 +159,12 @@ class _Walk:
         self.skip(n)
         return self.view[start : self.pos]
 
-    def tags(self) -> None:
+    def tags(self) -> int:
+        """Steps over a struct's tagged fields; how many there were."""
         if not self.flexible:
-            return
-        for _ in range(int(self.read(read_unsigned_varint))):
+            return 0
+        count = int(self.read(read_unsigned_varint))
+        for _ in range(count):
             self.read(read_unsigned_varint)  # the tag
             self.skip(int(self.read(read_unsigned_varint)))
+        return count

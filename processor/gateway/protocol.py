@@ -34,18 +34,20 @@ API_FIND_COORDINATOR = 10
 API_API_VERSIONS = 18
 API_DESCRIBE_CLUSTER = 60
 
-# The highest version of each API this gateway decodes, changes or serves (what kio 0.6 describes,
-# kept at or below the versions current clients use). Fetch stops at 15: v16 responses carry node
-# endpoints (KIP-951) the gateway would have to rewrite too; Produce at 9 for the same reason.
+# The highest version of each API this gateway decodes, changes or serves (kio 0.6 describes more),
+# kept at the versions current clients use. Fetch from 16 and Produce from 10 answers can carry broker
+# addresses (node endpoints, KIP-951): rewritten to the gateway's, as in Metadata answers.
 GATEWAY_MAX_VERSIONS = {
-    API_FETCH: 15,
-    0: 9,  # Produce: forwarded unchanged, capped so its responses carry no broker addresses
+    API_FETCH: 17,
+    0: 11,  # Produce: forwarded unchanged but for the node endpoints of its answer
     API_LIST_OFFSETS: 9,
     API_METADATA: 12,
     API_FIND_COORDINATOR: 5,
     API_API_VERSIONS: 3,
     API_DESCRIBE_CLUSTER: 1,
 }
+# The first version of an API whose answers carry node endpoints (KIP-951)
+NODE_ENDPOINTS_FROM = {API_FETCH: 16, 0: 10}
 # APIs a client may not use through the gateway: their responses name brokers the gateway does not
 # rewrite, or their data would bypass the archive (share groups' fetches).
 GATEWAY_HIDDEN_APIS = frozenset({78, 79})  # ShareFetch, ShareAcknowledge

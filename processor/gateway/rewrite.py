@@ -4,7 +4,8 @@ Port per broker (as Kroxylicious does by default): clients are given the gateway
 and the broker with node id ``n`` on bootstrap port + 1 + ``n`` - the first node id configured. The
 mapping is a pure function of the node id, so every gateway replica behind one address agrees on it,
 and a client that reconnects after a gateway restart reaches the same broker. Every broker address
-in Metadata, FindCoordinator and DescribeCluster answers is rewritten to the gateway's; a broker
+in Metadata, FindCoordinator and DescribeCluster answers, and in the node endpoints of Fetch and
+Produce answers (KIP-951: where a partition's new leader is), is rewritten to the gateway's; a broker
 whose node id is outside the configured range cannot be given a port and is left out of the answers
 (logged).
 """
@@ -71,8 +72,11 @@ def cap_api_versions(body: Any) -> Any:
 
 
 def rewrite_addresses(api_key: int, body: Any, ports: PortMap, learn: Callable[[int, str, int], None]) -> Any:
-    """A Metadata, FindCoordinator or DescribeCluster answer with every broker address the gateway's;
-    ``learn(node_id, host, port)`` is told each upstream address first (the gateway connects there)."""
+    """A Metadata, FindCoordinator or DescribeCluster answer, or a Fetch or Produce answer with node
+    endpoints, with every broker address the gateway's; ``learn(node_id, host, port)`` is told each
+    upstream address first (the gateway connects there)."""
+    if getattr(body, "node_endpoints", None):
+        return replace(body, node_endpoints=_brokers(body.node_endpoints, "node_id", ports, learn))
     if api_key == API_METADATA:
         return replace(body, brokers=_brokers(body.brokers, "node_id", ports, learn))
     if api_key == API_DESCRIBE_CLUSTER:

@@ -14,10 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from processor.gateway.fetch_walk import fetch_partitions
-from processor.gateway.protocol import API_FETCH, ProtocolError, encode_response, response_schema
+from processor.gateway.fetch_walk import fetch_body_tagged, fetch_partitions
+from processor.gateway.protocol import (
+    API_FETCH,
+    ProtocolError,
+    decode_response,
+    encode_response,
+    response_schema,
+)
 
-VERSIONS = range(4, 16)
+VERSIONS = range(4, 18)
 Case = tuple[int, bytes, list[Any]]  # a version, an answer of it, its partitions
 ERRORS = [ErrorCode.none, ErrorCode.offset_out_of_range, ErrorCode.not_leader_or_follower]
 
@@ -29,7 +35,8 @@ def _build(cls: Any, **values: Any) -> Any:
 
 @st.composite
 def fetch_answers(draw: st.DrawFn, version: int) -> tuple[bytes, list[tuple[Any, int, int, bytes | None]]]:
-    """A Fetch answer of ``version`` written by kio, and what it holds, partition by partition."""
+    """A Fetch answer of ``version`` written by kio, and what it holds, partition by partition (from
+    version 16 with node endpoints or without)."""
     schema = response_schema(API_FETCH, version)
     m = __import__(schema.__module__, fromlist=["x"])
     expected: list[tuple[Any, int, int, bytes | None]] = []
@@ -66,9 +73,15 @@ def fetch_answers(draw: st.DrawFn, version: int) -> tuple[bytes, list[tuple[Any,
             expected.append((key, index, int(error), records))
         topic_key = "topic_id" if version >= 13 else "topic"
         topics.append(_build(m.FetchableTopicResponse, **{topic_key: key}, partitions=tuple(parts)))
+    endpoints: tuple[Any, ...] = ()
+    if version >= 16 and draw(st.booleans()):
+        endpoints = (
+            m.NodeEndpoint(node_id=draw(st.integers(0, 99)), host="b.internal", port=9092, rack=None),
+        )
     body = _build(
         schema, throttle_time=datetime.timedelta(milliseconds=draw(st.integers(0, 1000))),
         error_code=ErrorCode.none, session_id=draw(st.integers(0, 2**31 - 1)), responses=tuple(topics),
+        node_endpoints=endpoints,
     )  # fmt: skip
     return encode_response(draw(st.integers(0, 2**31 - 1)), body), expected
 
@@ -92,6 +105,11 @@ def _walked(answer: bytes, version: int) -> list[tuple[Any, int, int, bytes | No
 def test_the_walk_reads_every_partition_kio_wrote(case: Case) -> None:
     version, answer, expected = case
     assert _walked(answer, version) == expected
+    assert fetch_body_tagged(answer, version) == (version >= 16 and bool(decoded_endpoints(answer, version)))
+
+
+def decoded_endpoints(answer: bytes, version: int) -> Any:
+    return decode_response(API_FETCH, version, answer)[1].node_endpoints
 
 
 @settings(max_examples=300, deadline=None)

@@ -126,7 +126,7 @@ def test_api_versions_are_capped_to_what_the_gateway_decodes_and_share_fetch_is_
     m = _module(schema)
     keys = tuple(
         m.ApiVersion(api_key=k, min_version=0, max_version=v)
-        for k, v in ((0, 11), (1, 17), (2, 9), (8, 9), (78, 1))
+        for k, v in ((0, 12), (1, 18), (2, 10), (8, 9), (78, 1))
     )
     body = schema(
         error_code=ErrorCode.none, api_keys=keys, throttle_time=datetime.timedelta(0),
@@ -135,7 +135,7 @@ def test_api_versions_are_capped_to_what_the_gateway_decodes_and_share_fetch_is_
     capped = {
         int(k.api_key): (int(k.min_version), int(k.max_version)) for k in cap_api_versions(body).api_keys
     }
-    assert capped == {0: (0, 9), 1: (4, 15), 2: (1, 9), 8: (0, 9)}
+    assert capped == {0: (0, 11), 1: (4, 17), 2: (1, 9), 8: (0, 9)}
 
 
 BROKER_BATCH = bytes(77)  # what the broker answers at 100 and above
@@ -396,7 +396,7 @@ def test_below_the_log_start_an_offset_the_archive_should_hold_but_does_not_yet_
 
 @settings(max_examples=60, deadline=None)
 @given(
-    version=st.integers(3, 9),
+    version=st.integers(3, 11),
     acks=st.sampled_from([-1, 0, 1]),
     transactional_id=st.one_of(st.none(), st.text(max_size=300)),
 )
