@@ -101,11 +101,11 @@ def main(argv: list[str] | None = None) -> int:
             if "reads" in only:
                 bench_read_latency(report, info, workdir, big, reads=args.reads)
             if "gateway" in only:
-                bench_gateway(report, info, workdir, big, reads=args.reads)
+                bench_gateway(report, info, workdir, big, reads=args.reads, rounds=1 if args.smoke else 3)
                 if not args.smoke:
                     small_gib = args.small_values_gib if args.small_values_gib is not None else args.gib
                     small = load_topic(info, "bench-gateway-100b", 100, int(small_gib * 1024 * MiB))
-                    bench_gateway(report, info, workdir, small, reads=args.reads)
+                    bench_gateway(report, info, workdir, small, reads=args.reads, rounds=3)
             if "spark" in only:
                 bench_spark(report, info, workdir, big, runs=1 if args.smoke else RUNS)
         if info is not None and "encryption" in only:

@@ -26,7 +26,7 @@ from processor.gateway.archive_answers import (
     answer_list_offsets,
     learn_topic_ids,
 )
-from processor.gateway.fetch_walk import fetch_body_tagged
+from processor.gateway.fetch_walk import fetch_node_endpoints
 from processor.gateway.protocol import (
     API_API_VERSIONS,
     API_DESCRIBE_CLUSTER,
@@ -196,14 +196,14 @@ class ClientConnection:
 
     async def _node_endpoints(self, frame: bytes, answer: Answer) -> Answer:
         """A Fetch or Produce answer passed on from the broker, its node endpoints (broker addresses,
-        KIP-951) rewritten to the gateway's. A Fetch answer is decoded only when it has tagged
-        fields of its own (a broker sends node endpoints when a partition's leader moved); the
-        answers the gateway builds carry none (a client then asks Metadata, as of an older broker)."""
+        KIP-951) rewritten to the gateway's. A Fetch answer is decoded only when it names brokers (a
+        broker does when a partition's leader moved); the answers the gateway builds name none (a
+        client then asks Metadata, as of an older broker)."""
         head = request_head(frame)
         since = NODE_ENDPOINTS_FROM[head.api_key]
         if head.api_version < since or not isinstance(answer, bytes | memoryview):
             return answer
-        if head.api_key == API_FETCH and not fetch_body_tagged(answer, head.api_version):
+        if head.api_key == API_FETCH and not fetch_node_endpoints(answer, head.api_version):
             return answer
         corr, body = decode_response(head.api_key, head.api_version, answer)
         if not body.node_endpoints:

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from processor.gateway.fetch_walk import fetch_body_tagged, fetch_partitions
+from processor.gateway.fetch_walk import fetch_node_endpoints, fetch_partitions
 from processor.gateway.protocol import (
     API_FETCH,
     ProtocolError,
@@ -105,7 +105,8 @@ def _walked(answer: bytes, version: int) -> list[tuple[Any, int, int, bytes | No
 def test_the_walk_reads_every_partition_kio_wrote(case: Case) -> None:
     version, answer, expected = case
     assert _walked(answer, version) == expected
-    assert fetch_body_tagged(answer, version) == (version >= 16 and bool(decoded_endpoints(answer, version)))
+    named = version >= 16 and bool(decoded_endpoints(answer, version))
+    assert fetch_node_endpoints(answer, version) == named
 
 
 def decoded_endpoints(answer: bytes, version: int) -> Any:
@@ -163,3 +164,16 @@ def test_a_null_topic_id_is_named_none() -> None:
                   responses=(topic,))  # fmt: skip
     walked = fetch_partitions(encode_response(1, body), 13)
     assert [(p.topic, p.partition, bytes(p.records or b"")) for p in walked] == [(None, 1, b"x")]
+
+
+def test_node_endpoints_sent_empty_name_no_broker() -> None:
+    """A broker may send the node endpoints field with no entry in every answer (Tansu does)."""
+    schema = response_schema(API_FETCH, 16)
+    body = _build(
+        schema, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, session_id=0, responses=()
+    )
+    answer = encode_response(1, body)
+    assert answer[-1:] == b"\x00"  # no tagged field
+    empty = answer[:-1] + bytes([1, 0, 1, 1])  # one tagged field: tag 0, 1 byte, an empty compact array
+    assert decoded_endpoints(empty, 16) == ()
+    assert fetch_partitions(empty, 16) == [] and not fetch_node_endpoints(empty, 16)
