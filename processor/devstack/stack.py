@@ -41,6 +41,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -254,6 +255,12 @@ def _weed(weed: str, weed_dir: Path, s3_port: int) -> list[str]:
     ]
 
 
+START_ATTEMPTS = 3
+# What a server logs when the port it was given is taken (Tansu: AddrInUse; SeaweedFS and Python:
+# "address already in use")
+_PORT_TAKEN = re.compile(rb"address (already )?in use|AddrInUse", re.IGNORECASE)
+
+
 def start(
     stack_dir: str | os.PathLike[str],
     bucket: str = DEFAULT_BUCKET,
@@ -264,12 +271,41 @@ def start(
 ) -> StackInfo:
     """Start the stack in ``stack_dir``. ``secure``: the Kafka side behind TLS and SASL (see the
     module docstring). ``s3_endpoint_url``: use that S3 server (with the dev credentials) instead of
-    starting SeaweedFS, e.g. for a secured Kafka beside a running stack's S3."""
+    starting SeaweedFS, e.g. for a secured Kafka beside a running stack's S3.
+
+    A port picked free can be taken by another process before the server binds it (many stacks
+    starting at once, as the test workers do, made SeaweedFS exit on one in a few runs): a server that
+    exits during start saying its port is in use is started again, with all ports picked anew, up to
+    ``START_ATTEMPTS`` times in all; any other failure ends the start at once."""
     root = Path(stack_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     existing = load(root)
     if existing and any(_alive(pid, existing.commands.get(name, "")) for name, pid in existing.pids.items()):
         raise ServiceUnavailableError(f"a stack already runs from {root}; stop it first (processor dev down)")
+    for attempt in range(1, START_ATTEMPTS + 1):
+        logged = {log: log.stat().st_size for log in root.glob("*.log")}
+        try:
+            return _start_once(root, bucket, timeout_s, secure, s3_endpoint_url)
+        except ServiceUnavailableError as exc:
+            if attempt == START_ATTEMPTS or not _port_taken(root, logged):
+                raise
+            log.warning("local stack: %s (a port was taken before it bound); starting again", exc)
+    raise AssertionError("unreachable")
+
+
+def _port_taken(root: Path, logged: dict[Path, int]) -> bool:
+    """Whether a server's log says, since the sizes ``logged``, that its port was in use."""
+    for path in root.glob("*.log"):
+        with path.open("rb") as f:
+            f.seek(logged.get(path, 0))
+            if _PORT_TAKEN.search(f.read()):
+                return True
+    return False
+
+
+def _start_once(
+    root: Path, bucket: str, timeout_s: float, secure: bool, s3_endpoint_url: str | None
+) -> StackInfo:
     tansu = str(tansu_binary())
     procs: dict[str, subprocess.Popen[bytes]] = {}
     commands: dict[str, str] = {}

@@ -54,3 +54,32 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
         assert not alive, f"pid {pid} still runs"
     after = cli("dev", "status", "--dir", d)
     assert after.returncode == 1
+
+
+def test_a_port_taken_before_its_server_binds_it_starts_the_stack_again_on_other_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process may take a port between its pick and the server's bind (several stacks
+    starting at once): the server exits saying so, and the stack starts again on other ports."""
+    import socket
+
+    from processor.devstack import stack
+
+    taken = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    real = stack.free_port
+    picks = iter([s.getsockname()[1] for s in taken])  # the first two picks: Kafka's, then S3's
+    monkeypatch.setattr(stack, "free_port", lambda: next(picks, None) or real())
+    d = tmp_path / "stack"
+    try:
+        info = stack.start(d)
+        try:
+            taken_ports = {s.getsockname()[1] for s in taken}
+            assert int(info.bootstrap_servers.rsplit(":", 1)[1]) not in taken_ports
+            AdminClient({"bootstrap.servers": info.bootstrap_servers}).list_topics(timeout=10)
+            logs = (d / "tansu.log").read_text(errors="replace")
+            assert "Address in use" in logs  # the first attempt met the taken port
+        finally:
+            stack.stop(d)
+    finally:
+        for s in taken:
+            s.close()
