@@ -263,7 +263,7 @@ def test_with_archived_reads_an_archived_offset_the_archive_fails_is_retried_nev
 
 
 def _joined(answer: Answer) -> bytes:
-    return answer if isinstance(answer, bytes) else b"".join(answer)
+    return b"".join(answer) if isinstance(answer, list) else bytes(answer)
 
 
 def test_list_offsets_earliest_and_by_time_answer_from_the_archive_below_the_broker() -> None:
