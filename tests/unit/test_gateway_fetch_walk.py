@@ -100,7 +100,7 @@ def _walked(answer: bytes, version: int) -> list[tuple[Any, int, int, bytes | No
     ]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(versioned_answers())
 def test_the_walk_reads_every_partition_kio_wrote(case: Case) -> None:
     version, answer, expected = case
@@ -113,7 +113,7 @@ def decoded_endpoints(answer: bytes, version: int) -> Any:
     return decode_response(API_FETCH, version, answer)[1].node_endpoints
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(versioned_answers(), st.data())
 def test_an_answer_cut_short_is_a_protocol_error(
     case: tuple[int, bytes, list[Any]], data: st.DataObject
@@ -127,7 +127,7 @@ def test_an_answer_cut_short_is_a_protocol_error(
     raise AssertionError(f"{len(answer) - cut} bytes cut off the end went unnoticed")
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(versioned_answers(), st.data())
 def test_damaged_answers_raise_only_protocol_errors(
     case: tuple[int, bytes, list[Any]], data: st.DataObject

@@ -41,7 +41,7 @@ def _framed(payload: bytes) -> bytes:
 sizes = st.one_of(st.integers(0, 64), st.integers(SCRATCH - 8, SCRATCH + 8), st.integers(0, 3 * SCRATCH))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.lists(sizes, max_size=8), st.data())
 def test_every_frame_comes_out_whole_whatever_the_reads(frame_sizes: list[int], data: st.DataObject) -> None:
     frames = [bytes([i % 251]) * n for i, n in enumerate(frame_sizes)]
