@@ -1,4 +1,4 @@
-"""Fetch and ListOffsets answers that come (in part) from the archive.
+"""Fetch answers that come (in part) from the archive.
 
 Fetch: for each partition of a client's fetch, the archive answers when it holds the fetch offset and
 the mode says so (``archived``: every archived offset; ``below-log-start``: offsets the broker no
@@ -16,10 +16,7 @@ archived range has no aborted transaction to list: a read_committed client gets 
 a read_uncommitted one sees the committed records only (a broker would also show it the aborted ones).
 Archived offsets are below the last stable offset by construction.
 
-ListOffsets: EARLIEST (-2) answers the archive's first offset when it is below the broker's; a
-timestamp answers the archive's first record at or after it when that comes before the broker's
-answer (with ``archived`` reads: whenever the archive holds one); LATEST, MAX_TIMESTAMP and
-EARLIEST_LOCAL come from the broker unchanged.
+ListOffsets answers, and the brokers' offsets the gateway asks for itself: list_offsets.py.
 """
 
 from __future__ import annotations
@@ -29,19 +26,16 @@ import dataclasses
 import datetime
 import logging
 import time
-import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from processor import metrics
 from processor.gateway.fetch_walk import BrokerPartition, fetch_partitions
-from processor.gateway.prefetch import Prefetcher
+from processor.gateway.list_offsets import broker_offsets, list_offsets
 from processor.gateway.protocol import (
     API_FETCH,
-    API_LIST_OFFSETS,
     API_METADATA,
     Answer,
     Frame,
@@ -50,73 +44,18 @@ from processor.gateway.protocol import (
     decode_request,
     decode_response,
     encode_request,
-    encode_response,
     encode_response_chunks,
     request_schema,
     response_schema,
 )
+from processor.gateway.state import BELOW_LOG_START, EARLIEST, Archive, GatewayState, Send, build
 from processor.metadata.model import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
 from processor.segment.entries_v2 import count_records
 
 log = logging.getLogger(__name__)
 
-ARCHIVED = "archived"
-BELOW_LOG_START = "below-log-start"
-EARLIEST = -2
 MAX_RESPONSE_BYTES = 57_671_680  # Kafka's default fetch.max.bytes (55 MiB)
-LATEST = -1
-
-
-class Archive:
-    """What the gateway asks of the archive (the RemoteReader and the follower's metadata behind
-    it); blocking calls, run in threads."""
-
-    def __init__(
-        self,
-        read_batches: Callable[[TopicPartition, int, int, str | None], ArchivedBatches | None],
-        first_offset: Callable[[TopicPartition], int | None],
-        offset_for_timestamp: Callable[[TopicPartition, int], tuple[int, int] | None],
-        read_whole_blocks: Callable[[TopicPartition, int, int, str | None], ArchivedBatches | None]
-        | None = None,
-    ) -> None:
-        self.read_batches = read_batches
-        # read-ahead's reads: whole blocks within the byte limit (default: as read_batches)
-        self.read_whole_blocks = read_batches if read_whole_blocks is None else read_whole_blocks
-        self.first_offset = first_offset
-        self.offset_for_timestamp = offset_for_timestamp
-
-
-@dataclass
-class GatewayState:
-    """Shared by every connection of one gateway: topic ids learned from Metadata answers, the
-    brokers' log start offsets seen, the upstream's ListOffsets version."""
-
-    mode: str
-    topic_names: dict[uuid.UUID, str] = field(default_factory=dict)
-    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
-    broker_log_start: dict[TopicPartition, int] = field(default_factory=dict)
-    # (partition, isolation level) -> (when, (high watermark, last stable offset, log start))
-    broker_offsets: dict[tuple[TopicPartition, int], tuple[float, tuple[int, int, int]]] = field(
-        default_factory=dict
-    )
-    refreshing: set[tuple[TopicPartition, int]] = field(default_factory=set)  # being asked again
-    list_offsets_version: int = 4
-    prefetch: Prefetcher | None = None  # read-ahead for sequential consumers (None: off)
-    # SASL passed through: ask the broker, with the client's identity, whether it may read a
-    # partition before the archive answers for it (see _may_read)
-    check_access: bool = False
-    # records and record batch bytes of Fetch answers: (topic, source "archive" or "broker", records, bytes)
-    served: Callable[[str, str, int, int], None] = lambda _topic, _source, _records, _bytes: None
-
-
-Send = Callable[[bytes], Awaitable[Frame]]
-
-
-def _build(cls: Any, **values: Any) -> Any:
-    """An instance of a kio dataclass from the values its version has (others are left out)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
 
 
 async def answer_fetch(
@@ -159,7 +98,7 @@ async def answer_fetch(
             lost.append(TopicPartition(name, bp.partition))
     if not lost:
         return answer
-    starts = await _list_offsets(state, lost, EARLIEST, 0, header, own_send or send)
+    starts = await list_offsets(state, lost, EARLIEST, 0, header, own_send or send)
     state.broker_log_start.update(starts)
     if state.mode != BELOW_LOG_START:
         # With archived reads, a partition the archive did not answer (its read failed, or the
@@ -324,7 +263,7 @@ async def _answer_fetch(
         rest = _sessionless(body, tuple(rest_topics), max(1, budget) if served else None)
         fetched = asyncio.ensure_future(send(encode_request(header, rest)))
     try:
-        broker = await _broker_offsets(
+        broker = await broker_offsets(
             state, [tp for tp, _ in served.values()], isolation, header, own_send or send
         )
     finally:
@@ -345,7 +284,7 @@ async def _answer_fetch(
         hw, lso, start = broker.get(tp, (-1, -1, -1))
         if archive_start is not None and (start < 0 or archive_start < start):
             start = archive_start
-        part = _build(
+        part = build(
             module.PartitionData,
             partition_index=body.topics[ti].partitions[pi].partition,
             error_code=ErrorCode.none,
@@ -359,7 +298,7 @@ async def _answer_fetch(
         state.served(tp.topic, "archive", sum(map(count_records, got.batches)), got.size)
         _add_partition(topics, module, key_field, getattr(body.topics[ti], key_field), part)
     for ti, pi in failed:
-        part = _build(
+        part = build(
             module.PartitionData,
             partition_index=body.topics[ti].partitions[pi].partition,
             error_code=ErrorCode.kafka_storage_error,  # retriable: the client fetches again
@@ -369,7 +308,7 @@ async def _answer_fetch(
             records=None,
         )
         _add_partition(topics, module, key_field, getattr(body.topics[ti], key_field), part)
-    response = _build(
+    response = build(
         schema,
         throttle_time=upstream.throttle_time if upstream is not None else datetime.timedelta(0),
         error_code=upstream.error_code if upstream is not None else ErrorCode.none,
@@ -470,7 +409,7 @@ def _add_partition(topics: list[Any], module: Any, key_field: str, key_value: An
         if getattr(existing, key_field) == key_value:
             topics[i] = replace(existing, partitions=(*existing.partitions, part))
             return
-    topics.append(_build(module.FetchableTopicResponse, **{key_field: key_value}, partitions=(part,)))
+    topics.append(build(module.FetchableTopicResponse, **{key_field: key_value}, partitions=(part,)))
 
 
 async def _learn_unknown_topic_ids(state: GatewayState, ids: list[Any], header: Any, send: Send) -> None:
@@ -516,140 +455,3 @@ def _sessionless(body: Any, topics: tuple[Any, ...], max_bytes: int | None) -> A
         if "max_bytes" in names:
             values["max_bytes"] = min(int(body.max_bytes), max_bytes)
     return replace(body, **{k: v for k, v in values.items() if k in names})
-
-
-BROKER_OFFSETS_TTL_S = 1.0
-
-
-async def _broker_offsets(
-    state: GatewayState, tps: list[TopicPartition], isolation: int, header: Any, send: Send
-) -> dict[TopicPartition, tuple[int, int, int]]:
-    """(high watermark, last stable offset, log start) of each partition, from its broker (ListOffsets).
-
-    A consumer reading the archive fetches many times a second, and these only tell it how far
-    behind it is (an archived offset is below all three's earlier values, which only grow): a known
-    value is answered at once, and one older than ``BROKER_OFFSETS_TTL_S`` is refreshed in the
-    background (a broker's ListOffsets answer can take tens of milliseconds, which every archived
-    fetch would otherwise wait for). Only a partition never asked about waits for its broker."""
-    now = time.monotonic()
-    out: dict[TopicPartition, tuple[int, int, int]] = {}
-    unknown, stale = [], []
-    for tp in tps:
-        cached = state.broker_offsets.get((tp, isolation))
-        if cached is None:
-            unknown.append(tp)
-            continue
-        out[tp] = cached[1]
-        if now - cached[0] >= BROKER_OFFSETS_TTL_S and (tp, isolation) not in state.refreshing:
-            stale.append(tp)
-    if stale:
-        state.refreshing.update((tp, isolation) for tp in stale)
-        task = asyncio.ensure_future(_ask_broker_offsets(state, stale, isolation, header, send))
-        task.add_done_callback(lambda t: _refreshed(state, stale, isolation, t))
-    if unknown:
-        out.update(await _ask_broker_offsets(state, unknown, isolation, header, send))
-    return out
-
-
-def _refreshed(
-    state: GatewayState, tps: list[TopicPartition], isolation: int, task: asyncio.Future[Any]
-) -> None:
-    state.refreshing.difference_update((tp, isolation) for tp in tps)
-    if not task.cancelled() and task.exception() is not None:  # the next fetch asks again
-        log.info("gateway: refreshing the brokers' offsets failed: %s", task.exception())
-
-
-async def _ask_broker_offsets(
-    state: GatewayState, tps: list[TopicPartition], isolation: int, header: Any, send: Send
-) -> dict[TopicPartition, tuple[int, int, int]]:
-    asks = [(LATEST, 0), (EARLIEST, 0)] + ([(LATEST, 1)] if isolation == 1 else [])
-    answers = await asyncio.gather(*(_list_offsets(state, tps, ts, iso, header, send) for ts, iso in asks))
-    now = time.monotonic()
-    out = {}
-    for tp in tps:
-        hw, start = answers[0].get(tp, -1), answers[1].get(tp, -1)
-        lso = answers[2].get(tp, -1) if isolation == 1 else hw
-        out[tp] = (hw, lso, start)
-        if hw >= 0:
-            state.broker_offsets[(tp, isolation)] = (now, out[tp])
-        if start >= 0:
-            state.broker_log_start[tp] = start
-    return out
-
-
-async def _list_offsets(
-    state: GatewayState, tps: list[TopicPartition], timestamp: int, isolation: int, header: Any, send: Send
-) -> dict[TopicPartition, int]:
-    version = state.list_offsets_version
-    schema = request_schema(API_LIST_OFFSETS, version)
-    module = __import__(schema.__module__, fromlist=["ListOffsetsTopic"])
-    by_topic: dict[str, list[int]] = {}
-    for tp in tps:
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
-    topics = tuple(
-        module.ListOffsetsTopic(
-            name=name,
-            partitions=tuple(
-                _build(module.ListOffsetsPartition, partition_index=p, timestamp=timestamp) for p in parts
-            ),
-        )
-        for name, parts in by_topic.items()
-    )
-    body = _build(schema, replica_id=-1, isolation_level=isolation, topics=topics)
-    head = schema.__header_schema__
-    request = encode_request(
-        _build(
-            head,
-            request_api_key=API_LIST_OFFSETS,
-            request_api_version=version,
-            correlation_id=0,
-            client_id=header.client_id,
-        ),
-        body,
-    )
-    _corr, answer = decode_response(API_LIST_OFFSETS, version, await send(request))
-    out = {}
-    for topic in answer.topics:
-        for part in topic.partitions:
-            if part.error_code == ErrorCode.none:
-                out[TopicPartition(topic.name, int(part.partition_index))] = int(part.offset)
-    return out
-
-
-async def answer_list_offsets(frame: bytes, state: GatewayState, archive: Archive, send: Send) -> Frame:
-    """Forward the request; then EARLIEST and timestamp answers the archive can improve on."""
-    header, body = decode_request(frame)
-    version = int(header.request_api_version)
-    raw = await send(frame)
-    asked = {(t.name, int(p.partition_index)): int(p.timestamp) for t in body.topics for p in t.partitions}
-    if not any(ts == EARLIEST or ts >= 0 for ts in asked.values()):
-        return raw
-    corr, answer = decode_response(API_LIST_OFFSETS, version, raw)
-    changed = False
-    topics = []
-    for topic in answer.topics:
-        parts = []
-        for part in topic.partitions:
-            ts = asked.get((topic.name, int(part.partition_index)))
-            tp = TopicPartition(topic.name, int(part.partition_index))
-            better = None
-            if part.error_code == ErrorCode.none and ts == EARLIEST:
-                first = await asyncio.to_thread(archive.first_offset, tp)
-                if first is not None and first < int(part.offset):
-                    better = (first, -1)
-            elif part.error_code == ErrorCode.none and ts is not None and ts >= 0:
-                found = await asyncio.to_thread(archive.offset_for_timestamp, tp, ts)
-                # archived reads: the archive's time index answers for what it holds; below-log-start:
-                # only where it finds an earlier record than the broker does
-                if found is not None and (
-                    state.mode == ARCHIVED or int(part.offset) < 0 or found[0] < int(part.offset)
-                ):
-                    better = found
-            if better is not None:
-                part = replace(part, offset=better[0], timestamp=better[1])
-                changed = True
-            parts.append(part)
-        topics.append(replace(topic, partitions=tuple(parts)))
-    if not changed:
-        return raw
-    return encode_response(corr, replace(answer, topics=tuple(topics)))

@@ -18,15 +18,9 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from processor import metrics
-from processor.gateway.archive_answers import (
-    Archive,
-    GatewayState,
-    Send,
-    answer_fetch,
-    answer_list_offsets,
-    learn_topic_ids,
-)
+from processor.gateway.archive_answers import answer_fetch, learn_topic_ids
 from processor.gateway.fetch_walk import fetch_node_endpoints
+from processor.gateway.list_offsets import answer_list_offsets
 from processor.gateway.protocol import (
     API_API_VERSIONS,
     API_DESCRIBE_CLUSTER,
@@ -47,6 +41,7 @@ from processor.gateway.protocol import (
     request_head,
 )
 from processor.gateway.rewrite import PortMap, cap_api_versions, rewrite_addresses
+from processor.gateway.state import Archive, GatewayState, Send
 from processor.gateway.upstream import Upstream, read_frame
 from processor.metadata.model import TopicPartition
 

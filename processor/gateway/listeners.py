@@ -18,11 +18,11 @@ from typing import Any
 from processor import metrics
 from processor.config import Settings
 from processor.errors import ConfigError, OffsetNotInRemoteError
-from processor.gateway.archive_answers import Archive, GatewayState, Send
 from processor.gateway.connection import ClientConnection
 from processor.gateway.prefetch import Prefetcher
 from processor.gateway.protocol import Frame
 from processor.gateway.rewrite import PortMap
+from processor.gateway.state import Archive, GatewayState, Send
 from processor.gateway.upstream import Upstream
 from processor.kafka_clients import connection, new_admin
 from processor.metadata.model import TopicPartition

@@ -9,10 +9,10 @@ import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from processor.gateway.archive_answers import Archive, GatewayState
 from processor.gateway.connection import ClientConnection
 from processor.gateway.protocol import framed
 from processor.gateway.rewrite import PortMap
+from processor.gateway.state import Archive, GatewayState
 from processor.gateway.upstream import Upstream, read_frame
 
 

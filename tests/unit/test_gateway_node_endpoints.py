@@ -12,7 +12,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from processor.gateway.archive_answers import BELOW_LOG_START, Archive, GatewayState
 from processor.gateway.connection import ClientConnection
 from processor.gateway.protocol import (
     API_FETCH,
@@ -25,6 +24,7 @@ from processor.gateway.protocol import (
     response_schema,
 )
 from processor.gateway.rewrite import PortMap
+from processor.gateway.state import BELOW_LOG_START, Archive, GatewayState
 from processor.gateway.upstream import Upstream, read_frame
 
 TOPIC_ID = uuid.UUID(int=42)

@@ -17,15 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from processor.gateway.archive_answers import (
-    ARCHIVED,
-    BELOW_LOG_START,
-    Archive,
-    GatewayState,
-    _build,
-    answer_fetch,
-    answer_list_offsets,
-)
+from processor.gateway.archive_answers import answer_fetch
+from processor.gateway.list_offsets import answer_list_offsets
 from processor.gateway.protocol import (
     API_FETCH,
     API_LIST_OFFSETS,
@@ -43,6 +36,8 @@ from processor.gateway.protocol import (
     response_schema,
 )
 from processor.gateway.rewrite import PortMap, cap_api_versions, rewrite_addresses
+from processor.gateway.state import ARCHIVED, BELOW_LOG_START, Archive, GatewayState
+from processor.gateway.state import build as _build
 from processor.metadata.model import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
 
