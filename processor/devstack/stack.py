@@ -282,15 +282,15 @@ def start(
     existing = load(root)
     if existing and any(_alive(pid, existing.commands.get(name, "")) for name, pid in existing.pids.items()):
         raise ServiceUnavailableError(f"a stack already runs from {root}; stop it first (processor dev down)")
-    for attempt in range(1, START_ATTEMPTS + 1):
+    for _ in range(START_ATTEMPTS - 1):
         logged = {log: log.stat().st_size for log in root.glob("*.log")}
         try:
             return _start_once(root, bucket, timeout_s, secure, s3_endpoint_url)
         except ServiceUnavailableError as exc:
-            if attempt == START_ATTEMPTS or not _port_taken(root, logged):
+            if not _port_taken(root, logged):
                 raise
             log.warning("local stack: %s (a port was taken before it bound); starting again", exc)
-    raise AssertionError("unreachable")
+    return _start_once(root, bucket, timeout_s, secure, s3_endpoint_url)
 
 
 def _port_taken(root: Path, logged: dict[Path, int]) -> bool:
