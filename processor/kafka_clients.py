@@ -248,8 +248,14 @@ def _reasons_logger(seen: collections.deque[tuple[str, str]]) -> logging.Logger:
     return logger
 
 
-def check_broker(target: KafkaTarget, timeout_s: float = 10.0) -> AdminClient:
-    """Fail fast with a clear error when no broker answers or it refuses our credentials.
+# How long a command waits for a broker to answer before it reports the cluster unreachable: a
+# broker that is starting (or restarting) gets this long; a refused credential ends the wait at once.
+BROKER_CHECK_TIMEOUT_S = 10.0
+
+
+def check_broker(target: KafkaTarget, timeout_s: float | None = None) -> AdminClient:
+    """Fail fast with a clear error when no broker answers (within ``timeout_s``, default
+    BROKER_CHECK_TIMEOUT_S) or it refuses our credentials.
 
     The error names the broker and how we authenticate (protocol, mechanism, user, client
     certificate), with librdkafka's reason (a rejected password, an untrusted certificate), and
@@ -266,7 +272,7 @@ def check_broker(target: KafkaTarget, timeout_s: float = 10.0) -> AdminClient:
         logger=_reasons_logger(seen),
         log_level=6,
     )
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + (BROKER_CHECK_TIMEOUT_S if timeout_s is None else timeout_s)
     while True:
         try:
             admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))

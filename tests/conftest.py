@@ -194,3 +194,12 @@ def offloaded_archive(
         yield archive
     finally:
         archive.worker.stop()
+
+
+@pytest.fixture
+def unreachable_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands run in this process give up on a broker that never answers after 2 s, not 10: for
+    tests whose broker is an address nothing listens on (the wait itself is not what they test)."""
+    from processor import kafka_clients
+
+    monkeypatch.setattr(kafka_clients, "BROKER_CHECK_TIMEOUT_S", 2.0)

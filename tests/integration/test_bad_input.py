@@ -36,6 +36,7 @@ def test_invalid_configuration_names_the_variable(env: dict[str, str], variable:
     assert "Traceback" not in result.stderr + result.stdout
 
 
+@pytest.mark.usefixtures("unreachable_fails_fast")
 def test_unreachable_broker_is_a_clear_error() -> None:
     port = stack.free_port()  # nothing listens there
     result = run_worker({"PROCESSOR_TOPICS": "orders", "PROCESSOR_BOOTSTRAP_SERVERS": f"127.0.0.1:{port}"})

@@ -89,6 +89,7 @@ def test_bad_config_is_exit_2():
     assert cli({}, "fetch", "--topic", "x").returncode == 2  # usage
 
 
+@pytest.mark.usefixtures("unreachable_fails_fast")
 def test_unreachable_services_are_exit_3(offloaded):
     env = {**offloaded["env"], "PROCESSOR_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
     result = cli(env, "verify", "--topic", TOPIC, "--json")

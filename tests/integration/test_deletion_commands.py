@@ -238,6 +238,7 @@ def test_bad_input_exits_2_naming_the_problem(
     assert result.returncode == code and message in result.stderr
 
 
+@pytest.mark.usefixtures("unreachable_fails_fast")
 def test_unreachable_kafka_exits_3(local_stack: StackInfo, tmp_path: Path) -> None:
     env = {**env_for(local_stack, tmp_path, "unused"), "PROCESSOR_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
     result = run_cli(env, "delete-topic", "--topic", "x")

@@ -94,6 +94,7 @@ def test_a_target_with_too_few_partitions_needs_a_partitioner(
     assert groups.returncode == 2 and "cannot be moved" in _clean(groups)
 
 
+@pytest.mark.usefixtures("unreachable_fails_fast")
 def test_an_unreachable_target_is_exit_3(archive: dict[str, str]) -> None:
     port = stack.free_port()
     result = run_cli(

@@ -381,6 +381,7 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.usefixtures("unreachable_fails_fast")
 def test_audit_cli_exits_2_on_bad_input_and_3_when_the_broker_is_down(world) -> None:
     env = world.env()
     # bad input and an unreachable broker end before any Spark session: in this process
