@@ -17,6 +17,7 @@ from benchmarks.offload import bench_memory, bench_offload, load_topic
 from benchmarks.reads import bench_follower, bench_read_latency, bench_scale
 from benchmarks.rebuild import bench_rebuild
 from benchmarks.report import Report
+from benchmarks.restore import ROUNDS as RESTORE_ROUNDS
 from benchmarks.restore import bench_restore
 from benchmarks.spark import RUNS, bench_spark
 from processor.devstack import stack
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         "--smoke",
         action="store_true",
         help="one configuration per section: the offload section skips its 100 B and compressed runs, "
-        "the memory section its 256 MiB run, the encryption section its second round "
+        "the memory section its 256 MiB run, the encryption and restore sections their second round "
         "(what the test suite's smoke test runs: every section's code, not every figure)",
     )
     parser.add_argument("--out", default="bench-results.json")
@@ -115,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         if info is not None and "follower" in only:
             bench_follower(report, info, workdir, records=args.follower_records)
         if info is not None and "restore" in only:
-            bench_restore(report, info, workdir, records=args.restore_records)
+            restore_rounds = 1 if args.smoke else RESTORE_ROUNDS
+            bench_restore(report, info, workdir, records=args.restore_records, rounds=restore_rounds)
         if info is not None and "rebuild" in only:
             bench_rebuild(report, info, workdir, segments=args.rebuild_segments)
         if "scale" in only:

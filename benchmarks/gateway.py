@@ -31,7 +31,7 @@ from pathlib import Path
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTP
 
-from benchmarks.offload import PARTITIONS, LoadedTopic, archive_env, run_worker_offload
+from benchmarks.offload import PARTITIONS, LoadedTopic, read_archive
 from benchmarks.report import Figure, Report, percentile
 from processor.devstack import stack
 
@@ -142,9 +142,7 @@ def _random_reads(
 def bench_gateway(
     report: Report, info: stack.StackInfo, workdir: Path, topic: LoadedTopic, reads: int, rounds: int = 3
 ) -> None:
-    print(f"[gateway] offloading {topic.name} for the gateway benchmark ...", flush=True)
-    env = archive_env(info, topic, "gw")
-    run_worker_offload(info, topic, workdir, 256 * MiB, 64 * MiB, extra_env=env)
+    env = read_archive(info, topic, workdir)
     label = f"{topic.value_bytes} B records"
     mb = topic.payload_bytes / 1e6
     per_partition = topic.records // PARTITIONS

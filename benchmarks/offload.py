@@ -172,6 +172,23 @@ def archive_env(info: stack.StackInfo, topic: LoadedTopic, name: str) -> dict[st
     }
 
 
+_ARCHIVES: dict[str, dict[str, str]] = {}
+
+
+def read_archive(info: stack.StackInfo, topic: LoadedTopic, workdir: Path) -> dict[str, str]:
+    """The settings of an archive of ``topic`` for the sections that only read one (random reads,
+    the gateway, Spark): offloaded by a worker the first time a section asks, then shared (each
+    offload of 1 GiB is a worker run of its own, outside every figure). Same buffer and segment size
+    as the offload section's run."""
+    env = _ARCHIVES.get(topic.name)
+    if env is None:
+        print(f"[archive] offloading {topic.name} for the sections that read it ...", flush=True)
+        env = archive_env(info, topic, "read")
+        run_worker_offload(info, topic, workdir, 256 * MiB, 64 * MiB, extra_env=env)
+        _ARCHIVES[topic.name] = env
+    return env
+
+
 def run_worker_offload(
     info: stack.StackInfo,
     topic: LoadedTopic,

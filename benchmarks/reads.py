@@ -12,7 +12,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaTP
 
-from benchmarks.offload import PARTITIONS, LoadedTopic, archive_env, run_worker_offload
+from benchmarks.offload import PARTITIONS, LoadedTopic, read_archive
 from benchmarks.report import Figure, Report, percentile
 from processor.config import load_settings
 from processor.devstack import stack
@@ -37,9 +37,7 @@ BENCH_KEYS = ObjectKeyFactory("bench")  # the object keys of the follower benchm
 def bench_read_latency(
     report: Report, info: stack.StackInfo, workdir: Path, topic: LoadedTopic, reads: int = 200
 ) -> None:
-    print(f"[reads] offloading {topic.name} for the read benchmark ...", flush=True)
-    env = archive_env(info, topic, "read")
-    run_worker_offload(info, topic, workdir, 256 * MiB, 64 * MiB, extra_env=env)
+    env = read_archive(info, topic, workdir)
     settings = load_settings(env)
     meta_parts = 4
     cache_dir = workdir / f"read-cache-{env['PROCESSOR_S3_PREFIX']}"

@@ -105,7 +105,10 @@ def timed_restore(
         prepared.close()
 
 
-def bench_restore(report: Report, info: stack.StackInfo, workdir: Path, records: int) -> None:
+def bench_restore(
+    report: Report, info: stack.StackInfo, workdir: Path, records: int, rounds: int = ROUNDS
+) -> None:
+    """``rounds``: each measured ``rounds`` times, the best of each reported (the smoke test runs one)."""
     tag = uuid.uuid4().hex[:8]
     print(f"[restore] loading and archiving {records} records of 100 bytes ...", flush=True)
     topic = load_topic(info, f"bench-restore-{tag}", 100, records * 110)
@@ -121,19 +124,19 @@ def bench_restore(report: Report, info: stack.StackInfo, workdir: Path, records:
     side = open_read_side(settings, topic.name, None)
     archive = ArchiveTopic(side.reader, side.follower.cache, topic.name)
     try:
-        _compare(report, settings, archive, target, tag)
+        _compare(report, settings, archive, target, tag, rounds)
     finally:
         side.close()
 
 
 def _compare(
-    report: Report, settings: Settings, archive: ArchiveTopic, target: TargetCluster, tag: str
+    report: Report, settings: Settings, archive: ArchiveTopic, target: TargetCluster, tag: str, rounds: int
 ) -> None:
     in_memory = {p: archive.decoded(p) for p in archive.partitions()}
     count = sum(map(len, in_memory.values()))
     bare: list[float] = []
     restored: list[float] = []
-    for n in range(ROUNDS):
+    for n in range(rounds):
         print(f"[restore] round {n + 1}: bare transactional producer, then processor restore ...", flush=True)
         bare.append(
             count

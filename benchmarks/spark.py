@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from benchmarks.offload import LoadedTopic, run_worker_offload
+from benchmarks.offload import LoadedTopic, read_archive
 from benchmarks.report import Figure, Report
 from processor.devstack import stack
 
@@ -142,16 +142,9 @@ def bench_spark(
     report: Report, info: stack.StackInfo, workdir: Path, topic: LoadedTopic, runs: int = RUNS
 ) -> None:
     """``runs``: each query's repetitions (the smoke test runs one)."""
-    print(f"[spark] offloading {topic.name} for the Spark benchmark ...", flush=True)
     tag = uuid.uuid4().hex[:8]
-    meta, prefix = f"__bench_spark_meta_{tag}", f"bench-spark-{tag}"
-    env = {
-        **{k: v for k, v in info.env().items() if k.startswith("PROCESSOR_")},
-        "PROCESSOR_METADATA_TOPIC": meta,
-        "PROCESSOR_S3_PREFIX": prefix,
-        "PROCESSOR_S3_REGION": "us-east-1",
-    }
-    run_worker_offload(info, topic, workdir, 256 * MiB, 64 * MiB, extra_env=env)
+    env = read_archive(info, topic, workdir)
+    meta, prefix = env["PROCESSOR_METADATA_TOPIC"], env["PROCESSOR_S3_PREFIX"]
     options = {
         "subscribe": topic.name,
         "kafka.bootstrap.servers": info.bootstrap_servers,
