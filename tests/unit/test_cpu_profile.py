@@ -1,0 +1,34 @@
+"""The suite's CPU profile plugin counts a test's children, waited for or still running."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.support.cpu_profile import tree_cpu_seconds
+
+BURN = (  # half a second of CPU, then a line
+    "import time\nt = time.process_time()\n"
+    "while time.process_time() - t < 0.5: pass\n"
+    "print('done', flush=True)\n"
+)
+
+
+def test_a_child_waited_for_is_counted() -> None:
+    before = tree_cpu_seconds()
+    subprocess.run([sys.executable, "-c", BURN], check=True, capture_output=True)
+    assert tree_cpu_seconds() - before >= 0.45
+
+
+def test_a_running_child_is_counted() -> None:
+    before = tree_cpu_seconds()
+    child = subprocess.Popen(
+        [sys.executable, "-c", BURN + "import sys\nsys.stdin.read()\n"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == b"done"
+        assert tree_cpu_seconds() - before >= 0.45  # its burn, counted while it still runs
+    finally:
+        child.communicate(b"")
