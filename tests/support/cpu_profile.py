@@ -7,9 +7,9 @@ says little about what it costs the others running beside it. Loaded on demand::
 
 writes ``/tmp/cpu.<pid>`` per worker, one line per test: CPU-seconds, wall seconds, node id. A test's
 CPU is that of the worker's whole process tree around it (the worker, its servers, the workers and
-JVMs it starts, children it waited for), read from /proc (Linux only). A test that kills a child it
-started may show less than it used (the child's time leaves the tree unaccounted): read the sums per
-module rather than single lines. Without the variable, the plugin does nothing. (Not a PROCESSOR_
+JVMs it starts, and the children each of them waited for), read from /proc (Linux only). A child that
+exits without anyone in the tree waiting for it takes its time with it: read the sums per module
+rather than single lines. Without the variable, the plugin does nothing. (Not a PROCESSOR_
 name: the processor refuses PROCESSOR_ variables it does not read, and the tests' children would.)
 """
 
@@ -40,7 +40,9 @@ def _processes() -> dict[int, list[tuple[int, float]]]:
         except OSError:  # gone since the listing
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
+        # utime + stime + those of the children it waited for (cutime + cstime): a process the
+        # JVM or a worker forked and reaped stays counted in its parent's
+        cpu = sum(int(f) for f in fields[11:15]) / _TICKS
         children.setdefault(int(fields[1]), []).append((int(entry), cpu))
     return children
 

@@ -32,3 +32,19 @@ def test_a_running_child_is_counted() -> None:
         assert tree_cpu_seconds() - before >= 0.45  # its burn, counted while it still runs
     finally:
         child.communicate(b"")
+
+
+def test_a_grandchild_its_parent_waited_for_is_counted() -> None:
+    before = tree_cpu_seconds()
+    parent = (
+        "import subprocess, sys\n"
+        f"subprocess.run([sys.executable, '-c', {BURN!r}], check=True, capture_output=True)\n"
+        "print('done', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", parent], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == b"done"
+        assert tree_cpu_seconds() - before >= 0.45  # in the running child's count of what it reaped
+    finally:
+        child.communicate(b"")
