@@ -19,6 +19,7 @@ from tests.deploy.chart import (
     ALL_ON,
     BASE,
     CHART,
+    IMAGE,
     SECRET_NAME,
     by_kind,
     config_map,
@@ -41,6 +42,19 @@ def test_lint(helm):
 
 def test_source_topics_are_required(helm):
     assert "config.topics" in render_error(helm)
+
+
+def test_every_missing_required_value_is_named_in_one_render(helm):
+    """A first `helm template` with no values names all three values it needs, not one per try."""
+    error = render_error(helm)
+    for value in ("config.topics", "credentials.webToken.existingSecret", "image.repository"):
+        assert value in error
+    assert "3 value(s) to set or change" in error
+    assert error.count("Error:") == 1
+    # conflicting values are collected with the missing ones
+    error = render_error(helm, *IMAGE, "--set", "encryption.mode=kms", "--set", "config.s3SseKmsKeyId=k")
+    for value in ("config.topics", "credentials.webToken", "encryption.kms.keyId", "config.s3Sse=aws:kms"):
+        assert value in error
 
 
 def test_schema_rejects_bad_values(helm):

@@ -106,54 +106,59 @@ seccompProfile:
 {{- define "ktp.kafkaClientDir" -}}/etc/processor/kafka/client{{- end }}
 
 {{/*
-Values that cannot go together, refused at render time with the setting to change (the schema checks
-each value alone).
+Values missing or that cannot go together, refused at render time with the setting to change (the
+schema checks each value alone). Every problem is collected first and the render fails once, naming
+them all: a first install learns every value it lacks from one try, not one per try.
 */}}
 {{- define "ktp.validate" -}}
 {{- $k := .Values.kafka }}
+{{- $problems := list }}
 {{- /* Required at install, checked here rather than by the schema's minItems: helm lint renders in
 lint mode, where fail only logs, so a bare `helm lint` of the defaults passes (see ci/). */}}
 {{- if not .Values.config.topics }}
-{{- fail "config.topics is empty: list the source topics to offload, e.g. --set 'config.topics={orders,payments}' (see examples/)" }}
+{{- $problems = append $problems "config.topics is empty: list the source topics to offload, e.g. --set 'config.topics={orders,payments}' (see examples/)" }}
 {{- end }}
 {{- if and (eq .Values.webApi.auth "token") (not .Values.credentials.webToken.existingSecret) }}
-{{- fail "webApi.auth is token (the default): set credentials.webToken.existingSecret to an existing Secret holding the read API's bearer token, or set webApi.auth=none to leave the read API open on purpose" }}
+{{- $problems = append $problems "webApi.auth is token (the default): set credentials.webToken.existingSecret to an existing Secret holding the read API's bearer token, or set webApi.auth=none to leave the read API open on purpose" }}
 {{- end }}
 {{- /* No image is published: the user builds and pushes one (docs/kubernetes.md "Container image"). */}}
 {{- if not .Values.image.repository }}
-{{- fail "image.repository is empty: no image is published, so build one (docker build -t REGISTRY/kafka-tiered-processor:TAG .), push it, and set image.repository=REGISTRY/kafka-tiered-processor and image.tag=TAG (see docs/kubernetes.md, \"Container image\")" }}
+{{- $problems = append $problems "image.repository is empty: no image is published, so build one (docker build -t REGISTRY/kafka-tiered-processor:TAG .), push it, and set image.repository=REGISTRY/kafka-tiered-processor and image.tag=TAG (see docs/kubernetes.md, \"Container image\")" }}
 {{- end }}
 {{- if and (include "ktp.kafkaSasl" .) (ne $k.sasl.mechanism "OAUTHBEARER") (not $k.sasl.existingSecret) }}
-{{- fail (printf "kafka.securityProtocol is %s with mechanism %s: set kafka.sasl.existingSecret to the Secret holding the password" $k.securityProtocol $k.sasl.mechanism) }}
+{{- $problems = append $problems (printf "kafka.securityProtocol is %s with mechanism %s: set kafka.sasl.existingSecret to the Secret holding the password" $k.securityProtocol $k.sasl.mechanism) }}
 {{- end }}
 {{- if and (include "ktp.kafkaSasl" .) (eq $k.sasl.mechanism "OAUTHBEARER") (not $k.sasl.oauthTokenProvider) }}
-{{- fail "kafka.sasl.mechanism is OAUTHBEARER: set kafka.sasl.oauthTokenProvider (aws-msk-iam, or module:function)" }}
+{{- $problems = append $problems "kafka.sasl.mechanism is OAUTHBEARER: set kafka.sasl.oauthTokenProvider (aws-msk-iam, or module:function)" }}
 {{- end }}
 {{- if and (eq $k.sasl.oauthTokenProvider "aws-msk-iam") (not $k.sasl.oauthAwsRegion) }}
-{{- fail "kafka.sasl.oauthTokenProvider is aws-msk-iam: set kafka.sasl.oauthAwsRegion to the cluster's region" }}
+{{- $problems = append $problems "kafka.sasl.oauthTokenProvider is aws-msk-iam: set kafka.sasl.oauthAwsRegion to the cluster's region" }}
 {{- end }}
 {{- if and (or $k.tls.caSecret $k.tls.clientCertSecret) (not (include "ktp.kafkaTls" .)) }}
-{{- fail (printf "kafka.tls.caSecret/clientCertSecret are set but kafka.securityProtocol is %s: use SSL or SASL_SSL" $k.securityProtocol) }}
+{{- $problems = append $problems (printf "kafka.tls.caSecret/clientCertSecret are set but kafka.securityProtocol is %s: use SSL or SASL_SSL" $k.securityProtocol) }}
 {{- end }}
 {{- if and $k.tls.keyPasswordSecret (not $k.tls.clientCertSecret) }}
-{{- fail "kafka.tls.keyPasswordSecret is set without kafka.tls.clientCertSecret" }}
+{{- $problems = append $problems "kafka.tls.keyPasswordSecret is set without kafka.tls.clientCertSecret" }}
 {{- end }}
 {{- /* Monitoring: which Prometheus selects the objects, and who may scrape through the policy, are
 install choices with no safe default (an unselected object or a blocked scraper fails silently). */}}
 {{- $m := .Values.monitoring }}
 {{- if and $m.serviceMonitor.enabled (not $m.serviceMonitor.labels) }}
-{{- fail "monitoring.serviceMonitor.enabled is true but monitoring.serviceMonitor.labels is empty: Prometheus picks ServiceMonitors by label (a default kube-prometheus-stack only those labelled release: <its release name>), so an unlabelled one is silently never scraped. Set the labels your Prometheus's serviceMonitorSelector matches, typically release: <your kube-prometheus-stack release> (--set monitoring.serviceMonitor.labels.release=<your kube-prometheus-stack release>)" }}
+{{- $problems = append $problems "monitoring.serviceMonitor.enabled is true but monitoring.serviceMonitor.labels is empty: Prometheus picks ServiceMonitors by label (a default kube-prometheus-stack only those labelled release: <its release name>), so an unlabelled one is silently never scraped. Set the labels your Prometheus's serviceMonitorSelector matches, typically release: <your kube-prometheus-stack release> (--set monitoring.serviceMonitor.labels.release=<your kube-prometheus-stack release>)" }}
 {{- end }}
 {{- if and $m.prometheusRule.enabled (not $m.prometheusRule.labels) }}
-{{- fail "monitoring.prometheusRule.enabled is true but monitoring.prometheusRule.labels is empty: Prometheus picks PrometheusRules by label (a default kube-prometheus-stack only those labelled release: <its release name>), so unlabelled alerts are silently never loaded. Set the labels your Prometheus's ruleSelector matches, typically release: <your kube-prometheus-stack release> (--set monitoring.prometheusRule.labels.release=<your kube-prometheus-stack release>)" }}
+{{- $problems = append $problems "monitoring.prometheusRule.enabled is true but monitoring.prometheusRule.labels is empty: Prometheus picks PrometheusRules by label (a default kube-prometheus-stack only those labelled release: <its release name>), so unlabelled alerts are silently never loaded. Set the labels your Prometheus's ruleSelector matches, typically release: <your kube-prometheus-stack release> (--set monitoring.prometheusRule.labels.release=<your kube-prometheus-stack release>)" }}
+{{- end }}
+{{- $problems = concat $problems (include "ktp.encryptionProblems" . | fromJsonArray) }}
+{{- $np := .Values.networkPolicy }}
+{{- if and $np.enabled $m.serviceMonitor.enabled (not (or $np.metrics.namespace $np.metrics.fromNamespaces)) }}
+{{- $problems = append $problems "networkPolicy.enabled and monitoring.serviceMonitor.enabled are true but the NetworkPolicy admits no metrics scraper: set networkPolicy.metrics.namespace to the namespace Prometheus runs in (typically your kube-prometheus-stack's, e.g. --set networkPolicy.metrics.namespace=monitoring), or networkPolicy.metrics.fromNamespaces to label selectors of the scrapers' namespaces; no namespace is assumed" }}
+{{- end }}
+{{- if $problems }}
+{{- fail (printf "%d value(s) to set or change:\n  - %s" (len $problems) (join "\n  - " $problems)) }}
 {{- end }}
 {{- if .Values.gateway.enabled }}
 {{- $_ := include "ktp.gatewayNodeIds" . }}
-{{- end }}
-{{- include "ktp.validateEncryption" . }}
-{{- $np := .Values.networkPolicy }}
-{{- if and $np.enabled $m.serviceMonitor.enabled (not (or $np.metrics.namespace $np.metrics.fromNamespaces)) }}
-{{- fail "networkPolicy.enabled and monitoring.serviceMonitor.enabled are true but the NetworkPolicy admits no metrics scraper: set networkPolicy.metrics.namespace to the namespace Prometheus runs in (typically your kube-prometheus-stack's, e.g. --set networkPolicy.metrics.namespace=monitoring), or networkPolicy.metrics.fromNamespaces to label selectors of the scrapers' namespaces; no namespace is assumed" }}
 {{- end }}
 {{- end }}
 
@@ -252,31 +257,33 @@ followers, the gateway, the audit, `helm test`'s verify). Nothing at all with th
 */}}
 {{- define "ktp.keyringDir" -}}/etc/processor/keyring{{- end }}
 
-{{/* Refuses encryption values that cannot work (the schema checks each value alone; the enums are
-checked here too, for renders with schema validation skipped). */}}
-{{- define "ktp.validateEncryption" -}}
+{{/* The encryption values that cannot work, as a JSON list of problems for ktp.validate (the schema
+checks each value alone; the enums are checked here too, for renders with schema validation skipped). */}}
+{{- define "ktp.encryptionProblems" -}}
 {{- $e := .Values.encryption }}
+{{- $problems := list }}
 {{- $mode := toString $e.mode }}
 {{- if not (has $mode (list "none" "keyring" "kms")) }}
-{{- fail (printf "encryption.mode is %q: use none, keyring (a key ring from encryption.keyring.existingSecret) or kms (AWS KMS, encryption.kms.keyId)" $mode) }}
+{{- $problems = append $problems (printf "encryption.mode is %q: use none, keyring (a key ring from encryption.keyring.existingSecret) or kms (AWS KMS, encryption.kms.keyId)" $mode) }}
 {{- end }}
 {{- if and (eq $mode "keyring") (not $e.keyring.existingSecret) }}
-{{- fail (printf "encryption.mode is keyring: set encryption.keyring.existingSecret to an existing Secret whose files are the key ring (kubectl create secret generic processor-keyring --from-file=<key ring directory>, made with `processor keyring new`); it is mounted read-only at %s, see docs/encryption.md" (include "ktp.keyringDir" .)) }}
+{{- $problems = append $problems (printf "encryption.mode is keyring: set encryption.keyring.existingSecret to an existing Secret whose files are the key ring (kubectl create secret generic processor-keyring --from-file=<key ring directory>, made with `processor keyring new`); it is mounted read-only at %s, see docs/encryption.md" (include "ktp.keyringDir" .)) }}
 {{- end }}
 {{- if and (eq $mode "kms") (not $e.kms.keyId) }}
-{{- fail "encryption.mode is kms: set encryption.kms.keyId to the KMS key id or key ARN new data keys are made under (not an alias; see docs/encryption.md)" }}
+{{- $problems = append $problems "encryption.mode is kms: set encryption.kms.keyId to the KMS key id or key ARN new data keys are made under (not an alias; see docs/encryption.md)" }}
 {{- end }}
 {{- if and (ne $mode "kms") (or $e.kms.keyId $e.kms.topicKeyIds) }}
-{{- fail (printf "encryption.kms.keyId/topicKeyIds are set but encryption.mode is %s: set encryption.mode=kms, or clear them (readers unwrap KMS-encrypted segments without a key id)" $mode) }}
+{{- $problems = append $problems (printf "encryption.kms.keyId/topicKeyIds are set but encryption.mode is %s: set encryption.mode=kms, or clear them (readers unwrap KMS-encrypted segments without a key id)" $mode) }}
 {{- end }}
 {{- $c := .Values.config }}
 {{- $sse := toString $c.s3Sse }}
 {{- if not (has $sse (list "none" "AES256" "aws:kms")) }}
-{{- fail (printf "config.s3Sse is %q: use none, AES256 (SSE-S3) or aws:kms (SSE-KMS)" $sse) }}
+{{- $problems = append $problems (printf "config.s3Sse is %q: use none, AES256 (SSE-S3) or aws:kms (SSE-KMS)" $sse) }}
 {{- end }}
 {{- if and $c.s3SseKmsKeyId (ne $sse "aws:kms") }}
-{{- fail (printf "config.s3SseKmsKeyId is set but config.s3Sse is %s: set config.s3Sse=aws:kms, or clear it" $sse) }}
+{{- $problems = append $problems (printf "config.s3SseKmsKeyId is set but config.s3Sse is %s: set config.s3Sse=aws:kms, or clear it" $sse) }}
 {{- end }}
+{{- $problems | toJson }}
 {{- end }}
 
 {{/* encryption.kms.topicKeyIds (topic: key id) as PROCESSOR_KMS_TOPIC_KEY_IDS, "topic=key-id,...". */}}
