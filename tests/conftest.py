@@ -1,6 +1,11 @@
 """Shared fixtures. Servers are started by the fixtures themselves, once per session, on free
 loopback ports, and stopped by PID.
 
+The session stack's broker is Apache Kafka (the broker our users run) wherever Java and Maven are on
+PATH, and must be in CI (``CI=true``): a CI run without them fails instead of testing on Tansu.
+``PROCESSOR_DEV_BROKER=tansu`` runs the suite on Tansu instead, on a machine without Java (tests of
+what only a real broker does are skipped there, each saying so).
+
 ``PROCESSOR_TEST_STACK=testcontainers`` switches the stack to Apache Kafka and MinIO containers
 where a Docker engine runs; without Docker that choice skips the integration tests, never fails.
 """
@@ -44,8 +49,8 @@ SHARED_UNITS = {
 # Units are handed out in this order of folders (the slowest first, the many quick unit tests fill in
 # at the end), so no long unit starts last.
 FOLDER_ORDER = ("spark", "integration", "contract", "deploy", "unit")
-# The session stack's processes need no graceful stop: Tansu keeps its log in memory and the
-# bucket is thrown away, while SeaweedFS's filer waits 15 s for its gRPC streams on SIGTERM.
+# The session stack's processes need no graceful stop: the broker's log and the bucket are thrown
+# away, while SeaweedFS's filer waits 15 s for its gRPC streams on SIGTERM.
 STACK_STOP_GRACE_S = 2.0
 _ARCHIVES: list[OffloadedArchive] = []  # the session's archive, once made (its worker stops early)
 
@@ -134,7 +139,11 @@ def _testcontainers_stack(tmp: Path) -> Iterator[stack.StackInfo]:
         client = minio.get_client()
         client.make_bucket(stack.DEFAULT_BUCKET)
         yield stack.StackInfo(
-            str(tmp), kafka.get_bootstrap_server(), f"http://{cfg['endpoint']}", stack.DEFAULT_BUCKET
+            str(tmp),
+            kafka.get_bootstrap_server(),
+            f"http://{cfg['endpoint']}",
+            stack.DEFAULT_BUCKET,
+            broker=stack.KAFKA,
         )
 
 
@@ -144,7 +153,13 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack.Stac
     if os.environ.get("PROCESSOR_TEST_STACK") == "testcontainers":
         yield from _testcontainers_stack(root)
         return
-    info = stack.start(root)
+    broker = stack.default_broker()
+    if os.environ.get("CI") == "true" and broker != stack.KAFKA:
+        pytest.fail(
+            f"CI runs the integration tests on Apache Kafka, but {stack.BROKER_ENV}={broker} or Java 17 and "
+            "Maven are not on PATH"
+        )
+    info = stack.start(root, broker=broker)
     saved = {k: os.environ.get(k) for k in info.env()}
     os.environ.update({k: v for k, v in info.env().items() if k.startswith("AWS_")})
     try:
@@ -163,11 +178,13 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack.Stac
 def secured_stack(
     local_stack: stack.StackInfo, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[stack.StackInfo]:
-    """The Kafka side secured (processor dev up --secure), beside the session stack's S3: a
-    SASL_SSL-only listener (``bootstrap_servers``, ``env()``) and a mutual-TLS one
-    (``secured.mtls_env()``), two small Tansu clusters behind the TLS/SASL gateway."""
+    """The Kafka side secured (processor dev up --secure), beside the session stack's S3: one Apache
+    Kafka broker with a SASL_SSL listener (``bootstrap_servers``, ``env()``) and a mutual-TLS one
+    (``secured.mtls_env()``), ACLs on."""
     if os.environ.get("PROCESSOR_TEST_STACK") == "testcontainers":
-        pytest.skip("the secured stack runs on the embedded broker only")
+        pytest.skip("the secured stack runs on the local stack only")
+    if local_stack.broker != stack.KAFKA:
+        pytest.skip("the secured stack needs Apache Kafka (Java 17 and Maven): Tansu has no TLS or SASL")
     root = tmp_path_factory.mktemp("secured-stack")
     info = stack.start(
         root, bucket=local_stack.bucket, secure=True, s3_endpoint_url=local_stack.s3_endpoint_url

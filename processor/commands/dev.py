@@ -1,4 +1,4 @@
-"""``processor dev up|down|status``: the embedded local stack (Tansu + SeaweedFS)."""
+"""``processor dev up|down|status``: the local stack (Apache Kafka or Tansu, and SeaweedFS)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ DEFAULT_STACK_DIR = ".stack"
 def cmd_dev(args: argparse.Namespace) -> int:
     stack_dir = Path(args.dir)
     if args.action == "up":
-        info = stack.start(stack_dir, secure=args.secure)
+        info = stack.start(stack_dir, secure=args.secure, broker=args.broker or stack.default_broker())
         secured = info.secured
         if args.json:
             report = {**stack.status(stack_dir), "env": info.env()}
@@ -25,10 +25,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
             print(json.dumps(report, indent=2))
             return 0
         print(f"local stack running from {info.dir}")
+        broker = "Apache Kafka" if info.broker == stack.KAFKA else "Tansu"
         if secured is None:
-            print(f"  Kafka (Tansu):     {info.bootstrap_servers}")
+            print(f"  Kafka ({broker}):{' ' * (11 - len(broker))}{info.bootstrap_servers}")
         else:
-            print(f"  Kafka SASL_SSL:    {secured.sasl_ssl.bootstrap_servers}  (SCRAM-SHA-512/256 or PLAIN)")
+            mechanisms = "SCRAM-SHA-512/256, PLAIN, OAUTHBEARER"
+            print(f"  Kafka SASL_SSL:    {secured.sasl_ssl.bootstrap_servers}  ({mechanisms})")
             print(f"  Kafka mutual TLS:  {secured.mtls.bootstrap_servers}  (client certificate required)")
             print(f"  throwaway CA:      {secured.pki.ca_file}")
         print(f"  S3 (SeaweedFS):    {info.s3_endpoint_url}  bucket {info.bucket}")
@@ -36,7 +38,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         for line in secure_kafka.exports(info.env()):
             print(f"    {line}")
         if secured is not None:
-            print("  or the mutual-TLS listener (a separate cluster) with:")
+            print("  or the mutual-TLS listener (the same cluster) with:")
             for line in secure_kafka.exports(secured.mtls_env(), unset=secure_kafka.SASL_VARIABLES):
                 print(f"    {line}")
         return 0
@@ -62,14 +64,21 @@ def _format_status(status: dict[str, object]) -> str:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    dev = sub.add_parser("dev", help="the embedded local stack (Tansu + SeaweedFS)")
+    dev = sub.add_parser("dev", help="the local stack (Apache Kafka or Tansu, and SeaweedFS)")
     dev.add_argument("action", choices=["up", "down", "status"])
     dev.add_argument("--dir", default=DEFAULT_STACK_DIR, help="where the stack keeps its data and state")
     dev.add_argument("--json", action="store_true", help="machine-readable output")
     dev.add_argument(
         "--secure",
         action="store_true",
-        help="up: Kafka behind TLS and SASL (a SASL_SSL-only listener and a mutual-TLS one), with a "
-        "throwaway CA, broker and client certificates and a SCRAM user; prints the exports",
+        help="up: Apache Kafka's own listeners secured (SASL_SSL with SCRAM, PLAIN and OAUTHBEARER, and "
+        "mutual TLS), a throwaway CA, ACLs on; prints the exports",
+    )
+    dev.add_argument(
+        "--broker",
+        choices=stack.BROKERS,
+        default=None,
+        help=f"up: the broker: kafka (Apache Kafka, needs Java 17 and Maven) or tansu (no Java needed); "
+        f"default: ${stack.BROKER_ENV}, else kafka where Java and Maven are on PATH",
     )
     dev.set_defaults(func=cmd_dev)

@@ -94,8 +94,11 @@ def _leaf(
         .not_valid_after(now + VALID_FOR)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
+            # a server's certificate is a client's too: the broker dials its own controller with it
             x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+                if server
+                else [ExtendedKeyUsageOID.CLIENT_AUTH]
             ),
             critical=False,
         )
@@ -141,7 +144,7 @@ def make_dev_pki(
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)
     ca_cert, ca_key = _ca("dev stack CA")
-    broker_cert, broker_key = _leaf(ca_cert, ca_key, "dev stack broker", server=True, hosts=hosts)
+    broker_cert, broker_key = _leaf(ca_cert, ca_key, "broker", server=True, hosts=hosts)
     client_cert, client_key = _leaf(ca_cert, ca_key, "processor", server=False)
     other_ca, _ = _ca("some other CA")
     return DevPki(

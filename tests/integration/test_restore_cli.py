@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -19,7 +18,6 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.devstack import stack
-from processor.devstack.secure import GATEWAY_CONFIG
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import check_broker, ensure_topic, new_admin
 from processor.kafka_security import KafkaConnection, KafkaSecurity
@@ -199,30 +197,11 @@ def test_s3_lost_mid_restore_is_exit_3_and_the_next_run_completes(
         assert content(got) == content(records)
 
 
-def _start_gateway(info: StackInfo) -> None:
-    """Start the secured stack's TLS/SASL gateway again on its ports, recorded in the stack's state
-    so that the fixture stops the new one."""
-    root = Path(info.dir)
-    with (root / "gateway.log").open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "processor.devstack.kafka_gateway", str(root / GATEWAY_CONFIG)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    info.pids["gateway"] = proc.pid
-    state = root / stack.STATE_FILE
-    saved = json.loads(state.read_text())
-    saved["pids"]["gateway"] = proc.pid
-    state.write_text(json.dumps(saved, indent=2))
-
-
 def test_a_restore_rides_out_a_target_that_drops_every_connection(
     secured_stack: StackInfo, archive: dict[str, str], tmp_path: Path
 ) -> None:
-    """In the middle of a restore (held with SIGSTOP), the target's gateway is SIGKILLed and started
-    again: every connection the restore holds is dead when it goes on. It reconnects, asks again or
+    """In the middle of a restore (held with SIGSTOP), the target's broker is SIGKILLed and started
+    again on its log: every connection the restore holds is dead when it goes on. It reconnects, asks again or
     aborts and redoes its open transaction with a new producer epoch, and finishes exactly once."""
     secured = secured_stack.secured
     assert secured is not None
@@ -243,9 +222,9 @@ def test_a_restore_rides_out_a_target_that_drops_every_connection(
         assert run.poll() is None, "the restore ended before the fault"
         os.kill(run.pid, signal.SIGSTOP)
         try:
-            os.kill(secured_stack.pids["gateway"], signal.SIGKILL)
-            _start_gateway(secured_stack)
-            check_broker(target, timeout_s=30)  # the new gateway answers
+            os.kill(secured_stack.pids[stack.KAFKA], signal.SIGKILL)
+            stack.start_broker_again(secured_stack.dir)
+            check_broker(target, timeout_s=60)  # the broker answers again
         finally:
             os.kill(run.pid, signal.SIGCONT)
         run.wait(timeout=300)
