@@ -1,6 +1,8 @@
 """``processor fetch``: archived records out, as a table, JSON lines, raw values, or a Parquet file.
 
-- ``--format text`` (default on a terminal): one summary line per record;
+- ``--format text`` (the default): one line per record, tab-separated: offset, timestamp, the key and
+  the value (text as a JSON string, other bytes as a Python bytes literal, each cut after
+  ``TEXT_KEY_CHARS`` / ``TEXT_VALUE_CHARS`` characters with the full size named), the header count;
 - ``--format jsonl`` (or ``--json``): one JSON object per record (bytes as base64, null distinct from
   empty), the shape of ``/fetch``;
 - ``--format raw``: each value's bytes followed by a newline, for piping into other tools (a null
@@ -68,11 +70,30 @@ class RecordSink(Protocol):
     def close(self) -> None: ...
 
 
+TEXT_KEY_CHARS = 60
+TEXT_VALUE_CHARS = 200
+
+
+def shown_bytes(data: bytes | None, limit: int) -> str:
+    """A key or value on one line of text output: ``null``; UTF-8 text as a JSON string (control
+    characters, tabs and newlines escaped, other characters as they are); any other bytes as a Python
+    bytes literal. Longer than ``limit`` characters: cut, with the full size after it."""
+    if data is None:
+        return "null"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        cut = data[:limit]
+        return repr(cut) + ("" if len(cut) == len(data) else f"... ({len(data)} bytes)")
+    shown = json.dumps(text[:limit], ensure_ascii=False)
+    return shown + ("" if len(text) <= limit else f"... ({len(data)} bytes)")
+
+
 class TextSink:
     def write(self, records: list[KafkaRecord]) -> None:
         for record in records:
-            key = "null" if record.key is None else repr(record.key[:40])
-            value = "null" if record.value is None else f"{len(record.value)} bytes"
+            key = shown_bytes(record.key, TEXT_KEY_CHARS)
+            value = shown_bytes(record.value, TEXT_VALUE_CHARS)
             print(
                 f"{record.offset}\t{record.timestamp}\tkey={key}\tvalue={value}\theaders={len(record.headers)}"
             )
@@ -103,15 +124,21 @@ class RawSink:
         self.out.flush()
 
 
+def parquet_modules() -> tuple[Any, Any]:
+    """``pyarrow`` and ``pyarrow.parquet``, or ConfigError naming the extra that brings them."""
+    try:  # pyarrow (the spark extra): only when a Parquet file is asked for
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ConfigError(
+            "--output FILE.parquet needs pyarrow: pip install 'kafka-tiered-processor[spark]'"
+        ) from None
+    return pa, pq
+
+
 class ParquetSink:
     def __init__(self, path: Path, topic: str, partition: int) -> None:
-        try:  # pyarrow (the spark extra): only when a Parquet file is asked for
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise ConfigError(
-                "--output FILE.parquet needs pyarrow: pip install 'kafka-tiered-processor[spark]'"
-            ) from None
+        pa, pq = parquet_modules()
         self._pa = pa
         self.topic = topic
         self.partition = partition
@@ -182,8 +209,10 @@ def validate_args(args: argparse.Namespace) -> TopicPartition:
         )
     if args.max_records < 1:
         raise ConfigError(f"--max-records {args.max_records}: must be at least 1")
-    if args.output is not None and Path(args.output).suffix != ".parquet":
-        raise ConfigError(f"--output {args.output}: only Parquet files (*.parquet) are written")
+    if args.output is not None:
+        if Path(args.output).suffix != ".parquet":
+            raise ConfigError(f"--output {args.output}: only Parquet files (*.parquet) are written")
+        parquet_modules()  # installed? Said before anything connects
     return TopicPartition(validate_topic(args.topic), args.partition)
 
 
