@@ -6,7 +6,12 @@ Each request is handled by API: the ones the gateway changes (ApiVersions, Metad
 FindCoordinator, DescribeCluster, Fetch, ListOffsets) through :mod:`processor.gateway.rewrite` and
 :mod:`processor.gateway.archive_answers`; every other request goes to the upstream broker as bytes
 and its answer comes back as bytes. A Produce with ``acks=0`` has no answer (Kafka sends none).
-A frame the gateway cannot handle, or an upstream that fails, closes this connection only.
+A frame the gateway cannot handle, or an upstream that fails, closes this connection only; so do a
+request that began to arrive and is not whole within ``request_timeout_s`` (a client that stops
+mid-frame would hold its connection forever), and a request with an API key that neither Kafka (as
+kio knows it) nor the brokers (their ApiVersions answers) know, which is not forwarded (a broker
+closes the connection too). Metrics name API keys only from those known ones (the rest ``unknown``),
+so no client can grow their label sets.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from processor.gateway.protocol import (
     API_FIND_COORDINATOR,
     API_LIST_OFFSETS,
     API_METADATA,
+    KNOWN_API_KEYS,
     NODE_ENDPOINTS_FROM,
     SIZE,
     Answer,
@@ -42,13 +48,17 @@ from processor.gateway.protocol import (
 )
 from processor.gateway.rewrite import PortMap, cap_api_versions, rewrite_addresses
 from processor.gateway.state import Archive, GatewayState, Send
-from processor.gateway.upstream import Upstream, read_frame
+from processor.gateway.upstream import FrameTimeout, Upstream, read_frame
 from processor.metadata.model import TopicPartition
 
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 16
 MAX_REQUEST_BYTES = 128 * 1024 * 1024  # request bytes one connection may have in flight
+# Seconds a request may take to arrive whole once its first byte has (a client's request.timeout.ms is
+# 30 s by default: it has given up on the request by then)
+REQUEST_TIMEOUT_S = 30.0
+UNKNOWN_API = "unknown"  # the metrics' label for an API key neither Kafka nor the brokers know
 _ADDRESSES = (API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER)
 API_PRODUCE = 0
 
@@ -64,12 +74,14 @@ class ClientConnection:
         learned: Callable[[int, str, int], None],
         listeners_ready: Callable[[], Awaitable[None]],
         own_send: Send | None = None,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
         self.reader, self.writer = client
         self.upstream = upstream
         self.state, self.archive, self.ports = state, archive, ports
         self.learned, self.listeners_ready = learned, listeners_ready
         self.own_send = own_send  # the gateway's own connection to this broker (None: this one)
+        self.request_timeout_s = request_timeout_s
         self.access: dict[TopicPartition, float] = {}  # partitions this client may read, until when
         self._answers: asyncio.Queue[asyncio.Task[Answer | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         self._held: collections.deque[tuple[asyncio.Task[Answer | None], int]] = collections.deque()
@@ -83,17 +95,29 @@ class ClientConnection:
         writer_task = asyncio.create_task(self._write_answers())
         try:
             while True:
-                frame = await read_frame(self.reader)
+                frame = await read_frame(self.reader, whole_within_s=self.request_timeout_s)
                 if frame is None:
                     break
                 head = request_head(frame)
-                metrics.GATEWAY_REQUESTS.labels(str(head.api_key)).inc()
+                api = self._api_label(head.api_key)
+                metrics.GATEWAY_REQUESTS.labels(api).inc()
+                if api == UNKNOWN_API:
+                    metrics.GATEWAY_ERRORS.labels(UNKNOWN_API, "unknown_api").inc()
+                    log.warning(
+                        "gateway: client %s sent a request with API key %d (v%d), which neither Kafka "
+                        "nor the brokers know: connection closed",
+                        self._peer(), head.api_key, head.api_version,
+                    )  # fmt: skip
+                    break
                 await self._within_request_bytes(len(frame))
                 task = asyncio.create_task(self._answer(head.api_key, frame))
                 self._held.append((task, len(frame)))
                 if not await self._queue(task, writer_task):
                     task.cancel()
                     break
+        except FrameTimeout as exc:
+            metrics.GATEWAY_ERRORS.labels(UNKNOWN_API, "request_timeout").inc()
+            log.warning("gateway: client %s: %s: connection closed", self._peer(), exc)
         except (ProtocolError, ConnectionError, OSError) as exc:
             log.info("gateway connection closed: %s", exc)
         finally:
@@ -108,6 +132,17 @@ class ClientConnection:
             self.writer.close()
             with contextlib.suppress(OSError):
                 await self.writer.wait_closed()
+
+    def _api_label(self, api_key: int) -> str:
+        """The API key as the metrics name it: one Kafka (as kio knows it) or the brokers know, else
+        ``unknown``."""
+        if api_key in KNOWN_API_KEYS or api_key in self.state.broker_api_keys:
+            return str(api_key)
+        return UNKNOWN_API
+
+    def _peer(self) -> str:
+        peer = self.writer.get_extra_info("peername")
+        return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
 
     async def _within_request_bytes(self, size: int) -> None:
         """Wait until the requests still being answered hold at most MAX_REQUEST_BYTES with this one
@@ -171,10 +206,10 @@ class ClientConnection:
                 return await self._node_endpoints(frame, await self.send(frame))
             return await self.send(frame)
         except ProtocolError as exc:
-            metrics.GATEWAY_ERRORS.labels(str(api_key), "protocol").inc()
+            metrics.GATEWAY_ERRORS.labels(self._api_label(api_key), "protocol").inc()
             raise ProtocolError(f"api {api_key}: {exc}") from exc
         except Exception:
-            metrics.GATEWAY_ERRORS.labels(str(api_key), "internal").inc()
+            metrics.GATEWAY_ERRORS.labels(self._api_label(api_key), "internal").inc()
             log.exception("gateway request (api %d) failed", api_key)
             raise
 
@@ -187,6 +222,7 @@ class ClientConnection:
             return raw  # an UNSUPPORTED_VERSION answer (always v0): the client asks again, lower
         if int(body.error_code) != 0:
             return raw
+        self.state.broker_api_keys.update(int(entry.api_key) for entry in body.api_keys)
         return encode_response(corr, cap_api_versions(body))
 
     async def _node_endpoints(self, frame: bytes, answer: Answer) -> Answer:

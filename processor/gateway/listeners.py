@@ -18,7 +18,7 @@ from typing import Any
 from processor import metrics
 from processor.config import Settings
 from processor.errors import ConfigError, OffsetNotInRemoteError
-from processor.gateway.connection import ClientConnection
+from processor.gateway.connection import REQUEST_TIMEOUT_S, ClientConnection
 from processor.gateway.prefetch import Prefetcher
 from processor.gateway.protocol import Frame
 from processor.gateway.rewrite import PortMap
@@ -73,6 +73,8 @@ class Gateway:
     # authenticate (SASL, passed through), so the gateway has no identity of its own there.
     own_connections: dict[int, Upstream] | None = field(default_factory=dict)
     tls_clients: ssl.SSLContext | None = None  # TLS towards clients (None: plaintext)
+    # seconds a client's request may take to arrive whole once its first byte has
+    request_timeout_s: float = REQUEST_TIMEOUT_S
 
     async def start(self) -> None:
         self.servers[None] = await asyncio.start_server(
@@ -151,6 +153,7 @@ class Gateway:
                 self.learn,
                 self.open_node_listeners,
                 self.own_send(node),
+                self.request_timeout_s,
             )
             await conn.run()
         finally:

@@ -52,6 +52,9 @@ NODE_ENDPOINTS_FROM = {API_FETCH: 16, 0: 10}
 # rewrite, or their data would bypass the archive (share groups' fetches).
 GATEWAY_HIDDEN_APIS = frozenset({78, 79})  # ShareFetch, ShareAcknowledge
 
+# Every API key Kafka defines, as kio knows them (a key outside these and the brokers' own is refused)
+KNOWN_API_KEYS = frozenset(int(key) for key in api_key_map)
+
 HEAD = struct.Struct(">hhi")
 SIZE = struct.Struct(">i")
 MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes

@@ -55,6 +55,7 @@ class GatewayState:
     )
     refreshing: set[tuple[TopicPartition, int]] = field(default_factory=set)  # being asked again
     list_offsets_version: int = 4
+    broker_api_keys: set[int] = field(default_factory=set)  # API keys the brokers' ApiVersions list
     prefetch: Prefetcher | None = None  # read-ahead for sequential consumers (None: off)
     # SASL passed through: ask the broker, with the client's identity, whether it may read a
     # partition before the archive answers for it (see archive_answers._may_read)

@@ -33,21 +33,36 @@ from processor.gateway.protocol import (
 log = logging.getLogger(__name__)
 
 
-async def read_frame(reader: asyncio.StreamReader, limit: int = MAX_FRAME_BYTES) -> bytes | None:
-    """One frame's payload; None at a clean end of stream (no byte of a next frame)."""
+class FrameTimeout(ProtocolError):
+    """A frame that began to arrive and did not arrive whole in time."""
+
+
+async def read_frame(
+    reader: asyncio.StreamReader, limit: int = MAX_FRAME_BYTES, whole_within_s: float | None = None
+) -> bytes | None:
+    """One frame's payload; None at a clean end of stream (no byte of a next frame). With
+    ``whole_within_s``, a frame whose first byte arrived must arrive whole within that many seconds
+    (:class:`FrameTimeout`): a peer that stops mid-frame would otherwise hold the connection forever.
+    Waiting for a frame's first byte has no deadline."""
     try:
-        head = await reader.readexactly(SIZE.size)
-    except asyncio.IncompleteReadError as exc:
-        if exc.partial:
-            raise ProtocolError("connection closed inside a frame's size") from None
-        return None
-    (size,) = SIZE.unpack(head)
-    if size < 0 or size > limit:
-        raise ProtocolError(f"frame of {size} bytes (the limit is {limit})")
-    try:
-        return await reader.readexactly(size)
+        first = await reader.readexactly(1)
     except asyncio.IncompleteReadError:
-        raise ProtocolError("connection closed inside a frame") from None
+        return None
+    try:
+        async with asyncio.timeout(whole_within_s):
+            try:
+                head = first + await reader.readexactly(SIZE.size - 1)
+            except asyncio.IncompleteReadError:
+                raise ProtocolError("connection closed inside a frame's size") from None
+            (size,) = SIZE.unpack(head)
+            if size < 0 or size > limit:
+                raise ProtocolError(f"frame of {size} bytes (the limit is {limit})")
+            try:
+                return await reader.readexactly(size)
+            except asyncio.IncompleteReadError:
+                raise ProtocolError("connection closed inside a frame") from None
+    except TimeoutError:
+        raise FrameTimeout(f"a frame began to arrive and was not whole within {whole_within_s:g} s") from None
 
 
 class FrameReceiver(asyncio.BufferedProtocol):
