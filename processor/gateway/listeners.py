@@ -67,6 +67,7 @@ class Gateway:
     archive: Archive
     tls_upstream: ssl.SSLContext | None = None
     upstream_addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
+    unserved: set[int] = field(default_factory=set)  # brokers outside the node ids (logged once each)
     servers: dict[int | None, asyncio.Server] = field(default_factory=dict)
     # The gateway's own connection to each broker, for its own ListOffsets (so a client's requests
     # never queue behind them on the client's connection). None: the upstream asks every client to
@@ -91,11 +92,18 @@ class Gateway:
 
     async def open_node_listeners(self) -> None:
         for node in sorted(self.upstream_addresses):
-            if node in self.servers:
+            if node in self.servers or node in self.unserved:
                 continue
             port = self.ports.node_port(node)
             if port is None:
-                log.error("broker %d: node id outside PROCESSOR_GATEWAY_NODE_IDS, not served", node)
+                self.unserved.add(node)
+                host, upstream_port = self.upstream_addresses[node]
+                log.error(
+                    "broker %d (%s:%d) joined with a node id outside PROCESSOR_GATEWAY_NODE_IDS=%d-%d: "
+                    "clients are not told of it (its partitions have no leader they can reach, its "
+                    "groups no coordinator); restart the gateway with a range that holds %d",
+                    node, host, upstream_port, self.ports.first_node_id, self.ports.last_node_id, node,
+                )  # fmt: skip
                 continue
             self.servers[node] = await asyncio.start_server(
                 functools.partial(self._serve, node),
@@ -189,6 +197,29 @@ def gateway_ports(settings: Settings) -> PortMap:
     return PortMap(advertised, settings.gateway_port, int(first), int(last))
 
 
+def check_node_ids(ports: PortMap, brokers: dict[int, tuple[str, int]]) -> None:
+    """ConfigError naming PROCESSOR_GATEWAY_NODE_IDS when a broker's node id (``brokers``: node id ->
+    address) is outside it: the gateway could give clients no address of its own for that broker,
+    and a client given the broker's would bypass the gateway (and the archive)."""
+    outside = sorted(node for node in brokers if ports.node_port(node) is None)
+    if not outside:
+        return
+    ids = sorted(brokers)
+    named = ", ".join(f"{node} ({brokers[node][0]}:{brokers[node][1]})" for node in outside)
+    wanted = f"{ids[0]}-{ids[-1]}"
+    if ids[-1] - ids[0] < 1000:
+        hint = (
+            f"set PROCESSOR_GATEWAY_NODE_IDS={wanted} (broker n is then on port "
+            f"{ports.port} + 1 + n - {ids[0]}; open those ports too)"
+        )
+    else:
+        hint = f"node ids {wanted} span more than the 1000 one gateway can serve"
+    raise ConfigError(
+        f"PROCESSOR_GATEWAY_NODE_IDS={ports.first_node_id}-{ports.last_node_id} does not hold the node "
+        f"id of broker {named}: {hint}"
+    )
+
+
 def client_tls(settings: Settings) -> ssl.SSLContext | None:
     """The TLS context of the gateway's listeners (None: plaintext); ConfigError naming the setting
     when a file is missing or does not load."""
@@ -216,7 +247,8 @@ def client_tls(settings: Settings) -> ssl.SSLContext | None:
 
 
 def build_gateway(settings: Settings, reader: RemoteReader) -> Gateway:
-    """The gateway's listeners, told every broker of the upstream cluster (a Metadata request)."""
+    """The gateway's listeners, told every broker of the upstream cluster (a Metadata request);
+    ConfigError when one is outside PROCESSOR_GATEWAY_NODE_IDS (:func:`check_node_ids`)."""
     conn = connection(settings.kafka)
     tls = conn.security.aiokafka_kwargs().get("ssl_context")
     bootstrap = []
@@ -234,6 +266,7 @@ def build_gateway(settings: Settings, reader: RemoteReader) -> Gateway:
     cluster = new_admin(settings.kafka, "processor-gateway").list_topics(timeout=15)
     for node_id, broker in cluster.brokers.items():
         gateway.learn(int(node_id), str(broker.host), int(broker.port))
+    check_node_ids(gateway.ports, gateway.upstream_addresses)
     if conn.security.uses_sasl:
         gateway.own_connections = None
         gateway.state.check_access = True

@@ -5,9 +5,13 @@ and the broker with node id ``n`` on bootstrap port + 1 + ``n`` - the first node
 mapping is a pure function of the node id, so every gateway replica behind one address agrees on it,
 and a client that reconnects after a gateway restart reaches the same broker. Every broker address
 in Metadata, FindCoordinator and DescribeCluster answers, and in the node endpoints of Fetch and
-Produce answers (KIP-951: where a partition's new leader is), is rewritten to the gateway's; a broker
-whose node id is outside the configured range cannot be given a port and is left out of the answers
-(logged).
+Produce answers (KIP-951: where a partition's new leader is), is rewritten to the gateway's. A broker
+whose node id is outside the configured range cannot be given a port, and its address never reaches
+a client (a client given it would bypass the gateway): it is left out of the brokers and node
+endpoints, and a FindCoordinator answer naming it says COORDINATOR_NOT_AVAILABLE (clients ask again).
+The gateway refuses to start while a broker of the cluster is outside the range
+(:func:`processor.gateway.listeners.check_node_ids`); one that joins later is logged (``learn`` is
+told every broker, served or not).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from processor.gateway.protocol import (
     API_DESCRIBE_CLUSTER,
@@ -73,8 +79,8 @@ def cap_api_versions(body: Any) -> Any:
 
 def rewrite_addresses(api_key: int, body: Any, ports: PortMap, learn: Callable[[int, str, int], None]) -> Any:
     """A Metadata, FindCoordinator or DescribeCluster answer, or a Fetch or Produce answer with node
-    endpoints, with every broker address the gateway's; ``learn(node_id, host, port)`` is told each
-    upstream address first (the gateway connects there)."""
+    endpoints, with every broker address the gateway's, and no broker the gateway gives no port;
+    ``learn(node_id, host, port)`` is told each upstream address first (the gateway connects there)."""
     if getattr(body, "node_endpoints", None):
         return replace(body, node_endpoints=_brokers(body.node_endpoints, "node_id", ports, learn))
     if api_key == API_METADATA:
@@ -94,10 +100,10 @@ def _brokers(
     out = []
     for broker in brokers:
         node = int(getattr(broker, id_field))
+        learn(node, broker.host, int(broker.port))
         port = ports.node_port(node)
         if port is None:
             continue
-        learn(node, broker.host, int(broker.port))
         out.append(replace(broker, host=ports.host, port=type(broker.port)(port)))
     return tuple(out)
 
@@ -106,8 +112,18 @@ def _coordinator(entry: Any, ports: PortMap, learn: Callable[[int, str, int], No
     node = int(entry.node_id)
     if node < 0 or not entry.host:  # an error answer (COORDINATOR_NOT_AVAILABLE): nothing to rewrite
         return entry
-    port = ports.node_port(node)
-    if port is None:
-        return entry
     learn(node, entry.host, int(entry.port))
+    port = ports.node_port(node)
+    if port is None:  # never the broker's own address: the client asks again (as while one is elected)
+        values: dict[str, Any] = {
+            "error_code": ErrorCode.coordinator_not_available,
+            "node_id": type(entry.node_id)(-1),
+            "host": "",
+            "port": type(entry.port)(-1),
+        }
+        if hasattr(entry, "error_message"):
+            values["error_message"] = (
+                f"broker {node} is not served by this gateway (PROCESSOR_GATEWAY_NODE_IDS)"
+            )
+        return replace(entry, **values)
     return replace(entry, host=ports.host, port=type(entry.port)(port))

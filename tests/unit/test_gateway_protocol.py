@@ -111,7 +111,8 @@ def test_metadata_brokers_are_the_gateways_ports_and_out_of_range_nodes_are_left
         (1, "gw.example", 19094),
         (2, "gw.example", 19095),
     ]
-    assert learned == {1: ("b1.internal", 9092), 2: ("b2.internal", 9092)}
+    # told of every broker (it logs the one it gives no port), though no client is told of 500
+    assert learned == {1: ("b1.internal", 9092), 2: ("b2.internal", 9092), 500: ("b500.internal", 9092)}
     corr, again = decode_response(3, 12, encode_response(9, out))
     assert corr == 9 and again == out
 

@@ -1,0 +1,40 @@
+"""``processor gateway`` in front of the local stack's broker with PROCESSOR_GATEWAY_NODE_IDS not
+holding the broker's node id (as the default 0-63 does not hold Tansu's 111): it refuses to start,
+exit code 2 and one line naming the setting and the range to set, instead of running and handing
+clients the broker's own address."""
+
+from __future__ import annotations
+
+import pytest
+
+from processor.devstack.stack import StackInfo, free_port
+from processor.kafka_clients import new_admin
+from tests.support.cli import run_cli
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_gateway_refuses_to_start_when_a_broker_is_outside_its_node_ids(
+    local_stack: StackInfo, tmp_path
+) -> None:
+    brokers = new_admin(local_stack.bootstrap_servers, "t").list_topics(timeout=15).brokers
+    node = max(int(n) for n in brokers)
+    outside = f"{node + 1}-{node + 1}"  # a range that holds no broker of the stack
+    env = {
+        **local_stack.env(),
+        "PROCESSOR_METADATA_TOPIC": "__remote_log_metadata_gw_ids",
+        "PROCESSOR_DATA_DIR": str(tmp_path / "data"),
+        "PROCESSOR_S3_REGION": "us-east-1",
+        "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
+        "PROCESSOR_GATEWAY_PORT": str(free_port()),
+        "PROCESSOR_GATEWAY_NODE_IDS": outside,
+        "PROCESSOR_WEB_HOST": "127.0.0.1",
+        "PROCESSOR_WEB_PORT": str(free_port()),
+        "PROCESSOR_WEB_AUTH": "none",
+    }
+    result = run_cli(env, "gateway")
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "PROCESSOR_GATEWAY_NODE_IDS" in line]
+    assert len(lines) == 1, result.stderr
+    assert f"PROCESSOR_GATEWAY_NODE_IDS={outside} does not hold the node id of broker {node} (" in lines[0]
+    assert "Traceback" not in result.stderr
