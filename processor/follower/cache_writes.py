@@ -127,6 +127,9 @@ class RocksFoldStore:
     def is_shadowed(self, tp: TopicPartition, key: bytes) -> bool:
         return key in self._bookkept(tp)[0]
 
+    def shadowed_keys(self, tp: TopicPartition) -> set[bytes]:
+        return set(self._bookkept(tp)[0])
+
     def is_orphan(self, tp: TopicPartition, sid: uuid.UUID) -> bool:
         return sid in self._bookkept(tp)[1]
 
@@ -169,6 +172,24 @@ class RocksFoldStore:
         out.update({sid: seg for sid, seg in changes.items() if seg is not None})
         return list(out.values())
 
+    def deleting(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
+        """Segments of ``tp`` being deleted (DELETE_SEGMENT_STARTED; a finished deletion is not
+        listed), this batch's changes included: a scan of the partition's listing, rare."""
+        out: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        for key, _value in self.queries.scan_keys(b"L", tp, 0):
+            sid = uuid.UUID(bytes=key[-16:])
+            seg = self.segment(sid)
+            if seg is not None and seg.state is SegmentState.DELETE_SEGMENT_STARTED:
+                out[sid] = seg
+        for sid, seg in self.segments.items():
+            if (
+                seg is not None
+                and seg.topic_partition == tp
+                and seg.state is SegmentState.DELETE_SEGMENT_STARTED
+            ):
+                out[sid] = seg
+        return list(out.values())
+
     # -- writes ----------------------------------------------------------------------------------
 
     def commit(self, tp: TopicPartition, change: Change) -> None:
@@ -208,15 +229,15 @@ class RocksFoldStore:
         if change.header is not None:
             batch.put(b"E" + ptp, encode_header(change.header))
             self.headers[tp] = change.header
-        if change.shadow is not None:
-            key, on = change.shadow
+        if change.shadow is not None or change.shadows:
             shadowed = self._bookkept(tp)[0]
-            if on:
-                batch.put(b"H" + ptp + key, b"")
-                shadowed.add(key)
-            else:
-                batch.delete(b"H" + ptp + key)
-                shadowed.discard(key)
+            for key, on in (*change.shadows, *(() if change.shadow is None else (change.shadow,))):
+                if on:
+                    batch.put(b"H" + ptp + key, b"")
+                    shadowed.add(key)
+                else:
+                    batch.delete(b"H" + ptp + key)
+                    shadowed.discard(key)
         if change.orphan is not None:
             sid, orphan = change.orphan
             orphans = self._bookkept(tp)[1]

@@ -106,9 +106,18 @@ def clean_partition(
         raise FencedWriterError(
             f"{tp}: the metadata shows claim {part.current_epoch}, not this writer's {epoch}; not cleaning"
         )
-    for segment in part.repairs():
+    repairs = part.repairs()
+    log_start_shadowed = part.log_start_shadowed()
+    claim = part.header.claim
+    if claim is not None and part.claim_shadowed():
+        # a tombstone under this claim's key: state the claim again, then re-publish every state
+        # written under it (the fold marks them when it accepts the claim stated again)
+        deleter.restate_claim(tp, claim)
+        repairs = [*repairs, *(s for s in part.claim_records() if s not in repairs)]
+        log_start_shadowed = part.log_start_offset > 0
+    for segment in repairs:
         deleter.repair(segment, epoch)
-    if part.log_start_shadowed():
+    if log_start_shadowed:
         deleter.repair_log_start(tp, part.log_start_offset, epoch)
     out = DeletionOutcome()
     for orphan in part.orphans.values():

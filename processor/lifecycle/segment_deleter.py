@@ -40,8 +40,10 @@ from processor import metrics
 from processor.errors import FencedWriterError, InvalidNameError, StorageError
 from processor.lifecycle.retention_policy import DeleteReason, RetentionPlan
 from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED, acknowledged
+from processor.metadata.fold import Claim
 from processor.metadata.model import (
     MetadataRecord,
+    PartitionClaim,
     RemoteLogSegmentMetadata,
     RemoteLogStartOffset,
     SegmentState,
@@ -300,3 +302,17 @@ class SegmentDeleter:
 
     def repair_log_start(self, tp: TopicPartition, offset: int, writer_epoch: int) -> None:
         self.move_log_start_offset(tp, offset, writer_epoch)
+
+    def restate_claim(self, tp: TopicPartition, claim: Claim) -> None:
+        """Publish the holder's claim again under its own key (a tombstone was filed there): readers
+        of the compacted topic then find the claim before the records re-published after it."""
+        record = PartitionClaim(
+            tp,
+            claim.claim_id,
+            claim.kind,
+            claim.writer_id,
+            self.clock_ms(),
+            claim.topic_id,
+            restates_epoch=claim.epoch,
+        )
+        self._publish_confirmed(record, f"claim {claim.epoch} of {tp} stated again")

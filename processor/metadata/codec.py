@@ -73,6 +73,7 @@ _SCHEMA_FILES = {
 _SCHEMA_HISTORY: dict[int, tuple[str, ...]] = {
     TYPE_PARTITION_DELETE: ("RemotePartitionDeleteMetadata.v1.avsc",),  # before writer_epoch
     TYPE_SEGMENT: ("RemoteLogSegmentMetadata.v1.avsc",),  # before replaces_state
+    TYPE_CLAIM: ("PartitionClaim.v1.avsc",),  # before restates_epoch
 }
 _FRAME = struct.Struct(">BB")
 
@@ -216,6 +217,7 @@ def _to_avro(record: MetadataRecord) -> tuple[int, dict[str, Any]]:
             "writer_id": record.writer_id,
             "event_timestamp_ms": record.event_timestamp_ms,
             "released_epoch": record.released_epoch,
+            "restates_epoch": record.restates_epoch,
         }
     if isinstance(record, RemoteLogStartOffset):
         return TYPE_LOG_START_OFFSET, {
@@ -266,6 +268,7 @@ def _from_avro(record_type: int, d: dict[str, Any]) -> MetadataRecord:
             event_timestamp_ms=d["event_timestamp_ms"],
             topic_id=d["topic_id"],
             released_epoch=d["released_epoch"],
+            restates_epoch=d["restates_epoch"],
         )
     if record_type == TYPE_LOG_START_OFFSET:
         return RemoteLogStartOffset(

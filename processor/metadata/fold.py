@@ -45,9 +45,15 @@ uploaded) are deleted and its key tombstoned by the owner's cleanup.
 
 Tombstones mean what compaction makes of them: a segment's tombstone forgets the segment, a
 start-offset tombstone resets the start offset to 0, a partition-delete tombstone forgets the
-partition's delete state; a claim's tombstone only removes the claim's record (its place in the log
-is history and stays). Every exception while applying one record is contained to that record: it is
-rejected (``internal_error``) and nothing of it is applied.
+partition's delete state. A claim is never forgotten: once the partition has a claim, a tombstone
+(or an undecodable value) under a claim's key is rejected and shadows the key. The current holder
+states its claim again under the same key (``restates_epoch``: a reader that no longer has the
+first record takes the claim from this one), which marks every state it wrote under the claim for
+re-publishing after it; a shadowed key of another claim waits for the next claim, which marks every
+state written before it for its holder to re-publish.
+
+Every exception while applying one record is contained to that record: it is rejected
+(``internal_error``) and nothing of it is applied.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Protocol
 
@@ -175,6 +181,7 @@ class Change:
     dropped: RemoteLogSegmentMetadata | None = None  # a segment forgotten (its tombstone)
     unserve: tuple[RemoteLogSegmentMetadata, ...] = ()  # served ones that stop being served
     shadow: tuple[bytes, bool] | None = None  # key shadowed by a rejected record (True) or no more
+    shadows: tuple[tuple[bytes, bool], ...] = ()  # more of them (a claim's records to re-publish)
     orphan: tuple[uuid.UUID, RemoteLogSegmentMetadata | None] | None = None  # rejected, of an unknown segment
 
 
@@ -192,6 +199,13 @@ class FoldStore(Protocol):
         ...
 
     def served(self, tp: TopicPartition) -> Iterable[RemoteLogSegmentMetadata]: ...
+
+    def deleting(self, tp: TopicPartition) -> Iterable[RemoteLogSegmentMetadata]:
+        """Segments of ``tp`` in a delete state the store lists (rare: a claim's records are being
+        re-published)."""
+        ...
+
+    def shadowed_keys(self, tp: TopicPartition) -> Iterable[bytes]: ...
 
     def is_shadowed(self, tp: TopicPartition, key: bytes) -> bool: ...
 
@@ -257,6 +271,46 @@ def _describe(record: MetadataRecord) -> str:
     return f"{record.kind.value} claim of {record.topic_partition}"
 
 
+def claim_key_of(tp: TopicPartition, claim_id: uuid.UUID) -> bytes:
+    return f"{tp.topic}/{tp.partition}/{CLAIM_KEY_PART}/{claim_id}".encode()
+
+
+def _claim_records(
+    store: FoldStore, tp: TopicPartition, header: PartitionHeader, pick: Callable[[int], bool]
+) -> list[tuple[bytes, bool]]:
+    """The keys holding an accepted state of ``tp`` whose record's epoch ``pick`` selects (served
+    segments' copy keys, deleting segments' delete keys, the remote log start offset's key), to be
+    marked shadowed: the owner re-publishes each under its claim (:func:`repairs`)."""
+    keys = [(segment_key(s.segment_id), True) for s in store.served(tp) if pick(s.writer_epoch)]
+    keys += [(delete_key(s.segment_id), True) for s in store.deleting(tp) if pick(s.writer_epoch)]
+    if header.log_start_offset > 0:
+        keys.append((log_start_offset_key(tp), True))
+    return keys
+
+
+def _claim_ends(store: FoldStore, tp: TopicPartition, header: PartitionHeader) -> list[tuple[bytes, bool]]:
+    """The current claim is released: if a tombstone or an undecodable value was filed under its key,
+    a reader of the compacted topic will not have it, and would reject every record of the claim
+    that is still its key's latest. Those keys are marked for the next holder to re-publish (the
+    claim's key stays shadowed until the next claim)."""
+    claim = header.claim
+    if claim is None or not store.is_shadowed(tp, claim_key_of(tp, claim.claim_id)):
+        return []
+    return _claim_records(store, tp, header, lambda epoch: epoch == claim.epoch)
+
+
+def _claims_lost(store: FoldStore, tp: TopicPartition, header: PartitionHeader) -> list[tuple[bytes, bool]]:
+    """A new claim: from here on every reader, with or without the claim records a tombstone or an
+    undecodable value took, agrees on who holds the partition. The keys those claims held are no
+    longer anyone's to repair; every state written before is marked for the new holder to re-publish
+    under its own claim (a reader of the compacted topic may have judged it without its claim)."""
+    head = f"{tp.topic}/{tp.partition}/{CLAIM_KEY_PART}/".encode()
+    lost = [k for k in store.shadowed_keys(tp) if k.startswith(head)]
+    if not lost:
+        return []
+    return [*((k, False) for k in lost), *_claim_records(store, tp, header, lambda epoch: True)]
+
+
 def decide_claim(store: FoldStore, offset: int, claim: PartitionClaim) -> Change:
     tp = claim.topic_partition
     header = store.header(tp)
@@ -266,14 +320,43 @@ def decide_claim(store: FoldStore, offset: int, claim: PartitionClaim) -> Change
                 f"release of claim {claim.released_epoch}, but the current claim is {header.current_epoch}",
                 STALE_EPOCH,
             )
-        return Change(header=replace(header, claimed=True, claim=None))
+        return Change(
+            header=replace(header, claimed=True, claim=None), shadows=tuple(_claim_ends(store, tp, header))
+        )
+    epoch = offset
+    restated = claim.restates_epoch
+    if restated >= 0:
+        held = header.claim
+        if held is not None and held.epoch == restated:
+            if (held.claim_id, held.writer_id, held.kind) != (claim.claim_id, claim.writer_id, claim.kind):
+                raise RejectedRecord(
+                    f"{claim.kind.value} claim {claim.claim_id} of {claim.writer_id!r} states claim "
+                    f"{restated} again, which is {held.claim_id} of {held.writer_id!r}",
+                    STALE_EPOCH,
+                )
+            # the holder states its claim again: every record of the claim that is still its key's
+            # latest was written before this one, and a reader that no longer has the claim's first
+            # record judges them without it; the holder re-publishes them after this record
+            marks = [
+                (claim_key_of(tp, held.claim_id), False),
+                *_claim_records(store, tp, header, lambda e: e == restated),
+            ]
+            return Change(shadows=tuple(marks))
+        if restated >= offset or (held is not None and held.epoch > restated):
+            raise RejectedRecord(
+                f"{claim.kind.value} claim {claim.claim_id} states claim {restated} again, but the current "
+                f"claim is {header.current_epoch}",
+                STALE_EPOCH,
+            )
+        epoch = restated  # a reader of the compacted topic: the claim's first record is gone
     lineage = _claim_lineage(header.lineage, claim.topic_id)
     current = Claim(
-        offset, claim.claim_id, claim.kind, claim.writer_id, claim.topic_id, claim.event_timestamp_ms
+        epoch, claim.claim_id, claim.kind, claim.writer_id, claim.topic_id, claim.event_timestamp_ms
     )
     return Change(
         header=replace(header, claimed=True, claim=current, lineage=lineage),
         unserve=tuple(_switch_unserves(store, tp, header.lineage, lineage)),
+        shadows=tuple(_claims_lost(store, tp, header)),
     )
 
 
@@ -458,7 +541,11 @@ def decide_tombstone(store: FoldStore, key: bytes | None) -> tuple[TopicPartitio
     if rest == LOG_START_OFFSET_KEY_SUFFIX:
         return tp, Change(header=replace(store.header(tp), log_start_offset=0), shadow=(key or b"", False))
     if rest.startswith(CLAIM_KEY_PART + "/"):
-        return None  # a claim's place in the log is history: nothing changes
+        if not store.header(tp).claimed:
+            return None  # no claim of the partition was ever accepted: nothing depends on the key
+        # a claim's record is never removed: a reader of the compacted topic would judge the claim's
+        # records without it (and reject them); the holder states its claim again
+        raise RejectedRecord(f"tombstone of claim key {key!r}: a claim is never forgotten", MISPLACED)
     text, slash, suffix = rest.partition("/")
     if slash and suffix != DELETE_KEY_SUFFIX:
         raise FormatError(f"tombstone with a key that names no segment: {key!r}")
@@ -543,6 +630,9 @@ class Fold:
             if parsed is None or key is None:
                 return
             tp, rest = parsed
+            if rest.startswith(CLAIM_KEY_PART + "/"):
+                self._shadow_claim_key(tp, key)
+                return
             if rest == LOG_START_OFFSET_KEY_SUFFIX:
                 if self.store.header(tp).log_start_offset > 0:
                     self.store.commit(tp, Change(shadow=(key, True)))
@@ -563,6 +653,20 @@ class Fold:
                 self.store.commit(tp, Change(shadow=(key, True)))
         except Exception:  # bookkeeping of a rejected record must not turn into a crash
             log.exception("bookkeeping of an undecodable metadata record failed")
+
+    def _shadow_claim_key(self, tp: TopicPartition, key: bytes) -> None:
+        """A tombstone or an undecodable value under a claim's key: once compacted, the claim's record
+        is gone. The key is shadowed: the current claim's holder states its claim again; another
+        claim's (an earlier one, a release, or a key no claim had) waits for the next claim, and every
+        accepted state not written under the current claim is marked for the holder to re-publish."""
+        header = self.store.header(tp)
+        if not header.claimed:
+            return
+        claim = header.claim
+        marks: list[tuple[bytes, bool]] = [(key, True)]
+        if claim is None or key != claim_key_of(tp, claim.claim_id):
+            marks += _claim_records(self.store, tp, header, lambda e: claim is None or e != claim.epoch)
+        self.store.commit(tp, Change(shadows=tuple(marks)))
 
     def _reject(
         self,
@@ -663,6 +767,14 @@ class MemoryStore:
         part = self.partitions.get(tp)
         return [] if part is None else [part.segments[x] for x in part.served]
 
+    def shadowed_keys(self, tp: TopicPartition) -> set[bytes]:
+        part = self.partitions.get(tp)
+        return set() if part is None else set(part.shadowed)
+
+    def deleting(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
+        part = self.partitions.get(tp)
+        return [] if part is None else [s for s in part.segments.values() if s.state in DELETE_STATES]
+
     def is_shadowed(self, tp: TopicPartition, key: bytes) -> bool:
         part = self.partitions.get(tp)
         return part is not None and key in part.shadowed
@@ -689,8 +801,7 @@ class MemoryStore:
                 part.served.add(sid)
             else:
                 part.served.discard(sid)
-        if change.shadow is not None:
-            key, on = change.shadow
+        for key, on in (*change.shadows, *(() if change.shadow is None else (change.shadow,))):
             if on:
                 part.shadowed.add(key)
             else:

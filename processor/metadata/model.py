@@ -190,6 +190,9 @@ class PartitionClaim:
     event_timestamp_ms: int
     topic_id: str | None = None  # the broker's topic id when the claim was made
     released_epoch: int = -1  # RELEASE only: the epoch of the claim it ends
+    # LEAD or ADMIN only: the epoch of the holder's own claim this record states again (the holder
+    # re-publishes its claim when a tombstone was filed under the claim's key); -1: a new claim
+    restates_epoch: int = -1
 
 
 MetadataRecord = (

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from processor.errors import IllegalTransitionError
-from processor.metadata.codec import LOG_START_OFFSET_KEY_SUFFIX, delete_key, segment_key
+from processor.metadata.codec import CLAIM_KEY_PART, LOG_START_OFFSET_KEY_SUFFIX, delete_key, segment_key
 from processor.metadata.fencing import Lineage, StaleRecordError
 from processor.metadata.fold import MetadataFold, PartitionHeader, PartitionView
 from processor.metadata.model import (
@@ -144,6 +144,25 @@ class PartitionRemoteState:
             (delete_key(s.segment_id), s) for s in self.segments.values() if s.state in DELETE_STATES
         )
         return [holding[k] for k in sorted(self.shadowed) if k in holding]
+
+    def claim_records(self) -> list[RemoteLogSegmentMetadata]:
+        """The states the current claim wrote that a reader needs its claim for: its served segments
+        and the deletions it recorded (re-published when the claim is stated again)."""
+        epoch = self.current_epoch
+        return [
+            s
+            for s in (*self.finished(), *(x for x in self.segments.values() if x.state in DELETE_STATES))
+            if s.writer_epoch == epoch
+        ]
+
+    def claim_shadowed(self) -> bool:
+        """Whether a tombstone (or an undecodable value) was filed under the current claim's key: its
+        holder states the claim again, then re-publishes what it wrote under it (:meth:`repairs`)."""
+        claim = self.header.claim
+        if claim is None:
+            return False
+        suffix = f"/{CLAIM_KEY_PART}/{claim.claim_id}".encode()
+        return any(k.endswith(suffix) for k in self.shadowed)
 
     def log_start_shadowed(self) -> bool:
         """Whether a rejected record shadows the accepted remote log start offset (re-publish it)."""

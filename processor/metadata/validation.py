@@ -188,6 +188,9 @@ def check_record(record: MetadataRecord) -> MetadataRecord:
         _check_writer(record, record.writer_id, record.released_epoch)
         if (record.kind is ClaimKind.RELEASE) != (record.released_epoch >= 0):
             raise _fail(record, f"a {record.kind.value} claim with released_epoch {record.released_epoch}")
+        _check_writer(record, record.writer_id, record.restates_epoch)
+        if record.kind is ClaimKind.RELEASE and record.restates_epoch >= 0:
+            raise _fail(record, f"a RELEASE claim with restates_epoch {record.restates_epoch}")
     return record
 
 

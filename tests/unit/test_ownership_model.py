@@ -177,6 +177,8 @@ class OwnershipModel(RuleBasedStateMachine):
         self.topic_id = TOPIC_ID
         self.failed_deletions = FailedDeletions()
         self.retention_deleted: dict[uuid.UUID, int] = {}  # segment -> the time cutoff that expired it
+        # rejected records under a claim's key: offset -> (partition, offset by which it was neutralised)
+        self.claim_hits: dict[int, tuple[TopicPartition, int | None]] = {}
         self._ids = 0
         self.cache_dir = Path(tempfile.mkdtemp(prefix="ownership-model-"))
         self.cache_applied = 0  # messages of the log the cache has applied
@@ -408,12 +410,20 @@ class OwnershipModel(RuleBasedStateMachine):
             RetentionLimits() if keep is None else RetentionLimits(retention_ms=keep)
         )
         cutoff = self.source_ends[owner.tp] - (keep or 0)
+        up_to_date = owner.pinned is None and owner.view_at >= self.topic.next_offset
         try:
             result = service.run_pass({owner.tp: owner.epoch})
         except StorageError:
             return  # the pass fails; the next one retries
         finally:
             self._saw_own_writes(owner)
+        after = self._state(owner.tp)
+        if up_to_date and after.current_epoch == owner.epoch:
+            # a pass on a view that holds everything neutralises what it found: nothing it could
+            # re-publish is left shadowed (else only min.compaction.lag.ms would stand between a
+            # hostile record and readers of the compacted topic)
+            assert not after.claim_shadowed(), "the claim's key is still shadowed after its holder's pass"
+            assert after.repairs() == [], f"left to repair after the holder's pass: {after.repairs()}"
         if result.fenced and self._state(owner.tp).current_epoch != owner.epoch:
             self._fenced(owner)  # taken over (else: its plan lost to a copy that finished since)
             return
@@ -535,6 +545,7 @@ class OwnershipModel(RuleBasedStateMachine):
         )
         plan = plan_rebuild(manifests, {TPS[0].topic: self.topic_id}, 0)
         self.topic = Topic(TPS, WRITERS)
+        self.claim_hits = {}
         parts = [(tp, part) for tp, part in sorted(plan.items()) if part.served]
         epochs = {
             tp: self.topic.publish(
@@ -577,6 +588,30 @@ class OwnershipModel(RuleBasedStateMachine):
             key = f"{other.topic}/{other.partition}/{victim.segment_id.id}".encode()
         self.topic.append(key, None)
         assert not self.topic.accepted[self.topic.next_offset - 1], f"hostile tombstone {key!r} accepted"
+
+    def _claim_keys(self, tp: TopicPartition) -> list[bytes]:
+        head = f"{tp.topic}/{tp.partition}/claim/".encode()
+        return sorted({m.key for m in self.topic.log if m.key.startswith(head) and m.value is not None})
+
+    @precondition(lambda self: self._claimed())
+    @rule(kind=st.sampled_from(["current", "any", "garbage"]), data=st.data())
+    def hostile_claim_tombstone(self, kind: str, data: st.DataObject) -> None:
+        """A tombstone (or a value that does not decode) under a claim's key: the current claim's, or
+        any claim's still in the topic. Once compacted the claim would be gone and readers of the
+        topic would reject every record of it that is still its key's latest; the fold rejects it and
+        the holder (or the next one) repairs before compaction may reach it."""
+        tp = data.draw(st.sampled_from(self._claimed()), label="partition")
+        claim = self.topic.live.partition(tp).header.claim
+        keys = self._claim_keys(tp)
+        if kind == "current" and claim is not None:
+            key = f"{tp.topic}/{tp.partition}/claim/{claim.claim_id}".encode()
+        elif keys:
+            key = data.draw(st.sampled_from(keys), label="claim key")
+        else:
+            return
+        offset = self.topic.append(key, b"\x01\x04junk" if kind == "garbage" else None)
+        assert not self.topic.accepted[offset], f"hostile claim tombstone {key!r} accepted"
+        self.claim_hits[offset] = (tp, None)
 
     @precondition(lambda self: self._claimed())
     @rule(
@@ -630,6 +665,12 @@ class OwnershipModel(RuleBasedStateMachine):
             view = self.topic.live.partition(tp)
             pending |= set(view.shadowed) | {segment_key(o.segment_id) for o in view.orphans.values()}
         guard = self.topic.next_offset
+        # a rejected record under a claim's key: until its partition has nothing left to neutralise
+        # the cleaner stays before it; it passes it only together with everything that neutralised it
+        # (the cleaner lags min.compaction.lag.ms behind, the owner neutralises within a pass)
+        for t, (_tp, settled) in self.claim_hits.items():
+            if settled is None:
+                guard = min(guard, t)
         for key in pending:
             offsets = [m.offset for m in self.topic.log if m.key == key]
             accepted = [o for o in offsets if self.topic.accepted[o] and self._establishes(o)]
@@ -637,7 +678,22 @@ class OwnershipModel(RuleBasedStateMachine):
             if after:
                 guard = min(guard, after[0])
         point = data.draw(st.integers(0, guard), label="cleaning point")
+        moved = True
+        while moved:
+            moved = False
+            for t, (_tp, settled) in self.claim_hits.items():
+                if settled is not None and t < point < settled:
+                    point, moved = t, True
         self.topic.compact(point)
+
+    @invariant()
+    def claim_hits_settle(self) -> None:
+        """Bookkeeping of the cleaner's bound (not a check): the offset by which the partition of each
+        rejected claim-key record had nothing left to neutralise."""
+        for t, (tp, settled) in list(self.claim_hits.items()):
+            view = self.topic.live.partition(tp)
+            if settled is None and not view.shadowed and not view.orphans:
+                self.claim_hits[t] = (tp, self.topic.next_offset)
 
     def _establishes(self, offset: int) -> bool:
         """An accepted record that holds its key's current state: any but a log start below the

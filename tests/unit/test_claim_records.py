@@ -1,0 +1,141 @@
+"""Claim records get the protection segment records have: a tombstone under a claim's key is
+rejected and repaired, so compaction can never leave a claim's records without their claim. Pure:
+the real fold, codec, retention pass and deleter over a filesystem bucket."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from pathlib import Path
+
+from processor.lifecycle.retention_policy import RetentionLimits
+from processor.lifecycle.retention_service import clean_partition
+from processor.metadata.codec import claim_key, decode_value, encode_value
+from processor.metadata.fold import MISPLACED, MetadataFold
+from processor.metadata.model import ClaimKind, PartitionClaim, SegmentState
+from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.storage.filesystem import FilesystemChunkStorage
+from tests.unit.test_claims import TP, Log, copy, deleter
+from tests.unit.test_deletion_proof import fresh, keys_in, objects_of, served, upload
+
+S = SegmentState
+
+
+def _claim(log: Log, offset: int) -> PartitionClaim:
+    record = decode_value(log.messages[offset][2] or b"")
+    assert isinstance(record, PartitionClaim)
+    return record
+
+
+def _every_cleaning_point_serves(log: Log, expected: set[uuid.UUID]) -> None:
+    for point in range(len(log.messages) + 1):
+        assert served(fresh(log, point)) == expected, f"a cleaning point at {point} serves less"
+
+
+def test_a_tombstone_on_the_owners_claim_key_is_repaired_and_every_reader_keeps_serving(
+    tmp_path: Path,
+) -> None:
+    """Before: the tombstone was accepted and recorded nothing, so the owner had nothing to repair;
+    once compacted, readers from the topic rejected every segment of the claim (stale_epoch), and the
+    owner restarted on such a view deleted the objects of the one whose manifest write had failed."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    log.claim("a")  # an earlier owner
+    epoch = log.claim("w")
+    segments = [copy(log, i * 10, i * 10 + 9, epoch)[1] for i in range(3)]
+    for seg in segments:
+        upload(storage, seg, manifest=seg is not segments[2])  # the last one's manifest write failed
+    ids = {s.segment_id.id for s in segments}
+    log._append(claim_key(_claim(log, epoch)), None)  # hostile: under the owner's own claim key
+    assert log.fold.rejected == {MISPLACED: 1}
+    assert served(log.fold) == ids and log.state().current_epoch == epoch
+    # the owner's next pass repairs it; another pass finds nothing left to do
+    clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 0)
+    assert log.state().shadowed == set()
+    before = len(log.messages)
+    clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 0)
+    assert len(log.messages) == before
+    _every_cleaning_point_serves(log, ids)
+    compacted = fresh(log)
+    assert compacted.partition(TP).current_epoch == epoch
+    # the owner restarted on a cache built from the compacted topic: a new claim, a pass
+    view = Compacted(log)
+    again = view.claim("w")
+    assert served(view.fold) == ids
+    clean_partition(TP, view.state(), deleter(view, storage), again, RetentionLimits(), 0)
+    assert served(view.fold) == ids
+    for seg in segments:
+        assert {seg.data_object_key, seg.index_object_key} <= keys_in(storage)
+    assert objects_of(segments[0]) <= keys_in(storage)
+
+
+class Compacted(Log):
+    """The topic as a reader finds it after the cleaner went over all of it (offsets kept)."""
+
+    def __init__(self, source: Log) -> None:
+        super().__init__()
+        latest: dict[bytes, int] = {}
+        for offset, key, _value in source.messages:
+            latest[key] = offset
+        self.next = len(source.messages)
+        for offset, key, value in source.messages:
+            if latest[key] == offset and value is not None:
+                self.messages.append((offset, key, value))
+                self.accepted[offset] = self.fold.apply_raw(offset, key, value).accepted
+
+    def _append(self, key: bytes, value: bytes | None) -> int:
+        offset = self.next
+        self.next += 1
+        self.messages.append((offset, key, value))
+        self.accepted[offset] = self.fold.apply_raw(offset, key, value).accepted
+        return offset
+
+
+def test_a_tombstone_on_a_released_admin_claim_is_repaired_by_the_next_owner(tmp_path: Path) -> None:
+    """The records of ``processor rekey``: an ADMIN claim, every served segment published again
+    under it (its data key re-wrapped), a RELEASE. Before: a tombstone under the ADMIN claim's key,
+    once compacted, left readers from the topic serving none of the segments."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    log.claim("a")  # an earlier owner
+    worker = log.claim("w")
+    segments = [copy(log, i * 10, i * 10 + 9, worker)[1] for i in range(3)]
+    for seg in segments:
+        upload(storage, seg)
+    admin = log.claim("rekey", ClaimKind.ADMIN)
+    for seg in segments:
+        again = dataclasses.replace(seg, writer_id="rekey", writer_epoch=admin, custom_metadata=b"k2")
+        assert log.accepted[log.publish(again)]
+    release = PartitionClaim(TP, uuid.uuid4(), ClaimKind.RELEASE, "rekey", 0, released_epoch=admin)
+    log.publish(release)
+    log._append(claim_key(_claim(log, admin)), None)
+    ids = {s.segment_id.id for s in segments}
+    assert served(log.fold) == ids
+    owner = log.claim("w")
+    clean_partition(TP, log.state(), deleter(log, storage), owner, RetentionLimits(), 0)
+    assert log.state().shadowed == set()
+    _every_cleaning_point_serves(log, ids)
+    state = PartitionRemoteState.of(fresh(log).partition(TP))
+    assert {s.custom_metadata for s in state.finished()} == {b"k2"}
+
+
+def test_a_claim_restatement_round_trips_and_a_claim_of_the_earlier_schema_still_reads() -> None:
+    claim = PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 5, None, restates_epoch=3)
+    assert decode_value(encode_value(claim)) == claim
+    plain = dataclasses.replace(claim, restates_epoch=-1)
+    earlier = encode_value(plain)[:-1]  # what the earlier schema wrote: no restates_epoch at the end
+    assert decode_value(earlier) == plain
+
+
+def test_a_restatement_by_anyone_but_the_holder_is_rejected() -> None:
+    log = Log()
+    epoch = log.claim("w")
+    claim = _claim(log, epoch)
+    forged = dataclasses.replace(claim, writer_id="mallory", restates_epoch=epoch)
+    assert not log.accepted[log.publish(forged)]
+    other = dataclasses.replace(claim, claim_id=uuid.uuid4(), restates_epoch=epoch)
+    assert not log.accepted[log.publish(other)]
+    assert (
+        log.state().current_epoch == epoch and log.state().header.claim == log.fold.partition(TP).header.claim
+    )
+    assert isinstance(log.fold, MetadataFold)
