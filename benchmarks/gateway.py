@@ -52,7 +52,7 @@ def running_gateway(
         "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
         "PROCESSOR_GATEWAY_PORT": str(port),
         "PROCESSOR_GATEWAY_ARCHIVE_READS": reads,
-        "PROCESSOR_GATEWAY_NODE_IDS": "100-127",  # Tansu's node id is 111
+        "PROCESSOR_GATEWAY_NODE_IDS": "0-127",  # Apache Kafka's node id is 1, Tansu's 111
         "PROCESSOR_WEB_HOST": "127.0.0.1",
         "PROCESSOR_WEB_PORT": str(web),
         "PROCESSOR_LOG_LEVEL": "warn",

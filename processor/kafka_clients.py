@@ -296,6 +296,25 @@ def check_broker(target: KafkaTarget, timeout_s: float | None = None) -> AdminCl
     return admin
 
 
+def broker_group_session_bounds(admin: AdminClient, timeout_s: float = 10.0) -> tuple[int, int] | None:
+    """A broker's ``group.min.session.timeout.ms`` and ``group.max.session.timeout.ms``, or None where
+    they cannot be read (a principal without DescribeConfigs on the cluster, a broker that does not
+    list them): then nothing is known, and nothing is checked."""
+    try:
+        brokers = admin.list_topics(timeout=timeout_s).brokers
+        if not brokers:
+            return None
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
+        described = admin.describe_configs([resource])[resource].result(timeout=timeout_s)
+    except KafkaException as exc:
+        log.info("the broker's group session bounds could not be read (%s): not checked", exc)
+        return None
+    low, high = described.get("group.min.session.timeout.ms"), described.get("group.max.session.timeout.ms")
+    if low is None or high is None or low.value is None or high.value is None:
+        return None
+    return int(low.value), int(high.value)
+
+
 def partition_counts(admin: AdminClient, topics: list[str], timeout_s: float = 10.0) -> dict[str, int]:
     md = admin.list_topics(timeout=timeout_s)
     out: dict[str, int] = {}

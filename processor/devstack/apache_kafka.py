@@ -201,7 +201,8 @@ def write_keystore(secured: SecureKafka) -> None:
 
 
 def cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (it may start with "-":
+    passed as ``--cluster-id=ID``, never as an argument of its own)."""
     return base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
 
 
@@ -225,7 +226,14 @@ def prepare(root: Path, ports: KafkaPorts, secured: SecureKafka | None) -> Prepa
     properties.write_text(server_properties(data, ports, secured))
     (home / "log4j2.properties").write_text(_LOG4J2)
     formatted = subprocess.run(
-        [*_jvm(home), "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(properties)],
+        [
+            *_jvm(home),
+            "kafka.tools.StorageTool",
+            "format",
+            f"--cluster-id={cluster_id()}",
+            "-c",
+            str(properties),
+        ],
         capture_output=True,
         text=True,
         timeout=FORMAT_TIMEOUT_S,

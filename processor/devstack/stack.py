@@ -64,9 +64,10 @@ class StackInfo:
     broker: str = "tansu"  # "kafka" (Apache Kafka) or "tansu"
 
     @property
-    def broker_node_ids(self) -> str:
-        """The broker's node id, as PROCESSOR_GATEWAY_NODE_IDS takes it."""
-        return str(apache_kafka.NODE_ID) if self.broker == KAFKA else str(TANSU_NODE_ID)
+    def gateway_node_ids(self) -> str:
+        """A PROCESSOR_GATEWAY_NODE_IDS range that holds the broker's node id (Apache Kafka's 1 is in
+        the default 0-63; Tansu's is 111)."""
+        return "0-63" if self.broker == KAFKA else "100-127"
 
     @property
     def secured(self) -> secure_kafka.SecureKafka | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from processor.config import Settings
 from processor.errors import ConfigError
-from processor.kafka_clients import check_broker, partition_counts
+from processor.kafka_clients import broker_group_session_bounds, check_broker, partition_counts
 from processor.metadata.topic_io import ensure_metadata_topic
 from processor.storage.chunk_storage import ChunkStorage
 from processor.web.handlers import read_api_token as web_access_token
@@ -50,6 +50,7 @@ def check_worker(settings: Settings) -> Started:
     """The worker's start-up checks: the shared ones, plus source topics configured."""
     require_topics(settings)
     started = check_shared(settings)
+    check_session_timeout(settings, started.admin)
     missing = set(settings.topics) - set(partition_counts(started.admin, list(settings.topics)))
     if missing:
         log.warning(
@@ -57,6 +58,23 @@ def check_worker(settings: Settings) -> Started:
             ", ".join(sorted(missing)),
         )
     return started
+
+
+def check_session_timeout(settings: Settings, admin: Any) -> None:
+    """The group coordinator refuses a member whose session timeout lies outside its
+    ``group.min.session.timeout.ms`` .. ``group.max.session.timeout.ms`` (6 s .. 30 min by default)
+    with a fatal JoinGroup error that the group client only logs: the worker would run on without
+    ever leading a partition. Checked at start against the broker's own settings."""
+    bounds = broker_group_session_bounds(admin)
+    if bounds is None:
+        return
+    low, high = bounds
+    if not low <= settings.session_timeout_ms <= high:
+        raise ConfigError(
+            f"PROCESSOR_SESSION_TIMEOUT_MS={settings.session_timeout_ms}: the broker accepts a group "
+            f"member's session timeout from {low} to {high} ms (group.min.session.timeout.ms, "
+            "group.max.session.timeout.ms); it would refuse the worker's every join"
+        )
 
 
 def read_api_token(settings: Settings) -> str | None:

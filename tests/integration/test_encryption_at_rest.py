@@ -243,7 +243,9 @@ def test_fetch_and_verify_commands_read_the_encrypted_archive(encrypted) -> None
     assert [base64.b64decode(r["value"]) for r in rows] == [w.value for w in want[5:8]]
 
 
-def test_a_kafka_client_reads_the_encrypted_archive_through_the_gateway(encrypted, tmp_path) -> None:
+def test_a_kafka_client_reads_the_encrypted_archive_through_the_gateway(
+    encrypted, tmp_path, local_stack
+) -> None:
     topic = next(iter(encrypted.topics))
     port, web = free_port(), free_port()
     settings = encrypted.settings(
@@ -251,7 +253,7 @@ def test_a_kafka_client_reads_the_encrypted_archive_through_the_gateway(encrypte
         PROCESSOR_GATEWAY_HOST="127.0.0.1",
         PROCESSOR_GATEWAY_PORT=str(port),
         PROCESSOR_GATEWAY_ARCHIVE_READS="archived",
-        PROCESSOR_GATEWAY_NODE_IDS="100-127",  # Tansu's node id is 111
+        PROCESSOR_GATEWAY_NODE_IDS=local_stack.gateway_node_ids,
         PROCESSOR_WEB_HOST="127.0.0.1",
         PROCESSOR_WEB_PORT=str(web),
     )

@@ -20,7 +20,7 @@ from tests.integration.invariants import (
     settled_invariants,
     wait_for_log,
 )
-from tests.integration.worker_process import worker_env
+from tests.integration.worker_process import TEST_SESSION_TIMEOUT_MS, worker_env
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -35,7 +35,7 @@ def _env(info: StackInfo, data_dir: Path, topic: str, meta: str, worker: str, **
         topic,
         PROCESSOR_METADATA_TOPIC=meta,
         PROCESSOR_S3_PREFIX=topic,
-        PROCESSOR_SESSION_TIMEOUT_MS="3000",
+        PROCESSOR_SESSION_TIMEOUT_MS=TEST_SESSION_TIMEOUT_MS,
         PROCESSOR_WORKER_ID=worker,
         PROCESSOR_APP_ID=f"app-{topic}",
         **extra,

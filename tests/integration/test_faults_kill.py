@@ -20,7 +20,7 @@ from tests.integration.invariants import (
     running_worker,
     wait_for_log,
 )
-from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.integration.worker_process import TEST_SESSION_TIMEOUT_MS, WorkerProcess, worker_env
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -48,7 +48,7 @@ def test_kill_9_at_random_points_leaves_every_record_once_and_nothing_leaked(
         PROCESSOR_BLOCK_BYTES=str(8 * 1024),
         PROCESSOR_SEGMENT_MS="200",
         PROCESSOR_BUFFER_BYTES=str(8 * 1024 * 1024),
-        PROCESSOR_SESSION_TIMEOUT_MS="3000",
+        PROCESSOR_SESSION_TIMEOUT_MS=TEST_SESSION_TIMEOUT_MS,
         PROCESSOR_WORKER_ID="kill-target",
         PROCESSOR_FOLLOWER_ENABLED="false",
     )

@@ -14,7 +14,7 @@ from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from tests.integration.invariants import expected_ends, running_worker, settled_invariants, wait_for_log
-from tests.integration.worker_process import worker_env
+from tests.integration.worker_process import TEST_SESSION_TIMEOUT_MS, worker_env
 from tests.support.fault_proxy import FaultProxy, FaultRule, error_rule, slowdown_rule
 from tests.support.metadata_watch import wait_offloaded
 
@@ -30,7 +30,7 @@ def _env(info: StackInfo, data_dir: Path, topic: str, meta: str, prefix: str, **
         topic,
         PROCESSOR_METADATA_TOPIC=meta,
         PROCESSOR_S3_PREFIX=prefix,
-        PROCESSOR_SESSION_TIMEOUT_MS="3000",
+        PROCESSOR_SESSION_TIMEOUT_MS=TEST_SESSION_TIMEOUT_MS,
         PROCESSOR_COPY_RETRY_BACKOFF_MAX_MS="2000",
         PROCESSOR_FOLLOWER_ENABLED="false",
         **extra,

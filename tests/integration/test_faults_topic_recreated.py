@@ -20,7 +20,7 @@ from processor.wiring.follower import build_follower, build_reader
 from processor.wiring.storage import build_storage
 from tests.integration.invariants import running_worker
 from tests.integration.lifecycle_support import run_cli, storage_for
-from tests.integration.worker_process import worker_env
+from tests.integration.worker_process import TEST_SESSION_TIMEOUT_MS, worker_env
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -55,7 +55,7 @@ def test_recreated_topic_is_offloaded_from_zero_and_never_served_the_old_records
         PROCESSOR_SEGMENT_BYTES=str(32 * 1024),
         PROCESSOR_BLOCK_BYTES=str(4 * 1024),
         PROCESSOR_SEGMENT_MS="300",
-        PROCESSOR_SESSION_TIMEOUT_MS="3000",
+        PROCESSOR_SESSION_TIMEOUT_MS=TEST_SESSION_TIMEOUT_MS,
     )
     produce_samples(local_stack.bootstrap_servers, TOPIC, 400, 1, big_every=0)
     with running_worker(env, tmp_path / "first.log") as worker:

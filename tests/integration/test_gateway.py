@@ -109,7 +109,7 @@ def gateway(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) ->
             "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
             "PROCESSOR_GATEWAY_PORT": str(port),
             "PROCESSOR_GATEWAY_ARCHIVE_READS": "archived",
-            "PROCESSOR_GATEWAY_NODE_IDS": "100-127",  # Tansu's node id is 111
+            "PROCESSOR_GATEWAY_NODE_IDS": local_stack.gateway_node_ids,
             "PROCESSOR_WEB_HOST": "127.0.0.1",
             "PROCESSOR_WEB_PORT": str(web),
         }
@@ -415,7 +415,7 @@ def _gateway_process(local_stack: StackInfo, tmp: Path, port: int, web: int) -> 
         "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
         "PROCESSOR_GATEWAY_PORT": str(port),
         "PROCESSOR_GATEWAY_ARCHIVE_READS": "archived",
-        "PROCESSOR_GATEWAY_NODE_IDS": "100-127",
+        "PROCESSOR_GATEWAY_NODE_IDS": local_stack.gateway_node_ids,
         "PROCESSOR_WEB_HOST": "127.0.0.1",
         "PROCESSOR_WEB_PORT": str(web),
     }

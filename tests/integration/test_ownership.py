@@ -33,7 +33,7 @@ from processor.spark.options import connection_from
 from processor.wiring.read_side import open_read_side
 from tests.integration.invariants import check_invariants, running_worker, wait_for_log
 from tests.integration.lifecycle_support import produce, storage_for
-from tests.integration.worker_process import worker_env
+from tests.integration.worker_process import TEST_SESSION_TIMEOUT_MS, worker_env
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -48,7 +48,7 @@ def _env(info: StackInfo, data_dir: Path, topic: str, meta: str, worker: str, **
         "PROCESSOR_METADATA_PARTITIONS": "2",
         "PROCESSOR_DELETION_TOPIC": f"{meta}-deletions",
         "PROCESSOR_S3_PREFIX": topic,
-        "PROCESSOR_SESSION_TIMEOUT_MS": "3000",
+        "PROCESSOR_SESSION_TIMEOUT_MS": TEST_SESSION_TIMEOUT_MS,
         "PROCESSOR_WORKER_ID": worker,
         "PROCESSOR_APP_ID": f"app-{topic}",
         "PROCESSOR_SEGMENT_BYTES": str(12 * 1024),

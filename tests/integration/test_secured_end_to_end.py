@@ -267,7 +267,7 @@ def test_the_gateway_serves_the_archive_over_tls_with_sasl_passed_through(
         "PROCESSOR_DATA_DIR": str(tmp_path / "gateway"),
         "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
         "PROCESSOR_GATEWAY_PORT": str(port),
-        "PROCESSOR_GATEWAY_NODE_IDS": "100-127",  # Tansu's node id is 111
+        "PROCESSOR_GATEWAY_NODE_IDS": secured_stack.gateway_node_ids,
         "PROCESSOR_GATEWAY_ARCHIVE_READS": "archived",
         "PROCESSOR_GATEWAY_TLS_CERTFILE": secured.pki.broker_cert,  # valid for 127.0.0.1
         "PROCESSOR_GATEWAY_TLS_KEYFILE": secured.pki.broker_key,

@@ -1,0 +1,197 @@
+"""The moment the project exists for, on Apache Kafka: the broker drops offsets the worker archived
+(DeleteRecords on one partition, then ``retention.ms`` on 1 MiB segments on both), and unmodified
+consumers of five kinds read the topic from offset 0 to its end through the gateway in its default
+``below-log-start`` mode: every record once, in order, byte-exact, in a group that commits.
+
+One archive for the module: a worker offloads the topic and stops; the broker then truncates; records
+produced after that are the broker's alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
+from confluent_kafka import TopicPartition as KafkaTP
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource  # type: ignore[attr-defined]
+
+from processor.config import load_settings
+from processor.devstack import stack
+from processor.devstack.sample_data import SampleRecord, produce_samples, sample_record
+from processor.devstack.stack import StackInfo, free_port
+from processor.kafka_clients import ensure_topic, new_admin
+from processor.metadata.model import TopicPartition
+from processor.wiring.gateway_server import GatewayServer
+from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.consumers import READERS, REPORTS_HEADERS, check_every_record_once
+from tests.support.gateway_thread import gateway_running
+from tests.support.metadata_watch import wait_offloaded
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "trunc-orders"
+PARTITIONS = 2
+ARCHIVED = 4000  # ~1.6 MB a partition: two 1 MiB segments, the first closed
+TAIL = 300  # produced after the truncation, stamped now: the broker's alone
+DELETED_TO = 1200  # partition 0's log start after DeleteRecords
+META = "__remote_log_metadata_trunc"
+PREFIX = "trunc"
+SEGMENT_BYTES = 1024 * 1024  # Kafka 4's smallest segment.bytes
+
+
+@dataclass
+class Truncated:
+    bootstrap: str  # the gateway
+    web: str
+    direct: str  # the broker
+    by_partition: dict[int, list[SampleRecord]]
+    log_start: dict[int, int]  # the broker's log start after the truncation
+
+
+def _log_starts(bootstrap: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "trunc-watermarks"})
+    try:
+        return {
+            p: int(consumer.get_watermark_offsets(KafkaTP(TOPIC, p), timeout=10)[0])
+            for p in range(PARTITIONS)
+        }
+    finally:
+        consumer.close()
+
+
+def _produce_fresh(bootstrap: str, start: int, count: int) -> list[SampleRecord]:
+    """Sample records stamped with the current time (not the samples' own 2023 timestamps)."""
+    now = int(time.time() * 1000)
+    records = [
+        dataclasses.replace(sample_record(i, PARTITIONS, big_every=0), timestamp=now + i)
+        for i in range(start, start + count)
+    ]
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    for r in records:
+        producer.produce(
+            TOPIC, value=r.value, key=r.key, partition=r.partition, headers=list(r.headers) or None,
+            timestamp=r.timestamp,
+        )  # fmt: skip
+    assert producer.flush(60) == 0, "records not delivered"
+    return records
+
+
+def _set_topic_configs(bootstrap: str, **configs: str) -> None:
+    admin = new_admin(bootstrap, "trunc-config")
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        TOPIC,
+        incremental_configs=[
+            ConfigEntry(name.replace("_", "."), value, incremental_operation=AlterConfigOpType.SET)
+            for name, value in configs.items()
+        ],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def truncated(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Truncated]:
+    if local_stack.broker != stack.KAFKA:
+        pytest.skip("Tansu never moves a partition's log start: truncation needs Apache Kafka")
+    tmp = tmp_path_factory.mktemp("truncation")
+    bootstrap = local_stack.bootstrap_servers
+    # kept while the worker archives (the sample records carry timestamps of 2023: Kafka's default
+    # 7-day retention would delete each closed segment at once)
+    topic_config = {"segment.bytes": str(SEGMENT_BYTES), "retention.ms": "-1"}
+    ensure_topic(new_admin(bootstrap, "t"), TOPIC, PARTITIONS, 1, topic_config)
+    by_partition: dict[int, list[SampleRecord]] = {p: [] for p in range(PARTITIONS)}
+    for r in produce_samples(
+        bootstrap, TOPIC, ARCHIVED, PARTITIONS, big_every=10**9, producer_config={"batch.size": 16 * 1024}
+    ):
+        by_partition[r.partition].append(r)
+    env = worker_env(
+        local_stack,
+        tmp / "data",
+        TOPIC,
+        PROCESSOR_METADATA_TOPIC=META,
+        PROCESSOR_S3_PREFIX=PREFIX,
+        PROCESSOR_SEGMENT_BYTES=str(256 * 1024),
+        PROCESSOR_BLOCK_BYTES=str(32 * 1024),
+        PROCESSOR_SEGMENT_MS="500",
+    )
+    ends = {TopicPartition(TOPIC, p): len(rs) - 1 for p, rs in by_partition.items()}
+    worker = WorkerProcess(env, tmp / "worker.log")
+    try:
+        wait_offloaded(bootstrap, META, ends, 180, worker.proc)
+    finally:
+        worker.stop()
+    # the broker drops what was archived: DeleteRecords on partition 0, then a day's retention on
+    # both (every archived record is years old: its segments go, the active one rolled first)
+    admin = new_admin(bootstrap, "trunc-delete")
+    for future in admin.delete_records([KafkaTP(TOPIC, 0, DELETED_TO)]).values():
+        future.result(timeout=30)
+    assert _log_starts(bootstrap)[0] == DELETED_TO
+    _set_topic_configs(bootstrap, retention_ms=str(24 * 3600 * 1000))
+    deadline = time.monotonic() + 60
+    while (log_start := _log_starts(bootstrap)) != {p: len(rs) for p, rs in by_partition.items()}:
+        assert time.monotonic() < deadline, f"retention.ms deleted up to {log_start} only"
+        time.sleep(0.5)  # polling the broker's retention pass (every second here)
+    for r in _produce_fresh(bootstrap, ARCHIVED, TAIL):  # today's records: retention keeps them
+        by_partition[r.partition].append(r)
+    port, web = free_port(), free_port()
+    settings = load_settings(
+        {
+            **local_stack.env(),
+            "PROCESSOR_METADATA_TOPIC": META,
+            "PROCESSOR_S3_PREFIX": PREFIX,
+            "PROCESSOR_S3_REGION": "us-east-1",
+            "PROCESSOR_DATA_DIR": str(tmp / "gateway-data"),
+            "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
+            "PROCESSOR_GATEWAY_PORT": str(port),
+            "PROCESSOR_WEB_HOST": "127.0.0.1",
+            "PROCESSOR_WEB_PORT": str(web),
+        }
+    )
+    assert settings.gateway_archive_reads == "below-log-start"  # the default, under test here
+    with gateway_running(GatewayServer.build(settings)):
+        yield Truncated(f"127.0.0.1:{port}", f"http://127.0.0.1:{web}", bootstrap, by_partition, log_start)
+
+
+def _metric(web: str, name: str, **labels: str) -> float:
+    text = urllib.request.urlopen(f"{web}/metrics", timeout=10).read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items())
+    )
+
+
+def test_the_broker_itself_no_longer_has_the_first_offsets(truncated: Truncated) -> None:
+    """What a consumer of the broker alone gets: the partitions from their new log start."""
+    starts = _log_starts(truncated.direct)
+    assert starts == truncated.log_start and all(s > 0 for s in starts.values())
+    got = READERS["confluent-kafka"](truncated.direct, "trunc-direct", TOPIC, TAIL)
+    assert {p: min(g[1] for g in got if g[0] == p) for p in range(PARTITIONS)} == truncated.log_start
+
+
+@pytest.mark.parametrize("client", list(READERS))
+def test_a_consumer_reads_what_the_broker_deleted_through_the_gateway(
+    truncated: Truncated, client: str
+) -> None:
+    before = _metric(truncated.web, "processor_gateway_fetch_records_total", topic=TOPIC, source="archive")
+    want = sum(len(rs) for rs in truncated.by_partition.values())
+    group = f"trunc-{client}"
+    got = READERS[client](truncated.bootstrap, group, TOPIC, want)
+    check_every_record_once(got, truncated.by_partition, client, headers=REPORTS_HEADERS[client])
+    served = _metric(truncated.web, "processor_gateway_fetch_records_total", topic=TOPIC, source="archive")
+    assert served - before >= sum(truncated.log_start.values()), "the deleted offsets came from the archive"
+    # the group's commits reached the broker through the gateway: each partition at its end
+    admin = new_admin(truncated.direct, "trunc-groups")  # held: its futures die with it
+    committed = admin.list_consumer_group_offsets([_group_request(group)])
+    offsets = {tp.partition: tp.offset for tp in committed[group].result(timeout=30).topic_partitions}
+    assert offsets == {p: len(rs) for p, rs in truncated.by_partition.items()}
+
+
+def _group_request(group: str) -> ConsumerGroupTopicPartitions:
+    return ConsumerGroupTopicPartitions(group, [KafkaTP(TOPIC, p) for p in range(PARTITIONS)])
