@@ -18,7 +18,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
@@ -235,13 +235,15 @@ class _ReasonHandler(logging.Handler):
         args = record.args if isinstance(record.args, tuple) else ()
         if args and args[0] == "FAIL":  # confluent-kafka logs (facility, client name, message)
             self.seen.append(("FAIL", str(args[-1])))
+            return  # a reason: the check's error says it once, if the check fails
         if record.levelno >= logging.WARNING:
             _RDKAFKA_LOG.handle(record)
 
 
 def _reasons_logger(seen: collections.deque[tuple[str, str]]) -> logging.Logger:
     """A logger of its own (not in the logging tree) that keeps librdkafka's FAIL lines in ``seen``
-    and passes warnings on to the ``librdkafka`` logger."""
+    (not written: the check's error names the reason) and passes other warnings on to the
+    ``librdkafka`` logger."""
     logger = logging.Logger("librdkafka.check", logging.INFO)
     logger.propagate = False
     logger.addHandler(_ReasonHandler(seen))
@@ -251,11 +253,26 @@ def _reasons_logger(seen: collections.deque[tuple[str, str]]) -> logging.Logger:
 # How long a command waits for a broker to answer before it reports the cluster unreachable: a
 # broker that is starting (or restarting) gets this long; a refused credential ends the wait at once.
 BROKER_CHECK_TIMEOUT_S = 10.0
+# How long every bootstrap address may refuse the TCP connection (nothing listens there: a wrong port
+# or host, a broker that is down) before a command says so: a broker just starting gets this long.
+BROKER_REFUSED_S = 1.0
+_CHECK_POLL_S = 0.25
+# A FAIL line of a connection refused, naming the broker ("host:port/bootstrap", with the protocol
+# in front when it is not PLAINTEXT).
+_CONNECTION_REFUSED = re.compile(r"(?:^|\]: )(?P<broker>[^\s\]]+): Connect to \S+ failed: Connection refused")
 
 
-def check_broker(target: KafkaTarget, timeout_s: float | None = None) -> AdminClient:
+def _refusing_brokers(seen: Iterable[tuple[str, str]]) -> set[str]:
+    return {m.group("broker") for _, message in seen if (m := _CONNECTION_REFUSED.search(message))}
+
+
+def check_broker(
+    target: KafkaTarget, timeout_s: float | None = None, refused_s: float | None = None
+) -> AdminClient:
     """Fail fast with a clear error when no broker answers (within ``timeout_s``, default
-    BROKER_CHECK_TIMEOUT_S) or it refuses our credentials.
+    BROKER_CHECK_TIMEOUT_S), every bootstrap address refuses the connection (for ``refused_s``,
+    default BROKER_REFUSED_S, or ``timeout_s`` when that was given: a caller waiting for a broker to
+    restart), or the broker refuses our credentials (at once).
 
     The error names the broker and how we authenticate (protocol, mechanism, user, client
     certificate), with librdkafka's reason (a rejected password, an untrusted certificate), and
@@ -272,15 +289,27 @@ def check_broker(target: KafkaTarget, timeout_s: float | None = None) -> AdminCl
         logger=_reasons_logger(seen),
         log_level=6,
     )
-    deadline = time.monotonic() + (BROKER_CHECK_TIMEOUT_S if timeout_s is None else timeout_s)
+    started = time.monotonic()
+    deadline = started + (BROKER_CHECK_TIMEOUT_S if timeout_s is None else timeout_s)
+    if refused_s is None:
+        refused_s = BROKER_REFUSED_S if timeout_s is None else timeout_s
+    addresses = len([a for a in conn.bootstrap_servers.split(",") if a.strip()])
     while True:
         try:
-            admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            admin.list_topics(timeout=min(_CHECK_POLL_S, max(0.05, deadline - time.monotonic())))
             break
         except KafkaException as exc:
             admin.poll(0)  # serves error_cb: the reason (authentication, TLS) arrives there
             # A refused credential or certificate is final: no point waiting out the timeout.
             final = any(name in _FINAL_REFUSALS for name, _ in seen)
+            refused = len(_refusing_brokers(seen)) >= addresses
+            if refused and time.monotonic() - started >= refused_s:
+                _RDKAFKA_FOLD.flush()
+                raise ServiceUnavailableError(
+                    f"Kafka broker at {conn.bootstrap_servers} is unreachable: every connection was "
+                    f"refused for {refused_s:.1f} s (nothing listens there, or the broker is down; "
+                    "PROCESSOR_BOOTSTRAP_SERVERS)"
+                ) from None
             if not final and time.monotonic() < deadline:
                 continue
             reasons = sorted(

@@ -135,8 +135,8 @@ def test_other_records_pass_unfolded(folded):
 
 
 def test_the_reasons_kept_for_the_error_message_are_all_there():
-    """check_broker's reasons logger still sees every FAIL line (its deque keeps the reasons), while
-    the ``librdkafka`` logger writes the first and a count."""
+    """check_broker's reasons logger sees every FAIL line (its deque keeps the reasons) and writes
+    none of them: the check's error names the reason once; other warnings still reach ``librdkafka``."""
     seen: collections.deque[tuple[str, str]] = collections.deque(maxlen=20)
     reasons = kafka_clients._reasons_logger(seen)
     lines = Lines()
@@ -147,9 +147,18 @@ def test_the_reasons_kept_for_the_error_message_are_all_there():
         for _ in range(200):
             rdkafka(reasons, message, client="processor-check#producer-1")
         assert list(seen) == [("FAIL", message)] * 20
-        assert lines.lines == [f"FAIL [processor-check#producer-1] {message}"]
         kafka_clients._RDKAFKA_FOLD.flush()
-        assert len(lines.lines) == 2
-        assert "(repeated 199 more times" in lines.lines[1]
+        assert lines.lines == []
+        rdkafka(reasons, "Broker is slow", facility="REQTMOUT", client="processor-check#producer-1")
+        assert lines.lines == ["REQTMOUT [processor-check#producer-1] Broker is slow"]
     finally:
         rdkafka_log.removeHandler(lines)
+
+
+def test_refused_connections_are_told_apart_by_broker():
+    seen = [
+        ("FAIL", REFUSED.format(ms=0)),
+        ("FAIL", "sasl_ssl://b:9093/bootstrap: Connect to ipv4#10.0.0.2:9093 failed: Connection refused"),
+        ("_TRANSPORT", "3/3 brokers are down"),
+    ]
+    assert kafka_clients._refusing_brokers(seen) == {"127.0.0.1:1/bootstrap", "sasl_ssl://b:9093/bootstrap"}
