@@ -30,10 +30,17 @@ from botocore.exceptions import (
     NoCredentialsError,
     ParamValidationError,
     PartialCredentialsError,
+    ProfileNotFound,
 )
 
 from processor import metrics
-from processor.errors import InvalidRangeError, ObjectExistsError, ObjectNotFoundError, StorageError
+from processor.errors import (
+    ConfigError,
+    InvalidRangeError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from processor.storage.chunk_storage import (
     Buffer,
     ChainedReader,
@@ -219,15 +226,12 @@ def storage_error(op: str, where: str, exc: Exception, key: str = "") -> Storage
     return StorageError(f"S3 {op} {where} failed: {type(exc).__name__}: {exc}", retriable=True)
 
 
-class S3ChunkStorage(ChunkStorage):
-    supports_concat = True
-
-    def __init__(self, options: S3Options, client: S3Client | None = None) -> None:
-        if options.part_size < MIN_PART_SIZE:
-            raise ValueError(f"S3 part size must be at least {MIN_PART_SIZE} bytes")
-        self.options = options
-        self.bucket = options.bucket
-        self._client: S3Client = client or boto3.session.Session().client(
+def _new_client(options: S3Options) -> S3Client:
+    """The S3 client of the standard AWS chain; an AWS_PROFILE that names no profile is a
+    configuration error naming it (botocore raises it as the client is made)."""
+    try:
+        session = boto3.session.Session()
+        return session.client(
             "s3",
             endpoint_url=options.endpoint_url,
             region_name=options.region,
@@ -248,6 +252,22 @@ class S3ChunkStorage(ChunkStorage):
                 response_checksum_validation="when_required",
             ),
         )
+    except ProfileNotFound as exc:
+        raise ConfigError(
+            f"AWS_PROFILE: {exc}; name a profile of the AWS config files (~/.aws/config, "
+            "~/.aws/credentials), or unset it"
+        ) from None
+
+
+class S3ChunkStorage(ChunkStorage):
+    supports_concat = True
+
+    def __init__(self, options: S3Options, client: S3Client | None = None) -> None:
+        if options.part_size < MIN_PART_SIZE:
+            raise ValueError(f"S3 part size must be at least {MIN_PART_SIZE} bytes")
+        self.options = options
+        self.bucket = options.bucket
+        self._client: S3Client = client or _new_client(options)
         _count_requests(self._client)
         _label_parts(self._client)
         self._parts_pool = ThreadPoolExecutor(
@@ -474,20 +494,35 @@ class S3ChunkStorage(ChunkStorage):
     # -- lifecycle --------------------------------------------------------------------------------
 
     def check_bucket(self) -> None:
-        """Fail fast, with a clear error, when the endpoint or bucket cannot be reached."""
+        """Fail fast, with a clear error naming what to change, when the endpoint or bucket cannot be
+        reached or used, or no credentials were found."""
+        endpoint = self.options.endpoint_url or "(AWS default)"
         try:
             self._client.head_bucket(Bucket=self.bucket)
         except ClientError as exc:
             code, status = _code(exc), _status(exc)
             # HEAD has no body: 404 is the missing bucket, 403 no permission; 5xx may pass.
             retriable = status >= 500 or code in TRANSIENT_CODES
+            if status == 404:
+                raise StorageError(
+                    f"S3 bucket {self.bucket!r} does not exist at {endpoint} (PROCESSOR_S3_BUCKET; "
+                    "the bucket must exist)",
+                    retriable=False,
+                ) from exc
             raise StorageError(
-                f"S3 bucket {self.bucket!r} is not usable: {'NoSuchBucket' if status == 404 else code}",
+                f"S3 bucket {self.bucket!r} is not usable: {code} (PROCESSOR_S3_BUCKET, and the AWS "
+                "credentials' permissions on it)",
                 retriable=retriable,
+            ) from exc
+        except (NoCredentialsError, PartialCredentialsError) as exc:
+            raise StorageError(
+                f"no AWS credentials for S3 at {endpoint} ({exc}): set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run with an IAM role (IRSA, instance profile)",
+                retriable=False,
             ) from exc
         except BotoCoreError as exc:
             raise StorageError(
-                f"S3 endpoint {self.options.endpoint_url or '(AWS default)'} is unreachable: {exc}"
+                f"S3 endpoint {endpoint} is unreachable: {exc} (PROCESSOR_S3_ENDPOINT_URL)"
             ) from exc
 
     def create_bucket(self) -> None:

@@ -3,6 +3,7 @@ follower scoped to one topic, and a remote reader over it."""
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,23 +36,34 @@ def open_read_side(settings: Settings, topic: str, partition: int | None) -> Rea
     """Materialize only the metadata partitions that hold the topic's partitions into a temporary
     cache, then read through it. Works whether or not a worker runs."""
     admin = check_broker(settings.kafka)
-    counts = partition_counts(admin, [settings.metadata_topic, topic])
-    if settings.metadata_topic not in counts:
-        raise ProcessorError(
-            f"metadata topic {settings.metadata_topic} does not exist: nothing was offloaded yet"
+    with contextlib.ExitStack() as undo:  # what was opened is closed again if a step fails
+        storage = build_storage(settings)
+        undo.callback(storage.close)
+        # The bucket too, before anything is read: a misspelt bucket or missing credentials fail
+        # every command that reads, not only those that reach an object.
+        storage.check_bucket()
+        counts = partition_counts(admin, [settings.metadata_topic, topic])
+        if settings.metadata_topic not in counts:
+            raise ProcessorError(
+                f"metadata topic {settings.metadata_topic} does not exist: nothing was offloaded yet"
+            )
+        meta_parts = counts[settings.metadata_topic]
+        if partition is None and topic not in counts:
+            # the topic is gone from the cluster (deleted, or a restore after a disaster): its
+            # partitions are wherever the metadata says, so every metadata partition is read
+            wanted = list(range(meta_parts))
+        else:
+            partitions = [partition] if partition is not None else list(range(counts[topic]))
+            tps = [TopicPartition(topic, p) for p in partitions]
+            wanted = sorted({metadata_partition_for(tp, meta_parts) for tp in tps})
+        cache_dir = tempfile.TemporaryDirectory(prefix="processor-cli-cache-")
+        undo.callback(cache_dir.cleanup)
+        scoped = settings.model_copy(
+            update={"follow_metadata_partitions": tuple(wanted) or (0,), "follow_topics": (topic,)}
         )
-    meta_parts = counts[settings.metadata_topic]
-    if partition is None and topic not in counts:
-        # the topic is gone from the cluster (deleted, or a restore after a disaster): its
-        # partitions are wherever the metadata says, so every metadata partition is read
-        wanted = list(range(meta_parts))
-    else:
-        partitions = [partition] if partition is not None else list(range(counts[topic]))
-        wanted = sorted({metadata_partition_for(TopicPartition(topic, p), meta_parts) for p in partitions})
-    cache_dir = tempfile.TemporaryDirectory(prefix="processor-cli-cache-")
-    scoped = settings.model_copy(
-        update={"follow_metadata_partitions": tuple(wanted) or (0,), "follow_topics": (topic,)}
-    )
-    follower = build_follower(scoped, meta_parts, cache_dir=Path(cache_dir.name))
-    follower.materializer.catch_up()
-    return ReadSide(follower, build_reader(settings, build_storage(settings), follower.rlmm), cache_dir)
+        follower = build_follower(scoped, meta_parts, cache_dir=Path(cache_dir.name))
+        undo.callback(follower.close)
+        follower.materializer.catch_up()
+        side = ReadSide(follower, build_reader(settings, storage, follower.rlmm), cache_dir)
+        undo.pop_all()
+    return side
