@@ -138,18 +138,28 @@ def read_api_token(host: str, token: str | None, auth: str) -> str | None:
 
 
 def authorized(token: str | None, headers: Mapping[str, str]) -> Reply | None:
-    """None when the request may proceed; a 401 reply otherwise. No token configured: open."""
+    """None when the request may proceed; a 401 reply otherwise, saying whether the token was missing
+    or wrong (RFC 6750's ``invalid_token``). No token configured: open."""
     if not token:
         return None
     given = headers.get("Authorization", headers.get("authorization", ""))
     scheme, _, credential = given.partition(" ")
+    if scheme.lower() != "bearer" or not credential.strip():
+        return Reply(
+            401,
+            {
+                "error": "a bearer token is required: send 'Authorization: Bearer <token>' with the "
+                "server's PROCESSOR_WEB_TOKEN"
+            },
+            headers={"WWW-Authenticate": 'Bearer realm="processor"'},
+        )
     # hmac.compare_digest: the time taken does not reveal how much of the token matched.
-    if scheme.lower() == "bearer" and hmac.compare_digest(credential.strip().encode(), token.encode()):
+    if hmac.compare_digest(credential.strip().encode(), token.encode()):
         return None
     return Reply(
         401,
-        {"error": "a bearer token is required (Authorization: Bearer <token>)"},
-        headers={"WWW-Authenticate": 'Bearer realm="processor"'},
+        {"error": "the bearer token is wrong: it is not the server's PROCESSOR_WEB_TOKEN"},
+        headers={"WWW-Authenticate": 'Bearer realm="processor", error="invalid_token"'},
     )
 
 

@@ -41,6 +41,25 @@ def test_wrong_or_missing_token_is_401(headers: dict[str, str]) -> None:
     assert "s3cret" not in str(reply.body)
 
 
+@pytest.mark.parametrize(
+    ("headers", "says"),
+    [
+        ({}, "a bearer token is required"),
+        ({"Authorization": "s3cret-token"}, "a bearer token is required"),
+        ({"Authorization": "Basic s3cret-token"}, "a bearer token is required"),
+        ({"Authorization": "Bearer "}, "a bearer token is required"),
+        ({"Authorization": "Bearer s3cret-toke"}, "the bearer token is wrong"),
+        ({"Authorization": "Bearer s3cret-token-and-more"}, "the bearer token is wrong"),
+    ],
+)
+def test_a_wrong_token_is_told_apart_from_none(headers: dict[str, str], says: str) -> None:
+    reply = handlers.authorized("s3cret-token", headers)
+    assert reply is not None and isinstance(reply.body, dict)
+    assert reply.body["error"].startswith(says) and "PROCESSOR_WEB_TOKEN" in reply.body["error"]
+    wrong = says.startswith("the bearer token is wrong")
+    assert ('error="invalid_token"' in reply.headers["WWW-Authenticate"]) == wrong
+
+
 @pytest.mark.parametrize("header", ["Bearer s3cret-token", "bearer s3cret-token", "Bearer  s3cret-token "])
 def test_right_token_passes(header: str) -> None:
     assert handlers.authorized("s3cret-token", {"Authorization": header}) is None
