@@ -66,9 +66,29 @@ class _Redacting(logging.Formatter):
         return text
 
 
+def _text_field(text: str) -> str:
+    if not text or any(c.isspace() or c in '"=' for c in text):
+        return json.dumps(text, ensure_ascii=False)
+    return text
+
+
+def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The ``extra=`` fields of a record (any attribute a LogRecord does not have of its own)."""
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+
+
 class TextFormatter(_Redacting):
+    """``time LEVEL logger: message key=value ...``: the ``extra=`` fields the JSON lines carry
+    follow the message (a value with spaces, quotes or ``=`` in quotes)."""
+
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        # each value redacted before it is quoted: quoting escapes a secret's quotes and backslashes
+        fields = " ".join(f"{k}={_text_field(self.redact(str(v)))}" for k, v in record_fields(record).items())
+        return f"{line} {fields}" if fields else line
 
     def format(self, record: logging.LogRecord) -> str:
         return self.redact(super().format(record))
@@ -86,10 +106,9 @@ class JsonFormatter(_Redacting):
             "logger": record.name,
             "message": self.redact(record.getMessage().rstrip("\n")),
         }
-        for key, value in record.__dict__.items():
-            if key not in _STANDARD and not key.startswith("_"):
-                keep = isinstance(value, int | float | bool | None)
-                entry[key] = value if keep else self.redact(str(value))
+        for key, value in record_fields(record).items():
+            keep = isinstance(value, int | float | bool | None)
+            entry[key] = value if keep else self.redact(str(value))
         if record.exc_info:
             entry["exception"] = self.redact(self.formatException(record.exc_info))
         if record.stack_info:
@@ -104,8 +123,15 @@ def level_number(level: str) -> int:
     return int(logging.getLevelNamesMapping().get(name, logging.INFO))
 
 
+# Libraries' info lines that say nothing an operator acts on, written only at debug level:
+# botocore's "Found credentials in environment variables." on every S3 client made.
+QUIET_BELOW_DEBUG = ("botocore.credentials",)
+
+
 def logging_config(level: str, log_format: str) -> dict[str, Any]:
     formatter = JsonFormatter if log_format.lower() == "json" else TextFormatter
+    root_level = level_number(level)
+    quiet_level = root_level if root_level <= logging.DEBUG else max(root_level, logging.WARNING)
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -117,7 +143,8 @@ def logging_config(level: str, log_format: str) -> dict[str, Any]:
                 "stream": "ext://sys.stdout",
             }
         },
-        "root": {"level": level_number(level), "handlers": ["processor"]},
+        "loggers": {name: {"level": quiet_level} for name in QUIET_BELOW_DEBUG},
+        "root": {"level": root_level, "handlers": ["processor"]},
     }
 
 

@@ -115,3 +115,46 @@ def test_json_lines_redact_before_escaping(monkeypatch: pytest.MonkeyPatch, secr
 def test_url_credentials_are_secrets() -> None:
     env = {"PROCESSOR_S3_ENDPOINT_URL": "https://minio:canary-url-pw@s3.local:9000", "OTHER": "http://h/x"}
     assert logs.secret_values(env) == ["canary-url-pw"]
+
+
+def test_text_lines_carry_the_fields_of_the_json_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`segment copied` in the default text format says which segment, as the JSON line does."""
+    monkeypatch.setenv("PROCESSOR_SASL_PASSWORD", 'canary "pw')
+    logs._Redacting.secrets = logs.secret_values()
+    try:
+        record = logging.makeLogRecord(
+            {
+                "msg": "segment copied",
+                "levelname": "INFO",
+                "name": "processor.leader.segment_copier",
+                "topic": "orders",
+                "partition": 3,
+                "start_offset": 0,
+                "end_offset": 97,
+                "size_bytes": 5031,
+                "state": "COPY_SEGMENT_FINISHED",
+                "note": 'a b="canary "pw"',
+            }
+        )
+        line = logs.TextFormatter().format(record)
+    finally:
+        logs._Redacting.secrets = []
+    assert line.endswith(
+        "INFO processor.leader.segment_copier: segment copied topic=orders partition=3 start_offset=0 "
+        'end_offset=97 size_bytes=5031 state=COPY_SEGMENT_FINISHED note="a b=\\"***\\""'
+    )
+
+
+def test_botocore_credential_lines_only_at_debug() -> None:
+    """`INFO botocore.credentials: Found credentials ...` on every S3 client is not written unless
+    PROCESSOR_LOG_LEVEL=debug (it interrupted the output of commands)."""
+    saved = list(logging.root.handlers), logging.root.level
+    for level, shown in (("info", False), ("debug", True)):
+        logging.config.dictConfig(logs.logging_config(level, "text"))
+        try:
+            assert logging.getLogger("botocore.credentials").isEnabledFor(logging.INFO) is shown
+            assert logging.getLogger("botocore.credentials").isEnabledFor(logging.WARNING)
+        finally:
+            logging.getLogger("botocore.credentials").setLevel(logging.NOTSET)
+            logging.root.handlers[:] = saved[0]
+            logging.root.setLevel(saved[1])
