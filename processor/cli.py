@@ -48,6 +48,20 @@ from processor.spark.audit_command import add_audit_parser  # imports pyspark on
 log = logging.getLogger("processor")
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: an argument it does not know is a usage error of that command, with its
+    own usage (argparse hands unknown arguments up to the top-level parser, whose usage lists the
+    commands instead). Nested commands (``dev up``) get this class too."""
+
+    def parse_known_args(  # type: ignore[override]  # argparse's overloads; this one signature
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="processor",
@@ -56,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         "not in remote storage), 3 Kafka or S3 unreachable, 130 interrupted",
     )
     parser.add_argument("--version", action="version", version=f"processor {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     for command in (worker, dev, segments, fetch, demo, follower, gateway, config_cmd, verify):
         command.register(sub)
     add_audit_parser(sub)

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from processor.commands.config_reference import DEFAULTS
 from processor.commands.worker import start_up_problems
 from processor.config import ENV_PREFIX, Settings, load_settings
 from processor.errors import ConfigError, ServiceUnavailableError, StorageError
@@ -62,6 +63,15 @@ def _shown(name: str, value: Any) -> tuple[Any, str]:
     return (str(value) if not isinstance(value, int | float) else value), str(value)
 
 
+def _effective_default(name: str, settings: Settings) -> str | None:
+    """What an unset or empty setting stands for, as docs/configuration.md gives its default ("all",
+    the AWS endpoint, the local worker's URL ...); None where unset means nothing more."""
+    if name == "worker_urls":
+        return f"http://127.0.0.1:{settings.web_port}"
+    documented = DEFAULTS.get(name)
+    return documented.strip("`") if documented is not None else None
+
+
 def describe(settings: Settings, environ: Mapping[str, str]) -> dict[str, Any]:
     rows = []
     for name, field in Settings.model_fields.items():
@@ -74,6 +84,8 @@ def describe(settings: Settings, environ: Mapping[str, str]) -> dict[str, Any]:
         else:
             source = "derived"
         as_json, text = _shown(name, value)
+        if value in (None, ()) and (effective := _effective_default(name, settings)) is not None:
+            text = effective
         rows.append({"variable": variable, "value": as_json, "display": text, "source": source})
     aws = [
         {

@@ -35,3 +35,13 @@ class ProcessorApp(faust.App):
     def _new_transport(self) -> Any:
         transport_cls = leadership_transport(self.source_topics)
         return transport_cls(url=self.conf.broker_consumer, app=self, loop=self.loop)
+
+    def on_rebalance_return(self) -> None:
+        """Faust's consumer calls this when its assignment callbacks return. With no tables to
+        recover, Faust's recovery ends the rebalance (``on_rebalance_end``, which drops the sensors'
+        state) while the leadership callback still runs, and Faust then warned "Missing sensor state
+        for rebalance #N" on every rebalance. A rebalance that already ended has nothing left for the
+        sensors to time: skipped."""
+        if not self.rebalancing:
+            return
+        super().on_rebalance_return()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from processor.reader.block_cache import BlockCache
 from processor.reader.remote_reader import RemoteReader
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
+from processor.wiring.data_dir import DataDirLock
 from processor.wiring.encryption import segment_decryption
 
 
@@ -53,10 +55,13 @@ class Follower:
     cache: MetadataCache
     materializer: Materializer
     rlmm: RemoteLogMetadataManager
+    data_dir_lock: DataDirLock | None = None  # held while the cache in PROCESSOR_DATA_DIR is open
 
     def close(self) -> None:
         self.materializer.stop()
         self.cache.close()
+        if self.data_dir_lock is not None:
+            self.data_dir_lock.release()
 
 
 def build_follower(
@@ -65,23 +70,27 @@ def build_follower(
     """The follower; ``own_topics`` (a worker): it also keeps the worker's own source topics. A cache
     on disk built from another metadata topic, or from an earlier incarnation of this one, is rebuilt
     (its records are not this topic's: acting on them could lead and delete by another view)."""
-    cache = MetadataCache(cache_dir or settings.data_dir / "metadata-cache")
-    try:
+    with contextlib.ExitStack() as undo:  # what was opened is closed again if a step fails
+        # The data directory's cache is this process's alone: refused with the setting to change
+        # when another worker or follower holds it.
+        lock = DataDirLock(settings.data_dir) if cache_dir is None else None
+        if lock is not None:
+            undo.callback(lock.release)
+        cache = MetadataCache(cache_dir or settings.data_dir / "metadata-cache")
+        undo.callback(cache.close)
         cache.ensure_origin(metadata_origin(settings))
-    except BaseException:
-        cache.close()
-        raise
-    kept = frozenset(settings.follow_topics) or None
-    if own_topics and kept is not None:
-        kept |= frozenset(settings.topics)
-    materializer = Materializer(
-        cache,
-        lambda: new_consumer(settings.kafka, f"{settings.app_id}-{settings.worker_id}-follower"),
-        settings.metadata_topic,
-        followed_partitions(settings, metadata_partitions, own_topics),
-        kept,
-    )
-    return Follower(cache, materializer, RemoteLogMetadataManager(cache))
+        kept = frozenset(settings.follow_topics) or None
+        if own_topics and kept is not None:
+            kept |= frozenset(settings.topics)
+        materializer = Materializer(
+            cache,
+            lambda: new_consumer(settings.kafka, f"{settings.app_id}-{settings.worker_id}-follower"),
+            settings.metadata_topic,
+            followed_partitions(settings, metadata_partitions, own_topics),
+            kept,
+        )
+        undo.pop_all()
+    return Follower(cache, materializer, RemoteLogMetadataManager(cache), lock)
 
 
 def metadata_origin(settings: Settings) -> str:

@@ -98,15 +98,31 @@ class Worker:
         self.storage.close()
 
     def run(self) -> int:
-        """Start, run Faust until it stops, close; the process's exit code."""
-        faust_worker = faust.Worker(
+        """Start, run Faust until it stops, close; the process's exit code: Faust's, or 130 when
+        SIGINT (Ctrl-C) stopped it, as every command exits when interrupted (SIGTERM, the way
+        Kubernetes stops a pod, is a clean stop: 0)."""
+        faust_worker = _FaustWorker(
             self.app, loglevel=self.settings.log_level, quiet=True, **faust_logging_options(self.settings)
         )
         self.start()
         try:
             faust_worker.execute_from_commandline()
         except SystemExit as exc:
-            return int(exc.code or 0)
+            code = int(exc.code or 0)
+            return EXIT_INTERRUPTED if code == 0 and faust_worker.interrupted else code
         finally:
             self.close()
         return 0
+
+
+EXIT_INTERRUPTED = 130  # what every command exits with when interrupted (processor/cli.py)
+
+
+class _FaustWorker(faust.Worker):
+    """Faust's worker, remembering whether SIGINT stopped it (Faust exits 0 either way)."""
+
+    interrupted = False
+
+    def _on_sigint(self) -> None:
+        self.interrupted = True
+        super()._on_sigint()
