@@ -126,3 +126,6 @@ class _FaustWorker(faust.Worker):
     def _on_sigint(self) -> None:
         self.interrupted = True
         super()._on_sigint()
+
+    def _repr_name(self) -> str:
+        return "Worker"  # Faust's log lines name it "[^Worker]", as before
