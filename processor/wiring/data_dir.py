@@ -1,4 +1,4 @@
-"""One process per PROCESSOR_DATA_DIR: the worker and the follower lock it while they run.
+"""One process per PROCESSOR_DATA_DIR: a worker, follower or gateway locks it while it runs.
 
 Two processes on one data directory would share its RocksDB follower cache, which RocksDB refuses
 ("IO error: While lock file: .../metadata-cache/LOCK"), naming neither the setting nor the other
@@ -32,7 +32,7 @@ class DataDirLock:
             self._fd = None
             holder = f" (pid {pid})" if pid.isdigit() else ""
             raise ConfigError(
-                f"PROCESSOR_DATA_DIR {data_dir} is in use by another worker or follower{holder}: "
+                f"PROCESSOR_DATA_DIR {data_dir} is in use by another worker, follower or gateway{holder}: "
                 "give each process a data directory of its own (PROCESSOR_DATA_DIR)"
             ) from None
         except BaseException:

@@ -58,7 +58,7 @@ def test_a_data_dir_in_use_is_refused_naming_the_setting(tmp_path) -> None:
     try:
         with pytest.raises(ConfigError, match="PROCESSOR_DATA_DIR") as caught:
             DataDirLock(tmp_path / "data")
-        assert "another worker or follower" in str(caught.value)
+        assert "another worker, follower or gateway" in str(caught.value)
     finally:
         held.release()
     DataDirLock(tmp_path / "data").release()  # free again once released
