@@ -102,7 +102,7 @@ def _reach(settings: Settings, timeout_s: float) -> tuple[list[str], list[str], 
     """(what was reached, configuration problems, unreachable services): the broker with the checks
     the worker starts with (processor.kafka_clients.check_broker), then the bucket with a HeadBucket
     on the readiness probe's client (short timeouts, no retries). Nothing is created."""
-    from processor.kafka_clients import check_broker, partition_counts
+    from processor.kafka_clients import BROKER_REFUSED_S, check_broker, partition_counts
     from processor.wiring.storage import build_storage
 
     reached: list[str] = []
@@ -110,7 +110,8 @@ def _reach(settings: Settings, timeout_s: float) -> tuple[list[str], list[str], 
     config: list[str] = []
     unreachable: list[str] = []
     try:
-        admin = check_broker(settings.kafka, timeout_s)
+        # --timeout is for a broker that does not answer; one that refuses is said at once
+        admin = check_broker(settings.kafka, timeout_s, refused_s=min(BROKER_REFUSED_S, timeout_s))
     except ConfigError as exc:  # e.g. an OAUTHBEARER token provider that does not import
         config.append(str(exc))
     except ServiceUnavailableError as exc:
@@ -201,6 +202,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="with --connect: how long to wait for the broker (default 10; S3 gets 2 s to connect)",
+        help="with --connect: how long to wait for a broker that does not answer (default 10; one "
+        "that refuses every connection is said after 1 s; S3 gets 2 s to connect)",
     )
     parser.set_defaults(func=cmd_config)

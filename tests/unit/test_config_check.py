@@ -189,7 +189,7 @@ def test_connect_exits_0_when_both_answer(monkeypatch: pytest.MonkeyPatch) -> No
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(kafka_clients, "check_broker", lambda kafka, timeout_s: object())
+    monkeypatch.setattr(kafka_clients, "check_broker", lambda kafka, timeout_s, refused_s: object())
     monkeypatch.setattr(kafka_clients, "partition_counts", lambda admin, topics, timeout_s: {"orders": 3})
     monkeypatch.setattr(storage, "build_storage", lambda settings, probe: Bucket())
     result = check(VALID, "--connect")
