@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -58,6 +60,44 @@ def _ask(
     return dict(body.get("partitions", {}))
 
 
+# A worker that is starting (its web port not open yet, or the partitions not assigned to it yet) is
+# asked again, every RETRY_S or so: `processor worker &` then `processor offload` is how a first run
+# goes. An unreachable worker gets WORKER_START_S of that (a wrong URL is reported soon); a worker that
+# answers but leads no partition yet, the whole --timeout-s.
+RETRY_S = 0.5
+WORKER_START_S = 20.0
+
+
+def _answers_of_leaders(
+    urls: list[str],
+    topic: str,
+    partition: int | None,
+    wanted: list[int],
+    timeout_s: float,
+    settings: Any,
+) -> dict[int, dict[str, Any]]:
+    """Each wanted partition's answer from the worker that leads it, asking again while a worker is
+    unreachable or no worker leads a partition yet, until ``timeout_s`` (then the last answers, or
+    the unreachable worker's error)."""
+    token = settings.web_token.get_secret_value() if settings.web_token else None
+    started = time.monotonic()
+    deadline = started + timeout_s
+    while True:
+        answers: dict[int, dict[str, Any]] = {}
+        try:
+            for url in urls:
+                left = max(1.0, deadline - time.monotonic())
+                for p, result in _ask(url, topic, partition, left, token).items():
+                    answers[int(p)] = result
+        except ServiceUnavailableError:
+            if time.monotonic() + RETRY_S >= min(deadline, started + WORKER_START_S):
+                raise
+        else:
+            if all(p in answers for p in wanted) or time.monotonic() + RETRY_S >= deadline:
+                return answers
+        time.sleep(RETRY_S * random.uniform(0.8, 1.2))  # jittered: several commands asking at once
+
+
 def cmd_offload(args: argparse.Namespace) -> int:
     settings = load_settings()
     topic = validate_topic(args.topic)
@@ -72,11 +112,7 @@ def cmd_offload(args: argparse.Namespace) -> int:
         if topic not in counts:
             raise ConfigError(f"topic {topic} does not exist")
         wanted = list(range(counts[topic]))
-    answers: dict[int, dict[str, Any]] = {}
-    for url in urls:
-        token = settings.web_token.get_secret_value() if settings.web_token else None
-        for p, result in _ask(url, topic, args.partition, args.timeout_s, token).items():
-            answers[int(p)] = result
+    answers = _answers_of_leaders(urls, topic, args.partition, wanted, args.timeout_s, settings)
     ok = True
     for p in wanted:
         result = answers.get(p)

@@ -10,6 +10,8 @@ Settings that differ from Kafka's defaults, for a one-node stack on a small mach
 - one replica for the internal topics, and 5 partitions each for consumer offsets and transaction
   state (50 by default: created on first use, they slowed the first group join by seconds);
 - ``group.initial.rebalance.delay.ms=0``: a group's first member is answered at once;
+- ``log.retention.ms=-1``: records are kept until a topic's own retention says otherwise (Kafka's
+  default of 7 days would delete the sample records, stamped in 2023, at once);
 - ``log.retention.check.interval.ms=1000`` and ``log.cleaner.backoff.ms=1000``: a topic's own
   ``retention.ms`` / ``retention.bytes`` and compaction act within a second or two (the defaults are
   5 minutes and 15 s), so the moment this project exists for, the broker deleting what was
@@ -119,6 +121,7 @@ def server_properties(data_dir: Path, ports: KafkaPorts, secured: SecureKafka | 
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
+        "log.retention.ms": "-1",
         "log.retention.check.interval.ms": "1000",
         "log.cleaner.backoff.ms": "1000",
         "num.network.threads": "2",

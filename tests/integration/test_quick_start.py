@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from processor.devstack import stack
 from processor.devstack.stack import StackInfo, free_port
 from processor.metadata.model import TopicPartition
 from tests.integration.restore_support import produce_plain
+from tests.support.consumers import kcat
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -42,12 +44,58 @@ def commands(block: str) -> list[str]:
     return [line for line in lines if line]
 
 
+@pytest.mark.timeout(300)  # a stack of its own, a worker, a gateway: each started as a user would
+def test_the_readme_local_stack_block_reads_what_the_broker_deleted_as_written(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    """The block after ``make demo``, run by bash as written in a fresh folder: a stack of its own,
+    sample records, a worker, an offload, the broker truncating, a gateway, and kcat reading every
+    record through it. Only the fixed ports are replaced by free ones (the worker's and gateway's web
+    ports, the gateway's Kafka port), so that tests can run side by side."""
+    if local_stack.broker != stack.KAFKA:
+        pytest.skip("the block needs Apache Kafka (Tansu never deletes records)")
+    block = quick_start_blocks()[1]
+    lines = commands(block)
+    assert lines[0] == ". .venv/bin/activate" and lines[1] == "processor dev up", lines
+    assert lines[-1].startswith("kcat -b 127.0.0.1:19092 ") and lines[-1].endswith("| wc -l"), lines[-1]
+    kcat()  # installed where missing
+    web, gateway_web, gateway = free_port(), free_port(), free_port()
+    script = "\n".join(
+        [
+            "set -euo pipefail",
+            "trap 'kill $(jobs -p) 2>/dev/null || true; processor dev down > /dev/null || true' EXIT",
+            *(
+                line.replace("PROCESSOR_WEB_PORT=6067", f"PROCESSOR_WEB_PORT={gateway_web}")
+                .replace("127.0.0.1:6067/", f"127.0.0.1:{gateway_web}/")
+                .replace("127.0.0.1:19092", f"127.0.0.1:{gateway}")
+                for line in lines[1:]  # the venv: its bin/ comes first on PATH below
+            ),
+        ]
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PROCESSOR_", "AWS_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    env.update({"PROCESSOR_WEB_PORT": str(web), "PROCESSOR_GATEWAY_PORT": str(gateway)})
+    done = subprocess.run(
+        ["bash", "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
+    logs = "".join(
+        f"\n--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+        for p in (tmp_path / ".stack").glob("*.log")
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + logs
+    out = done.stdout.splitlines()
+    assert "produced 10000 sample records to orders (2 partitions)" in out, done.stdout
+    assert "orders-0: offloaded" in done.stdout and "orders-1: offloaded" in done.stdout, done.stdout
+    assert any("the broker deleted offsets 0.." in line for line in out), done.stdout
+    assert out[-1].strip() == "10000", done.stdout  # every record, the broker holding none of them
+
+
 def test_the_readme_quick_start_archives_and_reads_back_as_written(
     local_stack: StackInfo, tmp_path: Path
 ) -> None:
     blocks = quick_start_blocks()
     assert [c for c in commands(blocks[0])] == ["make demo"]
-    setup, reads = commands(blocks[1]), commands(blocks[2])
+    setup, reads = commands(blocks[2]), commands(blocks[3])
     exports = [c for c in setup if c.startswith("export ")]
     assert setup[0] == ". .venv/bin/activate"
     run = [c for c in setup[1:] if not c.startswith("export ")]
