@@ -32,8 +32,11 @@ MiB = 1024 * 1024
 # (processor/commands/restore.py TARGET_ENV_NAMES, derived from ENV_NAMES the same way).
 TARGET_PREFIX = "PROCESSOR_TARGET_"
 # PROCESSOR_* variables that are not settings yet are read: the test harness's choice of stack
-# (tests/conftest.py; inherited by commands the tests run), and Windows' own, which are not ours.
-OTHER_VARIABLES = frozenset({"PROCESSOR_TEST_STACK"})
+# (tests/conftest.py; inherited by commands the tests run), the local stack's (processor/devstack:
+# its broker, that broker's heap, where Maven's jars are cached), and Windows' own, which are not ours.
+OTHER_VARIABLES = frozenset(
+    {"PROCESSOR_TEST_STACK", "PROCESSOR_DEV_BROKER", "PROCESSOR_DEV_KAFKA_HEAP", "PROCESSOR_JARS_CACHE"}
+)
 FOREIGN_VARIABLES = frozenset(
     {
         "PROCESSOR_ARCHITECTURE",
