@@ -10,6 +10,12 @@ broker never holds a session for partitions the archive answered). The high wate
 stable offset of an archive-answered partition are the broker's (ListOffsets LATEST on the same
 upstream connection, with the client's isolation level), its log start offset the archive's.
 
+Every partition a client asks for is in the answer: the gateway never holds a fetch session, so
+each fetch is a full one, and a client checks a full answer names every partition it asked for (Java
+and kafka-python drop an answer that does not, records and all, and fetch the same offsets again). A
+broker may leave out of its answer a partition it has nothing for (Tansu does): such a partition is
+answered empty, without error, with the broker's offsets, as Apache Kafka answers it.
+
 Transactions: the archive holds what a read_committed consumer sees (the workers fetch read_committed
 and leave out aborted records and transaction markers, processor/leader/read_committed.py), so an
 archived range has no aborted transaction to list: a read_committed client gets an empty list, and
@@ -44,6 +50,7 @@ from processor.gateway.protocol import (
     decode_request,
     decode_response,
     encode_request,
+    encode_response,
     encode_response_chunks,
     request_schema,
     response_schema,
@@ -140,6 +147,8 @@ async def _held_offsets(
 def _broker_part(fetched: _Fetched, version: int) -> list[BrokerPartition] | None:
     """The partitions of a Fetch answer the broker answered (None: the archive answered every one).
     An answer passed on as it is is walked, its records left where they are (not decoded)."""
+    if fetched.walked is not None:
+        return fetched.walked
     if fetched.upstream is not None:
         return [
             BrokerPartition(_topic_key(t, version), int(p.partition_index), int(p.error_code), p.records)
@@ -165,6 +174,81 @@ def _count_broker_bytes(state: GatewayState, parts: list[BrokerPartition], versi
 class _Fetched:
     answer: Answer
     upstream: Any = None  # the broker's part of the answer, decoded (None: not decoded, or none)
+    walked: list[BrokerPartition] | None = None  # a broker's answer passed on, its partitions walked
+
+
+def _omitted(body: Any, version: int, answered: set[tuple[Any, int]]) -> list[tuple[int, int]]:
+    """The partitions of the client's fetch (topic index, partition index) an answer naming
+    ``answered`` (topic key, partition) leaves out."""
+    return [
+        (ti, pi)
+        for ti, topic in enumerate(body.topics)
+        for pi, part in enumerate(topic.partitions)
+        if (_topic_key(topic, version), int(part.partition)) not in answered
+    ]
+
+
+async def _every_partition(
+    answer: Frame, header: Any, body: Any, state: GatewayState, send: Send
+) -> _Fetched:
+    """The broker's answer to the client's fetch, passed on as it is when it names every partition
+    asked for (walked, not decoded); else decoded, with those it left out answered empty."""
+    version = int(header.request_api_version)
+    try:
+        walked = fetch_partitions(answer, version)
+    except ProtocolError:
+        return _Fetched(answer)  # answer_fetch walks it again and says what to do
+    omitted = _omitted(body, version, {(bp.topic, bp.partition) for bp in walked})
+    if not omitted:
+        return _Fetched(answer, walked=walked)
+    corr, upstream = decode_response(API_FETCH, version, answer)
+    if upstream.error_code != ErrorCode.none:  # an error for the whole fetch names no partition
+        return _Fetched(answer, walked=walked)
+    schema = response_schema(API_FETCH, version)
+    module = __import__(schema.__module__, fromlist=["PartitionData"])
+    topics = list(upstream.responses)
+    await _add_empty(topics, module, omitted, header, body, state, send)
+    return _Fetched(encode_response(corr, replace(upstream, responses=tuple(topics))), upstream)
+
+
+async def _add_empty(
+    topics: list[Any],
+    module: Any,
+    omitted: list[tuple[int, int]],
+    header: Any,
+    body: Any,
+    state: GatewayState,
+    send: Send,
+) -> None:
+    """Answer each of ``omitted`` (partitions a broker left out of its answer) empty, without error,
+    with its broker's offsets (as Apache Kafka answers a partition it has nothing new for)."""
+    version = int(header.request_api_version)
+    isolation = int(getattr(body, "isolation_level", 0))
+    key_field = "topic" if version < 13 else "topic_id"
+    named = {}
+    for ti, pi in omitted:
+        name = _topic_name(state, body.topics[ti], version)
+        if name is not None:
+            named[(ti, pi)] = TopicPartition(name, int(body.topics[ti].partitions[pi].partition))
+    offsets = await broker_offsets(state, list(dict.fromkeys(named.values())), isolation, header, send)
+    log.debug(
+        "gateway: partitions %s left out of a broker's Fetch answer: answered empty", sorted(named.values())
+    )
+    for ti, pi in omitted:
+        tp = named.get((ti, pi))
+        hw, lso, start = offsets.get(tp, (-1, -1, -1)) if tp is not None else (-1, -1, -1)
+        part = build(
+            module.PartitionData,
+            partition_index=body.topics[ti].partitions[pi].partition,
+            error_code=ErrorCode.none,
+            high_watermark=hw,
+            last_stable_offset=lso if isolation == 1 else hw,
+            log_start_offset=start,
+            aborted_transactions=() if isolation == 1 else None,
+            preferred_read_replica=-1,
+            records=b"",
+        )
+        _add_partition(topics, module, key_field, getattr(body.topics[ti], key_field), part)
 
 
 async def _answer_fetch(
@@ -249,7 +333,9 @@ async def _answer_fetch(
         served[(ti, pi)] = (tp, got)
         budget -= got.size
     if not served and not failed and int(getattr(body, "session_epoch", -1)) == -1:
-        return _Fetched(await send(frame))  # nothing for the archive, and already sessionless: unchanged
+        # nothing for the archive, and already sessionless: unchanged (unless the broker left out a
+        # partition asked for)
+        return await _every_partition(await send(frame), header, body, state, own_send or send)
     rest_topics = []
     for ti, topic in enumerate(body.topics):
         parts = tuple(
@@ -269,8 +355,8 @@ async def _answer_fetch(
     finally:
         answer = await fetched if fetched is not None else None
     if answer is not None:
-        if not (served or failed):
-            return _Fetched(answer)  # only made sessionless: the broker's answer as it is
+        if not (served or failed):  # only made sessionless: the broker's answer as it is
+            return await _every_partition(answer, header, body, state, own_send or send)
         _corr, upstream = decode_response(API_FETCH, version, answer)
     schema = response_schema(API_FETCH, version)
     module = __import__(schema.__module__, fromlist=["PartitionData"])
@@ -308,6 +394,11 @@ async def _answer_fetch(
             records=None,
         )
         _add_partition(topics, module, key_field, getattr(body.topics[ti], key_field), part)
+    if upstream is None or upstream.error_code == ErrorCode.none:
+        answered = {(getattr(t, key_field), int(p.partition_index)) for t in topics for p in t.partitions}
+        omitted = _omitted(body, version, answered)
+        if omitted:
+            await _add_empty(topics, module, omitted, header, body, state, own_send or send)
     response = build(
         schema,
         throttle_time=upstream.throttle_time if upstream is not None else datetime.timedelta(0),
