@@ -18,7 +18,12 @@ from dataclasses import dataclass
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
 from confluent_kafka import TopicPartition as KafkaTP
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    OffsetSpec,
+)
 
 from processor.config import load_settings
 from processor.devstack import stack
@@ -195,3 +200,41 @@ def test_a_consumer_reads_what_the_broker_deleted_through_the_gateway(
 
 def _group_request(group: str) -> ConsumerGroupTopicPartitions:
     return ConsumerGroupTopicPartitions(group, [KafkaTP(TOPIC, p) for p in range(PARTITIONS)])
+
+
+def _first_at_or_after(records: list[SampleRecord], timestamp: int) -> int:
+    """The offset ListOffsets answers for ``timestamp``: the first whose timestamp is >= it."""
+    return next(offset for offset, r in enumerate(records) if r.timestamp >= timestamp)
+
+
+def test_offsets_by_time_through_the_gateway_are_the_archives_below_the_log_start_the_brokers_above(
+    truncated: Truncated,
+) -> None:
+    through = Consumer({"bootstrap.servers": truncated.bootstrap, "group.id": "trunc-times"})
+    direct = Consumer({"bootstrap.servers": truncated.direct, "group.id": "trunc-times"})
+    try:
+        for p, records in truncated.by_partition.items():
+            start = truncated.log_start[p]
+            for timestamp in (records[start // 3].timestamp, records[(2 * start) // 3].timestamp + 1):
+                found = through.offsets_for_times([KafkaTP(TOPIC, p, timestamp)], timeout=15)[0]
+                assert found.offset == _first_at_or_after(records, timestamp), (p, timestamp)
+            live = records[start + TAIL // PARTITIONS // 2].timestamp
+            asked = [KafkaTP(TOPIC, p, live)]
+            ours = through.offsets_for_times(asked, timeout=15)[0].offset
+            assert (
+                ours
+                == direct.offsets_for_times(asked, timeout=15)[0].offset
+                == _first_at_or_after(records, live)
+            )
+    finally:
+        through.close()
+        direct.close()
+
+    # the latest timestamp (KIP-734) is the live tail's, through the gateway as from the broker
+    def max_timestamps(bootstrap: str) -> dict[int, tuple[int, int]]:
+        admin = new_admin(bootstrap, "trunc-max-ts")
+        asked = {KafkaTP(TOPIC, p): OffsetSpec.max_timestamp() for p in range(PARTITIONS)}  # type: ignore[no-untyped-call]
+        answers = {tp.partition: f.result(timeout=15) for tp, f in admin.list_offsets(asked).items()}
+        return {p: (a.offset, a.timestamp) for p, a in answers.items()}
+
+    assert max_timestamps(truncated.bootstrap) == max_timestamps(truncated.direct)
