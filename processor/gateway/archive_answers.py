@@ -201,7 +201,15 @@ async def _every_partition(
     omitted = _omitted(body, version, {(bp.topic, bp.partition) for bp in walked})
     if not omitted:
         return _Fetched(answer, walked=walked)
-    corr, upstream = decode_response(API_FETCH, version, answer)
+    try:
+        corr, upstream = decode_response(API_FETCH, version, answer)
+    except ProtocolError as exc:  # kio cannot read it: passed on as it is, as any broker answer is
+        log.warning(
+            "gateway: a broker's Fetch answer leaves out %d partitions and cannot be decoded: %s",
+            len(omitted),
+            exc,
+        )
+        return _Fetched(answer, walked=walked)
     if upstream.error_code != ErrorCode.none:  # an error for the whole fetch names no partition
         return _Fetched(answer, walked=walked)
     schema = response_schema(API_FETCH, version)
