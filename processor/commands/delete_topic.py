@@ -19,7 +19,8 @@ broker says about the topic name now (DescribeTopics):
   the default refuses (exit 2).
 
 ``--topic-id ID`` deletes that one id only (``legacy`` for the segments without an id; never the
-live id); ``--include-live`` deletes every history the metadata knows, the live topic's archive too.
+live id, nor ``legacy`` while those segments are part of the live topic's history);
+``--include-live`` deletes every history the metadata knows, the live topic's archive too.
 A folder found only in the bucket listing (another deployment sharing the bucket and prefix, say) is
 deleted only when named with ``--topic-id``, in every mode. It says what it will delete before it
 starts.
@@ -143,6 +144,11 @@ def choose_scope(
         wanted: str | None = None if args.topic_id == LEGACY else validate_topic_id(args.topic_id)
         if wanted is not None and wanted == live.topic_id:
             raise ConfigError(f"--topic-id {wanted} is the live topic's id: to delete it, use --include-live")
+        if wanted is None and legacy_live:
+            raise ConfigError(
+                f"--topic-id {LEGACY}: the segments without a topic id are part of the live topic's "
+                "history (written before topic ids were recorded): to delete them, use --include-live"
+            )
         return Scope({wanted}, False)
     if not live.exists:  # KIP-405's topic deletion: the broker says the topic is gone
         return Scope(set(known), True, set(listed) - set(known))
@@ -287,8 +293,9 @@ def delete_partition(ctx: DeletionContext, tp: TopicPartition, scope: Scope) -> 
     prefix = ctx.keys.topic_listing_prefix(tp.topic)
     ids: set[str | None] = set(scope.ids)
     if scope.everything:  # every history the metadata knows; a folder only listed needs --topic-id
-        ids |= {s.segment_id.topic_id for s in part.segments.values()} | {None}
+        ids |= {s.segment_id.topic_id for s in part.segments.values()}
         ids |= set(part.lineage.retired) | {part.lineage.topic_id}
+        ids -= scope.listed_only  # what the command printed it keeps
     try:
         for info in list(ctx.storage.list(prefix)):  # objects no metadata names (crashed writers)
             folder = ctx.keys.folder_of(tp.topic, info.key)

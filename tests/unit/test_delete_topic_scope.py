@@ -4,11 +4,27 @@ never what it cannot prove is garbage."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import uuid
+from pathlib import Path
+from typing import cast
 
 import pytest
 
-from processor.commands.delete_topic import LiveTopic, choose_scope
+from processor.commands.delete_topic import LiveTopic, choose_scope, delete_partition
+from processor.commands.deletion_context import DeletionContext
 from processor.errors import ConfigError
+from processor.metadata.model import (
+    ClaimKind,
+    PartitionClaim,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    TopicPartition,
+)
+from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.storage.filesystem import FilesystemChunkStorage
+from tests.unit.test_claims import KEYS, TP, Log, deleter, segment
+from tests.unit.test_deletion_proof import keys_in, objects_of, upload
 
 LIVE = "0b6c1a52-3c39-4f5e-9d2c-6a4e3f0f6d11"
 OLD = "5f0d3c7e-8a41-4a8e-b1c5-2f7d9e6b4a22"
@@ -95,3 +111,61 @@ def test_an_explicit_id_may_be_one_found_only_in_the_bucket_but_never_the_live_o
 def test_include_live_deletes_everything() -> None:
     scope = choose_scope(args(include_live=True), HAS_ID, {LIVE, STRAY}, {LIVE, OLD}, legacy_live=True)
     assert scope.everything and scope.ids == {LIVE, OLD} and scope.listed_only == {STRAY}
+
+
+def test_the_legacy_history_of_the_live_topic_is_refused_by_name_as_the_live_id_is() -> None:
+    """Before: ``--topic-id legacy`` deleted the segments without an id although they are part of the
+    live topic's history (passing the live id itself was refused)."""
+    with pytest.raises(ConfigError, match="live topic's history"):
+        choose_scope(args(topic_id="legacy"), HAS_ID, {LIVE, None}, {LIVE, None}, legacy_live=True)
+    retired = choose_scope(args(topic_id="legacy"), HAS_ID, {LIVE, None}, {LIVE, None}, legacy_live=False)
+    assert (retired.ids, retired.everything) == ({None}, False)
+
+
+class _Context:
+    """What delete_partition uses of a DeletionContext: the metadata partition in memory (the real
+    fold), a filesystem bucket, the real deleter."""
+
+    def __init__(self, log: Log, storage: FilesystemChunkStorage) -> None:
+        self.log, self.storage, self.keys, self.writer_id = log, storage, KEYS, "cli"
+        self.publisher = log
+        self.deleter = deleter(log, storage, "cli")
+        self.deletion_topic = self
+        self.held: dict[TopicPartition, int] = {}
+
+    def pending(self, tps: object) -> list[RemoteLogSegmentMetadata]:
+        return []
+
+    def state(self, tp: TopicPartition) -> PartitionRemoteState:
+        return self.log.state()
+
+    def claim(self, tp: TopicPartition) -> int:
+        self.held[tp] = self.log.claim("cli", ClaimKind.ADMIN)
+        return self.held[tp]
+
+    def release(self, tp: TopicPartition) -> None:
+        epoch = self.held.pop(tp)
+        self.log.publish(PartitionClaim(tp, uuid.uuid4(), ClaimKind.RELEASE, "cli", 0, released_epoch=epoch))
+
+
+def test_a_gone_topic_keeps_the_folder_it_says_it_keeps(tmp_path: Path) -> None:
+    """The topic is gone; the metadata knows topic id OLD, the bucket also holds a legacy folder no
+    metadata names. Before: the command printed "segments without a topic id not deleted: found only
+    in the bucket" and then deleted them, manifests too."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    epoch = log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, OLD))
+    sid = RemoteLogSegmentId(TP.topic, TP.partition, uuid.uuid4(), OLD)
+    keys = KEYS.segment(TP.topic, TP.partition, 0, sid.id, epoch, OLD)
+    known = dataclasses.replace(
+        segment(0, 9, epoch), segment_id=sid, data_object_key=keys.data, index_object_key=keys.index
+    )
+    assert log.accepted[log.publish(known)]
+    upload(storage, known)
+    stray = segment(0, 9, 1)  # a legacy folder (no topic id) only the bucket shows
+    upload(storage, stray)
+    scope = choose_scope(args(), GONE, {OLD, None}, {OLD}, legacy_live=False)
+    assert scope.everything and scope.listed_only == {None}
+    delete_partition(cast(DeletionContext, _Context(log, storage)), TP, scope)
+    assert not objects_of(known) & keys_in(storage)
+    assert objects_of(stray) <= keys_in(storage), "deleted a folder it printed it keeps"
