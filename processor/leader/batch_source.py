@@ -108,6 +108,10 @@ class BatchSource:
         self._failures: dict[TopicPartition, int] = {}
         self._wake: asyncio.Event | None = None
         self.paused = False
+        # A gap found by OFFSET_OUT_OF_RANGE (first, last), reported with the next fetch's answer: the
+        # batch holding the broker's new log start may begin below it (DeleteRecords and a log start
+        # inside a batch), and its records are still there to archive, whole.
+        self._pending_loss: dict[TopicPartition, tuple[int, int]] = {}
         self.high_watermarks: dict[TopicPartition, int] = {}
 
     async def start(self) -> None:
@@ -133,6 +137,7 @@ class BatchSource:
 
     def remove(self, tp: TopicPartition) -> None:
         self.positions.pop(tp, None)
+        self._pending_loss.pop(tp, None)  # its next owner finds the same gap and reports it
         self._not_before.pop(tp, None)
         self._failures.pop(tp, None)
         self.high_watermarks.pop(tp, None)
@@ -284,7 +289,7 @@ class BatchSource:
             HEALTH.clear("kafka")
         self.high_watermarks[tp] = high_watermark
         if log_start > fetch_offset:  # defensive: brokers answer OFFSET_OUT_OF_RANGE instead
-            self._on_lost(tp, fetch_offset, log_start - 1)
+            self._pending_loss[tp] = (fetch_offset, log_start - 1)  # reported with the next answer
             self.positions[tp] = log_start
             return
         batches = [
@@ -292,6 +297,12 @@ class BatchSource:
             for h, view, keep in committed(split_batches(records, where=f"fetch of {tp}"), aborted or ())
             if h.last_offset >= fetch_offset
         ]
+        if tp in self._pending_loss:
+            first, last = self._pending_loss.pop(tp)
+            if batches:  # what the first batch still holds below the log start is not lost
+                last = min(last, batches[0][0].base_offset - 1)
+            if last >= first:
+                self._on_lost(tp, first, last)
         if not batches:
             return
         self.positions[tp] = self._on_fetched(Fetched(tp, fetch_offset, batches, high_watermark, log_start))
@@ -306,7 +317,7 @@ class BatchSource:
         if tp not in self.positions:
             return
         if fetch_offset < start:
-            self._on_lost(tp, fetch_offset, start - 1)
+            self._pending_loss[tp] = (fetch_offset, start - 1)  # reported with the next answer
             self.positions[tp] = start
         elif fetch_offset > end:
             metrics.FETCH_ERRORS.labels("offset_past_log_end").inc()

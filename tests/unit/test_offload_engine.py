@@ -120,6 +120,41 @@ def test_offsets_deleted_before_offload_are_reported_and_offloading_continues(tm
     assert offsets == [*range(10), *range(20, 25)]
 
 
+@pytest.mark.parametrize(
+    ("first_batch", "lost"),
+    [((12, 8), 2), ((10, 10), 0)],
+    ids=["the batch holding the new log start begins inside the gap", "it begins where the archive ends"],
+)
+def test_a_log_start_inside_a_batch_archives_that_batch_whole_and_reports_only_what_is_gone(
+    tmp_path: Path, first_batch: tuple[int, int], lost: int
+) -> None:
+    """DeleteRecords (or retention) can move the log start into a batch: the broker still answers the
+    whole batch, whose records below the log start are there to archive. The segment starts at the
+    batch's base offset and only the offsets before it are reported lost. (Reported lost up to the log
+    start, the segment started there too, and every copy of it was refused: the record count of the
+    whole batch did not fit its offsets, and the partition stopped being archived.)"""
+    lost_before = metrics.OFFSETS_LOST.labels(TP.topic, "0")._value.get()
+    base, count = first_batch
+    script: list[Response] = [
+        (batch(0, 5) + batch(5, 5), [], 0),
+        (b"", [], 15),  # the log now starts at 15
+        (batch(base, count), [], 15),
+    ]
+    sink, storage = run_engine(tmp_path, script)
+    assert metrics.OFFSETS_LOST.labels(TP.topic, "0")._value.get() - lost_before == lost
+    segments = finished(sink)
+    # a gap seals the open segment; with nothing lost the archive goes on in the same segment
+    ranges = [(0, 9), (base, base + count - 1)] if lost else [(0, base + count - 1)]
+    assert [(s.start_offset, s.end_offset) for s in segments] == ranges
+    offsets = [
+        r.offset
+        for s in segments
+        for block in iter_blocks(storage.read(s.data_object_key, 0, s.segment_size_in_bytes))
+        for r in block
+    ]
+    assert offsets == [*range(10), *range(base, base + count)]
+
+
 def test_aborted_batches_and_markers_are_dropped_but_covered(tmp_path: Path) -> None:
     tx = make_batch(3, [(1, None, b"aborted", [])], producer_id=9, transactional=True)
     script: list[Response] = [
