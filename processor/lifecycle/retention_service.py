@@ -139,7 +139,7 @@ def clean_partition(
         in_flight=in_flight,
     )
     if not plan.empty:
-        out.merge(deleter.execute(tp, plan, epoch))
+        out.merge(deleter.execute(tp, plan, epoch, part.log_start_offset, part.in_lineage))
     return plan, out
 
 
@@ -276,7 +276,11 @@ class RetentionService:
                     part = self.view.state(tp)
                     if part.current_epoch != led[tp]:
                         continue  # not ours to act on now: the claim holder retries it
-                    result.outcome.merge(self.deleter.retry_failed([segment], led[tp], part.accepted_state))
+                    result.outcome.merge(
+                        self.deleter.retry_failed(
+                            [segment], led[tp], part.accepted_state, part.log_start_offset, part.in_lineage
+                        )
+                    )
             now = self.clock_ms()
             self._forget_old(time.monotonic())
             refused: dict[TopicPartition, int] = {}

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -70,6 +71,11 @@ class FailedDeletions(Protocol):
     def record_failed(self, segment: RemoteLogSegmentMetadata) -> None: ...
 
     def resolve(self, segment: RemoteLogSegmentMetadata) -> None: ...
+
+
+FINISH = "finish"  # prove_deletion: the deletion may be finished
+RESTORED = "restored"  # prove_deletion: not proven; the segment is served again
+LEFT = "left"  # prove_deletion: not proven, of a history the partition does not serve: left alone
 
 
 def _now_ms() -> int:
@@ -111,6 +117,10 @@ class SegmentDeleter:
         self.keys = keys
         self.confirm = confirm
         self.clock_ms = clock_ms
+        # the deletions this deleter started (its DELETE_SEGMENT_STARTED confirmed accepted) and
+        # finished: its own records, the only proof a deletion found in the metadata is one to finish
+        self.started: set[uuid.UUID] = set()
+        self.finished: set[uuid.UUID] = set()
 
     def _publish_confirmed(self, record: MetadataRecord, what: str) -> None:
         offset = self.metadata.publish(record)
@@ -125,13 +135,28 @@ class SegmentDeleter:
         record = RemoteLogStartOffset(tp, offset, self.clock_ms(), self.writer_id, writer_epoch)
         self._publish_confirmed(record, f"remote log start offset {offset} of {tp}")
 
-    def execute(self, tp: TopicPartition, plan: RetentionPlan, writer_epoch: int) -> DeletionOutcome:
+    def execute(
+        self,
+        tp: TopicPartition,
+        plan: RetentionPlan,
+        writer_epoch: int,
+        log_start_offset: int = 0,
+        servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
+    ) -> DeletionOutcome:
         """Carry out one partition's plan in order; see the module docstring. Raises
         FencedWriterError as soon as one of its records is not accepted."""
         out = DeletionOutcome()
         if plan.new_log_start_offset is not None:
             self.move_log_start_offset(tp, plan.new_log_start_offset, writer_epoch)
             out.log_start_offset = plan.new_log_start_offset
+        requeue = []
+        start = max(log_start_offset, plan.new_log_start_offset or 0)
+        for segment in plan.requeue:
+            proof = self.prove_deletion(segment, writer_epoch, start, servable)
+            if proof == FINISH:
+                requeue.append(segment)
+            elif proof == REFUSED_ACKNOWLEDGED:
+                out.refused.append((segment, proof))
         dangling = []
         for segment in plan.dangling:
             if self.acknowledged(segment):
@@ -139,7 +164,7 @@ class SegmentDeleter:
             else:
                 dangling.append(segment)
         work: list[tuple[RemoteLogSegmentMetadata, DeleteReason]] = [
-            *((s, DeleteReason.RETRY) for s in plan.requeue),
+            *((s, DeleteReason.RETRY) for s in requeue),
             *((s, DeleteReason.DANGLING) for s in dangling),
             *plan.expired,
         ]
@@ -150,6 +175,54 @@ class SegmentDeleter:
             else:
                 out.failed.append((segment, error))
         return out
+
+    def prove_deletion(
+        self,
+        segment: RemoteLogSegmentMetadata,
+        writer_epoch: int,
+        log_start_offset: int = 0,
+        servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
+    ) -> str:
+        """Whether a deletion found in DELETE_SEGMENT_STARTED may be finished here: one this deleter
+        started (its own confirmed record), one of a segment below the remote log start offset
+        (retention moves it past the segments it deletes first), one the fold accepted while the
+        copy was unfinished (never served; refused if the segment has a manifest), or one whose data
+        or index is gone already (its deletion is under way). Any other deletion of a served segment
+        of the partition's history, with all its objects in place (a record forged with the claim's
+        epoch and writer id, or left by a process that crashed before deleting anything), is undone:
+        the segment is published again as COPY_SEGMENT_FINISHED under this writer's claim and served
+        again (``RESTORED``; when the readers do not accept that, ``LEFT``). One of a segment the
+        partition would not serve (a retired topic id's: ``processor delete-topic`` deletes those),
+        or any when ``servable`` is not given (the caller does not know the partition's history), is
+        left as it is (``LEFT``)."""
+        if segment.segment_id.id in self.started:
+            return FINISH
+        if segment.replaces_state is _S.COPY_SEGMENT_STARTED:
+            return REFUSED_ACKNOWLEDGED if self.acknowledged(segment) else FINISH
+        if servable is None or not servable(segment):
+            return LEFT
+        if segment.end_offset < log_start_offset:
+            return FINISH
+        try:
+            keys = self.owned_objects(segment)
+            complete = all(self.storage.stat(key) is not None for key in (keys.data, keys.index))
+        except (StorageError, InvalidNameError):
+            return FINISH  # deleting it fails (and is reported) the usual way
+        if not complete:
+            return FINISH
+        log.error(
+            "the deletion of %s (%d..%d) was not started by this worker and all its objects are in "
+            "place (a forged record, or a worker that stopped before deleting anything): serving it again",
+            segment.segment_id,
+            segment.start_offset,
+            segment.end_offset,
+        )
+        try:
+            self.repair(replace(segment, state=_S.COPY_SEGMENT_FINISHED, replaces_state=None), writer_epoch)
+        except FencedWriterError as exc:  # taken over, or it overlaps what is served now: left as it is
+            log.error("%s stays unserved: %s", segment.segment_id, exc)
+            return LEFT
+        return RESTORED
 
     def acknowledged(self, segment: RemoteLogSegmentMetadata) -> bool:
         """Whether ``segment`` (not served by the view a deletion was planned on) has a manifest:
@@ -179,10 +252,12 @@ class SegmentDeleter:
             # that finished since the plan makes the fold reject it (then nothing is deleted)
             deleting = segment.deleting(self.clock_ms(), self.writer_id, writer_epoch)
             self._publish_confirmed(deleting, f"DELETE_SEGMENT_STARTED of {segment.segment_id}")
+            self.started.add(segment.segment_id.id)
         error = self.delete_objects(deleting)
         if error is not None:
             return error
         self.metadata.publish(deleting.with_state(_S.DELETE_SEGMENT_FINISHED, self.clock_ms()))
+        self.finished.add(segment.segment_id.id)
         if reason is DeleteReason.RETRY:
             self.failed.resolve(segment)  # it may also wait on the deletion topic: done now
         metrics.SEGMENTS_DELETED.labels(reason.value).inc()
@@ -226,10 +301,29 @@ class SegmentDeleter:
             return str(exc)
         return None
 
-    def forget(self, segment: RemoteLogSegmentMetadata) -> None:
+    def forget(self, segment: RemoteLogSegmentMetadata) -> bool:
         """Tombstone a segment whose DELETE_SEGMENT_FINISHED the owner's view shows, so compaction
-        forgets its keys (the fold accepts a segment's tombstone only once its deletion finished)."""
+        forgets its keys (the fold accepts a segment's tombstone only once its deletion finished).
+        A deletion this deleter did not finish whose data or index is still in the bucket (a forged
+        record) is not forgotten: its keys and objects stay, reported; returns False then."""
+        if segment.segment_id.id not in self.finished:
+            try:
+                keys = self.owned_objects(segment)
+                left = [key for key in (keys.data, keys.index) if self.storage.stat(key) is not None]
+            except (StorageError, InvalidNameError):
+                left = []
+            if left:
+                metrics.DELETIONS_REFUSED.labels(REFUSED_ACKNOWLEDGED).inc()
+                log.error(
+                    "not forgetting %s: the metadata says its deletion finished, but %s is still in the "
+                    "bucket (a record this worker did not write); `processor rebuild-metadata` serves it "
+                    "again if it was acknowledged",
+                    segment.segment_id,
+                    left[0],
+                )
+                return False
         self.tombstones.tombstone(segment)
+        return True
 
     def delete_orphan(self, segment: RemoteLogSegmentMetadata) -> str | None:
         """Remove what a *rejected* record of a segment no accepted record knows left behind: its
@@ -254,6 +348,8 @@ class SegmentDeleter:
         pending: Iterable[RemoteLogSegmentMetadata],
         writer_epoch: int,
         known: Callable[[RemoteLogSegmentMetadata], RemoteLogSegmentMetadata | None],
+        log_start_offset: int = 0,
+        servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
     ) -> DeletionOutcome:
         """Retry entries of the deletion topic. An entry is input like any other: it is acted on only
         if the metadata fold (``known``: the segment's accepted state) says the segment is being
@@ -262,6 +358,13 @@ class SegmentDeleter:
         out = DeletionOutcome()
         for entry in pending:
             state = known(entry)
+            if state is not None and state.state is _S.DELETE_SEGMENT_STARTED:
+                proof = self.prove_deletion(state, writer_epoch, log_start_offset, servable)
+                if proof != FINISH:
+                    if proof == REFUSED_ACKNOWLEDGED:
+                        out.refused.append((state, proof))
+                    self.failed.resolve(entry)
+                    continue
             if state is None or state.state is not _S.DELETE_SEGMENT_STARTED:
                 if state is not None:
                     log.warning(
@@ -287,6 +390,7 @@ class SegmentDeleter:
                 writer_epoch=writer_epoch,
             )
             self.metadata.publish(finished)
+            self.finished.add(state.segment_id.id)
             self.failed.resolve(state)
             metrics.SEGMENTS_DELETED.labels(DeleteReason.RETRY.value).inc()
             out.deleted.append(state)

@@ -401,11 +401,30 @@ def decide_segment(
         after = header.lineage.admit(record, current)  # the old rules; raises StaleRecordError
     if type(record) is RemoteLogSegmentMetadata and record.replaces_state is not None:
         _check_condition(record, current)
+    if (
+        header.claimed
+        and current is not None
+        and current.state is SegmentState.DELETE_SEGMENT_STARTED
+        and current.replaces_state is not SegmentState.COPY_SEGMENT_STARTED
+        and type(record) is RemoteLogSegmentMetadata
+        and record.state is _FINISHED
+    ):
+        # the claim holder serves again a segment whose deletion it cannot prove it started (its
+        # DELETE_SEGMENT_STARTED was forged with the claim's epoch and writer id, or left by a
+        # process that crashed before any object went): only a served segment's deletion is undone
+        current = replace(current, state=_FINISHED, replaces_state=None)
     new = (
         apply_snapshot(current, record)
         if isinstance(record, RemoteLogSegmentMetadata)
         else apply_update(current, record)
     )
+    if (
+        new.state is SegmentState.DELETE_SEGMENT_STARTED
+        and new.replaces_state is None
+        and current is not None
+        and current.state is _FINISHED
+    ):
+        new = replace(new, replaces_state=_FINISHED)  # an unconditional delete of a finished segment
     change = Change(put_raw=raw if new is record else None)
     if after is not header.lineage and after != header.lineage:
         change.header = replace(header, lineage=after)

@@ -99,7 +99,18 @@ class PartitionRemoteState:
         """The highest offset copied, or deliberately deleted below the remote log start offset:
         after retention deleted every segment, a resuming leader continues at the start offset
         instead of copying the deleted history again."""
-        done = self.finished()
+        # a deletion of a served segment counts as copied: retention moves the start offset past its
+        # segments first, and one the owner cannot prove it started is undone (a forged record)
+        done = [
+            *self.finished(),
+            *(
+                s
+                for s in self.segments.values()
+                if s.state is _S.DELETE_SEGMENT_STARTED
+                and s.replaces_state is _S.COPY_SEGMENT_FINISHED
+                and self.in_lineage(s)
+            ),
+        ]
         highest = max(s.end_offset for s in done) if done else None
         if self.log_start_offset > 0 and (highest is None or highest < self.log_start_offset - 1):
             return self.log_start_offset - 1

@@ -63,7 +63,9 @@ class Topic:
         self.foreign_accepted: list[str] = []  # accepted records of a writer not holding the claim
         self.self_fenced: list[str] = []  # a claim holder's own record rejected
 
-    def append(self, key: bytes, value: bytes | None) -> int:
+    def append(self, key: bytes, value: bytes | None, forged: bool = False) -> int:
+        """Append a message; ``forged``: a hostile record carrying a claim holder's epoch and writer
+        id (not the holder's own: its rejection fences no one)."""
         offset = self.next_offset
         self.next_offset += 1
         self.log.append(Message(offset, key, value))
@@ -81,6 +83,7 @@ class Topic:
             self.foreign_accepted.append(f"{writer}'s record at {offset} under {claim.writer_id}'s claim")
         if (
             not verdict.accepted
+            and not forged
             and verdict.reason != CONDITION
             and writer in self.writers
             and getattr(record, "writer_epoch", None) == claim.epoch
@@ -90,8 +93,8 @@ class Topic:
             )
         return offset
 
-    def publish(self, record: MetadataRecord) -> int:
-        return self.append(record_key(record), encode_value(record))
+    def publish(self, record: MetadataRecord, forged: bool = False) -> int:
+        return self.append(record_key(record), encode_value(record), forged)
 
     def tombstone(self, segment: RemoteLogSegmentMetadata) -> int:
         self.append(segment_key(segment.segment_id), None)

@@ -306,3 +306,60 @@ def test_a_worker_refuses_partitions_whose_archive_its_metadata_does_not_know(tm
     state.apply(dataclasses.replace(archived, writer_epoch=claim, writer_id="w1"))
     assert list(planner.prepare([TP])) == [TP] and planner.behind == set()
     assert not any(p.component == BEHIND_COMPONENT for p in HEALTH.problems())
+
+
+@pytest.mark.parametrize("conditional", [True, False], ids=["conditional", "unconditional"])
+def test_a_forged_delete_with_the_owners_epoch_and_writer_id_deletes_nothing_and_is_undone(
+    tmp_path: Path, conditional: bool
+) -> None:
+    """The claim's epoch and writer id can be read from the topic. Before: a DELETE_SEGMENT_STARTED
+    carrying both was accepted (the segment unserved at once), and the owner's next pass finished
+    the deletion, objects and manifest: a retried delete did not ask who had started it. Now a
+    deletion is finished only by the process that started it (it confirmed its own record), or once
+    its objects are partly gone; otherwise the owner re-publishes the segment and serves it again."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    epoch = log.claim("w")
+    _ok, s = copy(log, 0, 9, epoch)
+    upload(storage, s)
+    forged = s.deleting(3, "w", epoch)
+    if not conditional:
+        forged = dataclasses.replace(forged, replaces_state=None)
+    log.publish(forged)
+    owner = deleter(log, storage)
+    clean_partition(TP, log.state(), owner, epoch, RetentionLimits(), 10**6)
+    assert objects_of(s) <= keys_in(storage)
+    assert served(log.fold) == {s.segment_id.id}
+    clean_partition(TP, log.state(), owner, epoch, RetentionLimits(), 10**6)
+    assert objects_of(s) <= keys_in(storage)
+    for point in range(len(log.messages) + 1):
+        assert served(fresh(log, point)) == {s.segment_id.id}, f"a cleaning point at {point} unserves it"
+
+
+def test_a_deletion_its_own_process_started_is_finished_and_one_cut_short_is_started_again(
+    tmp_path: Path,
+) -> None:
+    """The owner's own deletions go on as before: one whose objects failed to go is finished by the
+    process that started it, and by the process after a crash too, since retention moved the remote
+    log start offset past it before its DELETE_SEGMENT_STARTED."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    epoch = log.claim("w")
+    _ok, a = copy(log, 0, 9, epoch)
+    upload(storage, a)
+    expire = RetentionLimits(retention_bytes=0)
+    for crash in (False, True):
+        first = deleter(log, storage)
+        first.delete_objects = lambda segment: "injected"  # type: ignore[method-assign]
+        clean_partition(TP, log.state(), first, epoch, expire, 10**6)
+        assert served(log.fold) == set() and objects_of(a) <= keys_in(storage)
+        if not crash:
+            del first.delete_objects
+            clean_partition(TP, log.state(), first, epoch, expire, 10**6)  # the same process
+            assert not objects_of(a) & keys_in(storage)
+            _ok, a = copy(log, 10, 19, epoch)
+            upload(storage, a)
+            continue
+        second = deleter(log, storage)  # the process after a crash: the deletion is not its own
+        clean_partition(TP, log.state(), second, epoch, RetentionLimits(), 10**6)
+        assert served(log.fold) == set() and not objects_of(a) & keys_in(storage)

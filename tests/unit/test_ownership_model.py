@@ -179,6 +179,7 @@ class OwnershipModel(RuleBasedStateMachine):
         self.retention_deleted: dict[uuid.UUID, int] = {}  # segment -> the time cutoff that expired it
         # rejected records under a claim's key: offset -> (partition, offset by which it was neutralised)
         self.claim_hits: dict[int, tuple[TopicPartition, int | None]] = {}
+        self.forged: dict[uuid.UUID, TopicPartition] = {}  # unserved by a forged delete of their claim
         self._ids = 0
         self.cache_dir = Path(tempfile.mkdtemp(prefix="ownership-model-"))
         self.cache_applied = 0  # messages of the log the cache has applied
@@ -424,6 +425,11 @@ class OwnershipModel(RuleBasedStateMachine):
             # hostile record and readers of the compacted topic)
             assert not after.claim_shadowed(), "the claim's key is still shadowed after its holder's pass"
             assert after.repairs() == [], f"left to repair after the holder's pass: {after.repairs()}"
+            served = {x.segment_id.id for x in after.finished()}
+            for sid, tp in self.forged.items():
+                assert tp != owner.tp or sid in served, (
+                    "a forged delete still unserves after the holder's pass"
+                )
         if result.fenced and self._state(owner.tp).current_epoch != owner.epoch:
             self._fenced(owner)  # taken over (else: its plan lost to a copy that finished since)
             return
@@ -513,13 +519,15 @@ class OwnershipModel(RuleBasedStateMachine):
         self.topic_id = str(uuid.UUID(int=(0x70E1C << 64) + self._ids))
         self.retired_acked.update(self.acked)
         self.acked = {}
+        self.forged = {}  # no longer served for the topic in any case
         self.source_ends = dict.fromkeys(TPS, 0)
         for owner in self.owners.values():
             self._fenced(owner)  # their next assignment claims under the new id
 
     def _manifested(self) -> bool:
-        """Every served segment of the current topic id has its manifest (the rebuild's only source)."""
-        return all(
+        """Every served segment of the current topic id has its manifest (the rebuild's only source),
+        and no segment waits to be served again after a forged delete."""
+        return not self.forged and all(
             manifest_key(s.data_object_key) in self.bucket.objects
             for tp in TPS
             for s in self._state(tp).finished()
@@ -588,6 +596,30 @@ class OwnershipModel(RuleBasedStateMachine):
             key = f"{other.topic}/{other.partition}/{victim.segment_id.id}".encode()
         self.topic.append(key, None)
         assert not self.topic.accepted[self.topic.next_offset - 1], f"hostile tombstone {key!r} accepted"
+
+    def _held_with_served(self) -> list[TopicPartition]:
+        return [
+            tp
+            for tp in TPS
+            if self.topic.live.partition(tp).header.claim is not None and self._state(tp).finished()
+        ]
+
+    @precondition(lambda self: self._held_with_served())
+    @rule(conditional=st.booleans(), data=st.data())
+    def forged_delete(self, conditional: bool, data: st.DataObject) -> None:
+        """A DELETE_SEGMENT_STARTED of a served segment carrying the current claim's epoch and writer
+        id (both readable from the topic): readers cannot tell it from the holder's own, so it is
+        accepted and the segment is not served until the holder's next pass; nothing is deleted, and
+        that pass serves it again (a deletion is finished only by the process that started it)."""
+        tp = data.draw(st.sampled_from(self._held_with_served()), label="partition")
+        claim = self.topic.live.partition(tp).header.claim
+        assert claim is not None
+        victim = data.draw(st.sampled_from(self._state(tp).finished()), label="victim")
+        forged = victim.deleting(0, claim.writer_id, claim.epoch)
+        if not conditional:
+            forged = replace(forged, replaces_state=None)
+        if self.topic.accepted[self.topic.publish(forged, forged=True)]:
+            self.forged[victim.segment_id.id] = tp
 
     def _claim_keys(self, tp: TopicPartition) -> list[bytes]:
         head = f"{tp.topic}/{tp.partition}/claim/".encode()
@@ -719,8 +751,10 @@ class OwnershipModel(RuleBasedStateMachine):
     @invariant()
     def acknowledged_stays_served(self) -> None:
         served = {s.segment_id.id for tp in TPS for s in self._state(tp).finished()}
+        for sid in [x for x in self.forged if x in served]:
+            del self.forged[sid]  # served again
         for sid, seg in self.acked.items():
-            if sid in served:
+            if sid in served or sid in self.forged:  # a forged delete: until the holder's next pass
                 continue
             assert sid in self.retention_deleted, (
                 f"acknowledged {seg.start_offset}..{seg.end_offset} unserved"
@@ -731,7 +765,11 @@ class OwnershipModel(RuleBasedStateMachine):
     def served_is_contiguous_and_disjoint(self) -> None:
         for tp in TPS:
             part = self._state(tp)
-            live = [s for s in part.finished() if s.end_offset >= part.log_start_offset]
+            forged = [part.segments[x] for x in self.forged if x in part.segments]  # served again soon
+            live = sorted(
+                (s for s in [*part.finished(), *forged] if s.end_offset >= part.log_start_offset),
+                key=lambda s: s.start_offset,
+            )
             assert all(s.topic_partition == tp for s in live), f"another partition's segment served for {tp}"
             for a, b in itertools.pairwise(live):
                 assert a.end_offset < b.start_offset, (
