@@ -284,7 +284,7 @@ def delete_partition(ctx: DeletionContext, tp: TopicPartition, scope: Scope) -> 
         ok = False
     orphans_left = False
     for orphan in part.orphans.values():
-        if scope.covers(orphan) and ctx.deleter.delete_orphan(orphan) is not None:
+        if scope.covers(orphan) and ctx.deleter.delete_orphan(orphan, epoch) is not None:
             ok, orphans_left = False, True
     if not orphans_left:
         # the deleted segments' keys go last, once no rejected record judged against them remains

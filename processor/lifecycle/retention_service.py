@@ -115,17 +115,20 @@ def clean_partition(
         deleter.restate_claim(tp, claim)
         repairs = [*repairs, *(s for s in part.claim_records() if s not in repairs)]
         log_start_shadowed = part.log_start_offset > 0
-    for segment in repairs:
-        deleter.repair(segment, epoch)
-    if log_start_shadowed:
-        deleter.repair_log_start(tp, part.log_start_offset, epoch)
+    # rejected records first, then the states they shadow: a rejected FINISHED was judged against
+    # what is served, and a reader of a topic compacted between a shadowing record and its repair
+    # judges it without the shadowed state (it may serve it); its deletion comes before the repair
     out = DeletionOutcome()
     for orphan in part.orphans.values():
-        error = deleter.delete_orphan(orphan)
+        error = deleter.delete_orphan(orphan, epoch)
         if error == REFUSED_ACKNOWLEDGED:
             out.refused.append((orphan, error))
         elif error is not None:
             out.failed.append((orphan, error))
+    for segment in repairs:
+        deleter.repair(segment, epoch)
+    if log_start_shadowed:
+        deleter.repair_log_start(tp, part.log_start_offset, epoch)
     if not out.failed and not out.refused:
         for segment in part.deletion_finished():
             deleter.forget(segment)

@@ -325,10 +325,16 @@ class SegmentDeleter:
         self.tombstones.tombstone(segment)
         return True
 
-    def delete_orphan(self, segment: RemoteLogSegmentMetadata) -> str | None:
+    def delete_orphan(self, segment: RemoteLogSegmentMetadata, writer_epoch: int | None = None) -> str | None:
         """Remove what a *rejected* record of a segment no accepted record knows left behind: its
         objects (if the fenced writer uploaded any) and its key (so compaction forgets it). A segment
-        with a manifest is refused (its copy was acknowledged: the view is behind the bucket)."""
+        with a manifest is refused (its copy was acknowledged: the view is behind the bucket).
+
+        A rejected COPY_SEGMENT_FINISHED is first recorded deleted (DELETE_SEGMENT_FINISHED under
+        ``writer_epoch``, confirmed): where it was judged against a state compaction may take away
+        (an overlap with a served segment whose key a rejected record shadows), a reader of the
+        compacted topic may have served it; the deletion unserves it there before anything the
+        owner re-publishes after it."""
         if self.acknowledged(segment):
             return REFUSED_ACKNOWLEDGED
         try:
@@ -339,6 +345,17 @@ class SegmentDeleter:
             metrics.DELETE_FAILURES.inc()
             log.warning("could not remove what rejected segment %s left (%s)", segment.segment_id, exc)
             return str(exc)
+        if writer_epoch is not None and segment.state is _S.COPY_SEGMENT_FINISHED:
+            deleted = replace(
+                segment,
+                state=_S.DELETE_SEGMENT_FINISHED,
+                event_timestamp_ms=self.clock_ms(),
+                writer_id=self.writer_id,
+                writer_epoch=writer_epoch,
+                replaces_state=None,
+            )
+            self._publish_confirmed(deleted, f"DELETE_SEGMENT_FINISHED of rejected {segment.segment_id}")
+            self.finished.add(segment.segment_id.id)
         self.tombstones.tombstone(segment)
         metrics.SEGMENTS_DELETED.labels(DeleteReason.DANGLING.value).inc()
         return None

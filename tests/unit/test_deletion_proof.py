@@ -363,3 +363,32 @@ def test_a_deletion_its_own_process_started_is_finished_and_one_cut_short_is_sta
         second = deleter(log, storage)  # the process after a crash: the deletion is not its own
         clean_partition(TP, log.state(), second, epoch, RetentionLimits(), 10**6)
         assert served(log.fold) == set() and not objects_of(a) & keys_in(storage)
+
+
+def test_a_repair_is_never_reordered_behind_an_overlapping_record_by_compaction(tmp_path: Path) -> None:
+    """A zombie's FINISHED of served S (rejected: it shadows S's key, the owner repairs it) and a
+    broken FINISHED B over part of S's range with no objects, under the current claim and writer id
+    (rejected: overlap), both land before the owner's next pass. Before: a cleaner point between the
+    zombie's record and the repair dropped S's FINISHED and kept the zombie's, so readers from the
+    topic (and the RocksDB cache) accepted B, served it instead of S and rejected the repair. Now the
+    owner deletes B under its claim before it repairs S: every cleaning point serves S alone."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    zombie = log.claim("z")
+    _ok, s = copy(log, 0, 9, zombie, "z")
+    upload(storage, s)
+    owner = log.claim("w")
+    again = dataclasses.replace(s, event_timestamp_ms=5)  # the zombie publishes S's FINISHED again
+    assert not log.accepted[log.publish(again)]
+    broken = dataclasses.replace(
+        segment(5, 15, owner), segment_id=RemoteLogSegmentId(TP.topic, TP.partition, uuid.uuid4())
+    )
+    keys = KEYS.segment(TP.topic, TP.partition, 5, broken.segment_id.id, owner)
+    broken = dataclasses.replace(broken, data_object_key=keys.data, index_object_key=keys.index)
+    assert not log.accepted[log.publish(broken)]
+    for _pass in range(2):
+        clean_partition(TP, log.state(), deleter(log, storage, "w"), owner, RetentionLimits(), 10**6)
+    assert served(log.fold) == {s.segment_id.id}
+    for point in range(len(log.messages) + 1):
+        assert served(fresh(log, point)) == {s.segment_id.id}, f"a cleaning point at {point} serves B"
+    assert objects_of(s) <= keys_in(storage)

@@ -645,6 +645,32 @@ class OwnershipModel(RuleBasedStateMachine):
         assert not self.topic.accepted[offset], f"hostile claim tombstone {key!r} accepted"
         self.claim_hits[offset] = (tp, None)
 
+    @precondition(lambda self: self._held_with_served())
+    @rule(kind=st.sampled_from(["holder_overlap", "zombie_finished"]), data=st.data())
+    def forged_finished(self, kind: str, data: st.DataObject) -> None:
+        """A COPY_SEGMENT_FINISHED over part of a served segment's range with no objects, carrying
+        the current claim's epoch and writer id (rejected: overlap), or a served segment's FINISHED
+        published again under an earlier claim (a zombie's: rejected, it shadows the segment's key,
+        and the holder repairs it). Together they make a repair that compaction could reorder
+        behind an overlapping record."""
+        tp = data.draw(st.sampled_from(self._held_with_served()), label="partition")
+        claim = self.topic.live.partition(tp).header.claim
+        assert claim is not None
+        victim = data.draw(st.sampled_from(self._state(tp).finished()), label="victim")
+        if kind == "zombie_finished":
+            stale = replace(victim, writer_epoch=max(0, claim.epoch - 1), event_timestamp_ms=1)
+            self.topic.publish(stale, forged=True)
+            return
+        sid = RemoteLogSegmentId(tp.topic, tp.partition, self._uuid(), self.topic_id)
+        start = victim.start_offset + data.draw(st.integers(0, victim.end_offset - victim.start_offset))
+        end = victim.end_offset + data.draw(st.integers(0, 3))
+        keys = KEYS.segment(tp.topic, tp.partition, start, sid.id, claim.epoch, self.topic_id)
+        broken = RemoteLogSegmentMetadata(
+            sid, start, end, 0, 0, claim.writer_id, claim.epoch, ((0, start),), 1,
+            S.COPY_SEGMENT_FINISHED, keys.data, keys.index, 2, 1, 0, 1,
+        )  # fmt: skip
+        self.topic.publish(broken, forged=True)
+
     @precondition(lambda self: self._claimed())
     @rule(
         kind=st.sampled_from(["overlap", "huge", "garbage", "negative", "nul", "key", "outside"]),
