@@ -17,18 +17,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import uuid
 
 from processor.commands.delete_topic import read_live_topic
 from processor.commands.deletion_context import open_context
 from processor.config import load_settings
 from processor.errors import ConfigError
-from processor.lifecycle.retention_service import UNREFERENCED_MIN_AGE_MS
+from processor.lifecycle.retention_service import UNREFERENCED_MIN_AGE_MS, storage_now_ms
 from processor.metadata.codec import metadata_partition_for
 from processor.metadata.deletion_proof import plan_sweep
 from processor.metadata.model import TopicPartition
 from processor.segment.object_keys import validate_topic
-from processor.storage.chunk_storage import ChunkStorage
 
 log = logging.getLogger(__name__)
 
@@ -51,20 +49,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=cmd_sweep)
-
-
-def storage_now_ms(storage: ChunkStorage, prefix: str) -> int:
-    """The storage's own clock: the LastModified of an object written now (a local clock may be
-    skewed; the age of an object is what the storage says it is)."""
-    probe = f"{prefix}/.clock-probe-{uuid.uuid4()}" if prefix else f".clock-probe-{uuid.uuid4()}"
-    storage.create(probe, [b""])
-    try:
-        info = storage.stat(probe)
-    finally:
-        storage.delete(probe)
-    if info is None or info.modified_ms is None:
-        raise ConfigError("the storage does not report object times: cannot judge objects' age")
-    return info.modified_ms
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from processor import metrics
-from processor.errors import FencedWriterError, ObjectExistsError, ProcessorError
+from processor.errors import FencedWriterError, ObjectExistsError, ProcessorError, StorageError
 from processor.health import HEALTH
 from processor.lifecycle.deletion_topic import DeletionTopic
 from processor.lifecycle.remote_log_gauges import RemoteLogGauges
@@ -27,7 +27,7 @@ from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED, REFUSED_UNRE
 from processor.metadata.manifest import SegmentManifest, encode_manifest, manifest_key
 from processor.metadata.model import SegmentState, TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
-from processor.storage.chunk_storage import ChunkStorage
+from processor.storage.chunk_storage import ChunkInfo, ChunkStorage
 
 _FINISHED_DELETE = SegmentState.DELETE_SEGMENT_FINISHED
 
@@ -149,6 +149,29 @@ def clean_partition(
 UNREFERENCED_MIN_AGE_MS = 10 * 60 * 1000  # objects younger than this are never swept (uploads in flight)
 
 
+def storage_now_ms(storage: ChunkStorage, prefix: str) -> int:
+    """The storage's own clock: the time it gives an object written now (a probe, deleted at once).
+    Ages of objects are judged by it alone, never against this machine's clock."""
+    probe = f"{prefix.rstrip('/')}/.clock-probe-{uuid.uuid4()}" if prefix else f".clock-probe-{uuid.uuid4()}"
+    storage.create(probe, [b""])
+    try:
+        info = storage.stat(probe)
+    finally:
+        try:
+            storage.delete(probe)
+        except StorageError as exc:  # a stray probe is no object of the layout: nothing sweeps it
+            log.warning("could not delete the clock probe %s: %s", probe, exc)
+    if info is None or info.modified_ms is None:
+        raise StorageError("the storage does not report object times: cannot judge objects' age")
+    return info.modified_ms
+
+
+def sweep_prefix(tp: TopicPartition, part: PartitionRemoteState, deleter: SegmentDeleter) -> str:
+    """The folder the sweep lists: the partition's, of its current topic id."""
+    topic_id = part.current_topic_id if part.current_topic_id is not None else part.lineage.topic_id
+    return deleter.keys.partition_prefix(tp.topic, tp.partition, topic_id)
+
+
 def sweep_unreferenced(
     tp: TopicPartition,
     part: PartitionRemoteState,
@@ -157,14 +180,19 @@ def sweep_unreferenced(
     in_flight: frozenset[uuid.UUID] = frozenset(),
     min_age_ms: int = UNREFERENCED_MIN_AGE_MS,
     dry_run: bool = False,
+    listed: list[ChunkInfo] | None = None,
 ) -> SweepResult:
-    """The owner's once-per-claim sweep of ``tp``'s folder of the partition's current topic id
+    """The owner's sweep of ``tp``'s folder of the partition's current topic id
     (:func:`processor.metadata.deletion_proof.plan_sweep`): it deletes the objects no segment the
     fold lists names that its own claim wrote (its attempts that could not record or clean up), and
     counts and logs every other unreferenced object without deleting it (another claim's, another
-    topic id's, one with a manifest: ``processor sweep`` and the audit are the operator's tools)."""
-    topic_id = part.current_topic_id if part.current_topic_id is not None else part.lineage.topic_id
-    listed = deleter.storage.list(deleter.keys.partition_prefix(tp.topic, tp.partition, topic_id))
+    topic id's, one with a manifest: ``processor sweep`` and the audit are the operator's tools).
+
+    ``listed``: the folder listed *before* ``part`` was read (else it is listed now), so every
+    object of a copy that could still finish is named by a record ``part`` holds. ``now_ms`` is the
+    storage's clock (:func:`storage_now_ms`): objects' ages are never judged by this machine's."""
+    if listed is None:
+        listed = list(deleter.storage.list(sweep_prefix(tp, part, deleter)))
     plan = plan_sweep(listed, part, deleter.keys, now_ms, min_age_ms, in_flight, part.current_epoch)
     result = SweepResult(list(plan.delete), plan.kept)
     if not dry_run:
@@ -293,6 +321,14 @@ class RetentionService:
                 # the first set; one that starts in between is in the second. (A copy that does both
                 # is FINISHED already, and the conditional delete is rejected if the plan saw it
                 # STARTED: the fold has the last word.)
+                # the listing before the state the sweep judges it by (an upload's STARTED is
+                # published before its first byte, so the state names every object listed of a copy
+                # that could still finish); the state read first only for its folder
+                sweep = self._sweep_due(tp, epoch)
+                listed: list[ChunkInfo] | None = None
+                if sweep is not None:
+                    first = self.view.state(tp)
+                    listed = list(self.deleter.storage.list(sweep_prefix(tp, first, self.deleter)))
                 in_flight = self.in_flight(tp)
                 part = self.view.state(tp)
                 in_flight |= self.in_flight(tp)
@@ -311,15 +347,16 @@ class RetentionService:
                     log.warning("retention pass: %s", exc)
                     result.fenced.append(tp)
                     continue
-                if self._swept.get(tp) != epoch and not outcome.failed:
+                if sweep is not None and listed is not None and not outcome.failed:
                     # once per claim: objects of this claim that nobody recorded
                     sweep_unreferenced(
                         tp,
                         part,
                         self.deleter,
-                        now,
+                        sweep,
                         in_flight | self.in_flight(tp),
                         self.unreferenced_min_age_ms,
+                        listed=listed,
                     )
                     planned = {
                         s.segment_id.id
@@ -359,6 +396,16 @@ class RetentionService:
         else:
             self._failed(f"{len(result.outcome.failed)} segment deletions failed; queued for retry")
         return result
+
+    def _sweep_due(self, tp: TopicPartition, epoch: int) -> int | None:
+        """The storage's time now when the claim's sweep is due (once per claim), else None."""
+        if self._swept.get(tp) == epoch:
+            return None
+        try:
+            return storage_now_ms(self.deleter.storage, self.deleter.keys.prefix)
+        except StorageError as exc:
+            log.warning("%s: the storage's clock could not be read (%s); no sweep this pass", tp, exc)
+            return None
 
     def _failed(self, reason: str) -> None:
         self.failed_passes += 1

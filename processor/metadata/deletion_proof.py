@@ -21,10 +21,11 @@ topic) is never proof. The proofs, by path:
 - **Objects no record names** (the sweep, :func:`plan_sweep`): only in the partition's folder of its
   current topic id, never a manifest nor an object whose segment has one; a worker deletes only
   objects its own claim wrote (the writer epoch in their names), older than ten minutes; an operator
-  (``processor sweep``) those of any writer, older than a long grace judged by the storage's own
-  clock. The listing is taken before the metadata is read: an upload's COPY_SEGMENT_STARTED is
-  published before its first byte, so every object in the listing of a copy that could still finish
-  is named by a record the view holds.
+  (``processor sweep``) those of any writer, older than a long grace. Age is judged by the storage's
+  own clock alone (a probe object's time), never against the machine's. The listing is taken
+  before the metadata is read: an upload's COPY_SEGMENT_STARTED is published before its first byte,
+  so every object in the listing of a copy that could still finish is named by a record the view
+  holds.
 """
 
 from __future__ import annotations

@@ -20,14 +20,18 @@ class Bucket:
 
     def __init__(self) -> None:
         self.objects: dict[str, bytes] = {}
+        self.written: dict[str, int] = {}  # when each object was written, by the storage's clock
+        self.now = 1_000_000  # the storage's clock: its own, whatever the workers' clocks say
         self.failing = False  # deletes fail (S3 down): the deleter queues them for retry
 
     def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
         self.objects[key] = b"".join(bytes(p) for p in parts)
-        return ChunkInfo(key, len(self.objects[key]))
+        self.now += 1
+        self.written[key] = self.now
+        return ChunkInfo(key, len(self.objects[key]), self.now)
 
     def stat(self, key: str) -> ChunkInfo | None:
-        return ChunkInfo(key, len(self.objects[key]), 0) if key in self.objects else None
+        return ChunkInfo(key, len(self.objects[key]), self.written[key]) if key in self.objects else None
 
     def read_all(self, key: str) -> bytes:
         if key not in self.objects:
@@ -35,7 +39,11 @@ class Bucket:
         return self.objects[key]
 
     def list(self, prefix: str) -> list[ChunkInfo]:
-        return [ChunkInfo(k, len(v), 0) for k, v in sorted(self.objects.items()) if k.startswith(prefix)]
+        return [
+            ChunkInfo(k, len(v), self.written[k])
+            for k, v in sorted(self.objects.items())
+            if k.startswith(prefix)
+        ]
 
     def delete(self, key: str) -> None:
         if self.failing:

@@ -6,6 +6,7 @@ planner, retention service, deleter and sweep over a filesystem bucket."""
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from processor.errors import FencedWriterError
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits
 from processor.lifecycle.retention_service import (
+    UNREFERENCED_MIN_AGE_MS,
     RetentionService,
     clean_partition,
     sweep_unreferenced,
@@ -392,3 +394,45 @@ def test_a_repair_is_never_reordered_behind_an_overlapping_record_by_compaction(
     for point in range(len(log.messages) + 1):
         assert served(fresh(log, point)) == {s.segment_id.id}, f"a cleaning point at {point} serves B"
     assert objects_of(s) <= keys_in(storage)
+
+
+@pytest.mark.parametrize("min_age_ms", [UNREFERENCED_MIN_AGE_MS, 0])
+def test_the_sweep_keeps_a_copy_that_finishes_during_the_pass_whatever_the_storages_clock(
+    tmp_path: Path, min_age_ms: int
+) -> None:
+    """A copy starts and finishes while the pass runs, after the pass read the partition's state,
+    and its manifest write fails; the storage's clock is 11 minutes behind the worker's. Before: the
+    sweep listed the bucket after reading the state (the reverse of the order its proof relies on)
+    and judged age by the worker's clock against the storage's, so the served copy's data and index
+    were deleted. Now the listing comes first and age is the storage's own."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    epoch = log.claim("w")
+    copied: list[RemoteLogSegmentMetadata] = []
+
+    class CopyDuringThePass:
+        def state(self, tp: TopicPartition) -> PartitionRemoteState:
+            snapshot = log.state()  # then a copy, right after every read of the state
+            start = 10 * len(copied)
+            started = segment(start, start + 9, epoch, S.COPY_SEGMENT_STARTED)
+            log.publish(started)
+            upload(storage, started, manifest=False)  # the manifest write fails
+            finished = started.with_state(S.COPY_SEGMENT_FINISHED, 2)
+            assert log.confirm(finished, log.publish(finished))
+            copied.append(finished)
+            return snapshot
+
+    worker_clock = lambda: int(time.time() * 1000) + 11 * 60_000  # noqa: E731
+    service = RetentionService(
+        RetentionConfig(RetentionLimits(), ()),
+        CopyDuringThePass(),
+        deleter(log, storage),
+        None,
+        clock_ms=worker_clock,
+        unreferenced_min_age_ms=min_age_ms,
+    )
+    for _pass in range(3):
+        service.run_pass({TP: epoch})
+    assert served(log.fold) == {s.segment_id.id for s in copied}
+    for seg in copied:
+        assert {seg.data_object_key, seg.index_object_key} <= keys_in(storage), "a served copy lost objects"

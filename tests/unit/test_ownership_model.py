@@ -533,6 +533,12 @@ class OwnershipModel(RuleBasedStateMachine):
             for s in self._state(tp).finished()
         )
 
+    @rule(delta=st.integers(-50, 50))
+    def storage_clock_jumps(self, delta: int) -> None:
+        """The storage server's clock is set forward or back: the workers' clocks are another
+        matter altogether (the model's is offsets); only the storage's clock judges objects' age."""
+        self.bucket.now = max(0, self.bucket.now + delta)
+
     @precondition(lambda self: self._manifested())
     @rule()
     def metadata_topic_lost_and_rebuilt(self) -> None:
