@@ -181,6 +181,7 @@ def sweep_unreferenced(
     min_age_ms: int = UNREFERENCED_MIN_AGE_MS,
     dry_run: bool = False,
     listed: list[ChunkInfo] | None = None,
+    written_since_ms: int | None = None,
 ) -> SweepResult:
     """The owner's sweep of ``tp``'s folder of the partition's current topic id
     (:func:`processor.metadata.deletion_proof.plan_sweep`): it deletes the objects no segment the
@@ -189,11 +190,15 @@ def sweep_unreferenced(
     topic id's, one with a manifest: ``processor sweep`` and the audit are the operator's tools).
 
     ``listed``: the folder listed *before* ``part`` was read (else it is listed now), so every
-    object of a copy that could still finish is named by a record ``part`` holds. ``now_ms`` is the
-    storage's clock (:func:`storage_now_ms`): objects' ages are never judged by this machine's."""
+    object of a copy that could still finish is named by a record ``part`` holds. ``now_ms`` and
+    ``written_since_ms`` are the storage's clock: objects written before ``written_since_ms`` (the
+    storage's time when this claim was first seen) are another holder's, whatever epoch their name
+    carries (an epoch handed out again after the metadata partition lost its tail)."""
     if listed is None:
         listed = list(deleter.storage.list(sweep_prefix(tp, part, deleter)))
-    plan = plan_sweep(listed, part, deleter.keys, now_ms, min_age_ms, in_flight, part.current_epoch)
+    plan = plan_sweep(
+        listed, part, deleter.keys, now_ms, min_age_ms, in_flight, part.current_epoch, written_since_ms
+    )
     result = SweepResult(list(plan.delete), plan.kept)
     if not dry_run:
         for key in plan.delete:
@@ -277,7 +282,11 @@ class RetentionService:
         # offsets, not milliseconds, and passes 0)
         self.unreferenced_min_age_ms = unreferenced_min_age_ms
         self.caught_up = caught_up  # the ids of the copies the leader has in progress
-        self._swept: dict[TopicPartition, int] = {}  # partition -> the claim its objects were swept under
+        # partition -> the claim (epoch, id) its objects were swept under
+        self._swept: dict[TopicPartition, tuple[int, uuid.UUID]] = {}
+        # partition -> (claim, the storage's time at the first pass under it): the sweep deletes only
+        # objects the storage wrote after that
+        self._claim_seen: dict[TopicPartition, tuple[tuple[int, uuid.UUID], int]] = {}
         self.config = config
         self.view = view
         self.deleter = deleter
@@ -323,11 +332,12 @@ class RetentionService:
                 # STARTED: the fold has the last word.)
                 # the listing before the state the sweep judges it by (an upload's STARTED is
                 # published before its first byte, so the state names every object listed of a copy
-                # that could still finish); the state read first only for its folder
-                sweep = self._sweep_due(tp, epoch)
+                # that could still finish); the state read first only for its claim and folder
+                first = self.view.state(tp)
+                claim = first.header.claim
+                sweep = None if claim is None else self._sweep_due(tp, (epoch, claim.claim_id))
                 listed: list[ChunkInfo] | None = None
                 if sweep is not None:
-                    first = self.view.state(tp)
                     listed = list(self.deleter.storage.list(sweep_prefix(tp, first, self.deleter)))
                 in_flight = self.in_flight(tp)
                 part = self.view.state(tp)
@@ -347,23 +357,25 @@ class RetentionService:
                     log.warning("retention pass: %s", exc)
                     result.fenced.append(tp)
                     continue
-                if sweep is not None and listed is not None and not outcome.failed:
+                if sweep is not None and listed is not None and claim is not None and not outcome.failed:
                     # once per claim: objects of this claim that nobody recorded
+                    storage_now, since = sweep
                     sweep_unreferenced(
                         tp,
                         part,
                         self.deleter,
-                        sweep,
+                        storage_now,
                         in_flight | self.in_flight(tp),
                         self.unreferenced_min_age_ms,
                         listed=listed,
+                        written_since_ms=since,
                     )
                     planned = {
                         s.segment_id.id
                         for s in (*plan.requeue, *plan.dangling, *(seg for seg, _reason in plan.expired))
                     } | set(self._recently_deleted)
                     write_missing_manifests(tp, part, self.deleter.storage, frozenset(planned))
-                    self._swept[tp] = epoch
+                    self._swept[tp] = (epoch, claim.claim_id)
                 for s in outcome.deleted:
                     self._recently_deleted[s.segment_id.id] = time.monotonic()
                 if outcome.refused:
@@ -397,15 +409,25 @@ class RetentionService:
             self._failed(f"{len(result.outcome.failed)} segment deletions failed; queued for retry")
         return result
 
-    def _sweep_due(self, tp: TopicPartition, epoch: int) -> int | None:
-        """The storage's time now when the claim's sweep is due (once per claim), else None."""
-        if self._swept.get(tp) == epoch:
+    def _sweep_due(self, tp: TopicPartition, claim: tuple[int, uuid.UUID]) -> tuple[int, int] | None:
+        """(the storage's time now, its time when this claim was first seen here) when the claim's
+        sweep is due: once per claim (its epoch and id: an epoch may be handed out again after the
+        metadata partition lost its tail), at a pass after the first one under it and at least
+        ``unreferenced_min_age_ms`` later by the storage's clock; None otherwise."""
+        if self._swept.get(tp) == claim:
             return None
         try:
-            return storage_now_ms(self.deleter.storage, self.deleter.keys.prefix)
+            now = storage_now_ms(self.deleter.storage, self.deleter.keys.prefix)
         except StorageError as exc:
             log.warning("%s: the storage's clock could not be read (%s); no sweep this pass", tp, exc)
             return None
+        seen = self._claim_seen.get(tp)
+        if seen is None or seen[0] != claim:
+            self._claim_seen[tp] = (claim, now)
+            return None
+        if now - seen[1] < self.unreferenced_min_age_ms or now < seen[1]:
+            return None
+        return now, seen[1]
 
     def _failed(self, reason: str) -> None:
         self.failed_passes += 1

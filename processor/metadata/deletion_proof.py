@@ -22,7 +22,9 @@ topic) is never proof. The proofs, by path:
   current topic id, never a manifest nor an object whose segment has one; a worker deletes only
   objects its own claim wrote (the writer epoch in their names), older than ten minutes; an operator
   (``processor sweep``) those of any writer, older than a long grace. Age is judged by the storage's
-  own clock alone (a probe object's time), never against the machine's. The listing is taken
+  own clock alone (a probe object's time), never against the machine's. A worker also deletes only
+  objects the storage wrote after it first saw its claim: the epoch in a name is no proof on its own
+  once the metadata partition lost its tail and handed the epoch out again. The listing is taken
   before the metadata is read: an upload's COPY_SEGMENT_STARTED is published before its first byte,
   so every object in the listing of a copy that could still finish is named by a record the view
   holds.
@@ -76,12 +78,16 @@ def plan_sweep(
     min_age_ms: int,
     in_flight: frozenset[uuid.UUID] = frozenset(),
     writer_epoch: int | None = None,
+    written_since_ms: int | None = None,
 ) -> SweepPlan:
     """Which of a partition folder's ``listed`` objects no record of ``part`` names may go: objects of
     this project's layout, not a manifest, whose segment has no manifest in the listing, not of a
     copy in flight, older than ``min_age_ms`` at ``now_ms`` (by the storage's timestamps) and, when
-    ``writer_epoch`` is given, written under that claim (the epoch in the name). Unreferenced objects
-    that fail any of the proofs are ``kept``; objects too young to judge are in neither list. Pure."""
+    ``writer_epoch`` is given, written under that claim (the epoch in the name) and, when
+    ``written_since_ms`` is given, written at or after it by the storage's clock (an epoch can be
+    handed out again when the metadata partition loses its tail: the name alone is no proof).
+    Unreferenced objects that fail any of the proofs are ``kept``; objects too young to judge are in
+    neither list. Pure."""
     listed = list(listed)
     referenced = {
         k
@@ -100,7 +106,8 @@ def plan_sweep(
         if sid in in_flight or obj.modified_ms is None or now_ms - obj.modified_ms < min_age_ms:
             continue
         acknowledged_once = obj.key.endswith(MANIFEST_SUFFIX) or data_key in manifests
-        if acknowledged_once or (writer_epoch is not None and epoch != writer_epoch):
+        earlier = written_since_ms is not None and obj.modified_ms < written_since_ms
+        if acknowledged_once or earlier or (writer_epoch is not None and epoch != writer_epoch):
             plan.kept.append(obj.key)
         else:
             plan.delete.append(obj.key)

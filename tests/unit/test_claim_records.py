@@ -15,7 +15,7 @@ from processor.metadata.fold import MISPLACED, MetadataFold
 from processor.metadata.model import ClaimKind, PartitionClaim, SegmentState
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.storage.filesystem import FilesystemChunkStorage
-from tests.unit.test_claims import TP, Log, copy, deleter
+from tests.unit.test_claims import KEYS, TP, Log, copy, deleter
 from tests.unit.test_deletion_proof import fresh, keys_in, objects_of, served, upload
 
 S = SegmentState
@@ -139,3 +139,64 @@ def test_a_restatement_by_anyone_but_the_holder_is_rejected() -> None:
         log.state().current_epoch == epoch and log.state().header.claim == log.fold.partition(TP).header.claim
     )
     assert isinstance(log.fold, MetadataFold)
+
+
+def test_an_epoch_handed_out_again_after_the_metadata_lost_its_tail_sweeps_nothing_of_the_first(
+    tmp_path: Path,
+) -> None:
+    """The metadata partition loses its tail (an unclean leader election, a topic restored from an
+    older copy): the claim at offset 3 and the copy it acknowledged are gone, and the owner's next
+    claim gets offset 3 again. Before: the start-up gate let it lead (the metadata knows the
+    partition) and its sweep deleted the acknowledged copy, whose manifest write had failed and
+    whose objects carry epoch 3 in their names. Now the sweep deletes only objects the storage wrote
+    after the claim was first seen (and an epoch's sweep is remembered with the claim's id)."""
+    import os
+
+    from processor.lifecycle.retention_config import RetentionConfig
+    from processor.lifecycle.retention_service import RetentionService, StateView
+
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    log.claim("a")
+    _ok, kept = copy(log, 0, 9, 0, "a")
+    upload(storage, kept)
+    epoch = log.claim("w")
+    assert epoch == 3
+    _ok, lost = copy(log, 10, 19, epoch)  # acknowledged; its manifest write failed
+    upload(storage, lost, manifest=False)
+    an_hour_ago = (tmp_path.stat().st_mtime - 3600, tmp_path.stat().st_mtime - 3600)
+    for name in (lost.data_object_key, lost.index_object_key):
+        os.utime(tmp_path / name, an_hour_ago)
+    truncated = Log()  # what is left: everything before offset 3
+    for _offset, key, value in log.messages[:3]:
+        truncated._append(key, value)
+    again = truncated.claim("w")
+    assert again == epoch, "the same epoch, handed out again"
+    service = RetentionService(
+        RetentionConfig(RetentionLimits(), ()),
+        StateView({}),
+        deleter(truncated, storage),
+        None,
+        unreferenced_min_age_ms=0,
+    )
+    for _pass in range(3):
+        service.view = StateView({TP: truncated.state()})
+        service.run_pass({TP: again})
+    assert {lost.data_object_key, lost.index_object_key} <= keys_in(storage)
+    assert objects_of(kept) <= keys_in(storage)
+    # and what this claim itself left unrecorded is still swept
+    stray = dataclasses.replace(lost, segment_id=dataclasses.replace(lost.segment_id, id=uuid.uuid4()))
+    stray_keys = KEYS.segment(TP.topic, TP.partition, 30, stray.segment_id.id, again)
+    storage.create(stray_keys.data, [b"d"])
+    service2 = RetentionService(
+        RetentionConfig(RetentionLimits(), ()),
+        StateView({TP: truncated.state()}),
+        deleter(truncated, storage),
+        None,
+        unreferenced_min_age_ms=0,
+    )
+    service2.run_pass({TP: again})
+    storage.create(stray_keys.index, [b"i"])
+    service2.run_pass({TP: again})
+    assert stray_keys.index not in keys_in(storage)
+    assert {lost.data_object_key, lost.index_object_key} <= keys_in(storage)

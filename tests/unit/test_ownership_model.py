@@ -174,6 +174,9 @@ class OwnershipModel(RuleBasedStateMachine):
         # acknowledged under a topic id since retired (the topic was re-created): no longer served,
         # but their objects must stay (a restore may read them) until someone deletes them by name
         self.retired_acked: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        # acknowledged, then lost with the metadata partition's tail: not served until a rebuild, but
+        # their objects must stay
+        self.lost_acked: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
         self.topic_id = TOPIC_ID
         self.failed_deletions = FailedDeletions()
         self.retention_deleted: dict[uuid.UUID, int] = {}  # segment -> the time cutoff that expired it
@@ -533,6 +536,48 @@ class OwnershipModel(RuleBasedStateMachine):
             for s in self._state(tp).finished()
         )
 
+    def _truncation_points(self) -> list[int]:
+        """Where the metadata partition may lose its tail in the model: after its last deletion,
+        start offset move and tombstone (a lost deletion would serve a segment whose objects are gone:
+        no reader can help that, and it is not what is checked here)."""
+        log = self.topic.log
+        if len(log) < 2:
+            return []
+        after = 1 + max(
+            (m.offset for m in log if m.value is None or m.key.endswith((b"/delete", b"/log-start-offset"))),
+            default=0,
+        )
+        return [m.offset for m in log if m.offset >= after]
+
+    @precondition(lambda self: self._truncation_points())
+    @rule(data=st.data())
+    def metadata_partition_loses_its_tail(self, data: st.DataObject) -> None:
+        """An unclean leader election, or the metadata topic restored from an older copy: every
+        message from some offset on is gone, and the offsets, so the claim epochs, are handed out
+        again. The workers go on (each retention service remembers what it did under which claim);
+        their followers start over and every owner claims again. Acknowledged segments whose
+        records were lost are no longer served (``rebuild-metadata`` brings them back); their
+        objects must stay, whatever epoch the new claims get."""
+        cut = data.draw(st.sampled_from(self._truncation_points()), label="lost from")
+        kept = [m for m in self.topic.log if m.offset < cut]
+        self.topic = Topic(TPS, WRITERS)
+        for m in kept:
+            self.topic.next_offset = m.offset
+            self.topic.append(m.key, m.value)
+        self.topic.next_offset = cut
+        served = {s.segment_id.id for tp in TPS for s in self._state(tp).finished()}
+        for sid in [x for x in self.acked if x not in served]:
+            self.lost_acked[sid] = self.acked.pop(sid)
+        self.claim_hits = {t: hit for t, hit in self.claim_hits.items() if t < cut}
+        self.forged = {}
+        for owner in self.owners.values():
+            self._fenced(owner)
+            owner.view_at = 0
+        self.cache.close()
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
+        self.cache = MetadataCache(self.cache_dir)
+        self.cache_applied = 0
+
     @rule(delta=st.integers(-50, 50))
     def storage_clock_jumps(self, delta: int) -> None:
         """The storage server's clock is set forward or back: the workers' clocks are another
@@ -828,7 +873,7 @@ class OwnershipModel(RuleBasedStateMachine):
     def acknowledged_objects_exist_until_retention(self) -> None:
         """No object of an acknowledged segment is deleted but by the user's retention: not as
         dangling, orphan or unreferenced, whatever any owner's view said."""
-        for sid, seg in {**self.acked, **self.retired_acked}.items():
+        for sid, seg in {**self.acked, **self.retired_acked, **self.lost_acked}.items():
             if sid in self.retention_deleted:
                 continue
             for key in (seg.data_object_key, seg.index_object_key, manifest_key(seg.data_object_key)):
