@@ -141,6 +141,10 @@ class CacheQueries:
         served = {x for x in served_ids if x in segments}
         return PartitionRemoteState(segments, served, header, shadowed, orphans)
 
+    def prefixed(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every key under ``prefix`` with its value (a scan: for rare work only)."""
+        return self._prefixed(prefix)
+
     def _prefixed(self, prefix: bytes, it: RdictIter | None = None) -> Iterator[tuple[bytes, bytes]]:
         """The keys under ``prefix``, through ``it`` when given (one consistent view)."""
         if it is None:

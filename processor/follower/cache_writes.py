@@ -29,7 +29,7 @@ from processor.follower.cache_keys import I64, MAX_UUID, O_VALUE, U32, U64, offs
 from processor.follower.cache_queries import CacheQueries
 from processor.metadata.codec import encode_value
 from processor.metadata.fold import Change, Fold, PartitionHeader, encode_header
-from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.metadata.model import DELETE_STATES, RemoteLogSegmentMetadata, SegmentState, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -173,21 +173,21 @@ class RocksFoldStore:
         return list(out.values())
 
     def deleting(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
-        """Segments of ``tp`` being deleted (DELETE_SEGMENT_STARTED; a finished deletion is not
-        listed), this batch's changes included: a scan of the partition's listing, rare."""
+        """Segments of ``tp`` in a delete state, this batch's changes included. A finished deletion
+        is kept under its id only (not listed by partition): this reads every segment the cache
+        holds, which happens only when a claim's records are to be re-published (a tombstone under
+        a claim's key: rare)."""
         out: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
-        for key, _value in self.queries.scan_keys(b"L", tp, 0):
-            sid = uuid.UUID(bytes=key[-16:])
-            seg = self.segment(sid)
-            if seg is not None and seg.state is SegmentState.DELETE_SEGMENT_STARTED:
+        for key, _value in self.queries.prefixed(b"S"):
+            sid = uuid.UUID(bytes=key[1:17])
+            if sid in self.segments:
+                continue
+            seg = self.queries.segment(sid)
+            if seg is not None and seg.topic_partition == tp and seg.state in DELETE_STATES:
                 out[sid] = seg
-        for sid, seg in self.segments.items():
-            if (
-                seg is not None
-                and seg.topic_partition == tp
-                and seg.state is SegmentState.DELETE_SEGMENT_STARTED
-            ):
-                out[sid] = seg
+        for sid, change in self.segments.items():
+            if change is not None and change.topic_partition == tp and change.state in DELETE_STATES:
+                out[sid] = change
         return list(out.values())
 
     # -- writes ----------------------------------------------------------------------------------
