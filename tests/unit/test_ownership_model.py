@@ -901,9 +901,16 @@ class OwnershipModel(RuleBasedStateMachine):
         self.cache_applied = self.topic.next_offset
         for tp in TPS:
             cached = self.cache.remote_state(tp)
+            view = live.partition(tp)
             assert {s.segment_id.id for s in cached.finished()} == set(self._served(live, tp))
-            assert cached.log_start_offset == live.partition(tp).log_start_offset
-            assert cached.current_epoch == live.partition(tp).current_epoch
+            assert cached.log_start_offset == view.log_start_offset
+            assert cached.current_epoch == view.current_epoch
+            # and everything else an owner acts on: what it cleans up, repairs and deletes
+            listed = {x: s for x, s in view.segments.items() if s.state is not S.DELETE_SEGMENT_FINISHED}
+            assert cached.segments == listed
+            assert cached.header == view.header
+            assert cached.shadowed == view.shadowed
+            assert cached.orphans == view.orphans
 
 
 def _holds(name: str) -> object:
