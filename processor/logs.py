@@ -31,7 +31,9 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, ClassVar
 
-_SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|SESSION|CREDENTIAL|PRIVATE", re.IGNORECASE)
+# SESSION alone is not secret-looking: PROCESSOR_SESSION_TIMEOUT_MS=6000 masked every 6000 in the logs
+# (offsets included); AWS_SESSION_TOKEN is a TOKEN.
+_SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|PRIVATE", re.IGNORECASE)
 # Attributes every LogRecord has; anything else on a record came from ``extra=`` and is a field.
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName", "color_message"}
 MASK = "***"

@@ -18,6 +18,9 @@ from processor.kafka_clients import KafkaTarget, new_producer
 
 BASE_TS = 1_700_000_000_000
 MiB = 1024 * 1024
+# The largest value in the samples: as large as a record batch that Apache Kafka accepts by default
+# allows (max.message.bytes 1 MiB + 12 bytes, the batch's and record's own bytes included).
+BIG_VALUE = MiB - 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +51,7 @@ def sample_record(i: int, partitions: int, big_every: int = 5000) -> SampleRecor
     elif shape == 4:
         value = b""
     elif big_every and i % big_every == big_every - 1:
-        value = _bytes(i, MiB)  # the largest value Kafka accepts by default, give or take
+        value = _bytes(i, BIG_VALUE)
     headers: tuple[tuple[str, bytes | None], ...] = ()
     if shape == 5:
         headers = (("trace", _bytes(i, 16)), ("trace", b"second"), ("empty", b""), ("null", None))
@@ -80,6 +83,12 @@ def produce_samples(
         },
     )
     out: list[SampleRecord] = []
+    failed: list[str] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            failed.append(f"{msg.topic()}-{msg.partition()}: {err}")
+
     for i in range(start, start + count):
         rec = sample_record(i, partitions, big_every)
         while True:
@@ -91,6 +100,7 @@ def produce_samples(
                     partition=rec.partition,
                     headers=list(rec.headers) or None,
                     timestamp=rec.timestamp,
+                    on_delivery=delivered,
                 )
                 break
             except BufferError:
@@ -99,7 +109,8 @@ def produce_samples(
         if i % 1000 == 0:
             producer.poll(0)
     remaining = producer.flush(60)
-    if remaining:
-        raise RuntimeError(f"{remaining} sample records were not delivered")
+    if remaining or failed:
+        reasons = "; ".join(sorted(set(failed))[:5])
+        raise RuntimeError(f"{remaining + len(failed)} sample records were not delivered: {reasons}")
     time.sleep(0.2)  # Tansu's high watermark can lag a moment behind a flush
     return out

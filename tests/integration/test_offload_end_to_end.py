@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.devstack.sample_data import SampleRecord, produce_samples
+from processor.devstack.sample_data import BIG_VALUE, SampleRecord, produce_samples
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.model import SegmentState, TopicPartition
@@ -103,5 +103,5 @@ def test_every_record_lands_in_exactly_one_finished_segment_byte_exact(
                 assert seg.start_offset <= rec.offset <= seg.end_offset
                 seen.append(rec.offset)
         assert seen == list(range(len(by_partition[p]))), f"{tp}: records missing or duplicated"
-    assert sum(1 for r in produced if r.value is not None and len(r.value) == 1024 * 1024) >= 8
+    assert sum(1 for r in produced if r.value is not None and len(r.value) == BIG_VALUE) >= 8
     storage.close()

@@ -19,7 +19,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.devstack import stack
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import check_broker, ensure_topic, new_admin
+from processor.kafka_clients import check_broker, ensure_topic, new_admin, partition_counts
 from processor.kafka_security import KafkaConnection, KafkaSecurity
 from processor.metadata.model import TopicPartition
 from tests.integration.restore_support import (
@@ -217,7 +217,16 @@ def test_a_restore_rides_out_a_target_that_drops_every_connection(
         run = subprocess.Popen(
             RUNNER + args, env={**archive, **target_env}, stdout=log, stderr=subprocess.STDOUT
         )
-        while run.poll() is None and not target_records(target, TopicPartition("cli-dropped", 0))[0]:
+        admin = new_admin(target, "cli-dropped-watch")
+
+        def committed_once() -> bool:
+            # asked only once the restore made the topic: a client's metadata request for a topic
+            # that does not exist yet would have Apache Kafka create it, with one partition
+            if "cli-dropped" not in partition_counts(admin, ["cli-dropped"]):
+                return False
+            return bool(target_records(target, TopicPartition("cli-dropped", 0))[0])
+
+        while run.poll() is None and not committed_once():
             time.sleep(0.1)  # polling a condition: a first committed transaction
         assert run.poll() is None, "the restore ended before the fault"
         os.kill(run.pid, signal.SIGSTOP)

@@ -39,18 +39,22 @@ TOPIC = "secured-orders"
 PARTITIONS = 2
 RECORDS = 600
 META = "__remote_log_metadata_secured"
+# The two listeners reach one cluster: the mutual-TLS worker archives a topic of its own
+MTLS_TOPIC, MTLS_META = f"{TOPIC}-mtls", f"{META}_mtls"
 TOKEN = "secured-read-token"
 
 
 def _offload(info: StackInfo, kafka: KafkaConnection, env: dict[str, str], tmp: Path) -> WorkerProcess:
-    """Produce to TOPIC on ``kafka`` and run a worker until every record is in a finished segment."""
-    ensure_topic(new_admin(kafka, "secured-test"), TOPIC, PARTITIONS, 1, {})
-    produced = produce_samples(kafka, TOPIC, RECORDS, PARTITIONS, big_every=0)
+    """Produce to the worker's topic on ``kafka`` and run it until every record is in a finished
+    segment."""
+    topic, meta = env["PROCESSOR_TOPICS"], env["PROCESSOR_METADATA_TOPIC"]
+    ensure_topic(new_admin(kafka, "secured-test"), topic, PARTITIONS, 1, {})
+    produced = produce_samples(kafka, topic, RECORDS, PARTITIONS, big_every=0)
     counts = Counter(r.partition for r in produced)
     worker = WorkerProcess(env, tmp / "worker.log")
-    ends = {TopicPartition(TOPIC, p): counts[p] - 1 for p in range(PARTITIONS)}
+    ends = {TopicPartition(topic, p): counts[p] - 1 for p in range(PARTITIONS)}
     try:
-        wait_offloaded(kafka, META, ends, 120, worker.proc)
+        wait_offloaded(kafka, meta, ends, 120, worker.proc)
     except BaseException:
         worker.stop()
         raise AssertionError(f"worker did not offload:\n{worker.log()[-3000:]}") from None
@@ -58,10 +62,11 @@ def _offload(info: StackInfo, kafka: KafkaConnection, env: dict[str, str], tmp: 
 
 
 def _worker_env(info: StackInfo, tmp: Path, **extra: str) -> dict[str, str]:
+    mtls = extra.get("PROCESSOR_SECURITY_PROTOCOL") == "SSL"
     env = info.worker_env(
         tmp / "data",
-        TOPIC,
-        PROCESSOR_METADATA_TOPIC=META,
+        MTLS_TOPIC if mtls else TOPIC,
+        PROCESSOR_METADATA_TOPIC=MTLS_META if mtls else META,
         PROCESSOR_METADATA_PARTITIONS="2",
         PROCESSOR_SEGMENT_BYTES="32KiB",
         PROCESSOR_BLOCK_BYTES="8KiB",
@@ -95,7 +100,7 @@ def sasl_ssl_archive(
 def mtls_archive(
     secured_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, str]]:
-    """TOPIC offloaded from the mutual-TLS listener (a separate cluster)."""
+    """MTLS_TOPIC offloaded from the mutual-TLS listener (the same cluster, another principal)."""
     secured = secured_stack.secured
     assert secured is not None
     tmp = tmp_path_factory.mktemp("mtls")
@@ -121,17 +126,18 @@ def _cli(
 
 
 def _read_back(monkeypatch, capsys, env: dict[str, str]) -> None:
-    code, out, err = _cli(monkeypatch, capsys, env, "segments", "--topic", TOPIC, "--json")
+    topic = env["PROCESSOR_TOPICS"]
+    code, out, err = _cli(monkeypatch, capsys, env, "segments", "--topic", topic, "--json")
     assert code == 0, err
     segments = [json.loads(line) for line in out.splitlines()]
     assert {s["partition"] for s in segments} == set(range(PARTITIONS))
     code, out, err = _cli(
-        monkeypatch, capsys, env, "fetch", "--topic", TOPIC, "--partition", "1", "--offset", "0",
+        monkeypatch, capsys, env, "fetch", "--topic", topic, "--partition", "1", "--offset", "0",
         "--max-records", "5", "--json",
     )  # fmt: skip
     assert code == 0, err
     assert [json.loads(line)["offset"] for line in out.splitlines()] == [0, 1, 2, 3, 4]
-    code, out, err = _cli(monkeypatch, capsys, env, "verify", "--topic", TOPIC, "--json")
+    code, out, err = _cli(monkeypatch, capsys, env, "verify", "--topic", topic, "--json")
     assert code == 0, (out, err)
 
 

@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING
 from confluent_kafka import TopicPartition as KafkaTP
 
+from processor.devstack import jars, stack
 from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin, new_consumer, new_producer
 from processor.metadata.model import TopicPartition
@@ -39,8 +40,12 @@ def spark(local_stack: StackInfo) -> Iterator[Any]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from processor.spark import local_session
 
+    # Spark's own Kafka source too (tests/spark/test_kafka_source.py), from the pinned Maven file
+    extra = {}
+    if local_stack.broker == stack.KAFKA:
+        extra["spark__jars"] = ",".join(str(jar) for jar in jars.jar_files("spark-kafka"))
     session = local_session(
-        "processor-tests", spark__sql__shuffle__partitions="2", spark__driver__memory="1g"
+        "processor-tests", spark__sql__shuffle__partitions="2", spark__driver__memory="1g", **extra
     )
     yield session
     session.stop()

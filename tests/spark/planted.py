@@ -118,6 +118,14 @@ class PlantedArchive:
             except Exception:
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
+        # Apache Kafka creates a topic's partitions a moment after it answers: wait for their leaders
+        while True:
+            described = admin.list_topics(self.topic, timeout=10).topics.get(self.topic)
+            parts = described.partitions if described is not None and described.error is None else {}
+            if len(parts) == partitions and all(p.leader >= 0 and p.error is None for p in parts.values()):
+                break
+            assert time.monotonic() < deadline, f"{self.topic} has no leaders after its re-creation"
+            time.sleep(0.1)
 
     def close(self) -> None:
         self.publisher.close()

@@ -158,3 +158,11 @@ def test_botocore_credential_lines_only_at_debug() -> None:
             logging.getLogger("botocore.credentials").setLevel(logging.NOTSET)
             logging.root.handlers[:] = saved[0]
             logging.root.setLevel(saved[1])
+
+
+def test_a_setting_named_session_is_no_secret() -> None:
+    """PROCESSOR_SESSION_TIMEOUT_MS is a number: masking it hid every equal offset in the logs."""
+    from processor.logs import secret_values
+
+    environ = {"PROCESSOR_SESSION_TIMEOUT_MS": "6000", "AWS_SESSION_TOKEN": "a-session-token"}
+    assert secret_values(environ) == ["a-session-token"]
