@@ -23,8 +23,11 @@ class Bucket:
         self.written: dict[str, int] = {}  # when each object was written, by the storage's clock
         self.now = 1_000_000  # the storage's clock: its own, whatever the workers' clocks say
         self.failing = False  # deletes fail (S3 down): the deleter queues them for retry
+        self.manifests_fail = False  # manifest writes fail: a copy is acknowledged without one
 
     def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
+        if self.manifests_fail and key.endswith("-manifest"):
+            raise StorageError(f"injected: cannot write {key}", retriable=False)
         self.objects[key] = b"".join(bytes(p) for p in parts)
         self.now += 1
         self.written[key] = self.now

@@ -327,7 +327,9 @@ class OwnershipModel(RuleBasedStateMachine):
         if stop.gate == "done":
             seg = stop.result
             assert seg is not None
-            assert manifest_key(seg.data_object_key) in self.bucket.objects, "acknowledged without manifest"
+            assert self.bucket.manifests_fail or manifest_key(seg.data_object_key) in self.bucket.objects, (
+                "acknowledged without manifest"
+            )
             self.acked[seg.segment_id.id] = seg  # acknowledged: from now on it must stay served
             owner.next_offset = seg.end_offset + 1
             owner.copy = None
@@ -477,6 +479,12 @@ class OwnershipModel(RuleBasedStateMachine):
     def storage_fails(self, failing: bool) -> None:
         self.bucket.failing = failing
 
+    @rule(failing=st.booleans())
+    def manifest_writes_fail(self, failing: bool) -> None:
+        """Manifest writes fail: a copy is acknowledged without its manifest (the owner writes the
+        missing ones once per claim), and only its records say it was acknowledged."""
+        self.bucket.manifests_fail = failing
+
     def _claimed(self) -> list[TopicPartition]:
         return [tp for tp in TPS if self.topic.live.partition(tp).header.claimed]
 
@@ -547,7 +555,10 @@ class OwnershipModel(RuleBasedStateMachine):
             (m.offset for m in log if m.value is None or m.key.endswith((b"/delete", b"/log-start-offset"))),
             default=0,
         )
-        return [m.offset for m in log if m.offset >= after]
+        points = [m.offset for m in log if m.offset >= after]
+        # at a claim, mostly: the next claim then gets that claim's epoch again
+        claims = [m.offset for m in log if m.offset >= after and b"/claim/" in m.key]
+        return claims or points
 
     @precondition(lambda self: self._truncation_points())
     @rule(data=st.data())
@@ -876,7 +887,10 @@ class OwnershipModel(RuleBasedStateMachine):
         for sid, seg in {**self.acked, **self.retired_acked, **self.lost_acked}.items():
             if sid in self.retention_deleted:
                 continue
-            for key in (seg.data_object_key, seg.index_object_key, manifest_key(seg.data_object_key)):
+            manifest = manifest_key(seg.data_object_key)
+            for key in (seg.data_object_key, seg.index_object_key, manifest):
+                if key == manifest and manifest not in self.bucket.written:
+                    continue  # never written (the writes failed): nothing to keep
                 assert key in self.bucket.objects, (
                     f"acknowledged {seg.start_offset}..{seg.end_offset} lost {key}"
                 )
