@@ -422,9 +422,11 @@ def decide_segment(
         new.state is SegmentState.DELETE_SEGMENT_STARTED
         and new.replaces_state is None
         and current is not None
-        and current.state is _FINISHED
+        and current.state in _COPYING
     ):
-        new = replace(new, replaces_state=_FINISHED)  # an unconditional delete of a finished segment
+        # an unconditional delete (an earlier version's, or forged): kept with the state it ended, so
+        # only a served segment's deletion can be undone by its holder
+        new = replace(new, replaces_state=current.state)
     change = Change(put_raw=raw if new is record else None)
     if after is not header.lineage and after != header.lineage:
         change.header = replace(header, lineage=after)

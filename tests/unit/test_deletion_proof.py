@@ -21,7 +21,7 @@ from processor.lifecycle.retention_service import (
     clean_partition,
     sweep_unreferenced,
 )
-from processor.metadata.codec import delete_key, segment_key
+from processor.metadata.codec import delete_key, encode_value, segment_key
 from processor.metadata.fold import CONDITION, MISPLACED, UNSERVABLE, MetadataFold
 from processor.metadata.manifest import SegmentManifest, encode_manifest, manifest_key
 from processor.metadata.model import (
@@ -436,3 +436,17 @@ def test_the_sweep_keeps_a_copy_that_finishes_during_the_pass_whatever_the_stora
     assert served(log.fold) == {s.segment_id.id for s in copied}
     for seg in copied:
         assert {seg.data_object_key, seg.index_object_key} <= keys_in(storage), "a served copy lost objects"
+
+
+def test_a_late_finished_never_undoes_a_deletion_of_an_unfinished_copy(tmp_path: Path) -> None:
+    """Only a served segment's deletion can be undone by its claim holder. A deletion of a copy that
+    was still STARTED (an earlier version's unconditional one, under the copy key) stays: the copy's
+    late FINISHED is rejected, as the deleter is removing its objects."""
+    log = Log()
+    epoch = log.claim("w")
+    started = segment(0, 9, epoch, S.COPY_SEGMENT_STARTED)
+    log.publish(started)
+    legacy = dataclasses.replace(started.deleting(3, "w", epoch), replaces_state=None)
+    assert log.accepted[log._append(segment_key(started.segment_id), encode_value(legacy))]
+    assert not log.accepted[log.publish(started.with_state(S.COPY_SEGMENT_FINISHED, 4))]
+    assert served(log.fold) == set()
