@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from processor import metrics
@@ -132,17 +132,31 @@ def clean_partition(
     if not out.failed and not out.refused:
         for segment in part.deletion_finished():
             deleter.forget(segment)
+    segments = [s for s in part.segments.values() if s.segment_id.id not in skip]
+    served = {s.segment_id.id for s in part.finished()}
+    # A remote log start offset is the owner's proof only where this process published it (a record
+    # carrying the claim's epoch and writer id may be forged): below a start it did not publish,
+    # readers stop serving, but only the user's time and size limits delete.
+    proven = deleter.published_starts.get(tp, 0)
     plan = plan_retention(
-        [s for s in part.segments.values() if s.segment_id.id not in skip],
-        limits,
-        now_ms,
-        part.log_start_offset,
-        served={s.segment_id.id for s in part.finished()},
-        current_epoch=epoch,
+        segments, limits, now_ms, min(proven, part.log_start_offset), served=served, current_epoch=epoch,
         in_flight=in_flight,
-    )
+    )  # fmt: skip
+    if plan.new_log_start_offset is not None and plan.new_log_start_offset <= part.log_start_offset:
+        plan = replace(plan, new_log_start_offset=None)  # the start is past it already
+    if part.log_start_offset > proven:
+        below = [s for s in part.finished() if s.end_offset < part.log_start_offset]
+        left = [s for s in below if s not in {seg for seg, _reason in plan.expired}]
+        if left:
+            log.warning(
+                "%s: %d segments below the remote log start offset %d are kept until the retention "
+                "limits reach them: this worker did not publish that start offset",
+                tp,
+                len(left),
+                part.log_start_offset,
+            )
     if not plan.empty:
-        out.merge(deleter.execute(tp, plan, epoch, part.log_start_offset, part.in_lineage))
+        out.merge(deleter.execute(tp, plan, epoch, min(proven, part.log_start_offset), part.in_lineage))
     return plan, out
 
 

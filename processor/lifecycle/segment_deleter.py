@@ -121,6 +121,8 @@ class SegmentDeleter:
         # finished: its own records, the only proof a deletion found in the metadata is one to finish
         self.started: set[uuid.UUID] = set()
         self.finished: set[uuid.UUID] = set()
+        # the highest remote log start offset this deleter published (confirmed) per partition
+        self.published_starts: dict[TopicPartition, int] = {}
 
     def _publish_confirmed(self, record: MetadataRecord, what: str) -> None:
         offset = self.metadata.publish(record)
@@ -134,6 +136,7 @@ class SegmentDeleter:
     def move_log_start_offset(self, tp: TopicPartition, offset: int, writer_epoch: int) -> None:
         record = RemoteLogStartOffset(tp, offset, self.clock_ms(), self.writer_id, writer_epoch)
         self._publish_confirmed(record, f"remote log start offset {offset} of {tp}")
+        self.published_starts[tp] = max(offset, self.published_starts.get(tp, 0))
 
     def execute(
         self,

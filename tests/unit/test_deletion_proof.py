@@ -29,6 +29,7 @@ from processor.metadata.model import (
     PartitionClaim,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
+    RemoteLogStartOffset,
     SegmentState,
     TopicPartition,
 )
@@ -342,8 +343,9 @@ def test_a_deletion_its_own_process_started_is_finished_and_one_cut_short_is_sta
     tmp_path: Path,
 ) -> None:
     """The owner's own deletions go on as before: one whose objects failed to go is finished by the
-    process that started it, and by the process after a crash too, since retention moved the remote
-    log start offset past it before its DELETE_SEGMENT_STARTED."""
+    process that started it; one a crashed process left before any object went is served again by
+    the next (the start offset past it is not its own either) and deleted by the next pass that
+    finds it past the limits."""
     storage = FilesystemChunkStorage(tmp_path)
     log = Log()
     epoch = log.claim("w")
@@ -364,6 +366,8 @@ def test_a_deletion_its_own_process_started_is_finished_and_one_cut_short_is_sta
             continue
         second = deleter(log, storage)  # the process after a crash: the deletion is not its own
         clean_partition(TP, log.state(), second, epoch, RetentionLimits(), 10**6)
+        assert served(log.fold) == {a.segment_id.id} and objects_of(a) <= keys_in(storage)
+        clean_partition(TP, log.state(), second, epoch, expire, 10**6)
         assert served(log.fold) == set() and not objects_of(a) & keys_in(storage)
 
 
@@ -450,3 +454,25 @@ def test_a_late_finished_never_undoes_a_deletion_of_an_unfinished_copy(tmp_path:
     assert log.accepted[log._append(segment_key(started.segment_id), encode_value(legacy))]
     assert not log.accepted[log.publish(started.with_state(S.COPY_SEGMENT_FINISHED, 4))]
     assert served(log.fold) == set()
+
+
+def test_a_forged_start_offset_unserves_but_deletes_nothing(tmp_path: Path) -> None:
+    """A remote log start offset carrying the claim's epoch and writer id moves the start forward:
+    readers stop serving below it (they cannot tell it from the holder's). Before: the holder's next
+    pass deleted every segment below it, acknowledged data, as the user's retention had asked. Now a
+    start offset breach deletes only below the start this process published itself; below a start
+    it did not publish, only the user's time or size limits delete."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    epoch = log.claim("w")
+    kept = [copy(log, i * 10, i * 10 + 9, epoch)[1] for i in range(3)]
+    for seg in kept:
+        upload(storage, seg)
+    assert log.accepted[log.publish(RemoteLogStartOffset(TP, 25, 3, "w", epoch))]
+    owner = deleter(log, storage)
+    clean_partition(TP, log.state(), owner, epoch, RetentionLimits(), 10**6)
+    for seg in kept:
+        assert objects_of(seg) <= keys_in(storage), "a forged start offset deleted acknowledged data"
+    # the holder's own retention still deletes below the start it moved
+    clean_partition(TP, log.state(), owner, epoch, RetentionLimits(retention_bytes=150), 10**6)
+    assert not objects_of(kept[0]) & keys_in(storage)
