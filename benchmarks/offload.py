@@ -207,9 +207,6 @@ def run_worker_offload(
         "PROCESSOR_BUFFER_BYTES": str(buffer_bytes),
         "PROCESSOR_LOG_LEVEL": "warn",
         "PROCESSOR_FOLLOWER_ENABLED": "false",
-        # Tansu holds every JoinGroup for half the session timeout: 5 s of each worker start with the
-        # default 10 s, 2 s with 4 s (outside the figures, which start at the first record taken)
-        "PROCESSOR_SESSION_TIMEOUT_MS": "4000",
     }
     # extra_env wins over the defaults above (a caller may name its own metadata topic or prefix).
     env = info.worker_env(workdir / tag, topic.name, **{**overrides, **(extra_env or {})})
