@@ -667,18 +667,24 @@ class OwnershipModel(RuleBasedStateMachine):
         ]
 
     @precondition(lambda self: self._held_with_served())
-    @rule(conditional=st.booleans(), data=st.data())
-    def forged_delete(self, conditional: bool, data: st.DataObject) -> None:
-        """A DELETE_SEGMENT_STARTED of a served segment carrying the current claim's epoch and writer
-        id (both readable from the topic): readers cannot tell it from the holder's own, so it is
-        accepted and the segment is not served until the holder's next pass; nothing is deleted, and
-        that pass serves it again (a deletion is finished only by the process that started it)."""
+    @rule(kind=st.sampled_from(["conditional", "unconditional", "start"]), data=st.data())
+    def forged_delete(self, kind: str, data: st.DataObject) -> None:
+        """A DELETE_SEGMENT_STARTED of a served segment, or a remote log start offset past it,
+        carrying the current claim's epoch and writer id (both readable from the topic): readers
+        cannot tell it from the holder's own, so it is accepted. A deleted segment is not served
+        until the holder's next pass, which serves it again (a deletion is finished only by the
+        process that started it); below the start offset readers stop serving, and only the user's
+        retention limits delete. Nothing is deleted either way."""
         tp = data.draw(st.sampled_from(self._held_with_served()), label="partition")
         claim = self.topic.live.partition(tp).header.claim
         assert claim is not None
         victim = data.draw(st.sampled_from(self._state(tp).finished()), label="victim")
+        if kind == "start":
+            start = RemoteLogStartOffset(tp, victim.end_offset + 1, 0, claim.writer_id, claim.epoch)
+            self.topic.publish(start, forged=True)
+            return
         forged = victim.deleting(0, claim.writer_id, claim.epoch)
-        if not conditional:
+        if kind == "unconditional":
             forged = replace(forged, replaces_state=None)
         if self.topic.accepted[self.topic.publish(forged, forged=True)]:
             self.forged[victim.segment_id.id] = tp
