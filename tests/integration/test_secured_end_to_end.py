@@ -9,6 +9,7 @@ the mechanism, never the secret.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -24,13 +25,16 @@ from typing import Any
 import pytest
 
 from processor import cli
+from processor.config import load_settings
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.secure import SASL_VARIABLES
 from processor.devstack.stack import StackInfo, free_port
 from processor.kafka_clients import ensure_topic, new_admin
-from processor.kafka_security import KafkaConnection
+from processor.kafka_security import KafkaConnection, KafkaSecurity
 from processor.metadata.model import TopicPartition
+from processor.wiring.gateway_server import GatewayServer
 from tests.integration.worker_process import TEST_SESSION_TIMEOUT_MS, WorkerProcess
+from tests.support.gateway_thread import gateway_running
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -263,7 +267,6 @@ def test_the_gateway_serves_the_archive_over_tls_with_sasl_passed_through(
     from confluent_kafka import Consumer
 
     from processor.kafka_clients import consumer_config
-    from processor.kafka_security import KafkaSecurity
 
     secured = secured_stack.secured
     assert secured is not None
@@ -322,3 +325,98 @@ def test_the_gateway_serves_the_archive_over_tls_with_sasl_passed_through(
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+async def _raw_fetch(target: KafkaConnection) -> list[tuple[int, int, bytes | None]]:
+    """One Fetch of every partition of TOPIC from offset 0, sent as it is (aiokafka's low-level
+    client): (partition, error code, record bytes) as the gateway answers."""
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.protocol.fetch import FetchRequest
+
+    from processor.kafka_clients import aiokafka_client_kwargs
+
+    client = AIOKafkaClient(**aiokafka_client_kwargs(target), client_id="outsider")
+    await client.bootstrap()
+    try:
+        node = next(iter(client.cluster.brokers())).nodeId
+        request = FetchRequest(10, 1, 1 << 20, 0, [(TOPIC, [(p, 0, 1 << 20) for p in range(PARTITIONS)])])
+        response = await client.send(node, request)
+        return [
+            (int(partition), int(error), data[-1] if data else None)
+            for _topic, partitions in response.topics
+            for partition, error, _high, *data in partitions
+        ]
+    finally:
+        await client.close()
+
+
+def _outsider(secured_stack: StackInfo) -> KafkaSecurity:
+    """A SCRAM user of the secured stack allowed its consumer groups, but nothing on any topic."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    secured = secured_stack.secured
+    assert secured is not None
+    admin = new_admin(secured.admin_kafka(), "outsider-setup")
+    password = "outsider-password"
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    upsert = UserScramCredentialUpsertion("outsider", info, password.encode())
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=30)
+    group = AclBinding(
+        ResourceType.GROUP, "*", ResourcePatternType.LITERAL, "User:outsider", "*",
+        AclOperation.READ, AclPermissionType.ALLOW,
+    )  # fmt: skip
+    for future in admin.create_acls([group]).values():
+        future.result(timeout=30)
+    return KafkaSecurity.from_env(
+        {**secured.sasl_ssl_env(), "PROCESSOR_SASL_USERNAME": "outsider", "PROCESSOR_SASL_PASSWORD": password}
+    )
+
+
+@pytest.mark.parametrize("reads", ["below-log-start", "archived"])
+def test_a_principal_without_read_on_the_topic_gets_no_archived_record_through_the_gateway(
+    sasl_ssl_archive: dict[str, str], secured_stack: StackInfo, tmp_path: Path, reads: str
+) -> None:
+    """The gateway passes the client's SASL login through: the broker's ACLs decide. A principal
+    without Read on the topic that sends a Fetch for archived offsets anyway (a client library would
+    stop at the Metadata refusal) gets TOPIC_AUTHORIZATION_FAILED, and no record, archived or not."""
+    from confluent_kafka import KafkaError
+
+    secured = secured_stack.secured
+    assert secured is not None
+    outsider = _outsider(secured_stack)
+    port, web = free_port(), free_port()
+    settings = load_settings(
+        {
+            **sasl_ssl_archive,
+            "PROCESSOR_DATA_DIR": str(tmp_path / "gateway"),
+            "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
+            "PROCESSOR_GATEWAY_PORT": str(port),
+            "PROCESSOR_GATEWAY_ARCHIVE_READS": reads,
+            "PROCESSOR_GATEWAY_TLS_CERTFILE": secured.pki.broker_cert,
+            "PROCESSOR_GATEWAY_TLS_KEYFILE": secured.pki.broker_key,
+            "PROCESSOR_WEB_HOST": "127.0.0.1",
+            "PROCESSOR_WEB_PORT": str(web),
+        }
+    )
+    with gateway_running(GatewayServer.build(settings)):
+        answers = asyncio.run(_raw_fetch(KafkaConnection(f"127.0.0.1:{port}", outsider)))
+        # the same request of the dev user, allowed to read: the archive's records
+        allowed = asyncio.run(
+            _raw_fetch(KafkaConnection(f"127.0.0.1:{port}", secured.sasl_ssl_kafka().security))
+        )
+    assert {error for _p, error, _r in allowed} == {0} and all(batch for _p, _e, batch in allowed)
+    errors = {error for _partition, error, _records in answers}
+    records = sum(len(batch or b"") for _partition, _error, batch in answers)
+    refused = errors == {KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    assert records == 0, f"{records} records reached a principal without Read on {TOPIC}"
+    assert refused, f"the gateway answered {errors}, not TOPIC_AUTHORIZATION_FAILED"
