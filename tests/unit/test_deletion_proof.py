@@ -476,3 +476,28 @@ def test_a_forged_start_offset_unserves_but_deletes_nothing(tmp_path: Path) -> N
     # the holder's own retention still deletes below the start it moved
     clean_partition(TP, log.state(), owner, epoch, RetentionLimits(retention_bytes=150), 10**6)
     assert not objects_of(kept[0]) & keys_in(storage)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="unproven: only an owner can re-publish a state a rejected record shadows, and here none runs",
+)
+def test_an_earlier_versions_zombie_delete_under_the_copy_key_with_no_owner_past_the_lag(
+    tmp_path: Path,
+) -> None:
+    """A worker of the previous release (deletes under the segment's copy key) paused past its claim
+    deletes served S: rejected, and it shadows S's copy key. No owner runs before the cleaner
+    reaches it: the compacted topic keeps only the rejected delete, and readers from the topic serve
+    less than the live ones (nothing is deleted: S's objects and manifest stay; rebuild-metadata
+    serves it again)."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    old = log.claim("z")
+    _ok, s = copy(log, 0, 9, old, "z")
+    upload(storage, s)
+    log.claim("w")  # the current owner, which then stops
+    late = dataclasses.replace(s.deleting(3, "z", old), replaces_state=None)
+    assert not log.accepted[log._append(segment_key(s.segment_id), encode_value(late))]
+    assert served(log.fold) == {s.segment_id.id}
+    assert objects_of(s) <= keys_in(storage)
+    assert served(fresh(log)) == {s.segment_id.id}
