@@ -121,6 +121,9 @@ class Settings(BaseSettings):
     gateway_prefetch_bytes: int = Field(default=128 * MiB, ge=0)
     # Bytes of blocks the gateway keeps on local disk (under data_dir) once read (0: no block cache).
     gateway_cache_bytes: int = Field(default=2048 * MiB, ge=0)
+    # Milliseconds a client's request may take to arrive whole once its first byte has (then its
+    # connection is closed).
+    gateway_request_timeout_ms: int = Field(default=30_000, ge=1, le=3_600_000)
     gateway_archive_reads: str = Field(
         default="below-log-start",
         pattern=r"^(below-log-start|archived)$",

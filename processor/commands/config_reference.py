@@ -111,6 +111,11 @@ MEANINGS: dict[str, str] = {
         "`block-cache`, emptied at start) once read, so ranges read again skip S3; the least recently "
         "read go first; `0`: no cache"
     ),
+    "gateway_request_timeout_ms": (
+        "`processor gateway`: how long a client's request may take to arrive whole once its first byte "
+        "has; then its connection is closed (counted in `processor_gateway_errors_total`, "
+        "`kind=\"request_timeout\"`)"
+    ),
     "gateway_archive_reads": (
         "`processor gateway`: `below-log-start` (the archive answers offsets the brokers no longer "
         "have) or `archived` (every archived offset: catch-up reads stay off the brokers' disks)"

@@ -271,6 +271,7 @@ def build_gateway(settings: Settings, reader: RemoteReader) -> Gateway:
         gateway.own_connections = None
         gateway.state.check_access = True
     gateway.tls_clients = client_tls(settings)
+    gateway.request_timeout_s = settings.gateway_request_timeout_ms / 1000
     if settings.gateway_prefetch_bytes > 0:
         gateway.state.prefetch = Prefetcher(
             gateway.archive.read_batches,
