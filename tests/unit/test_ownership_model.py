@@ -6,12 +6,16 @@ one writer id). Owners claim, copy segments, pause (a paused owner simply takes 
 step while the others go on, then goes on with what it knew: a zombie), crash, run retention and
 their cleanup (also a pass that planned while its own copy was still STARTED and acts after the copy
 finished), in any interleaving hypothesis finds; hostile records and hostile tombstones (of a
-served segment's keys, or another partition's key naming it) come at any point; the metadata topic
-is compacted at any point the way Kafka's log cleaner does (or lost, and rebuilt from the bucket by
+served segment's keys, another partition's key naming it, or a claim's key), records forged with the
+current claim's epoch and writer id (deletes, start offsets, FINISHED records over served ranges)
+and zombies' FINISHED records come at any point, and so do failing manifest writes, the storage's
+clock set forward or back, and the metadata partition losing its tail (claim epochs handed out
+again); the metadata topic is compacted at any point the way Kafka's log cleaner does (or lost, and rebuilt from the bucket by
 the real rebuild's inventory, manifest reads and plan) (the latest record of each key before a
 cleaning point survives, tombstones vanish), as far as ``min.compaction.lag.ms`` lets it: never past
 a rejected record that still shadows an accepted state or names an orphan (an owner neutralises
-those within a pass, far inside the lag). Any cleaning point is allowed otherwise, including one
+those within a pass, far inside the lag), nor past a rejected record under a claim's key unless it
+also passes everything that neutralised it. Any cleaning point is allowed otherwise, including one
 between a rejected record and the record that neutralised it.
 
 The parts under test are the real ones: the codec and its bounds, the fold
