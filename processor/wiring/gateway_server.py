@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import errno
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from processor.config import Settings
+from processor.errors import ConfigError
 from processor.gateway.listeners import Gateway, build_gateway, client_tls, gateway_ports
 from processor.gateway.protocol import warm_up
 from processor.reader.block_cache import BlockCache
@@ -69,8 +73,12 @@ class GatewayServer:
         runner = web.AppRunner(self.web_app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.settings.web_host, self.settings.web_port)
-        await site.start()
-        await self.gateway.start()
+        settings = self.settings
+        with port_in_use_is_said("PROCESSOR_WEB_PORT", settings.web_host, settings.web_port):
+            await site.start()
+        ports = f"{settings.gateway_port} (or a broker's port after it: PROCESSOR_GATEWAY_NODE_IDS)"
+        with port_in_use_is_said("PROCESSOR_GATEWAY_PORT", settings.gateway_host, ports):
+            await self.gateway.start()
         log.info(
             "gateway serving Kafka clients on %s:%d (archive reads: %s)",
             self.gateway.ports.host,
@@ -101,3 +109,17 @@ class GatewayServer:
         self.reader.storage.close()
         if self.reader.block_cache is not None:
             self.reader.block_cache.close()
+
+
+@contextlib.contextmanager
+def port_in_use_is_said(setting: str, host: str, port: object) -> Iterator[None]:
+    """A port another process holds is one line naming the setting (exit 2), not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise ConfigError(
+            f"{setting}: {host}:{port} is in use by another process (a worker, follower or gateway on "
+            f"this host?): give this one a port of its own"
+        ) from None

@@ -38,3 +38,34 @@ def test_the_gateway_refuses_to_start_when_a_broker_is_outside_its_node_ids(
     assert len(lines) == 1, result.stderr
     assert f"PROCESSOR_GATEWAY_NODE_IDS={outside} does not hold the node id of broker {node} (" in lines[0]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("setting", ["PROCESSOR_WEB_PORT", "PROCESSOR_GATEWAY_PORT"])
+def test_a_port_held_by_another_process_is_one_line_naming_its_setting(
+    local_stack: StackInfo, tmp_path, setting: str
+) -> None:
+    """A gateway started beside a worker on the same web port (both default to 6066) said "address
+    already in use" in a 32-line traceback that never named PROCESSOR_WEB_PORT."""
+    import socket
+
+    held = socket.create_server(("127.0.0.1", 0))
+    try:
+        env = {
+            **local_stack.env(),
+            "PROCESSOR_METADATA_TOPIC": "__remote_log_metadata_gw_ports",
+            "PROCESSOR_DATA_DIR": str(tmp_path / "data"),
+            "PROCESSOR_S3_REGION": "us-east-1",
+            "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
+            "PROCESSOR_GATEWAY_PORT": str(free_port()),
+            "PROCESSOR_WEB_HOST": "127.0.0.1",
+            "PROCESSOR_WEB_PORT": str(free_port()),
+            "PROCESSOR_WEB_AUTH": "none",
+            setting: str(held.getsockname()[1]),
+        }
+        result = run_cli(env, "gateway")
+    finally:
+        held.close()
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if setting in line]
+    assert len(lines) == 1 and "is in use by another process" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
