@@ -10,13 +10,14 @@ served segment's keys, another partition's key naming it, or a claim's key), rec
 current claim's epoch and writer id (deletes, start offsets, FINISHED records over served ranges)
 and zombies' FINISHED records come at any point, and so do failing manifest writes, the storage's
 clock set forward or back, and the metadata partition losing its tail (claim epochs handed out
-again); the metadata topic is compacted at any point the way Kafka's log cleaner does (or lost, and rebuilt from the bucket by
-the real rebuild's inventory, manifest reads and plan) (the latest record of each key before a
-cleaning point survives, tombstones vanish), as far as ``min.compaction.lag.ms`` lets it: never past
-a rejected record that still shadows an accepted state or names an orphan (an owner neutralises
-those within a pass, far inside the lag), nor past a rejected record under a claim's key unless it
-also passes everything that neutralised it. Any cleaning point is allowed otherwise, including one
-between a rejected record and the record that neutralised it.
+again); the metadata topic is compacted at any point the way Kafka's log cleaner does (or lost,
+and rebuilt from the bucket by the real rebuild's inventory, manifest reads and plan) (the latest
+record of each key before a cleaning point survives, tombstones vanish), as far as
+``min.compaction.lag.ms`` lets it: never past a rejected record that still shadows an accepted
+state or names an orphan (an owner neutralises those within a pass, far inside the lag), nor past a
+rejected record under a claim's key unless it also passes everything that neutralised it. Any
+cleaning point is allowed otherwise, including one between a rejected record and the record that
+neutralised it.
 
 The parts under test are the real ones: the codec and its bounds, the fold
 (:mod:`processor.metadata.fold`), the remote state on top of it, the segment copier, the retention
