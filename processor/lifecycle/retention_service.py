@@ -301,6 +301,8 @@ class RetentionService:
         # partition -> (claim, the storage's time at the first pass under it): the sweep deletes only
         # objects the storage wrote after that
         self._claim_seen: dict[TopicPartition, tuple[tuple[int, uuid.UUID], int]] = {}
+        self._probed = False
+        self._storage_now: int | None = None
         self.config = config
         self.view = view
         self.deleter = deleter
@@ -336,6 +338,7 @@ class RetentionService:
                         )
                     )
             now = self.clock_ms()
+            self._probed, self._storage_now = False, None  # the storage's clock, read once if needed
             self._forget_old(time.monotonic())
             refused: dict[TopicPartition, int] = {}
             for tp, epoch in sorted(led.items()):
@@ -430,10 +433,15 @@ class RetentionService:
         ``unreferenced_min_age_ms`` later by the storage's clock; None otherwise."""
         if self._swept.get(tp) == claim:
             return None
-        try:
-            now = storage_now_ms(self.deleter.storage, self.deleter.keys.prefix)
-        except StorageError as exc:
-            log.warning("%s: the storage's clock could not be read (%s); no sweep this pass", tp, exc)
+        if not self._probed:  # one probe a pass, for all its partitions
+            self._probed = True
+            try:
+                self._storage_now = storage_now_ms(self.deleter.storage, self.deleter.keys.prefix)
+            except StorageError as exc:
+                log.warning("the storage's clock could not be read (%s); no sweep this pass", exc)
+                self._storage_now = None
+        now = self._storage_now
+        if now is None:
             return None
         seen = self._claim_seen.get(tp)
         if seen is None or seen[0] != claim:
