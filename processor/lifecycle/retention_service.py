@@ -106,10 +106,12 @@ def clean_partition(
         raise FencedWriterError(
             f"{tp}: the metadata shows claim {part.current_epoch}, not this writer's {epoch}; not cleaning"
         )
+    claim = part.header.claim
+    assert claim is not None  # its epoch is this writer's
+    deleter.claims[tp] = (epoch, claim.claim_id)
     repairs = part.repairs()
     log_start_shadowed = part.log_start_shadowed()
-    claim = part.header.claim
-    if claim is not None and part.claim_shadowed():
+    if part.claim_shadowed():
         # a tombstone under this claim's key: state the claim again, then re-publish every state
         # written under it (the fold marks them when it accepts the claim stated again)
         deleter.restate_claim(tp, claim)
@@ -137,7 +139,7 @@ def clean_partition(
     # A remote log start offset is the owner's proof only where this process published it (a record
     # carrying the claim's epoch and writer id may be forged): below a start it did not publish,
     # readers stop serving, but only the user's time and size limits delete.
-    proven = deleter.published_starts.get(tp, 0)
+    proven = deleter.published_start(tp, epoch, claim.claim_id)
     plan = plan_retention(
         segments, limits, now_ms, min(proven, part.log_start_offset), served=served, current_epoch=epoch,
         in_flight=in_flight,

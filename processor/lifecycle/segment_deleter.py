@@ -119,10 +119,13 @@ class SegmentDeleter:
         self.clock_ms = clock_ms
         # the deletions this deleter started (its DELETE_SEGMENT_STARTED confirmed accepted) and
         # finished: its own records, the only proof a deletion found in the metadata is one to finish
-        self.started: set[uuid.UUID] = set()
-        self.finished: set[uuid.UUID] = set()
-        # the highest remote log start offset this deleter published (confirmed) per partition
-        self.published_starts: dict[TopicPartition, int] = {}
+        # segment -> (writer epoch, event time) of the DELETE_SEGMENT_STARTED it published
+        self.started: dict[uuid.UUID, tuple[int, int]] = {}
+        # segment -> event time of the DELETE_SEGMENT_FINISHED it published
+        self.finished: dict[uuid.UUID, int] = {}
+        # (partition, claim epoch, claim id) -> the highest remote log start offset it published there
+        self.published_starts: dict[tuple[TopicPartition, int, uuid.UUID | None], int] = {}
+        self.claims: dict[TopicPartition, tuple[int, uuid.UUID]] = {}  # the claim each pass acts under
 
     def _publish_confirmed(self, record: MetadataRecord, what: str) -> None:
         offset = self.metadata.publish(record)
@@ -136,7 +139,13 @@ class SegmentDeleter:
     def move_log_start_offset(self, tp: TopicPartition, offset: int, writer_epoch: int) -> None:
         record = RemoteLogStartOffset(tp, offset, self.clock_ms(), self.writer_id, writer_epoch)
         self._publish_confirmed(record, f"remote log start offset {offset} of {tp}")
-        self.published_starts[tp] = max(offset, self.published_starts.get(tp, 0))
+        claim = self.claims.get(tp)
+        key = (tp, writer_epoch, claim[1] if claim is not None and claim[0] == writer_epoch else None)
+        self.published_starts[key] = max(offset, self.published_starts.get(key, 0))
+
+    def published_start(self, tp: TopicPartition, epoch: int, claim_id: uuid.UUID) -> int:
+        """The highest remote log start offset this deleter published under this claim (0: none)."""
+        return self.published_starts.get((tp, epoch, claim_id), 0)
 
     def execute(
         self,
@@ -198,7 +207,7 @@ class SegmentDeleter:
         partition would not serve (a retired topic id's: ``processor delete-topic`` deletes those),
         or any when ``servable`` is not given (the caller does not know the partition's history), is
         left as it is (``LEFT``)."""
-        if segment.segment_id.id in self.started:
+        if self.started.get(segment.segment_id.id) == (segment.writer_epoch, segment.event_timestamp_ms):
             return FINISH
         if segment.replaces_state is _S.COPY_SEGMENT_STARTED:
             return REFUSED_ACKNOWLEDGED if self.acknowledged(segment) else FINISH
@@ -255,12 +264,13 @@ class SegmentDeleter:
             # that finished since the plan makes the fold reject it (then nothing is deleted)
             deleting = segment.deleting(self.clock_ms(), self.writer_id, writer_epoch)
             self._publish_confirmed(deleting, f"DELETE_SEGMENT_STARTED of {segment.segment_id}")
-            self.started.add(segment.segment_id.id)
+            self.started[segment.segment_id.id] = (writer_epoch, deleting.event_timestamp_ms)
         error = self.delete_objects(deleting)
         if error is not None:
             return error
-        self.metadata.publish(deleting.with_state(_S.DELETE_SEGMENT_FINISHED, self.clock_ms()))
-        self.finished.add(segment.segment_id.id)
+        deleted = deleting.with_state(_S.DELETE_SEGMENT_FINISHED, self.clock_ms())
+        self.metadata.publish(deleted)
+        self.finished[segment.segment_id.id] = deleted.event_timestamp_ms
         if reason is DeleteReason.RETRY:
             self.failed.resolve(segment)  # it may also wait on the deletion topic: done now
         metrics.SEGMENTS_DELETED.labels(reason.value).inc()
@@ -309,7 +319,7 @@ class SegmentDeleter:
         forgets its keys (the fold accepts a segment's tombstone only once its deletion finished).
         A deletion this deleter did not finish whose data or index is still in the bucket (a forged
         record) is not forgotten: its keys and objects stay, reported; returns False then."""
-        if segment.segment_id.id not in self.finished:
+        if self.finished.get(segment.segment_id.id) != segment.event_timestamp_ms:
             try:
                 keys = self.owned_objects(segment)
                 left = [key for key in (keys.data, keys.index) if self.storage.stat(key) is not None]
@@ -358,7 +368,7 @@ class SegmentDeleter:
                 replaces_state=None,
             )
             self._publish_confirmed(deleted, f"DELETE_SEGMENT_FINISHED of rejected {segment.segment_id}")
-            self.finished.add(segment.segment_id.id)
+            self.finished[segment.segment_id.id] = deleted.event_timestamp_ms
         self.tombstones.tombstone(segment)
         metrics.SEGMENTS_DELETED.labels(DeleteReason.DANGLING.value).inc()
         return None
@@ -410,7 +420,7 @@ class SegmentDeleter:
                 writer_epoch=writer_epoch,
             )
             self.metadata.publish(finished)
-            self.finished.add(state.segment_id.id)
+            self.finished[state.segment_id.id] = finished.event_timestamp_ms
             self.failed.resolve(state)
             metrics.SEGMENTS_DELETED.labels(DeleteReason.RETRY.value).inc()
             out.deleted.append(state)

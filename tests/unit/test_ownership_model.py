@@ -581,6 +581,8 @@ class OwnershipModel(RuleBasedStateMachine):
             self.topic.next_offset = m.offset
             self.topic.append(m.key, m.value)
         self.topic.next_offset = cut
+        # what the refold judged again was checked when it first came (forged records included)
+        self.topic.self_fenced, self.topic.foreign_accepted = [], []
         served = {s.segment_id.id for tp in TPS for s in self._state(tp).finished()}
         for sid in [x for x in self.acked if x not in served]:
             self.lost_acked[sid] = self.acked.pop(sid)

@@ -53,6 +53,17 @@ class Journal:
         self.events.append(("resolved", segment.segment_id.id))
 
 
+def _published_deletes(journal: Journal) -> dict[object, RemoteLogSegmentMetadata]:
+    """The last DELETE_SEGMENT_STARTED the deleter published of each segment (what readers hold)."""
+    return {
+        r.segment_id.id: r
+        for kind, r in journal.events
+        if kind == "publish"
+        and isinstance(r, RemoteLogSegmentMetadata)
+        and r.state is S.DELETE_SEGMENT_STARTED
+    }
+
+
 class FailingDeletes(FilesystemChunkStorage):
     def __init__(self, root: Path) -> None:
         super().__init__(root)
@@ -172,8 +183,9 @@ def test_failed_deletes_are_queued_counted_and_retried(tmp_path: Path) -> None:
     assert [k for k, _ in journal.events].count("failed") == 2
     assert [k for k, _ in journal.events].count("tombstone") == 0
     assert len(list(storage.list(""))) == 4, "objects stay until a retry deletes them"
-    # segments are now DELETE_SEGMENT_STARTED: the next plan requeues them, and they go
-    stuck = [s.with_state(S.DELETE_SEGMENT_STARTED, 1) for s in segs]
+    # segments are now DELETE_SEGMENT_STARTED (the records it published): the next plan requeues
+    # them, and they go (deletions this deleter started)
+    stuck = list(_published_deletes(journal).values())
     plan = plan_retention(stuck, RetentionLimits(), 10_000)
     assert plan.requeue == tuple(stuck)
     storage.fail = False
@@ -189,7 +201,7 @@ def test_retry_from_the_deletion_topic_finishes_the_segment(tmp_path: Path) -> N
     journal = Journal()
     deleter = deleter_for(storage, journal)
     stuck = seg.with_state(S.DELETE_SEGMENT_STARTED, 2)
-    deleter.started.add(seg.segment_id.id)  # its own deletion (a deletion not its own is undone)
+    deleter.started[seg.segment_id.id] = (stuck.writer_epoch, stuck.event_timestamp_ms)  # its own
     storage.fail = True
     assert deleter.retry_failed([seg], 3, lambda s: stuck).failed
     storage.fail = False
@@ -224,7 +236,7 @@ def test_service_deletes_only_led_partitions_and_reports_persistent_failures(tmp
         service.run_pass({TP: epoch})
     assert [p.component for p in HEALTH.problems()] == ["retention"]
     storage.fail = False
-    stuck, epoch = claimed(segs, *(s.with_state(S.DELETE_SEGMENT_STARTED, 2) for s in segs))
+    stuck, epoch = claimed(segs, *_published_deletes(journal).values())
     service.view = StateView(stuck.partitions)
     result = service.run_pass({TP: epoch})
     assert len(result.outcome.deleted) == 2 and result.ok
