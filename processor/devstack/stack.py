@@ -389,8 +389,13 @@ def start_broker_again(stack_dir: str | os.PathLike[str], timeout_s: float = 90.
     info = load(root)
     if info is None or info.broker != KAFKA:
         raise ServiceUnavailableError(f"no Apache Kafka stack in {root}")
-    if _alive(info.pids.get(KAFKA, 0), info.commands.get(KAFKA, "")):
-        raise ServiceUnavailableError(f"the broker of {root} still runs")
+    pid, command_name = info.pids.get(KAFKA, 0), info.commands.get(KAFKA, "")
+    deadline = time.monotonic() + 10  # a broker just killed may take a moment to be gone
+    while _alive(pid, command_name):
+        _reap(pid)
+        if time.monotonic() > deadline:
+            raise ServiceUnavailableError(f"the broker of {root} still runs (pid {pid})")
+        time.sleep(0.05)
     command = apache_kafka.command(root)
     proc = _spawn(command, root / apache_kafka.LOG_FILE)
     info.pids[KAFKA], info.commands[KAFKA] = proc.pid, command[0]

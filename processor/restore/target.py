@@ -7,10 +7,12 @@ Every client is built by the factory functions of ``processor/kafka_clients.py``
 from __future__ import annotations
 
 import logging
+import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from processor.errors import ServiceUnavailableError
 from processor.kafka_clients import (
@@ -35,6 +37,10 @@ PROGRESS_TOPIC_PARTITIONS = 4
 TRANSACTION_TIMEOUT_MS = 60_000
 
 
+CLUSTER_ID_WAIT_S = 60.0
+_TRANSIENT = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN})
+
+
 @dataclass(frozen=True)
 class TargetCluster:
     """The target cluster: its address and security (a bare string: a PLAINTEXT bootstrap list)."""
@@ -56,7 +62,19 @@ class TargetCluster:
         return check_broker(self.connection)
 
     def cluster_id(self) -> str:
-        return str(self.admin().list_topics(timeout=10).cluster_id or "unknown-cluster")
+        """The target's cluster id. A connection that drops meanwhile (a broker restarting) is
+        retried for CLUSTER_ID_WAIT_S, a fresh client each time, then reported."""
+        deadline = time.monotonic() + CLUSTER_ID_WAIT_S
+        while True:
+            try:
+                return str(self.admin().list_topics(timeout=10).cluster_id or "unknown-cluster")
+            except KafkaException as exc:
+                error = exc.args[0]
+                transient = error.retriable() or error.code() in _TRANSIENT
+                if not transient or time.monotonic() >= deadline:
+                    raise
+                log.info("target %s: %s; asking again", self.describe(), error.str())
+                time.sleep(random.uniform(0.5, 1.5))
 
     def partition_count(self, topic: str) -> int | None:
         return partition_counts(self.admin(), [topic]).get(topic)

@@ -129,7 +129,7 @@ def test_a_second_run_of_the_same_restore_fences_the_first(
 ) -> None:
     """Two runs at once: the second fences the first (exit 1, what it committed stays), finishes,
     and the target holds every record once."""
-    args = ["restore", "--topic", SRC, "--to-topic", "cli-fenced", "--max-records-per-second", "1000"]
+    args = ["restore", "--topic", SRC, "--to-topic", "cli-fenced", "--max-records-per-second", "300"]
     args += ["--transaction-records", "200"]
     before = committed_transactions(local_stack.bootstrap_servers)
     with (tmp_path / "first.log").open("w") as log:
