@@ -114,7 +114,7 @@ MEANINGS: dict[str, str] = {
     "gateway_request_timeout_ms": (
         "`processor gateway`: how long a client's request may take to arrive whole once its first byte "
         "has; then its connection is closed (counted in `processor_gateway_errors_total`, "
-        "`kind=\"request_timeout\"`)"
+        '`kind="request_timeout"`)'
     ),
     "gateway_archive_reads": (
         "`processor gateway`: `below-log-start` (the archive answers offsets the brokers no longer "
