@@ -9,9 +9,7 @@ Tansu never truncates its log.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -21,7 +19,6 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -34,6 +31,14 @@ from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.model import TopicPartition
 from processor.wiring.gateway_server import GatewayServer
 from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.consumers import (
+    Seen,
+    committed_offsets,
+    read_aiokafka,
+    read_confluent,
+    read_kafka_python,
+    read_kcat,
+)
 from tests.support.gateway_thread import gateway_running
 from tests.support.metadata_watch import wait_offloaded
 
@@ -188,45 +193,6 @@ def _metric(web: str, name: str, **labels: str) -> float:
     return total
 
 
-Seen = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
-
-
-def _consume_confluent(bootstrap: str, group: str, want: int) -> list[Seen]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "session.timeout.ms": SESSION_MS,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 10,
-            "check.crcs": True,
-        }
-    )
-    consumer.subscribe([TOPIC])
-    got: list[Seen] = []
-    try:
-        idle = 0
-        while len(got) < want and idle < 300:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                idle += 1
-                continue
-            assert msg.error() is None, msg.error()
-            idle = 0
-            raw_headers: list[tuple[str, Any]] = list(msg.headers() or [])  # type: ignore[arg-type]
-            headers = [(k, v if isinstance(v, bytes | None) else v.encode()) for k, v in raw_headers]
-            got.append(
-                (msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value(), headers, msg.timestamp()[1])
-            )
-        consumer.commit(asynchronous=False)
-        committed = consumer.committed([KafkaTP(TOPIC, p) for p in range(PARTITIONS)], timeout=10)
-        assert all(c.offset >= 0 for c in committed)
-    finally:
-        consumer.close()
-    return got
-
-
 def _check_every_record_once(
     gateway: RunningGateway, got: list[Seen], client: str, headers: bool = True
 ) -> None:
@@ -263,7 +229,7 @@ def test_confluent_kafka_reads_from_offset_0_across_the_archive_and_broker_bound
     records_before = {s: _served_records(gateway, s) for s in ("archive", "broker")}
     want = sum(len(rs) for rs in gateway.by_partition.values())
     _check_every_record_once(
-        gateway, _consume_confluent(gateway.bootstrap, "gw-confluent", want), "confluent"
+        gateway, read_confluent(gateway.bootstrap, "gw-confluent", TOPIC, want), "confluent"
     )
     assert _served_bytes(gateway) > before, "the archived part did not come from the archive"
     assert _served_bytes(gateway, source="broker") > before_broker, "the rest came from the broker"
@@ -273,115 +239,42 @@ def test_confluent_kafka_reads_from_offset_0_across_the_archive_and_broker_bound
     assert served["archive"] + served["broker"] >= want, (served, want)
 
 
+def _committed_at_every_end(gateway: RunningGateway, group: str) -> None:
+    """The group's commits went through the gateway to the broker: each partition at its end."""
+    ends = {p: len(rs) for p, rs in gateway.by_partition.items()}
+    assert committed_offsets(gateway.direct, group, TOPIC, PARTITIONS) == ends
+
+
+def test_confluent_kafka_commits_reach_the_broker(gateway: RunningGateway) -> None:
+    _committed_at_every_end(gateway, "gw-confluent")
+
+
 def test_aiokafka_reads_from_offset_0_across_the_boundary(gateway: RunningGateway) -> None:
-    from aiokafka import AIOKafkaConsumer
-    from aiokafka.structs import TopicPartition as AioTP
-
     want = sum(len(rs) for rs in gateway.by_partition.values())
-
-    async def consume() -> list[Seen]:
-        consumer = AIOKafkaConsumer(
-            TOPIC, bootstrap_servers=gateway.bootstrap, group_id="gw-aiokafka", session_timeout_ms=SESSION_MS,
-            auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=10,
-        )  # fmt: skip
-        await consumer.start()
-        got: list[Seen] = []
-        try:
-            while len(got) < want:
-                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=200), 60)
-                for tp, messages in batch.items():
-                    got += [
-                        (tp.partition, m.offset, m.key, m.value, [(k, v) for k, v in m.headers], m.timestamp)
-                        for m in messages
-                    ]
-            await consumer.commit()
-            for p in range(PARTITIONS):
-                assert (await consumer.committed(AioTP(TOPIC, p)) or 0) > 0
-        finally:
-            await consumer.stop()
-        return got
-
     before = _served_bytes(gateway)
-    _check_every_record_once(gateway, asyncio.run(consume()), "aiokafka")
+    _check_every_record_once(
+        gateway, read_aiokafka(gateway.bootstrap, "gw-aiokafka", TOPIC, want), "aiokafka"
+    )
     assert _served_bytes(gateway) > before
+    _committed_at_every_end(gateway, "gw-aiokafka")
 
 
 def test_kafka_python_reads_from_offset_0_across_the_boundary(gateway: RunningGateway) -> None:
-    from kafka import KafkaConsumer
-    from kafka.structs import TopicPartition as KpTP
-
     want = sum(len(rs) for rs in gateway.by_partition.values())
-    consumer = KafkaConsumer(
-        bootstrap_servers=gateway.bootstrap, group_id="gw-kafka-python", session_timeout_ms=SESSION_MS,
-        heartbeat_interval_ms=1000,
-        auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=10,
-    )  # fmt: skip
-    # The topic's metadata before the group's first join: kafka-python 3.0 joining before it knows the
-    # topic gets an empty first assignment, then rejoins, and on a loaded machine it sometimes stopped
-    # there (it sent no request after the second SyncGroup, and its heartbeats stopped).
-    assert consumer.partitions_for_topic(TOPIC) == set(range(PARTITIONS))
-    consumer.subscribe([TOPIC])
-    got: list[Seen] = []
-    try:
-        deadline = time.monotonic() + 120
-        while len(got) < want and time.monotonic() < deadline:
-            for tp, messages in consumer.poll(timeout_ms=200).items():
-                got += [
-                    (tp.partition, m.offset, m.key, m.value, [(k, v) for k, v in m.headers], m.timestamp)
-                    for m in messages
-                ]
-        consumer.commit()
-        assert all((consumer.committed(KpTP(TOPIC, p)) or 0) > 0 for p in range(PARTITIONS))
-    finally:
-        consumer.close()
+    got = read_kafka_python(gateway.bootstrap, "gw-kafka-python", TOPIC, want)
     before = _served_bytes(gateway)
     _check_every_record_once(gateway, got, "kafka-python")
     assert _served_bytes(gateway) >= before
-
-
-def _kcat() -> str:
-    """Debian's kcat (librdkafka's command line client): installed here when missing."""
-    found = shutil.which("kcat")
-    if found is None:
-        subprocess.run(
-            ["apt-get", "install", "-y", "-q", "kcat"], check=False, capture_output=True, timeout=300
-        )
-        found = shutil.which("kcat")
-    assert found is not None, "kcat is not installed and `apt-get install kcat` did not install it"
-    return found
-
-
-def _parse_kcat(out: bytes) -> list[Seen]:
-    """Records written by kcat with the format "%p %o %T %K %S %h\n%k%s": sizes first, then the
-    key and value bytes as they are (binary safe)."""
-    got: list[Seen] = []
-    pos = 0
-    while pos < len(out):
-        end = out.index(b"\n", pos)
-        head = out[pos:end].split(b" ", 5)
-        p, o, ts, klen, vlen = (int(x) for x in head[:5])
-        pos = end + 1
-        key = None if klen < 0 else out[pos : pos + klen]
-        pos += max(klen, 0)
-        value = None if vlen < 0 else out[pos : pos + vlen]
-        pos += max(vlen, 0)
-        got.append((p, o, key, value, [], ts))
-    return got
+    _committed_at_every_end(gateway, "gw-kafka-python")
 
 
 def test_kcat_reads_from_offset_0_across_the_boundary(gateway: RunningGateway) -> None:
     """kcat in a consumer group (balanced mode), exiting at the end of every partition. kcat prints
     headers only as text, so headers are compared by the other clients."""
-    result = subprocess.run(
-        [
-            _kcat(), "-b", gateway.bootstrap, "-G", "gw-kcat", TOPIC, "-o", "beginning", "-e", "-q",
-            "-X", "fetch.wait.max.ms=10", "-X", f"session.timeout.ms={SESSION_MS}",
-            "-f", "%p %o %T %K %S\n%k%s",
-        ],
-        capture_output=True, timeout=180, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr.decode(errors="replace")
-    _check_every_record_once(gateway, _parse_kcat(result.stdout), "kcat", headers=False)
+    want = sum(len(rs) for rs in gateway.by_partition.values())
+    _check_every_record_once(
+        gateway, read_kcat(gateway.bootstrap, "gw-kcat", TOPIC, want), "kcat", headers=False
+    )
 
 
 def test_a_read_committed_consumer_sees_exactly_the_committed_records_of_an_archived_range(

@@ -5,7 +5,6 @@ Faust assignor topic's) it stops at start with an error naming what it was refus
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -14,6 +13,7 @@ from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.model import TopicPartition
 from tests.integration.worker_process import WorkerProcess
+from tests.support.kafka_acls import Grant, user_with_exactly
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -21,53 +21,7 @@ pytestmark = pytest.mark.integration
 USER, PASSWORD = "least-privilege", "least-privilege-pw"
 
 
-def _grant(secured_stack: StackInfo, grants: list[tuple[str, str, str, list[str]]]) -> None:
-    """The user USER with exactly ``grants`` (resource type, name, pattern, operations)."""
-    from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        AclBinding,
-        AclBindingFilter,
-        AclOperation,
-        AclPermissionType,
-        ResourcePatternType,
-        ResourceType,
-        ScramCredentialInfo,
-        ScramMechanism,
-        UserScramCredentialUpsertion,
-    )
-
-    secured = secured_stack.secured
-    assert secured is not None
-    admin = new_admin(secured.admin_kafka(), "least-privilege")
-    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
-    for future in admin.alter_user_scram_credentials(
-        [UserScramCredentialUpsertion(USER, info, PASSWORD.encode())]
-    ).values():
-        future.result(timeout=30)
-    anything: Any = None  # a filter's wildcard (the stubs want a name)
-    every = AclBindingFilter(
-        ResourceType.ANY, anything, ResourcePatternType.ANY, f"User:{USER}", anything, AclOperation.ANY,
-        AclPermissionType.ANY,
-    )  # fmt: skip
-    for future in admin.delete_acls([every]).values():
-        future.result(timeout=30)
-    bindings = [
-        AclBinding(
-            getattr(ResourceType, kind),
-            name,
-            getattr(ResourcePatternType, pattern),
-            f"User:{USER}",
-            "*",
-            getattr(AclOperation, op),
-            AclPermissionType.ALLOW,
-        )
-        for kind, name, pattern, ops in grants
-        for op in ops
-    ]
-    for future in admin.create_acls(bindings).values():
-        future.result(timeout=30)
-
-
-def _documented(topic: str, meta: str, app: str) -> list[tuple[str, str, str, list[str]]]:
+def _documented(topic: str, meta: str, app: str) -> list[Grant]:
     admin_ops = ["CREATE", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "READ", "WRITE"]
     return [
         ("TOPIC", topic, "LITERAL", ["READ", "DESCRIBE"]),
@@ -99,12 +53,14 @@ def test_a_worker_with_exactly_the_documented_acls_offloads_and_without_one_says
     ends = {TopicPartition(topic, p): sum(1 for r in produced if r.partition == p) - 1 for p in range(2)}
 
     grants = _documented(topic, meta, app)
-    _grant(secured_stack, grants[:3] + grants[4:])  # all but the Faust assignor topic's
+    user_with_exactly(
+        secured_stack, USER, PASSWORD, grants[:3] + grants[4:]
+    )  # all but the Faust assignor topic's
     refused = _worker(secured_stack, tmp_path / "refused", topic, meta, app)
     assert refused.proc.wait(120) != 0
     assert f"{app}-__assignor-__leader" in refused.log() and "Authorization failed" in refused.log()
 
-    _grant(secured_stack, grants)
+    user_with_exactly(secured_stack, USER, PASSWORD, grants)
     worker = _worker(secured_stack, tmp_path / "granted", topic, meta, app)
     try:
         wait_offloaded(kafka, meta, ends, 120, worker.proc)

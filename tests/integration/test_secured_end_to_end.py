@@ -35,6 +35,7 @@ from processor.metadata.model import TopicPartition
 from processor.wiring.gateway_server import GatewayServer
 from tests.integration.worker_process import TEST_SESSION_TIMEOUT_MS, WorkerProcess
 from tests.support.gateway_thread import gateway_running
+from tests.support.kafka_acls import user_with_exactly
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -352,31 +353,10 @@ async def _raw_fetch(target: KafkaConnection) -> list[tuple[int, int, bytes | No
 
 def _outsider(secured_stack: StackInfo) -> KafkaSecurity:
     """A SCRAM user of the secured stack allowed its consumer groups, but nothing on any topic."""
-    from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        ResourcePatternType,
-        ResourceType,
-        ScramCredentialInfo,
-        ScramMechanism,
-        UserScramCredentialUpsertion,
-    )
-
     secured = secured_stack.secured
     assert secured is not None
-    admin = new_admin(secured.admin_kafka(), "outsider-setup")
     password = "outsider-password"
-    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
-    upsert = UserScramCredentialUpsertion("outsider", info, password.encode())
-    for future in admin.alter_user_scram_credentials([upsert]).values():
-        future.result(timeout=30)
-    group = AclBinding(
-        ResourceType.GROUP, "*", ResourcePatternType.LITERAL, "User:outsider", "*",
-        AclOperation.READ, AclPermissionType.ALLOW,
-    )  # fmt: skip
-    for future in admin.create_acls([group]).values():
-        future.result(timeout=30)
+    user_with_exactly(secured_stack, "outsider", password, [("GROUP", "*", "LITERAL", ["READ"])])
     return KafkaSecurity.from_env(
         {**secured.sasl_ssl_env(), "PROCESSOR_SASL_USERNAME": "outsider", "PROCESSOR_SASL_PASSWORD": password}
     )

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AlterConfigOpType,
@@ -33,7 +33,7 @@ from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.model import TopicPartition
 from processor.wiring.gateway_server import GatewayServer
 from tests.integration.worker_process import WorkerProcess, worker_env
-from tests.support.consumers import READERS, REPORTS_HEADERS, check_every_record_once
+from tests.support.consumers import READERS, REPORTS_HEADERS, check_every_record_once, committed_offsets
 from tests.support.gateway_thread import gateway_running
 from tests.support.metadata_watch import wait_offloaded
 
@@ -192,14 +192,8 @@ def test_a_consumer_reads_what_the_broker_deleted_through_the_gateway(
     served = _metric(truncated.web, "processor_gateway_fetch_records_total", topic=TOPIC, source="archive")
     assert served - before >= sum(truncated.log_start.values()), "the deleted offsets came from the archive"
     # the group's commits reached the broker through the gateway: each partition at its end
-    admin = new_admin(truncated.direct, "trunc-groups")  # held: its futures die with it
-    committed = admin.list_consumer_group_offsets([_group_request(group)])
-    offsets = {tp.partition: tp.offset for tp in committed[group].result(timeout=30).topic_partitions}
+    offsets = committed_offsets(truncated.direct, group, TOPIC, PARTITIONS)
     assert offsets == {p: len(rs) for p, rs in truncated.by_partition.items()}
-
-
-def _group_request(group: str) -> ConsumerGroupTopicPartitions:
-    return ConsumerGroupTopicPartitions(group, [KafkaTP(TOPIC, p) for p in range(PARTITIONS)])
 
 
 def _first_at_or_after(records: list[SampleRecord], timestamp: int) -> int:

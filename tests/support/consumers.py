@@ -237,3 +237,16 @@ def check_every_record_once(
             assert seen == (r.key, r.value, list(r.headers) if headers else [], r.timestamp), (
                 f"{client}: partition {p} offset {g[1]} differs"
             )
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets on ``topic``, as the broker (or a gateway) answers them."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka import TopicPartition as KafkaTP
+
+    from processor.kafka_clients import new_admin
+
+    admin = new_admin(bootstrap, "tests-committed")  # held: its futures die with it
+    asked = ConsumerGroupTopicPartitions(group, [KafkaTP(topic, p) for p in range(partitions)])
+    listed = admin.list_consumer_group_offsets([asked])[group].result(timeout=30)
+    return {tp.partition: tp.offset for tp in listed.topic_partitions}
