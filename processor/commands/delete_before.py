@@ -5,6 +5,7 @@ storage" at once), then deletes every segment that ends below O, in Kafka's orde
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 from processor.commands.deletion_context import open_context
@@ -42,15 +43,18 @@ def cmd_delete_before(args: argparse.Namespace) -> int:
                 f"--offset {args.offset} is beyond what {tp} has in remote storage "
                 f"(the highest offset there + 1 is {limit})"
             )
+        # only the offset asked for deletes: a start offset beyond it on the topic may be forged
         plan = plan_retention(
             part.segments.values(),
             RetentionLimits(),
             int(time.time() * 1000),
-            part.log_start_offset,
+            min(part.log_start_offset, args.offset),
             requested_start_offset=args.offset,
             served=part.served,
             current_epoch=epoch,
         )
+        if plan.new_log_start_offset is not None and plan.new_log_start_offset <= part.log_start_offset:
+            plan = dataclasses.replace(plan, new_log_start_offset=None)
         outcome = ctx.deleter.execute(tp, plan, epoch)
     finally:
         ctx.close()

@@ -449,6 +449,11 @@ class OwnershipModel(RuleBasedStateMachine):
         # and the next pass retries them)
         out = result.outcome
         for seg in [*out.deleted, *(s for s, _error in out.failed)]:
+            if seg.segment_id.id in self.forged:  # a forged deletion its own retention then proved
+                assert keep is not None, "a pass without retention finished a forged deletion"
+                assert seg.max_timestamp_ms <= cutoff, "a forged deletion finished inside the limit"
+                self.retention_deleted[seg.segment_id.id] = cutoff
+                del self.forged[seg.segment_id.id]
             if seg.state is S.COPY_SEGMENT_FINISHED and seg.segment_id.id in part.served:
                 assert keep is not None, "a pass without retention deleted a served segment"
                 assert seg.max_timestamp_ms <= cutoff, "retention deleted a segment inside its limit"
@@ -509,15 +514,20 @@ class OwnershipModel(RuleBasedStateMachine):
             clean_partition(tp, self._state(tp), self._deleter(op), epoch, RetentionLimits(), source_end)
             part = self._state(tp)  # the command reads back what its own pass wrote
             if before is not None:
-                plan = plan_retention(
+                plan = plan_retention(  # as processor/commands/delete_before.py plans
                     list(part.segments.values()),
                     RetentionLimits(),
                     source_end,
-                    part.log_start_offset,
+                    min(part.log_start_offset, before),
                     requested_start_offset=before,
                     served={s.segment_id.id for s in part.finished()},
                     current_epoch=epoch,
                 )
+                if (
+                    plan.new_log_start_offset is not None
+                    and plan.new_log_start_offset <= part.log_start_offset
+                ):
+                    plan = replace(plan, new_log_start_offset=None)
                 out = self._deleter(op).execute(tp, plan, epoch)
                 for seg in [*out.deleted, *(s for s, _error in out.failed)]:
                     if seg.state is S.COPY_SEGMENT_FINISHED:
@@ -542,11 +552,17 @@ class OwnershipModel(RuleBasedStateMachine):
 
     def _manifested(self) -> bool:
         """Every served segment of the current topic id has its manifest (the rebuild's only source),
-        and no segment waits to be served again after a forged delete."""
-        return not self.forged and all(
-            manifest_key(s.data_object_key) in self.bucket.objects
-            for tp in TPS
-            for s in self._state(tp).finished()
+        no segment waits to be served again after a forged delete, and none acknowledged was lost
+        with the metadata partition's tail (the rebuild picks one of two acknowledged copies of the
+        same offsets: the model does not say which must win)."""
+        return (
+            not self.forged
+            and not self.lost_acked
+            and all(
+                manifest_key(s.data_object_key) in self.bucket.objects
+                for tp in TPS
+                for s in self._state(tp).finished()
+            )
         )
 
     def _truncation_points(self) -> list[int]:
