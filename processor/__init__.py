@@ -7,7 +7,7 @@ Folders by role:
   leader/    the offload path: source consumer, offload buffer, segment rolling, the copier
   follower/  the metadata cache in RocksDB and the RLMM API over it
   reader/    remote reads by offset and by timestamp
-  devstack/  the embedded Tansu + SeaweedFS stack for demos and tests
+  devstack/  the local stack (Apache Kafka or Tansu, SeaweedFS) for demos and tests
 """
 
 __version__ = "0.1.0"

@@ -1,10 +1,11 @@
 """``processor demo`` (``make demo``): the whole offload path on the embedded stack, then everything it
 started stops.
 
-Starts Tansu + SeaweedFS (or uses the stack ``processor dev up --dir DIR`` runs: ``--stack DIR``,
-which stays up), creates a topic, produces sample records (keys, null values, headers), runs
-``processor worker`` as a child process until every record is in a COPY_SEGMENT_FINISHED segment,
-prints a summary, reads every record back, and stops the worker (and the stack it started).
+Starts the local stack, Apache Kafka (Tansu without Java) and SeaweedFS (or uses the stack
+``processor dev up --dir DIR`` runs: ``--stack DIR``, which stays up), creates a topic, produces
+sample records (keys, null values, headers), runs ``processor worker`` as a child process until
+every record is in a COPY_SEGMENT_FINISHED segment, prints a summary, reads every record back, and
+stops the worker (and the stack it started).
 
 Progress is watched through one follower of the metadata topic (cache + materializer, as a worker's
 read side runs it): it reads each metadata record once and is polled in memory.
