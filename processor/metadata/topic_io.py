@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import random
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -70,13 +72,22 @@ def require_compacted(
     Tansu (the test broker) answers both DescribeConfigs and IncrementalAlterConfigs for topics,
     listing only the keys set on the topic; a broker that supports neither gets no exemption here:
     the topic's safety cannot be confirmed, so that too is refused."""
-    try:
-        config = topic_config(admin, topic, timeout_s)
-    except KafkaException as exc:
-        raise MetadataTopicError(
-            f"cannot read the configuration of {what} {topic} (DescribeConfigs), so cannot check "
-            f"that it is compacted: {exc.args[0]}"
-        ) from None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            config = topic_config(admin, topic, timeout_s)
+            break
+        except KafkaException as exc:
+            # a topic created a moment ago: Apache Kafka's brokers learn it from the controller a
+            # little later, and answer UNKNOWN_TOPIC_OR_PART until then
+            unknown = exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            if unknown and time.monotonic() < deadline:
+                time.sleep(random.uniform(0.1, 0.3))
+                continue
+            raise MetadataTopicError(
+                f"cannot read the configuration of {what} {topic} (DescribeConfigs), so cannot check "
+                f"that it is compacted: {exc.args[0]}"
+            ) from None
     policy = config.get("cleanup.policy")
     if policy is None or {p.strip() for p in policy.split(",")} != {"compact"}:
         have = "not set (the broker's default applies, delete on Apache Kafka)" if policy is None else policy
