@@ -116,9 +116,31 @@ def read_kafka_python(bootstrap: str, group: str, topic: str, want: int) -> list
                     for m in messages
                 ]
                 last = time.monotonic()
-        consumer.commit()
+        got += _commit_through_rebalances(consumer)
     finally:
         consumer.close()
+    return got
+
+
+def _commit_through_rebalances(consumer: Any, attempts: int = 10) -> list[Seen]:
+    """kafka-python refuses a commit while its group rebalances (a member joined or left, often on a
+    loaded machine): poll, which completes the rebalance, and commit again. Returns what those polls
+    read (nothing, once every record was read)."""
+    from kafka.errors import CommitFailedError, RebalanceInProgressError
+
+    got: list[Seen] = []
+    for attempt in range(attempts):
+        try:
+            consumer.commit()
+            return got
+        except (RebalanceInProgressError, CommitFailedError):
+            if attempt == attempts - 1:
+                raise
+            for tp, messages in consumer.poll(timeout_ms=500).items():
+                got += [
+                    (tp.partition, m.offset, m.key, m.value, [(k, v) for k, v in m.headers], m.timestamp)
+                    for m in messages
+                ]
     return got
 
 
