@@ -63,7 +63,7 @@ def test_the_readme_local_stack_block_reads_what_the_broker_deleted_as_written(
     script = "\n".join(
         [
             "set -euo pipefail",
-            "trap 'kill $(jobs -p) 2>/dev/null || true; processor dev down > /dev/null || true' EXIT",
+            "trap 'kill $(jobs -p) 2>/dev/null || true; wait; processor dev down > /dev/null || true' EXIT",
             *(
                 line.replace("PROCESSOR_WEB_PORT=6067", f"PROCESSOR_WEB_PORT={gateway_web}")
                 .replace("127.0.0.1:6067/", f"127.0.0.1:{gateway_web}/")
