@@ -17,14 +17,13 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTP
 
-from processor.config import load_settings
 from processor.devstack import stack
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.model import TopicPartition
 from processor.wiring.gateway_server import GatewayServer
 from tests.integration.worker_process import WorkerProcess, worker_env
-from tests.support.gateway_thread import gateway_running
+from tests.support.gateway_thread import gateway_running, loopback_gateway
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -122,17 +121,12 @@ def transactions(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactor
     admin = new_admin(bootstrap, "txn-delete")
     for future in admin.delete_records([KafkaTP(TOPIC, p, e) for p, e in ends.items()]).values():
         future.result(timeout=30)
-    port, web = free_port(), free_port()
-    settings = load_settings(
-        {
-            **local_stack.env(), "PROCESSOR_METADATA_TOPIC": META, "PROCESSOR_S3_PREFIX": PREFIX,
-            "PROCESSOR_S3_REGION": "us-east-1", "PROCESSOR_DATA_DIR": str(tmp / "gateway"),
-            "PROCESSOR_GATEWAY_HOST": "127.0.0.1", "PROCESSOR_GATEWAY_PORT": str(port),
-            "PROCESSOR_WEB_HOST": "127.0.0.1", "PROCESSOR_WEB_PORT": str(web),
-        }
-    )  # fmt: skip
-    with gateway_running(GatewayServer.build(settings)):
-        yield Transactions(f"127.0.0.1:{port}", committed, uncommitted)
+    gateway = loopback_gateway(
+        {**local_stack.env(), "PROCESSOR_METADATA_TOPIC": META, "PROCESSOR_S3_PREFIX": PREFIX},
+        tmp / "gateway",
+    )
+    with gateway_running(GatewayServer.build(gateway.settings)):
+        yield Transactions(gateway.bootstrap, committed, uncommitted)
 
 
 def test_read_committed_through_the_gateway_is_what_the_broker_gave(transactions: Transactions) -> None:

@@ -25,16 +25,15 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     OffsetSpec,
 )
 
-from processor.config import load_settings
 from processor.devstack import stack
 from processor.devstack.sample_data import SampleRecord, produce_samples, sample_record
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.model import TopicPartition
 from processor.wiring.gateway_server import GatewayServer
 from tests.integration.worker_process import WorkerProcess, worker_env
 from tests.support.consumers import READERS, REPORTS_HEADERS, check_every_record_once, committed_offsets
-from tests.support.gateway_thread import gateway_running
+from tests.support.gateway_thread import gateway_running, loopback_gateway
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -144,23 +143,14 @@ def truncated(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) 
         time.sleep(0.5)  # polling the broker's retention pass (every second here)
     for r in _produce_fresh(bootstrap, ARCHIVED, TAIL):  # today's records: retention keeps them
         by_partition[r.partition].append(r)
-    port, web = free_port(), free_port()
-    settings = load_settings(
-        {
-            **local_stack.env(),
-            "PROCESSOR_METADATA_TOPIC": META,
-            "PROCESSOR_S3_PREFIX": PREFIX,
-            "PROCESSOR_S3_REGION": "us-east-1",
-            "PROCESSOR_DATA_DIR": str(tmp / "gateway-data"),
-            "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
-            "PROCESSOR_GATEWAY_PORT": str(port),
-            "PROCESSOR_WEB_HOST": "127.0.0.1",
-            "PROCESSOR_WEB_PORT": str(web),
-        }
+    gateway = loopback_gateway(
+        {**local_stack.env(), "PROCESSOR_METADATA_TOPIC": META, "PROCESSOR_S3_PREFIX": PREFIX},
+        tmp / "gateway-data",
     )
+    settings = gateway.settings
     assert settings.gateway_archive_reads == "below-log-start"  # the default, under test here
     with gateway_running(GatewayServer.build(settings)):
-        yield Truncated(f"127.0.0.1:{port}", f"http://127.0.0.1:{web}", bootstrap, by_partition, log_start)
+        yield Truncated(gateway.bootstrap, gateway.web, bootstrap, by_partition, log_start)
 
 
 def _metric(web: str, name: str, **labels: str) -> float:

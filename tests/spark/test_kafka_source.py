@@ -14,16 +14,15 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition as KafkaTP
 
-from processor.config import load_settings
 from processor.devstack import stack
 from processor.devstack.sample_data import produce_samples
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.stack import StackInfo
 from processor.kafka_clients import ensure_topic, new_admin
 from processor.metadata.model import TopicPartition
 from processor.wiring.gateway_server import GatewayServer
 from tests.integration.worker_process import WorkerProcess, worker_env
 from tests.spark.conftest import as_tuple
-from tests.support.gateway_thread import gateway_running
+from tests.support.gateway_thread import gateway_running, loopback_gateway
 from tests.support.metadata_watch import wait_offloaded
 
 TOPIC = "spark-kafka-source"
@@ -87,22 +86,17 @@ def truncated(
         [KafkaTP(TOPIC, p, RECORDS // PARTITIONS) for p in range(PARTITIONS)]
     ).values():
         future.result(timeout=30)
-    port, web = free_port(), free_port()
-    settings = load_settings(
-        {
-            **local_stack.env(), "PROCESSOR_METADATA_TOPIC": META, "PROCESSOR_S3_PREFIX": PREFIX,
-            "PROCESSOR_S3_REGION": "us-east-1", "PROCESSOR_DATA_DIR": str(tmp / "gateway"),
-            "PROCESSOR_GATEWAY_HOST": "127.0.0.1", "PROCESSOR_GATEWAY_PORT": str(port),
-            "PROCESSOR_WEB_HOST": "127.0.0.1", "PROCESSOR_WEB_PORT": str(web),
-        }
-    )  # fmt: skip
+    gateway = loopback_gateway(
+        {**local_stack.env(), "PROCESSOR_METADATA_TOPIC": META, "PROCESSOR_S3_PREFIX": PREFIX},
+        tmp / "gateway",
+    )
     tiered = {
         "kafka.bootstrap.servers": bootstrap, "metadata.topic": META,
         "s3.endpoint": local_stack.s3_endpoint_url, "s3.bucket": local_stack.bucket, "s3.prefix": PREFIX,
         "s3.region": "us-east-1", "subscribe": TOPIC, "includeHeaders": "true",
     }  # fmt: skip
-    with gateway_running(GatewayServer.build(settings)):
-        yield Truncated(f"127.0.0.1:{port}", before, tiered)
+    with gateway_running(GatewayServer.build(gateway.settings)):
+        yield Truncated(gateway.bootstrap, before, tiered)
 
 
 @pytest.mark.parametrize("query", list(QUERIES))

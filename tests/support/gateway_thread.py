@@ -7,8 +7,11 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from processor.config import Settings
 from processor.wiring.gateway_server import GatewayServer
 
 
@@ -42,3 +45,32 @@ def gateway_running(server: GatewayServer) -> Iterator[GatewayServer]:
             loop.call_soon_threadsafe(stop.set)
         thread.join(30)
         server.close()
+
+
+@dataclass(frozen=True)
+class LoopbackGateway:
+    settings: Settings
+    bootstrap: str  # where clients connect
+    web: str  # its health and metrics
+
+
+def loopback_gateway(stack_env: dict[str, str], data_dir: Path, **overrides: str) -> LoopbackGateway:
+    """The settings of a gateway over the archive ``stack_env`` names (its Kafka, S3 and PROCESSOR_*
+    choices), on free loopback ports, with a data directory of its own; ``overrides`` last."""
+    from processor.config import load_settings
+    from processor.devstack.stack import free_port  # the local stack's: only where one runs
+
+    port, web = free_port(), free_port()
+    settings = load_settings(
+        {
+            **stack_env,
+            "PROCESSOR_S3_REGION": "us-east-1",
+            "PROCESSOR_DATA_DIR": str(data_dir),
+            "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
+            "PROCESSOR_GATEWAY_PORT": str(port),
+            "PROCESSOR_WEB_HOST": "127.0.0.1",
+            "PROCESSOR_WEB_PORT": str(web),
+            **overrides,
+        }
+    )
+    return LoopbackGateway(settings, f"127.0.0.1:{port}", f"http://127.0.0.1:{web}")
