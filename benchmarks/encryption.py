@@ -27,7 +27,7 @@ from benchmarks.report import Figure, Report, percentile
 from processor.config import load_settings
 from processor.crypto.keyring import new_key
 from processor.devstack import stack
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.reader.remote_reader import RemoteReader
 from processor.segment.records import KafkaRecord
 from processor.storage.chunk_storage import ChunkStorage

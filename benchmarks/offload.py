@@ -20,7 +20,8 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from benchmarks.report import Figure, Report
 from processor.devstack import stack
-from processor.kafka_clients import ensure_topic, new_admin, new_consumer
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin, new_consumer
 
 MiB = 1024 * 1024
 PARTITIONS = 8

@@ -18,14 +18,11 @@ from processor.config import load_settings
 from processor.devstack import stack
 from processor.follower.cache_writes import RawMessage
 from processor.follower.metadata_cache import MetadataCache
-from processor.kafka_clients import ensure_topic, new_admin, new_consumer
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin, new_consumer
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import encode_value, metadata_partition_for, record_key
-from processor.metadata.model import (
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    SegmentState,
-    TopicPartition,
-)
+from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.wiring.follower import build_follower, build_reader
 from processor.wiring.storage import build_storage

@@ -21,7 +21,7 @@ from benchmarks.offload import PARTITIONS, load_topic, run_worker_offload
 from benchmarks.report import Figure, Report
 from processor.config import Settings, load_settings
 from processor.devstack import stack
-from processor.kafka_clients import new_transactional_producer
+from processor.kafka.clients import new_transactional_producer
 from processor.restore.archive import ArchiveTopic
 from processor.restore.plan import range_from, range_to
 from processor.restore.run import PreparedRestore, RestoreRequest

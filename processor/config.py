@@ -22,7 +22,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from processor.errors import ConfigError, InvalidNameError
-from processor.kafka_security import ENV_NAMES, KafkaConnection, KafkaSecurity
+from processor.kafka.security import ENV_NAMES, KafkaConnection, KafkaSecurity
 from processor.segment.object_keys import validate_prefix, validate_topic
 from processor.units import parse_duration_ms, parse_size
 
@@ -61,7 +61,7 @@ class Settings(BaseSettings):
     metadata_topic: str = "__remote_log_metadata"
     metadata_partitions: int = Field(default=4, ge=1, le=1000)
     # Replication factor of the topics the processor creates (metadata, deletion, Faust's own);
-    # None (unset): min(3, the cluster's brokers), see processor.kafka_clients.replication_for.
+    # None (unset): min(3, the cluster's brokers), see processor.kafka.admin.replication_for.
     metadata_replication_factor: int | None = Field(default=None, ge=1, le=32)
     # A pattern that is not a list of values has its description, the error's plain words (_describe).
     app_id: str = Field(
@@ -138,7 +138,7 @@ class Settings(BaseSettings):
     # Archive compression (block format v2) and the batch source (processor/leader/batch_source.py).
     archive_compression: str = Field(default="keep", pattern=r"^(off|keep|zstd)$")  # off = keep
     fetch_concurrency: int = Field(default=4, ge=1, le=64)  # source fetch requests in flight
-    # Kafka security, for every client of the process (processor/kafka_security.py): the protocol,
+    # Kafka security, for every client of the process (processor/kafka/security.py): the protocol,
     # SASL (PLAIN, SCRAM, OAUTHBEARER through a token provider) and TLS (CA, client certificate).
     security_protocol: str = Field(default="PLAINTEXT", pattern=r"^(PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL)$")
     sasl_mechanism: str = Field(default="PLAIN", pattern=r"^(PLAIN|SCRAM-SHA-256|SCRAM-SHA-512|OAUTHBEARER)$")

@@ -5,7 +5,7 @@ libraries' included: Faust (through mode) replaces the root logger's handlers wh
 so :func:`faust_logging_options` hands it the same ``dictConfig`` that :func:`setup_logging` applies
 (our formatter on the root logger, stdout), and Faust's stdout/stderr redirection turns stray prints
 into log records of the ``mode.redirect`` logger. Python warnings and uncaught exceptions are logged
-too. librdkafka's lines already go through the ``librdkafka`` logger (kafka_clients.py).
+too. librdkafka's lines already go through the ``librdkafka`` logger (processor/kafka/rdkafka_log.py).
 
 Structured fields come from ``extra=``: ``topic``, ``partition``, ``start_offset``, ``end_offset``,
 ``segment_id``, ``component``, ... (any non-standard record attribute becomes a field).

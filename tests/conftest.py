@@ -225,6 +225,6 @@ def offloaded_archive(
 def unreachable_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
     """Commands run in this process give up on a broker that never answers after 2 s, not 10: for
     tests whose broker is an address nothing listens on (the wait itself is not what they test)."""
-    from processor import kafka_clients
+    from processor.kafka import admin
 
-    monkeypatch.setattr(kafka_clients, "BROKER_CHECK_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(admin, "BROKER_CHECK_TIMEOUT_S", 2.0)

@@ -100,9 +100,9 @@ def describe(settings: Settings, environ: Mapping[str, str]) -> dict[str, Any]:
 
 def _reach(settings: Settings, timeout_s: float) -> tuple[list[str], list[str], list[str]]:
     """(what was reached, configuration problems, unreachable services): the broker with the checks
-    the worker starts with (processor.kafka_clients.check_broker), then the bucket with a HeadBucket
+    the worker starts with (processor.kafka.admin.check_broker), then the bucket with a HeadBucket
     on the readiness probe's client (short timeouts, no retries). Nothing is created."""
-    from processor.kafka_clients import BROKER_REFUSED_S, check_broker, partition_counts
+    from processor.kafka.admin import BROKER_REFUSED_S, check_broker, partition_counts
     from processor.wiring.storage import build_storage
 
     reached: list[str] = []

@@ -11,8 +11,8 @@ import time
 from processor.commands.deletion_context import open_context
 from processor.config import load_settings
 from processor.errors import ConfigError
+from processor.kafka.partition import TopicPartition
 from processor.lifecycle.retention_policy import RetentionLimits, plan_retention
-from processor.metadata.model import TopicPartition
 from processor.segment.object_keys import validate_topic
 
 

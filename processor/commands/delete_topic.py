@@ -46,7 +46,9 @@ from dataclasses import dataclass
 from processor.commands.deletion_context import DeletionContext, open_context
 from processor.config import load_settings
 from processor.errors import ConfigError, StorageError, TopicIdUnknownError
-from processor.kafka_clients import KafkaTarget, new_admin, topic_ids
+from processor.kafka.admin import topic_ids
+from processor.kafka.clients import KafkaTarget, new_admin
+from processor.kafka.partition import TopicPartition
 from processor.lifecycle.multipart_sweep import sweep_multipart_uploads
 from processor.lifecycle.retention_policy import DeleteReason
 from processor.metadata.model import (
@@ -54,7 +56,6 @@ from processor.metadata.model import (
     RemoteLogSegmentMetadata,
     RemotePartitionDeleteMetadata,
     SegmentState,
-    TopicPartition,
 )
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.segment.object_keys import validate_topic, validate_topic_id

@@ -20,11 +20,12 @@ from pathlib import Path
 
 from processor.config import Settings
 from processor.errors import FencedWriterError, ProcessorError
-from processor.kafka_clients import check_broker, partition_counts
+from processor.kafka.admin import check_broker, partition_counts
+from processor.kafka.partition import TopicPartition
 from processor.lifecycle.deletion_topic import DeletionTopic, MetadataTombstones
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import ClaimKind, PartitionClaim, TopicPartition
+from processor.metadata.model import ClaimKind, PartitionClaim
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.topic_io import DurableProducer, MetadataPublisher
 from processor.segment.object_keys import ObjectKeyFactory

@@ -27,9 +27,10 @@ from processor.config import Settings, load_settings
 from processor.devstack import stack
 from processor.devstack.sample_data import SampleRecord, produce_samples
 from processor.errors import ServiceUnavailableError
-from processor.kafka_clients import ensure_topic, new_admin
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from processor.logs import setup_logging
-from processor.metadata.model import TopicPartition
 from processor.metadata.topic_io import ensure_metadata_topic
 from processor.reader.remote_reader import RemoteReader
 from processor.wiring.follower import Follower, build_follower, build_reader

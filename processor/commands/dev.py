@@ -13,7 +13,8 @@ from processor.devstack import stack
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.truncate import truncate_topic
 from processor.errors import ConfigError, ServiceUnavailableError
-from processor.kafka_clients import ensure_topic, new_admin
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
 
 DEFAULT_STACK_DIR = ".stack"
 

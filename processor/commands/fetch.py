@@ -26,7 +26,7 @@ from typing import Any, BinaryIO, Protocol
 from processor.commands.progress import progress
 from processor.config import load_settings
 from processor.errors import ConfigError, OffsetNotInRemoteError
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.reader.record_json import record_to_json
 from processor.reader.remote_reader import RemoteReader
 from processor.segment.object_keys import validate_topic

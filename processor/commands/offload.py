@@ -21,7 +21,7 @@ from typing import Any
 
 from processor.config import load_settings
 from processor.errors import ConfigError, ServiceUnavailableError
-from processor.kafka_clients import check_broker, partition_counts
+from processor.kafka.admin import check_broker, partition_counts
 from processor.segment.object_keys import validate_topic
 
 

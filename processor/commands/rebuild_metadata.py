@@ -25,9 +25,9 @@ from typing import Any
 from processor.commands.progress import progress
 from processor.config import Settings, load_settings
 from processor.errors import ServiceUnavailableError
-from processor.kafka_clients import check_broker, topic_ids
+from processor.kafka.admin import check_broker, topic_ids
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import TopicPartition
 from processor.metadata.topic_io import ensure_metadata_topic, load_remote_state
 from processor.rebuild.inventory import Inventory, take_inventory
 from processor.rebuild.manifests import READ_THREADS, Problem, read_manifests

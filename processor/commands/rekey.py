@@ -27,9 +27,10 @@ from processor.commands.progress import progress
 from processor.config import load_settings
 from processor.crypto.keys import KeyProvider, WrappedKey
 from processor.errors import ConfigError, FencedWriterError, ObjectNotFoundError, ProcessorError
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import metadata_partition_for
 from processor.metadata.manifest import SegmentManifest, decode_manifest, encode_manifest, manifest_key
-from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
 from processor.reader.segment_keys import encryption_context
 from processor.segment.object_keys import validate_topic
 from processor.wiring.encryption import segment_encryption

@@ -18,7 +18,7 @@ from datetime import datetime
 from processor.commands.progress import progress
 from processor.config import load_settings
 from processor.errors import ConfigError
-from processor.kafka_security import (
+from processor.kafka.security import (
     ENV_NAMES,
     KafkaConnection,
     KafkaSecurity,

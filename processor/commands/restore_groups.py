@@ -18,7 +18,7 @@ from pathlib import Path
 from processor.commands.restore import add_target_arguments, default_restore_id, target_from_args
 from processor.config import load_settings
 from processor.errors import ConfigError
-from processor.kafka_clients import check_broker
+from processor.kafka.admin import check_broker
 from processor.restore.bucket_maps import latest_maps
 from processor.restore.group_io import commit_offsets, committed_offsets
 from processor.restore.group_offsets import Translation, check_one_to_one, parse_offsets_csv, translate

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from processor.config import load_settings
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.reader.record_json import segment_to_json
 from processor.segment.object_keys import validate_topic
 from processor.wiring.read_side import open_read_side

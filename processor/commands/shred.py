@@ -25,7 +25,7 @@ from typing import Any
 from processor.config import load_settings
 from processor.crypto.keys import WrappedKey, key_scope
 from processor.errors import ConfigError
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.segment.object_keys import validate_topic
 from processor.wiring.encryption import segment_encryption
 from processor.wiring.read_side import open_read_side

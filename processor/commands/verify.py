@@ -26,9 +26,10 @@ from typing import Any
 from processor.commands.progress import progress
 from processor.config import load_settings
 from processor.errors import FormatError, ObjectNotFoundError
-from processor.kafka_clients import check_broker, partition_counts
+from processor.kafka.admin import check_broker, partition_counts
+from processor.kafka.partition import TopicPartition
 from processor.metadata.manifest import decode_manifest, manifest_key
-from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
 from processor.reader.segment_check import check_segment
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentDecryption
 from processor.segment.object_keys import ObjectKeyFactory, validate_topic

@@ -310,7 +310,7 @@ def provision(secured: SecureKafka, timeout_s: float = 30.0) -> None:
         UserScramCredentialUpsertion,
     )
 
-    from processor.kafka_clients import new_admin
+    from processor.kafka.clients import new_admin
 
     admin = new_admin(secured.admin_kafka(), "devstack-setup", log_level=0)
     password = secured.password.encode()

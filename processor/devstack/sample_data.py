@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from processor.kafka_clients import KafkaTarget, new_producer
+from processor.kafka.clients import KafkaTarget, new_producer
 
 BASE_TS = 1_700_000_000_000
 MiB = 1024 * 1024

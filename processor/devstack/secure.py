@@ -24,7 +24,7 @@ from typing import Any
 
 from processor.devstack.apache_kafka import unsecured_jws
 from processor.devstack.pki_files import DevPki
-from processor.kafka_security import KafkaConnection, KafkaSecurity
+from processor.kafka.security import KafkaConnection, KafkaSecurity
 
 DEV_USER = "processor"
 SCRAM_MECHANISM = "SCRAM-SHA-512"

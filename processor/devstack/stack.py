@@ -38,8 +38,8 @@ from typing import Any
 from processor.devstack import apache_kafka, jars
 from processor.devstack import secure as secure_kafka
 from processor.errors import ConfigError, ServiceUnavailableError, StorageError
-from processor.kafka_clients import new_admin
-from processor.kafka_security import KafkaConnection, KafkaSecurity
+from processor.kafka.clients import new_admin
+from processor.kafka.security import KafkaConnection, KafkaSecurity
 from processor.storage.s3 import S3ChunkStorage, S3Options
 
 log = logging.getLogger(__name__)

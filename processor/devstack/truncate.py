@@ -8,7 +8,8 @@ from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.errors import ConfigError
-from processor.kafka_clients import KafkaTarget, base_config, new_admin, partition_counts
+from processor.kafka.admin import partition_counts
+from processor.kafka.clients import KafkaTarget, base_config, new_admin
 
 TIMEOUT_S = 30.0
 CLIENT_ID = "processor-dev-truncate"

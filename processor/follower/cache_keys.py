@@ -32,7 +32,7 @@ import functools
 import struct
 import uuid
 
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 
 CACHE_VERSION = 2
 U64 = struct.Struct(">Q")

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from rocksdict import Rdict, RdictIter
 
 from processor.follower.cache_keys import I64, MAX_UUID, O_VALUE, U32, U64, tp_key, tp_of_key
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import decode_value
 from processor.metadata.fold import PartitionHeader, decode_header
-from processor.metadata.model import PartitionDeleteState, RemoteLogSegmentMetadata, TopicPartition
+from processor.metadata.model import PartitionDeleteState, RemoteLogSegmentMetadata
 from processor.metadata.remote_log_state import PartitionRemoteState
 
 

@@ -27,9 +27,10 @@ from rocksdict import Rdict, WriteBatch
 from processor import metrics
 from processor.follower.cache_keys import I64, MAX_UUID, O_VALUE, U32, U64, offset_key, tp_key
 from processor.follower.cache_queries import CacheQueries
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import encode_value
 from processor.metadata.fold import Change, Fold, PartitionHeader, encode_header
-from processor.metadata.model import DELETE_STATES, RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.metadata.model import DELETE_STATES, RemoteLogSegmentMetadata, SegmentState
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from processor import metrics
 from processor.errors import MetadataTopicError
 from processor.follower.cache_writes import ApplyResult, RawMessage
 from processor.follower.metadata_cache import MetadataCache
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.metadata.read_to_end import EndSnapshot
 from processor.metadata.remote_log_state import PartitionRemoteState
 

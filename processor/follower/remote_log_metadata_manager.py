@@ -12,7 +12,8 @@ import uuid
 from collections.abc import Iterator
 
 from processor.follower.metadata_cache import MetadataCache
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.kafka.partition import TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata
 
 
 class RemoteLogMetadataManager:

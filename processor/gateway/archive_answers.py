@@ -56,7 +56,7 @@ from processor.gateway.protocol import (
     response_schema,
 )
 from processor.gateway.state import BELOW_LOG_START, EARLIEST, Archive, GatewayState, Send, build
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
 from processor.segment.entries_v2 import count_records
 

@@ -49,7 +49,7 @@ from processor.gateway.protocol import (
 from processor.gateway.rewrite import PortMap, cap_api_versions, rewrite_addresses
 from processor.gateway.state import Archive, GatewayState, Send
 from processor.gateway.upstream import FrameTimeout, Upstream, read_frame
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from processor.gateway.protocol import (
     request_schema,
 )
 from processor.gateway.state import ARCHIVED, EARLIEST, LATEST, Archive, GatewayState, Send, build
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

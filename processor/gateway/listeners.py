@@ -24,8 +24,8 @@ from processor.gateway.protocol import Frame
 from processor.gateway.rewrite import PortMap
 from processor.gateway.state import Archive, GatewayState, Send
 from processor.gateway.upstream import Upstream
-from processor.kafka_clients import connection, new_admin
-from processor.metadata.model import TopicPartition
+from processor.kafka.clients import connection, new_admin
+from processor.kafka.partition import TopicPartition
 from processor.reader.remote_reader import RemoteReader
 
 log = logging.getLogger("processor.gateway")

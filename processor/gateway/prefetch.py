@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from processor import metrics
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
 from processor.segment.entries_v2 import batch_last_offset
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from processor.gateway.prefetch import Prefetcher
 from processor.gateway.protocol import Frame
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
 
 ARCHIVED = "archived"

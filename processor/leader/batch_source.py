@@ -19,7 +19,7 @@ What a consumer's fetcher handles is handled here:
 - transactions: fetches are read_committed (the broker stops at the last stable offset and lists
   aborted transactions); ``read_committed.committed`` marks what a read_committed consumer drops;
 - security: whatever the process's ``KafkaSecurity`` says (SSL, SASL PLAIN/SCRAM/OAUTHBEARER, mutual
-  TLS), through :func:`processor.kafka_clients.aiokafka_client_kwargs`.
+  TLS), through :func:`processor.kafka.clients.aiokafka_client_kwargs`.
 
 It runs on the engine's asyncio loop; positions are owned by the engine, which says in its callback
 where the partition continues (it may refuse batches when the offload buffer is full).
@@ -44,9 +44,9 @@ from aiokafka.structs import TopicPartition as KafkaTP
 
 from processor import metrics
 from processor.health import HEALTH
-from processor.kafka_clients import KafkaTarget, aiokafka_client_kwargs
+from processor.kafka.clients import KafkaTarget, aiokafka_client_kwargs
+from processor.kafka.partition import TopicPartition
 from processor.leader.read_committed import committed
-from processor.metadata.model import TopicPartition
 from processor.segment.entries_v2 import BatchHeader, split_batches
 
 log = logging.getLogger(__name__)

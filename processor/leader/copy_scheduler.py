@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from processor import metrics
 from processor.errors import ProcessorError, StorageError
 from processor.health import HEALTH
+from processor.kafka.partition import TopicPartition
 from processor.leader.offload_buffer import OffloadBuffer
 from processor.leader.segment_copier import CopyCancelledError, SegmentCopier
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.segment.sealed_segment import SealedSegment
 from processor.segment.segment_assembler import compress_segment
 

@@ -9,10 +9,10 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from processor import metrics
+from processor.kafka.partition import TopicPartition
 from processor.leader.copy_scheduler import CopyScheduler
 from processor.leader.high_watermarks import HighWatermarks
 from processor.leader.led_partition import LedPartition, PartitionStatus
-from processor.metadata.model import TopicPartition
 from processor.segment.sealed_segment import SealedSegment
 
 LAG_INTERVAL_S = 2.0

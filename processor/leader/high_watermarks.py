@@ -4,7 +4,7 @@ The copy lag (records the source holds beyond the highest offset in a finished r
 not depend on fetching working: a fetch response carries the high watermark, but when fetching
 stalls no response comes, and a lag read from the last response stays where it was (or at 0) while
 the partition grows. So a daemon thread asks the partition leaders for the latest offsets
-(ListOffsets: ``processor.kafka_clients.latest_offsets``, bound by the wiring) every
+(ListOffsets: ``processor.kafka.admin.latest_offsets``, bound by the wiring) every
 ``interval_s`` for the partitions this worker leads, whatever the fetcher does.
 
 Each observation keeps when it was answered. :meth:`HighWatermarks.existed_since` tells the time of
@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from processor import metrics
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

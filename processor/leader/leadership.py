@@ -28,10 +28,10 @@ from typing import Protocol
 
 from processor import metrics
 from processor.errors import ProcessorError
+from processor.kafka.partition import TopicPartition
 from processor.leader.offload_engine import OffloadEngine
 from processor.leader.ports import AppliedBatch
 from processor.leader.resume import ResumePlanner
-from processor.metadata.model import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.segment.segment_assembler import SegmentAssembler
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from processor import metrics
 from processor.errors import ProcessorError
+from processor.kafka.partition import TopicPartition
 from processor.leader.assembly import Assembly
 from processor.leader.batch_source import BatchSource, Fetched, OnFetched, OnLost
 from processor.leader.buffer_pressure import segments_to_roll
@@ -49,7 +50,6 @@ from processor.leader.led_partition import LedPartition, PartitionStatus
 from processor.leader.offload_buffer import OffloadBuffer
 from processor.leader.roll_policy import RollPolicy, RollReason
 from processor.leader.segment_copier import SegmentCopier
-from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 
 log = logging.getLogger(__name__)

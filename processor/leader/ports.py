@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 
 

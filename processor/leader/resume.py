@@ -32,9 +32,10 @@ from collections.abc import Callable
 
 from processor.errors import MetadataBehindBucketError, TopicIdUnknownError
 from processor.health import HEALTH
+from processor.kafka.partition import TopicPartition
 from processor.leader.ports import CachedRemoteState
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import ClaimKind, PartitionClaim, TopicPartition
+from processor.metadata.model import ClaimKind, PartitionClaim
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.sink import MetadataSink
 

@@ -33,16 +33,12 @@ from dataclasses import replace
 from processor import metrics
 from processor.crypto.keys import EncryptionContext, KeyProvider
 from processor.errors import FencedWriterError, ObjectExistsError, ProcessorError, StorageError
+from processor.kafka.partition import TopicPartition
 from processor.leader.ports import ClaimId, CurrentClaim
 from processor.logs import segment_fields
 from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED, acknowledged
 from processor.metadata.manifest import SegmentManifest, encode_manifest, manifest_key
-from processor.metadata.model import (
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    SegmentState,
-    TopicPartition,
-)
+from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
 from processor.metadata.sink import Confirm, MetadataSink
 from processor.segment.blocks_v3 import encrypt_segment
 from processor.segment.index_format import encode_index, index_crc

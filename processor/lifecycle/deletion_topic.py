@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 
-from processor.kafka_clients import KafkaTarget, new_admin
+from processor.kafka.clients import KafkaTarget, new_admin
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import delete_key, encode_value, metadata_partition_for, segment_key
-from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
 from processor.metadata.topic_io import (
     DurableProducer,
     ensure_compacted_topic,

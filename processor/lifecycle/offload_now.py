@@ -16,8 +16,8 @@ from typing import Any
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.config import Settings
-from processor.kafka_clients import new_consumer
-from processor.metadata.model import TopicPartition
+from processor.kafka.clients import new_consumer
+from processor.kafka.partition import TopicPartition
 
 
 def offload_now(

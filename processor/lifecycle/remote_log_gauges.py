@@ -16,9 +16,9 @@ import contextlib
 from collections import defaultdict
 
 from processor import metrics
+from processor.kafka.partition import TopicPartition
 from processor.lifecycle.retention_policy import RetentionPlan
 from processor.lifecycle.segment_deleter import DeletionOutcome
-from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 
 

@@ -18,6 +18,7 @@ from typing import Protocol
 from processor import metrics
 from processor.errors import FencedWriterError, ObjectExistsError, ProcessorError, StorageError
 from processor.health import HEALTH
+from processor.kafka.partition import TopicPartition
 from processor.lifecycle.deletion_topic import DeletionTopic
 from processor.lifecycle.remote_log_gauges import RemoteLogGauges
 from processor.lifecycle.retention_config import RetentionConfig
@@ -25,7 +26,7 @@ from processor.lifecycle.retention_policy import RetentionLimits, RetentionPlan,
 from processor.lifecycle.segment_deleter import DeletionOutcome, SegmentDeleter
 from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED, REFUSED_UNREFERENCED, plan_sweep
 from processor.metadata.manifest import SegmentManifest, encode_manifest, manifest_key
-from processor.metadata.model import SegmentState, TopicPartition
+from processor.metadata.model import SegmentState
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.storage.chunk_storage import ChunkInfo, ChunkStorage
 

@@ -39,6 +39,7 @@ from typing import Protocol
 
 from processor import metrics
 from processor.errors import FencedWriterError, InvalidNameError, StorageError
+from processor.kafka.partition import TopicPartition
 from processor.lifecycle.retention_policy import DeleteReason, RetentionPlan
 from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED, acknowledged
 from processor.metadata.fold import Claim
@@ -48,7 +49,6 @@ from processor.metadata.model import (
     RemoteLogSegmentMetadata,
     RemoteLogStartOffset,
     SegmentState,
-    TopicPartition,
 )
 from processor.metadata.sink import Confirm
 from processor.segment.object_keys import ObjectKeyFactory, SegmentObjectKeys

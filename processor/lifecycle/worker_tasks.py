@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from processor.config import Settings
 from processor.errors import ProcessorError
+from processor.kafka.partition import TopicPartition
 from processor.lifecycle.deletion_topic import DeletionTopic, MetadataTombstones
 from processor.lifecycle.multipart_sweep import SWEEP_INTERVAL_S, sweep_multipart_uploads
 from processor.lifecycle.retention_config import RetentionConfig
@@ -25,7 +26,6 @@ from processor.lifecycle.retention_service import (
     StateView,
 )
 from processor.lifecycle.segment_deleter import SegmentDeleter
-from processor.metadata.model import TopicPartition
 from processor.metadata.sink import Confirm
 from processor.metadata.topic_io import DurableProducer, MetadataPublisher
 from processor.segment.object_keys import ObjectKeyFactory

@@ -36,6 +36,7 @@ from typing import Any
 import fastavro
 
 from processor.errors import FormatError
+from processor.kafka.partition import TopicPartition
 from processor.metadata import segment_reader
 from processor.metadata.model import (
     DELETE_STATES,
@@ -49,7 +50,6 @@ from processor.metadata.model import (
     RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
-    TopicPartition,
 )
 from processor.metadata.validation import check_key, check_record
 

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Protocol
 
 from processor.errors import FormatError, IllegalTransitionError
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import (
     CLAIM_KEY_PART,
     DELETE_KEY_SUFFIX,
@@ -88,7 +89,6 @@ from processor.metadata.model import (
     RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
-    TopicPartition,
 )
 from processor.metadata.state_machine import apply_snapshot, apply_update, check_partition_transition
 from processor.metadata.validation import MAX_PARTITION

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import lru_cache
 
+from processor.kafka.partition import TopicPartition
+
 
 class SegmentState(StrEnum):
     COPY_SEGMENT_STARTED = "COPY_SEGMENT_STARTED"
@@ -31,28 +33,6 @@ class PartitionDeleteState(StrEnum):
     DELETE_PARTITION_MARKED = "DELETE_PARTITION_MARKED"
     DELETE_PARTITION_STARTED = "DELETE_PARTITION_STARTED"
     DELETE_PARTITION_FINISHED = "DELETE_PARTITION_FINISHED"
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class TopicPartition:
-    topic: str
-    partition: int
-    # The hash, computed once: partitions key most of the follower's per-record dict lookups (about
-    # nine a record), and the generated dataclass hash re-hashes a tuple in Python each time.
-    _hash: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.topic, self.partition)))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type[TopicPartition], tuple[str, int]]:
-        # never ship the hash: string hashes differ between processes (PYTHONHASHSEED)
-        return (TopicPartition, (self.topic, self.partition))
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True, slots=True)

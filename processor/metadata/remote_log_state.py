@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from processor.errors import IllegalTransitionError
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import CLAIM_KEY_PART, LOG_START_OFFSET_KEY_SUFFIX, delete_key, segment_key
 from processor.metadata.fencing import Lineage, StaleRecordError
 from processor.metadata.fold import MetadataFold, PartitionHeader, PartitionView
@@ -24,7 +25,6 @@ from processor.metadata.model import (
     PartitionDeleteState,
     RemoteLogSegmentMetadata,
     SegmentState,
-    TopicPartition,
 )
 
 _S = SegmentState

@@ -16,19 +16,12 @@ from confluent_kafka.admin import AdminClient
 
 from processor import metrics
 from processor.errors import FormatError, MetadataTopicError
-from processor.kafka_clients import (
-    KafkaTarget,
-    ensure_topic,
-    new_admin,
-    new_consumer,
-    new_producer,
-    partition_counts,
-    set_topic_config,
-    topic_config,
-)
+from processor.kafka.admin import ensure_topic, partition_counts, set_topic_config, topic_config
+from processor.kafka.clients import KafkaTarget, new_admin, new_consumer, new_producer
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import decode_value, encode_value, metadata_partition_for, record_key
 from processor.metadata.fold import MetadataFold
-from processor.metadata.model import MetadataRecord, TopicPartition
+from processor.metadata.model import MetadataRecord
 from processor.metadata.read_to_end import EndSnapshot
 from processor.metadata.remote_log_state import RemoteLogState
 
@@ -129,7 +122,7 @@ def ensure_compacted_topic(
 ) -> bool:
     """Create ``topic`` with ``config`` if missing, then :func:`require_compacted` (also when just
     created: the broker's answer is what counts). Returns True if it was created. ``replication``
-    None: min(3, the cluster's brokers) (processor.kafka_clients.replication_for). Raises
+    None: min(3, the cluster's brokers) (processor.kafka.admin.replication_for). Raises
     MetadataTopicError, or ConfigError when the cluster refuses a setting at creation."""
     try:
         created = topic not in partition_counts(admin, [topic]) and ensure_topic(

@@ -29,7 +29,8 @@ from processor.errors import (
     OffsetNotInRemoteError,
     SegmentObjectMissingError,
 )
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.kafka.partition import TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.reader.block_cache import BlockCache
 from processor.reader.segment_blocks import check_block, fetch_index
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentCipher, SegmentDecryption

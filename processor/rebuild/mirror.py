@@ -16,14 +16,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import encode_value, record_key, segment_key
-from processor.metadata.model import (
-    ClaimKind,
-    PartitionClaim,
-    RemoteLogSegmentMetadata,
-    SegmentState,
-    TopicPartition,
-)
+from processor.metadata.model import ClaimKind, PartitionClaim, RemoteLogSegmentMetadata, SegmentState
 from processor.rebuild.resolve import REBUILD_WRITER, PartitionRebuild
 
 Message = tuple[int, bytes, bytes | None]  # offset, key, value (None: a tombstone)

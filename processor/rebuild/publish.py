@@ -24,9 +24,10 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from processor.errors import MetadataTopicError
-from processor.kafka_clients import KafkaTarget, new_producer
+from processor.kafka.clients import KafkaTarget, new_producer
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import encode_value, metadata_partition_for, record_key
-from processor.metadata.model import ClaimKind, MetadataRecord, PartitionClaim, TopicPartition
+from processor.metadata.model import ClaimKind, MetadataRecord, PartitionClaim
 from processor.rebuild.resolve import REBUILD_WRITER, PartitionRebuild
 
 FLUSH_TIMEOUT_S = 120.0

@@ -15,9 +15,10 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from processor.kafka.partition import TopicPartition
 from processor.metadata.fold import MetadataFold
 from processor.metadata.manifest import SegmentManifest
-from processor.metadata.model import ClaimKind, PartitionClaim, RemoteLogSegmentMetadata, TopicPartition
+from processor.metadata.model import ClaimKind, PartitionClaim, RemoteLogSegmentMetadata
 
 REBUILD_WRITER = "rebuild-metadata"
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from processor.errors import OffsetNotInRemoteError
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.kafka.partition import TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.reader.remote_reader import RemoteReader
 from processor.reader.segment_blocks import fetch_index, read_block_range_batches
 from processor.restore.plan import ArchivedRange

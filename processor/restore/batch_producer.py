@@ -50,7 +50,7 @@ from aiokafka.protocol.transaction import AddPartitionsToTxnRequest, EndTxnReque
 from aiokafka.structs import TopicPartition as KafkaTP
 
 from processor.errors import ProcessorError, ServiceUnavailableError
-from processor.kafka_clients import KafkaTarget, aiokafka_client_kwargs, connection
+from processor.kafka.clients import KafkaTarget, aiokafka_client_kwargs, connection
 from processor.restore.txn_wire import (
     CONNECTION_LOST,
     LEADER_NOT_AVAILABLE,

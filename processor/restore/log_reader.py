@@ -21,9 +21,9 @@ from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition as KafkaTP
 
 from processor.errors import ServiceUnavailableError
-from processor.kafka_clients import KafkaTarget, aiokafka_client_kwargs, connection
-from processor.kafka_security import KafkaConnection
-from processor.metadata.model import TopicPartition
+from processor.kafka.clients import KafkaTarget, aiokafka_client_kwargs, connection
+from processor.kafka.partition import TopicPartition
+from processor.kafka.security import KafkaConnection
 from processor.segment.entries_v2 import BatchHeader, split_batches
 
 READ_UNCOMMITTED = 0

@@ -1,6 +1,6 @@
 """The target cluster of a restore: its clients, topics, and the restore's progress partition.
 
-Every client is built by the factory functions of ``processor/kafka_clients.py`` from the target's
+Every client is built by the factory functions of ``processor/kafka/clients.py`` from the target's
 ``KafkaConnection`` (its address and ``KafkaSecurity``).
 """
 
@@ -15,15 +15,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.errors import ServiceUnavailableError
-from processor.kafka_clients import (
-    KafkaTarget,
-    check_broker,
-    connection,
-    ensure_topic,
-    partition_counts,
-)
-from processor.kafka_security import KafkaConnection
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import check_broker, ensure_topic, partition_counts
+from processor.kafka.clients import KafkaTarget, connection
+from processor.kafka.partition import TopicPartition
+from processor.kafka.security import KafkaConnection
 from processor.restore.batch_producer import BatchProducer, TxnError
 from processor.restore.log_reader import read_partition_log
 from processor.restore.progress_log import PartitionProgress, committed_progress

@@ -37,7 +37,7 @@ from typing import Any
 import pandas as pd
 
 from processor import metrics
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.audit_problems import PROBLEM_COLUMNS, AuditState, PassOutcome, Problem
 from processor.spark.audit_rules import (

@@ -110,7 +110,7 @@ def spark_session(master: str) -> Any:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from processor.config import load_settings
-    from processor.kafka_clients import check_broker, partition_counts
+    from processor.kafka.admin import check_broker, partition_counts
     from processor.spark.options import Connection
 
     try:

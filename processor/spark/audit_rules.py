@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from processor.errors import FormatError
+from processor.kafka.partition import TopicPartition
 from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH
 from processor.metadata.fold import (
     CONDITION,
@@ -51,7 +52,7 @@ from processor.metadata.fold import (
     UNSERVABLE,
     Verdict,
 )
-from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
 from processor.spark.fold_adapter import PartitionArchive, PartitionFold
 
 FORMATS = ("parquet", "json", "console")  # where findings can go

@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from processor.kafka.partition import TopicPartition
 from processor.metadata.manifest import manifest_key
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.reader.segment_check import check_segment
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentDecryption
 from processor.segment.object_keys import ObjectKeyFactory

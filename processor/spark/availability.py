@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from processor.errors import ConfigError
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.fold_adapter import PartitionArchive
 from processor.spark.live_tail import (

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from processor.errors import FormatError
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import decode_value, encode_value
 from processor.metadata.fencing import Lineage
 from processor.metadata.fold import (
@@ -50,12 +51,7 @@ from processor.metadata.fold import (
     decode_header,
     encode_header,
 )
-from processor.metadata.model import (
-    PartitionDeleteState,
-    RemoteLogSegmentMetadata,
-    SegmentState,
-    TopicPartition,
-)
+from processor.metadata.model import PartitionDeleteState, RemoteLogSegmentMetadata, SegmentState
 from processor.metadata.remote_log_state import PartitionRemoteState
 
 FOLD_STATE_VERSION = 2

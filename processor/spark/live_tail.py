@@ -25,7 +25,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.errors import ProcessorError, ServiceUnavailableError, TopicIdUnknownError
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.spark.arrow_records import BATCH_ROWS, Row, rows_to_batch
 from processor.spark.options import Connection, Subscription
 
@@ -86,7 +86,7 @@ def watermarks(
 
 
 def broker_topic_ids(conn: Connection, topics: list[str]) -> dict[str, str]:
-    from processor.kafka_clients import topic_ids
+    from processor.kafka.admin import topic_ids
 
     try:
         return topic_ids(conn.admin("processor-spark-live"), sorted(set(topics)))

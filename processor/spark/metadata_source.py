@@ -21,6 +21,7 @@ from confluent_kafka import KafkaException
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from processor.errors import ConfigError, FormatError, ServiceUnavailableError
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import decode_value
 from processor.metadata.fold import parse_key
 from processor.metadata.model import (
@@ -30,7 +31,6 @@ from processor.metadata.model import (
     RemoteLogSegmentMetadataUpdate,
     RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
-    TopicPartition,
 )
 from processor.spark.live_tail import consume_range, watermarks
 from processor.spark.options import (

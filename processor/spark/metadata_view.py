@@ -25,7 +25,7 @@ from pathlib import Path
 from processor.errors import MetadataTopicError, ProcessorError, ServiceUnavailableError
 from processor.follower.materializer import Materializer
 from processor.follower.metadata_cache import MetadataCache
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.spark.fold_adapter import PartitionArchive, partition_archive
 from processor.spark.options import Connection
 

@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 from processor.crypto.providers import key_providers
 from processor.errors import ConfigError
-from processor.kafka_security import KafkaConnection, KafkaSecurity
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
+from processor.kafka.security import KafkaConnection, KafkaSecurity
 from processor.reader.segment_keys import SegmentDecryption
 from processor.segment.object_keys import validate_prefix, validate_topic
 from processor.storage.s3 import S3ChunkStorage, S3Options
@@ -133,12 +133,12 @@ class Connection:
     def consumer(self, client_id: str, **extra: Any) -> Any:
         """A new assign-only consumer with this connection's Kafka settings and security (the caller
         closes it)."""
-        from processor.kafka_clients import new_consumer
+        from processor.kafka.clients import new_consumer
 
         return new_consumer(self.kafka, client_id, **{**dict(self.kafka_settings), **extra})
 
     def admin(self, client_id: str) -> Any:
-        from processor.kafka_clients import new_admin
+        from processor.kafka.clients import new_admin
 
         return new_admin(self.kafka, client_id)
 

@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from processor.errors import ProcessorError
-from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicPartition
+from processor.kafka.partition import TopicPartition
+from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata
 from processor.reader.segment_blocks import fetch_index, read_block_range_columns
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentDecryption
 from processor.segment.block_header import BlockInfo

@@ -12,7 +12,8 @@ import logging
 from collections.abc import Mapping
 
 from processor.errors import ConfigError, SegmentObjectMissingError
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.kafka.partition import TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.segment.index_format import SegmentIndex
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.availability import Availability

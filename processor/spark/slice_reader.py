@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from processor import metrics
 from processor.errors import SegmentObjectMissingError
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.spark.arrow_records import read_slice_as_arrow
 from processor.spark.live_tail import OffsetsGoneError, live_low, read_live_slice
 from processor.spark.options import RecordOptions

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from processor.errors import FormatError
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 
 OFFSETS_VERSION = 2
 Offsets = dict[TopicPartition, int]

@@ -34,7 +34,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.spark.availability import Availability, observe, timestamp_lookup
 from processor.spark.metadata_view import MaterializedMetadata
 from processor.spark.options import RecordOptions

@@ -42,7 +42,7 @@ from processor.errors import (
 )
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
 from processor.health import HEALTH
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.reader.record_json import record_to_json, segment_to_json
 from processor.reader.remote_reader import RemoteReader
 from processor.segment.object_keys import validate_topic

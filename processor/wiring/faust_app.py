@@ -8,7 +8,8 @@ import faust
 
 from processor.config import Settings
 from processor.follower.materializer import Materializer
-from processor.kafka_clients import cluster_replication, faust_broker_settings
+from processor.kafka.admin import cluster_replication
+from processor.kafka.clients import faust_broker_settings
 from processor.leader.leadership import Leadership
 from processor.leader.offload_engine import OffloadEngine
 from processor.reader.remote_reader import RemoteReader

@@ -11,9 +11,10 @@ from processor.errors import ConfigError
 from processor.follower.materializer import Materializer
 from processor.follower.metadata_cache import MetadataCache
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
-from processor.kafka_clients import new_admin, new_consumer, partition_counts, topic_ids
+from processor.kafka.admin import partition_counts, topic_ids
+from processor.kafka.clients import new_admin, new_consumer
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import TopicPartition
 from processor.reader.block_cache import BlockCache
 from processor.reader.remote_reader import RemoteReader
 from processor.segment.object_keys import ObjectKeyFactory

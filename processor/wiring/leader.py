@@ -7,7 +7,8 @@ import functools
 from processor import metrics
 from processor.config import Settings
 from processor.follower.materializer import Materializer
-from processor.kafka_clients import latest_offsets, new_admin
+from processor.kafka.admin import latest_offsets
+from processor.kafka.clients import new_admin
 from processor.leader.batch_source import BatchSource, OnFetched, OnLost
 from processor.leader.high_watermarks import HighWatermarks
 from processor.leader.offload_engine import EngineOptions, OffloadEngine

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from processor.config import Settings
 from processor.errors import ProcessorError
-from processor.kafka_clients import check_broker, partition_counts
+from processor.kafka.admin import check_broker, partition_counts
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import TopicPartition
 from processor.reader.remote_reader import RemoteReader
 from processor.wiring.follower import Follower, build_follower, build_reader
 from processor.wiring.storage import build_storage

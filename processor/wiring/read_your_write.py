@@ -8,9 +8,10 @@ import logging
 from collections.abc import Iterable
 
 from processor.follower.materializer import Materializer
+from processor.kafka.partition import TopicPartition
 from processor.lifecycle.retention_service import CaughtUp
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import MetadataRecord, TopicPartition
+from processor.metadata.model import MetadataRecord
 from processor.metadata.sink import Confirm
 
 log = logging.getLogger(__name__)

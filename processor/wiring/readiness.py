@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from processor.config import Settings
 from processor.follower.materializer import Materializer
-from processor.kafka_clients import new_admin
+from processor.kafka.clients import new_admin
 from processor.probes import ReadinessWatch, follower_probe, kafka_probe, storage_probe
 from processor.storage.chunk_storage import ChunkStorage
 

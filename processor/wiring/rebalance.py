@@ -8,8 +8,8 @@ from typing import Any, cast
 
 import faust
 
+from processor.kafka.partition import TopicPartition
 from processor.leader.leadership import Leadership
-from processor.metadata.model import TopicPartition
 
 
 def generation(app: faust.App) -> int:

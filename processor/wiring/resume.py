@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from processor.config import Settings
-from processor.kafka_clients import new_admin, topic_ids
+from processor.kafka.admin import topic_ids
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from processor.leader.offload_engine import RemoteStateLoader
 from processor.leader.ports import CachedRemoteState
 from processor.leader.resume import ArchivedManifests, ResumePlanner
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.topic_io import MetadataPublisher, load_remote_state
 from processor.segment.object_keys import MANIFEST_SUFFIX, ObjectKeyFactory

@@ -8,7 +8,7 @@ from typing import Any
 
 from processor.config import Settings
 from processor.errors import ConfigError
-from processor.kafka_clients import broker_group_session_bounds, check_broker, partition_counts
+from processor.kafka.admin import broker_group_session_bounds, check_broker, partition_counts
 from processor.metadata.topic_io import ensure_metadata_topic
 from processor.storage.chunk_storage import ChunkStorage
 from processor.web.handlers import read_api_token as web_access_token

@@ -143,7 +143,7 @@ def test_locks_satisfy_pyproject(lock, extras):
 
 @pytest.mark.parametrize("lock", [lock for lock, _ in LOCK_EXTRAS])
 def test_every_image_carries_the_msk_iam_signer(lock):
-    """aws-msk-iam (processor/kafka_oauth.py) imports aws_msk_iam_sasl_signer: in every image's lock."""
+    """aws-msk-iam (processor/kafka/oauth.py) imports aws_msk_iam_sasl_signer: in every image's lock."""
     msk = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["msk"]
     names = {canonicalize_name(Requirement(text).name) for text in msk}
     assert "aws-msk-iam-sasl-signer-python" in names

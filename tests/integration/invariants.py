@@ -21,8 +21,9 @@ from pathlib import Path
 
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
+from processor.kafka.partition import TopicPartition
 from processor.metadata.manifest import manifest_key
-from processor.metadata.model import SegmentState, TopicPartition
+from processor.metadata.model import SegmentState
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import load_remote_state
 from processor.segment.object_keys import MANIFEST_SUFFIX

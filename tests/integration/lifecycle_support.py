@@ -9,9 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import new_admin, new_producer, partition_counts
+from processor.kafka.admin import partition_counts
+from processor.kafka.clients import new_admin, new_producer
+from processor.kafka.partition import TopicPartition
 from processor.metadata.manifest import manifest_key
-from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
 from processor.metadata.remote_log_state import PartitionRemoteState, RemoteLogState
 from processor.metadata.topic_io import read_partitions
 from processor.segment.object_keys import ObjectKeyFactory

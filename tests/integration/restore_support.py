@@ -24,8 +24,9 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.config import load_settings
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import KafkaTarget, ensure_topic, new_admin, new_producer
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import KafkaTarget, new_admin, new_producer
+from processor.kafka.partition import TopicPartition
 from processor.restore.archive import ArchiveTopic
 from processor.restore.log_reader import read_partition_log
 from processor.restore.target import DEFAULT_PROGRESS_TOPIC, TargetCluster

@@ -24,8 +24,9 @@ from confluent_kafka import TopicPartition as KafkaTP
 from processor.config import load_settings
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import load_remote_state
 from processor.reader.remote_reader import RemoteReader

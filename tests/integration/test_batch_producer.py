@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from processor.devstack.stack import StackInfo
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.restore.batch_producer import BatchProducer, TxnFencedError
 from processor.restore.log_reader import read_partition_log
 from processor.restore.target import TargetCluster

@@ -14,8 +14,9 @@ from processor import metrics
 from processor.config import load_settings
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from processor.metadata.topic_io import ensure_metadata_topic
 from processor.wiring.leader import build_engine
 from processor.wiring.storage import build_storage

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from processor.devstack.stack import StackInfo, free_port
-from processor.kafka_clients import ensure_topic, new_admin, new_producer
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin, new_producer
 from processor.wiring.data_dir import DataDirLock
 from tests.integration.worker_process import WorkerProcess, worker_env
 from tests.support.cli import run_cli

@@ -13,11 +13,12 @@ from processor.config import load_settings
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
 from processor.errors import StorageError
-from processor.kafka_clients import ensure_topic, new_admin
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from processor.leader.batch_source import BatchSource
 from processor.leader.offload_engine import EngineOptions, OffloadEngine
 from processor.leader.segment_copier import SegmentCopier
-from processor.metadata.model import TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic, load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory

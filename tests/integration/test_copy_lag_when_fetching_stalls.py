@@ -27,7 +27,8 @@ import pytest
 from processor.devstack import stack
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo, free_port
-from processor.kafka_clients import ensure_topic, new_admin
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
 from tests.integration.kafka_gate import FETCH, LIST_OFFSETS, KafkaGate
 from tests.integration.test_operability import http_get, wait_status
 from tests.integration.worker_process import start_web_worker

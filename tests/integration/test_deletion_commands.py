@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin, partition_counts
-from processor.metadata.model import PartitionDeleteState, TopicPartition
+from processor.kafka.admin import ensure_topic, partition_counts
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
+from processor.metadata.model import PartitionDeleteState
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory

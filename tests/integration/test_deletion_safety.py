@@ -42,10 +42,12 @@ from typing import Any
 import pytest
 
 from processor.devstack.stack import StackInfo, free_port
-from processor.kafka_clients import ensure_topic, new_admin, new_producer, partition_counts
+from processor.kafka.admin import ensure_topic, partition_counts
+from processor.kafka.clients import new_admin, new_producer
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import delete_key, metadata_partition_for, segment_key
 from processor.metadata.manifest import manifest_key
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.metadata.topic_io import load_remote_state
 from processor.storage.s3 import S3ChunkStorage
 from tests.integration.invariants import running_worker, wait_for_log

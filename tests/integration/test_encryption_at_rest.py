@@ -25,9 +25,10 @@ from processor.crypto.keyring import new_key
 from processor.crypto.keys import WrappedKey
 from processor.devstack.stack import StackInfo, free_port
 from processor.errors import CorruptObjectError, InvalidRangeError, SegmentKeyError, SegmentShreddedError
-from processor.kafka_clients import ensure_topic, new_admin, new_producer
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin, new_producer
+from processor.kafka.partition import TopicPartition
 from processor.metadata.manifest import decode_manifest, manifest_key
-from processor.metadata.model import TopicPartition
 from processor.reader.remote_reader import RemoteReader
 from processor.wiring.follower import build_follower, build_reader
 from processor.wiring.gateway_server import GatewayServer

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
 from tests.integration.invariants import (
     SteadyProducer,
     expected_ends,

@@ -12,7 +12,8 @@ import pytest
 
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
 from tests.integration.invariants import expected_ends, running_worker, settled_invariants, wait_for_log
 from tests.integration.worker_process import TEST_SESSION_TIMEOUT_MS, worker_env
 from tests.support.fault_proxy import FaultProxy, FaultRule, error_rule, slowdown_rule

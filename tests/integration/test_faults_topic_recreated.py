@@ -12,8 +12,9 @@ import pytest
 from processor.config import load_settings
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin, partition_counts, topic_ids
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import ensure_topic, partition_counts, topic_ids
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from processor.metadata.topic_io import load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.wiring.follower import build_follower, build_reader

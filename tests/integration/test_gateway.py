@@ -27,8 +27,9 @@ from confluent_kafka import TopicPartition as KafkaTP
 from processor.config import load_settings
 from processor.devstack.sample_data import SampleRecord, produce_samples
 from processor.devstack.stack import StackInfo, free_port
-from processor.kafka_clients import ensure_topic, new_admin
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from processor.wiring.gateway_server import GatewayServer
 from tests.integration.worker_process import WorkerProcess, worker_env
 from tests.support.consumers import (

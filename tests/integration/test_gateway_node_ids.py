@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from processor.devstack.stack import StackInfo, free_port
-from processor.kafka_clients import new_admin
+from processor.kafka.clients import new_admin
 from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.integration

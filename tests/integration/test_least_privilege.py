@@ -10,8 +10,9 @@ import pytest
 
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from tests.integration.worker_process import WorkerProcess
 from tests.support.kafka_acls import Grant, user_with_exactly
 from tests.support.metadata_watch import wait_offloaded

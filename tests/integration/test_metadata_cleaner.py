@@ -20,8 +20,9 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from processor.devstack import stack
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin, set_topic_config
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import ensure_topic, set_topic_config
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.topic_io import load_remote_state
 from tests.integration.worker_process import WorkerProcess, worker_env

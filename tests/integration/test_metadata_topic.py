@@ -12,15 +12,12 @@ from confluent_kafka.admin import ConfigResource, NewTopic  # type: ignore[attr-
 
 from processor.devstack.stack import StackInfo
 from processor.errors import MetadataTopicError
-from processor.kafka_clients import broker_count, new_admin, new_producer, topic_config
+from processor.kafka.admin import broker_count, topic_config
+from processor.kafka.clients import new_admin, new_producer
+from processor.kafka.partition import TopicPartition
 from processor.lifecycle.deletion_topic import DeletionTopic
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import (
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    SegmentState,
-    TopicPartition,
-)
+from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
 from processor.metadata.topic_io import (
     DurableProducer,
     MetadataPublisher,

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from processor.devstack.stack import StackInfo, free_port
-from processor.kafka_clients import ensure_topic, new_admin
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from tests.integration.lifecycle_support import produce, run_cli, view, wait_for
 from tests.integration.worker_process import WorkerProcess, worker_env
 

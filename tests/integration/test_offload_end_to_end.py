@@ -9,8 +9,10 @@ import pytest
 
 from processor.devstack.sample_data import BIG_VALUE, SampleRecord, produce_samples
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin
-from processor.metadata.model import SegmentState, TopicPartition
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
+from processor.metadata.model import SegmentState
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import load_remote_state
 from processor.segment.blocks import iter_blocks

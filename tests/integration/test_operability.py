@@ -29,7 +29,8 @@ import pytest
 
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import DEV_SECRET_KEY, StackInfo, free_port
-from processor.kafka_clients import ensure_topic, new_admin
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
 from tests.integration.tcp_proxy import TcpProxy
 from tests.integration.worker_process import WorkerProcess, worker_env
 

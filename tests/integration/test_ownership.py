@@ -18,14 +18,12 @@ import pytest
 
 from processor.config import load_settings
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin, new_producer
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin, new_producer
+from processor.kafka.partition import TopicPartition
 from processor.lifecycle.deletion_topic import DELETION_TOPIC_CONFIG
 from processor.metadata.codec import encode_value, metadata_partition_for, record_key
-from processor.metadata.model import (
-    RemoteLogSegmentId,
-    SegmentState,
-    TopicPartition,
-)
+from processor.metadata.model import RemoteLogSegmentId, SegmentState
 from processor.metadata.topic_io import load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.live_tail import consume_range

@@ -12,8 +12,9 @@ import pytest
 from processor.devstack.stack import StackInfo
 from processor.follower.materializer import Materializer
 from processor.follower.metadata_cache import MetadataCache
-from processor.kafka_clients import new_consumer
-from processor.metadata.model import SegmentState, TopicPartition
+from processor.kafka.clients import new_consumer
+from processor.kafka.partition import TopicPartition
+from processor.metadata.model import SegmentState
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic, load_remote_state
 from tests.integration.test_metadata_topic import meta
 

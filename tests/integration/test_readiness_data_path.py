@@ -17,7 +17,8 @@ import pytest
 
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
 from tests.integration.test_operability import http_get, wait_status
 from tests.integration.worker_process import start_web_worker
 from tests.support.fault_proxy import FaultProxy, error_rule

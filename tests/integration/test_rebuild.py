@@ -26,10 +26,12 @@ from typing import Any
 import pytest
 
 from processor.devstack.stack import StackInfo, free_port
-from processor.kafka_clients import ensure_topic, new_admin
-from processor.kafka_security import KafkaConnection
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
+from processor.kafka.security import KafkaConnection
 from processor.metadata.manifest import manifest_key
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.metadata.topic_io import load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.live_tail import consume_range

@@ -18,8 +18,9 @@ from processor.config import Settings, load_settings
 from processor.devstack.sample_data import SampleRecord
 from processor.devstack.stack import StackInfo
 from processor.errors import CorruptObjectError, OffsetNotInRemoteError
-from processor.kafka_clients import new_producer
-from processor.metadata.model import SegmentState, TopicPartition
+from processor.kafka.clients import new_producer
+from processor.kafka.partition import TopicPartition
+from processor.metadata.model import SegmentState
 from processor.metadata.topic_io import ensure_metadata_topic
 from processor.reader.remote_reader import RemoteReader
 from processor.wiring.follower import build_follower, build_reader

@@ -22,8 +22,8 @@ from confluent_kafka import OFFSET_STORED, Consumer, ConsumerGroupTopicPartition
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import new_admin
-from processor.metadata.model import TopicPartition
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from processor.restore.offset_map import OffsetMap
 from processor.restore.target import DEFAULT_PROGRESS_TOPIC, TargetCluster
 from processor.segment.records import KafkaRecord, TimestampType

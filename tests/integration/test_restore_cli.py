@@ -19,9 +19,10 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.devstack import stack
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import check_broker, ensure_topic, new_admin, partition_counts
-from processor.kafka_security import KafkaConnection, KafkaSecurity
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import check_broker, ensure_topic, partition_counts
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
+from processor.kafka.security import KafkaConnection, KafkaSecurity
 from tests.integration.restore_support import (
     RUNNER,
     archive_topics,

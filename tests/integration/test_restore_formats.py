@@ -13,9 +13,10 @@ from processor.devstack.stack import StackInfo
 from processor.follower.cache_writes import RawMessage
 from processor.follower.metadata_cache import MetadataCache
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
+from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.codec import encode_value, record_key
-from processor.metadata.model import MetadataRecord, TopicPartition
+from processor.metadata.model import MetadataRecord
 from processor.reader.remote_reader import RemoteReader
 from processor.restore.archive import ArchiveTopic
 from processor.restore.plan import range_from, range_to

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from processor.lifecycle.deletion_topic import DeletionTopic
-from processor.metadata.model import SegmentState, TopicPartition
+from processor.metadata.model import SegmentState
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import DurableProducer
 from tests.integration.lifecycle_support import produce, view, wait_for

@@ -9,8 +9,9 @@ import pytest
 
 from processor.devstack.stack import StackInfo
 from processor.errors import ServiceUnavailableError
-from processor.kafka_clients import check_broker, new_admin
-from processor.kafka_security import KafkaConnection, KafkaSecurity
+from processor.kafka.admin import check_broker
+from processor.kafka.clients import new_admin
+from processor.kafka.security import KafkaConnection, KafkaSecurity
 
 pytestmark = pytest.mark.integration
 

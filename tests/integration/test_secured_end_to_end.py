@@ -29,9 +29,10 @@ from processor.config import load_settings
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.secure import SASL_VARIABLES
 from processor.devstack.stack import StackInfo, free_port
-from processor.kafka_clients import ensure_topic, new_admin
-from processor.kafka_security import KafkaConnection, KafkaSecurity
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
+from processor.kafka.security import KafkaConnection, KafkaSecurity
 from processor.wiring.gateway_server import GatewayServer
 from tests.integration.worker_process import TEST_SESSION_TIMEOUT_MS, WorkerProcess
 from tests.support.gateway_thread import gateway_running
@@ -267,7 +268,7 @@ def test_the_gateway_serves_the_archive_over_tls_with_sasl_passed_through(
     offset 0, the archived ones from the archive."""
     from confluent_kafka import Consumer
 
-    from processor.kafka_clients import consumer_config
+    from processor.kafka.clients import consumer_config
 
     secured = secured_stack.secured
     assert secured is not None
@@ -334,7 +335,7 @@ async def _raw_fetch(target: KafkaConnection) -> list[tuple[int, int, bytes | No
     from aiokafka.client import AIOKafkaClient
     from aiokafka.protocol.fetch import FetchRequest
 
-    from processor.kafka_clients import aiokafka_client_kwargs
+    from processor.kafka.clients import aiokafka_client_kwargs
 
     client = AIOKafkaClient(**aiokafka_client_kwargs(target), client_id="outsider")
     await client.bootstrap()

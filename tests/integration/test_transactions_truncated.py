@@ -19,8 +19,9 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.devstack import stack
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from processor.wiring.gateway_server import GatewayServer
 from tests.integration.worker_process import WorkerProcess, worker_env
 from tests.support.gateway_thread import gateway_running, loopback_gateway

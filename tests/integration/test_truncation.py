@@ -28,8 +28,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from processor.devstack import stack
 from processor.devstack.sample_data import SampleRecord, produce_samples, sample_record
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from processor.wiring.gateway_server import GatewayServer
 from tests.integration.worker_process import WorkerProcess, worker_env
 from tests.support.consumers import READERS, REPORTS_HEADERS, check_every_record_once, committed_offsets

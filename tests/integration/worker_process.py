@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from processor.devstack import stack
+from processor.kafka.partition import TopicPartition
 from processor.leader.offload_engine import OffloadEngine
-from processor.metadata.model import TopicPartition
 
 # The shortest session Apache Kafka accepts by default (group.min.session.timeout.ms): a worker killed
 # in a test is noticed by its group within 6 s, not the product's default 10 s.

@@ -20,8 +20,9 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.devstack import jars, stack
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin, new_consumer, new_producer
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin, new_consumer, new_producer
+from processor.kafka.partition import TopicPartition
 from processor.metadata.topic_io import load_remote_state
 from tests.integration.worker_process import WorkerProcess, worker_env
 

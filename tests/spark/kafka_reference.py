@@ -29,7 +29,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition as KafkaTP
 
-from processor.kafka_clients import new_consumer
+from processor.kafka.clients import new_consumer
 
 INTERNAL = {"__consumer_offsets", "__transaction_state"}
 Key = tuple[str, int]

@@ -12,9 +12,11 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.config import load_settings
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin, new_consumer, new_producer, topic_ids
+from processor.kafka.admin import ensure_topic, topic_ids
+from processor.kafka.clients import new_admin, new_consumer, new_producer
+from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
-from processor.metadata.model import RemoteLogSegmentMetadata, TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage

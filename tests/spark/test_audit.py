@@ -20,7 +20,9 @@ import pytest
 
 from processor.config import load_settings
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin, new_producer
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin, new_producer
+from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.codec import metadata_partition_for, segment_key
 from processor.metadata.manifest import manifest_key
@@ -30,7 +32,6 @@ from processor.metadata.model import (
     RemoteLogSegmentMetadata,
     RemoteLogStartOffset,
     SegmentState,
-    TopicPartition,
 )
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic
 from processor.segment.block_header import BLOCK_HEADER_LEN

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import encode_value, record_key, segment_key
 from processor.metadata.fold import REASONS, MetadataFold
 from processor.metadata.model import (
@@ -23,7 +24,6 @@ from processor.metadata.model import (
     RemoteLogSegmentMetadata,
     RemoteLogStartOffset,
     SegmentState,
-    TopicPartition,
 )
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.audit_problems import AuditState, ScrubCursor

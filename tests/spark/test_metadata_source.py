@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from processor.kafka_clients import new_producer
+from processor.kafka.clients import new_producer
 from processor.metadata.codec import encode_value
 from tests.spark.planted import plant
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from processor.errors import ConfigError
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.spark import check_pyspark_version
 from processor.spark.options import (
     SUPPORTED_OPTIONS,

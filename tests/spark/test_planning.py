@@ -10,12 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.errors import ConfigError
-from processor.metadata.model import (
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    SegmentState,
-    TopicPartition,
-)
+from processor.kafka.partition import TopicPartition
+from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
 from processor.segment.block_header import BlockInfo
 from processor.segment.index_format import SegmentIndex
 from processor.segment.object_keys import ObjectKeyFactory

@@ -19,8 +19,9 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import ensure_topic, new_admin, new_consumer
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin, new_consumer
+from processor.kafka.partition import TopicPartition
 from processor.metadata.topic_io import load_remote_state
 from processor.spark.audit import AuditOptions, run_audit
 from processor.spark.options import connection_from

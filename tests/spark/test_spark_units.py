@@ -52,8 +52,9 @@ def test_metadata_rows_decode_records_and_keep_garbage_and_tombstones_as_rows() 
 def test_claim_rows_name_their_kind_claim_id_and_the_epoch_a_release_ends() -> None:
     import uuid
 
+    from processor.kafka.partition import TopicPartition
     from processor.metadata.codec import encode_value, record_key
-    from processor.metadata.model import ClaimKind, PartitionClaim, TopicPartition
+    from processor.metadata.model import ClaimKind, PartitionClaim
     from processor.spark.metadata_source import COLUMNS, record_row
 
     tp = TopicPartition("t", 2)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.spark.stream_offsets import StreamOffsets, delay_batch, rate_limit
 
 pytestmark = pytest.mark.spark

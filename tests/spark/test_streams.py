@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMinRows
 
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import new_producer
+from processor.kafka.clients import new_producer
 from processor.spark.options import record_options
 from processor.spark.tiered_stream import TieredRecordsStreamReader
 from tests.spark.kafka_reference import KafkaReference

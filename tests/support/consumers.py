@@ -266,7 +266,7 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -
     from confluent_kafka import ConsumerGroupTopicPartitions
     from confluent_kafka import TopicPartition as KafkaTP
 
-    from processor.kafka_clients import new_admin
+    from processor.kafka.clients import new_admin
 
     admin = new_admin(bootstrap, "tests-committed")  # held: its futures die with it
     asked = ConsumerGroupTopicPartitions(group, [KafkaTP(topic, p) for p in range(partitions)])

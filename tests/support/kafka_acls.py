@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from processor.devstack.stack import StackInfo
-from processor.kafka_clients import new_admin
+from processor.kafka.clients import new_admin
 
 Grant = tuple[str, str, str, list[str]]  # resource type, name, pattern type, operations
 

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from processor.follower.materializer import Materializer
 from processor.follower.metadata_cache import MetadataCache
-from processor.kafka_clients import KafkaTarget, new_admin, new_consumer, partition_counts
-from processor.metadata.model import TopicPartition
+from processor.kafka.admin import partition_counts
+from processor.kafka.clients import KafkaTarget, new_admin, new_consumer
+from processor.kafka.partition import TopicPartition
 from processor.metadata.remote_log_state import PartitionRemoteState
 
 POLL_S = 0.1

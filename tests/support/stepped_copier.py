@@ -28,8 +28,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
+from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
-from processor.metadata.model import MetadataRecord, RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.metadata.model import MetadataRecord, RemoteLogSegmentMetadata, SegmentState
 from processor.metadata.sink import Confirm
 from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage

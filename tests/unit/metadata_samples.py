@@ -4,6 +4,7 @@ import uuid
 
 from hypothesis import strategies as st
 
+from processor.kafka.partition import TopicPartition
 from processor.metadata.model import (
     ClaimKind,
     PartitionClaim,
@@ -14,7 +15,6 @@ from processor.metadata.model import (
     RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
-    TopicPartition,
 )
 from processor.segment.object_keys import ObjectKeyFactory
 

@@ -14,6 +14,7 @@ from processor.errors import FencedWriterError, InvalidNameError
 from processor.follower.cache_writes import RawMessage
 from processor.follower.materializer import Materializer
 from processor.follower.metadata_cache import MetadataCache
+from processor.kafka.partition import TopicPartition
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, plan_retention
 from processor.lifecycle.retention_service import RetentionService, StateView, clean_partition
@@ -29,7 +30,6 @@ from processor.metadata.model import (
     RemoteLogSegmentMetadata,
     RemoteLogStartOffset,
     SegmentState,
-    TopicPartition,
 )
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.segment.object_keys import ObjectKeyFactory

@@ -9,11 +9,11 @@ import tempfile
 
 import pytest
 
-from processor import kafka_clients
 from processor.commands.restore import TARGET_ENV_NAMES
 from processor.commands.worker import START_UP_CHECKS
 from processor.config import Settings, known_variables, load_settings, unknown_variables
 from processor.errors import ConfigError
+from processor.kafka import admin
 from processor.wiring import storage
 from processor.wiring.encryption import require_encryption_keys
 from processor.wiring.startup import read_api_token, require_topics
@@ -189,8 +189,8 @@ def test_connect_exits_0_when_both_answer(monkeypatch: pytest.MonkeyPatch) -> No
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(kafka_clients, "check_broker", lambda kafka, timeout_s, refused_s: object())
-    monkeypatch.setattr(kafka_clients, "partition_counts", lambda admin, topics, timeout_s: {"orders": 3})
+    monkeypatch.setattr(admin, "check_broker", lambda kafka, timeout_s, refused_s: object())
+    monkeypatch.setattr(admin, "partition_counts", lambda admin, topics, timeout_s: {"orders": 3})
     monkeypatch.setattr(storage, "build_storage", lambda settings, probe: Bucket())
     result = check(VALID, "--connect")
     assert result.returncode == 0, result.stderr

@@ -12,9 +12,10 @@ import pytest
 
 from processor import metrics
 from processor.follower.cache_writes import ApplyResult
+from processor.kafka.partition import TopicPartition
 from processor.leader.leadership import Leadership
 from processor.leader.segment_copier import FencedWriterError, SegmentCopier
-from processor.metadata.model import MetadataRecord, RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.metadata.model import MetadataRecord, RemoteLogSegmentMetadata, SegmentState
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.filesystem import FilesystemChunkStorage
 from tests.unit.test_segment_copier import TP, ListSink, segment

@@ -15,10 +15,11 @@ import pytest
 from processor import metrics
 from processor.errors import StorageError
 from processor.health import HEALTH
+from processor.kafka.partition import TopicPartition
 from processor.leader.copy_scheduler import Backoff, CopyScheduler
 from processor.leader.offload_buffer import OffloadBuffer
 from processor.leader.segment_copier import SegmentCopier
-from processor.metadata.model import SegmentState, TopicPartition
+from processor.metadata.model import SegmentState
 from processor.segment.entries_v2 import parse_batch_header
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment

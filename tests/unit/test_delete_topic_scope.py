@@ -14,13 +14,8 @@ import pytest
 from processor.commands.delete_topic import LiveTopic, choose_scope, delete_partition
 from processor.commands.deletion_context import DeletionContext
 from processor.errors import ConfigError
-from processor.metadata.model import (
-    ClaimKind,
-    PartitionClaim,
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    TopicPartition,
-)
+from processor.kafka.partition import TopicPartition
+from processor.metadata.model import ClaimKind, PartitionClaim, RemoteLogSegmentId, RemoteLogSegmentMetadata
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.storage.filesystem import FilesystemChunkStorage
 from tests.unit.test_claims import KEYS, TP, Log, deleter, segment

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from processor.errors import FencedWriterError
+from processor.kafka.partition import TopicPartition
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits
 from processor.lifecycle.retention_service import (
@@ -31,7 +32,6 @@ from processor.metadata.model import (
     RemoteLogSegmentMetadata,
     RemoteLogStartOffset,
     SegmentState,
-    TopicPartition,
 )
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.storage.filesystem import FilesystemChunkStorage

@@ -12,13 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from processor.kafka.partition import TopicPartition
 from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH, StaleRecordError
-from processor.metadata.model import (
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    SegmentState,
-    TopicPartition,
-)
+from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
 from processor.metadata.remote_log_state import PartitionRemoteState, RemoteLogState, stamped
 from processor.segment.object_keys import ObjectKeyFactory
 

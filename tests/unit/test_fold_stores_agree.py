@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from processor.follower.cache_writes import RawMessage
 from processor.follower.metadata_cache import MetadataCache
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import delete_key, encode_value, record_key, segment_key
 from processor.metadata.fold import MetadataFold
 from processor.metadata.model import (
@@ -26,7 +27,6 @@ from processor.metadata.model import (
     RemoteLogSegmentMetadata,
     RemoteLogStartOffset,
     SegmentState,
-    TopicPartition,
 )
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.segment.object_keys import ObjectKeyFactory

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from processor.follower.cache_writes import RawMessage
 from processor.follower.metadata_cache import MetadataCache
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import encode_value, record_key
 from processor.metadata.model import (
     MetadataRecord,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     SegmentState,
-    TopicPartition,
 )
 from processor.segment.object_keys import ObjectKeyFactory
 

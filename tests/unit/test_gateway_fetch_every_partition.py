@@ -30,7 +30,7 @@ from processor.gateway.protocol import (
     response_schema,
 )
 from processor.gateway.state import ARCHIVED, BELOW_LOG_START, Archive, GatewayState
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
 
 TOPIC = "orders"

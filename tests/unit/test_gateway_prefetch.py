@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from processor.gateway.prefetch import Prefetcher
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
 
 TP = TopicPartition("orders", 0)

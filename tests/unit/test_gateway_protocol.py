@@ -38,7 +38,7 @@ from processor.gateway.protocol import (
 from processor.gateway.rewrite import PortMap, cap_api_versions, rewrite_addresses
 from processor.gateway.state import ARCHIVED, BELOW_LOG_START, Archive, GatewayState
 from processor.gateway.state import build as _build
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
 
 DECODED = [(1, 4), (1, 12), (1, 15), (2, 1), (2, 7), (3, 1), (3, 12), (10, 4), (18, 3), (60, 0)]

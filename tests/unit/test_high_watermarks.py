@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from processor import metrics
+from processor.kafka.partition import TopicPartition
 from processor.leader.high_watermarks import HighWatermarks
-from processor.metadata.model import TopicPartition
 
 A = TopicPartition("orders", 0)
 B = TopicPartition("orders", 1)

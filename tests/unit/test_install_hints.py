@@ -70,7 +70,7 @@ def test_dev_up_without_the_local_extra_is_exit_2_with_the_hint_not_unreachable(
 
 
 def test_the_msk_token_provider_without_its_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from processor.kafka_oauth import msk_iam_source
+    from processor.kafka.oauth import msk_iam_source
 
     monkeypatch.setitem(sys.modules, "aws_msk_iam_sasl_signer", None)  # as if the msk extra were not in
     with pytest.raises(ConfigError) as caught:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from processor.devstack.certs import DevPki, make_dev_pki
 from processor.errors import ConfigError
-from processor.kafka_security import KafkaSecurity, SaslMechanism, SecurityProtocol
+from processor.kafka.security import KafkaSecurity, SaslMechanism, SecurityProtocol
 
 
 @pytest.fixture(scope="module")
@@ -308,7 +308,7 @@ class StubSigner:
 
 
 def test_msk_iam_tokens_from_the_signer() -> None:
-    from processor.kafka_oauth import CachedToken, msk_iam_source
+    from processor.kafka.oauth import CachedToken, msk_iam_source
 
     token = CachedToken(msk_iam_source("eu-west-1", signer=StubSigner), "msk")
     assert token.current() == ("msk-token", 1_900_000_000.0)
@@ -325,7 +325,7 @@ def test_msk_iam_without_the_extra_says_how_to_install_it(monkeypatch: pytest.Mo
 
 
 def test_cached_token_is_renewed_before_it_expires() -> None:
-    from processor.kafka_oauth import REFRESH_MARGIN_S, CachedToken
+    from processor.kafka.oauth import REFRESH_MARGIN_S, CachedToken
 
     now = [1000.0]
     answers = iter([("a", 1100.0), ("b", 1300.0)])
@@ -338,7 +338,7 @@ def test_cached_token_is_renewed_before_it_expires() -> None:
 
 
 def test_a_token_string_alone_gets_a_default_lifetime() -> None:
-    from processor.kafka_oauth import DEFAULT_LIFETIME_S, CachedToken
+    from processor.kafka.oauth import DEFAULT_LIFETIME_S, CachedToken
 
     token = CachedToken(lambda: "bare", "t", clock=lambda: 50.0)
     assert token.current() == ("bare", 50.0 + DEFAULT_LIFETIME_S)

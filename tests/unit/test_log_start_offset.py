@@ -13,13 +13,13 @@ from processor.errors import FormatError
 from processor.follower.cache_writes import RawMessage
 from processor.follower.metadata_cache import MetadataCache
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import decode_value, encode_value, log_start_offset_key, record_key
 from processor.metadata.model import (
     PartitionDeleteState,
     RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
     SegmentState,
-    TopicPartition,
 )
 from processor.metadata.remote_log_state import RemoteLogState
 from tests.unit.metadata_samples import log_start_offsets

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import (
     decode_value,
     encode_value,
@@ -17,7 +18,7 @@ from processor.metadata.codec import (
     record_key,
     schema_dir,
 )
-from processor.metadata.model import SegmentState, TopicPartition
+from processor.metadata.model import SegmentState
 from tests.unit.metadata_samples import partition_deletes, segment_metadata, updates
 
 

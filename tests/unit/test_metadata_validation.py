@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import (
     TYPE_PARTITION_DELETE,
     decode_message,
@@ -30,7 +31,6 @@ from processor.metadata.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemotePartitionDeleteMetadata,
-    TopicPartition,
 )
 from tests.unit.metadata_samples import (
     claims,

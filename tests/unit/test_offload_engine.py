@@ -14,10 +14,11 @@ import pytest
 
 from processor import metrics
 from processor.health import HEALTH
+from processor.kafka.partition import TopicPartition
 from processor.leader.batch_source import BatchSource, OnFetched, OnLost
 from processor.leader.offload_engine import EngineOptions, OffloadEngine
 from processor.leader.segment_copier import SegmentCopier
-from processor.metadata.model import SegmentState, TopicPartition
+from processor.metadata.model import SegmentState
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.segment.blocks import iter_blocks
 from processor.segment.object_keys import ObjectKeyFactory

@@ -1,4 +1,4 @@
-"""librdkafka's repeated log lines are folded into one line and a count (kafka_clients.RepeatFolder):
+"""librdkafka's repeated log lines are folded into one line and a count (rdkafka_log.RepeatFolder):
 with no broker a client retries every few milliseconds and wrote ~190 identical FAIL lines before
 the one error that matters. Driven with log records directly, the way confluent-kafka logs
 (``logger.log(level, "%s [%s] %s", facility, client, message)``): no broker needed."""
@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from processor import kafka_clients
-from processor.kafka_clients import RepeatFolder
+from processor.kafka import rdkafka_log as rdkafka_log_module
+from processor.kafka.rdkafka_log import RepeatFolder
 
 REFUSED = (
     "[thrd:127.0.0.1:1/bootstrap]: 127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: "
@@ -138,7 +138,7 @@ def test_the_reasons_kept_for_the_error_message_are_all_there():
     """check_broker's reasons logger sees every FAIL line (its deque keeps the reasons) and writes
     none of them: the check's error names the reason once; other warnings still reach ``librdkafka``."""
     seen: collections.deque[tuple[str, str]] = collections.deque(maxlen=20)
-    reasons = kafka_clients._reasons_logger(seen)
+    reasons = rdkafka_log_module.reasons_logger(seen)
     lines = Lines()
     rdkafka_log = logging.getLogger("librdkafka")
     rdkafka_log.addHandler(lines)
@@ -147,7 +147,7 @@ def test_the_reasons_kept_for_the_error_message_are_all_there():
         for _ in range(200):
             rdkafka(reasons, message, client="processor-check#producer-1")
         assert list(seen) == [("FAIL", message)] * 20
-        kafka_clients._RDKAFKA_FOLD.flush()
+        rdkafka_log_module.RDKAFKA_FOLD.flush()
         assert lines.lines == []
         rdkafka(reasons, "Broker is slow", facility="REQTMOUT", client="processor-check#producer-1")
         assert lines.lines == ["REQTMOUT [processor-check#producer-1] Broker is slow"]
@@ -161,4 +161,4 @@ def test_refused_connections_are_told_apart_by_broker():
         ("FAIL", "sasl_ssl://b:9093/bootstrap: Connect to ipv4#10.0.0.2:9093 failed: Connection refused"),
         ("_TRANSPORT", "3/3 brokers are down"),
     ]
-    assert kafka_clients._refusing_brokers(seen) == {"127.0.0.1:1/bootstrap", "sasl_ssl://b:9093/bootstrap"}
+    assert rdkafka_log_module.refusing_brokers(seen) == {"127.0.0.1:1/bootstrap", "sasl_ssl://b:9093/bootstrap"}

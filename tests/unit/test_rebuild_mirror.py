@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import uuid
 
+from processor.kafka.partition import TopicPartition
 from processor.metadata.fold import MetadataFold
 from processor.metadata.manifest import SegmentManifest
-from processor.metadata.model import TopicPartition
 from processor.rebuild.mirror import MirrorState, mirror_messages
 from processor.rebuild.resolve import plan_rebuild
 from tests.unit.test_rebuild_resolve import OTHER_ID, manifest

@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
+from processor.kafka.partition import TopicPartition
 from processor.metadata.manifest import SegmentManifest
-from processor.metadata.model import TopicPartition
 from processor.rebuild.resolve import current_topic_ids, plan_rebuild
 from tests.unit.test_rebuild_inventory import KEYS, TOPIC_ID, segment
 

@@ -8,12 +8,8 @@ import uuid
 import pytest
 
 from processor.errors import IllegalTransitionError
-from processor.metadata.model import (
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    SegmentState,
-    TopicPartition,
-)
+from processor.kafka.partition import TopicPartition
+from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
 from processor.metadata.remote_log_state import RemoteLogState, coverage_gaps_and_overlaps
 
 TP = TopicPartition("t", 0)

@@ -10,9 +10,10 @@ from processor.errors import CorruptObjectError, OffsetNotInRemoteError, Segment
 from processor.follower.cache_writes import RawMessage
 from processor.follower.metadata_cache import MetadataCache
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
+from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.codec import encode_value, record_key
-from processor.metadata.model import MetadataRecord, SegmentState, TopicPartition
+from processor.metadata.model import MetadataRecord, SegmentState
 from processor.reader.block_cache import BlockCache
 from processor.reader.remote_reader import RemoteReader
 from processor.segment.entries_v2 import batch_records, parse_batch_header

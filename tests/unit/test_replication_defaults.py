@@ -16,10 +16,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from processor import kafka_clients
 from processor.config import load_settings
 from processor.errors import ConfigError, MetadataTopicError, ServiceUnavailableError
-from processor.kafka_clients import (
+from processor.kafka import admin
+from processor.kafka.admin import (
     cluster_replication,
     creation_config,
     ensure_topic,
@@ -135,14 +135,14 @@ def test_an_explicit_factor_asks_the_cluster_nothing(monkeypatch: pytest.MonkeyP
     def no_admin(*_: Any, **__: Any) -> Any:
         raise AssertionError("the cluster was asked")
 
-    monkeypatch.setattr(kafka_clients, "new_admin", no_admin)
+    monkeypatch.setattr(admin, "new_admin", no_admin)
     assert cluster_replication("127.0.0.1:1", 3) == 3
 
 
 def test_the_factor_from_the_cluster_is_min_of_3_and_its_brokers(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kafka_clients, "new_admin", lambda *_, **__: FakeAdmin(5))
+    monkeypatch.setattr(admin, "new_admin", lambda *_, **__: FakeAdmin(5))
     assert cluster_replication("127.0.0.1:1", None) == 3
-    monkeypatch.setattr(kafka_clients, "new_admin", lambda *_, **__: FakeAdmin(1))
+    monkeypatch.setattr(admin, "new_admin", lambda *_, **__: FakeAdmin(1))
     assert cluster_replication("127.0.0.1:1", None) == 1
 
 
@@ -150,7 +150,7 @@ def test_the_factor_from_the_cluster_is_min_of_3_and_its_brokers(monkeypatch: py
 def test_faust_creates_its_leader_topic_with_the_same_factor(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, explicit: str | None, brokers: int, factor: int
 ) -> None:
-    monkeypatch.setattr(kafka_clients, "new_admin", lambda *_, **__: FakeAdmin(brokers))
+    monkeypatch.setattr(admin, "new_admin", lambda *_, **__: FakeAdmin(brokers))
     env = {"PROCESSOR_TOPICS": "orders", "PROCESSOR_DATA_DIR": str(tmp_path), "PROCESSOR_WEB_AUTH": "none"}
     if explicit is not None:
         env["PROCESSOR_METADATA_REPLICATION_FACTOR"] = explicit
@@ -166,7 +166,7 @@ def test_a_cluster_that_cannot_be_counted_is_a_named_unavailability(monkeypatch:
         def list_topics(self, **_: Any) -> Any:
             raise KafkaException(KafkaError(KafkaError._TRANSPORT, "connection refused"))
 
-    monkeypatch.setattr(kafka_clients, "new_admin", lambda *_, **__: Unreachable(0, describe_cluster=False))
+    monkeypatch.setattr(admin, "new_admin", lambda *_, **__: Unreachable(0, describe_cluster=False))
     with pytest.raises(ServiceUnavailableError, match="PROCESSOR_METADATA_REPLICATION_FACTOR"):
         cluster_replication("127.0.0.1:1", None)
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from processor.errors import CorruptObjectError, SegmentObjectMissingError
+from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
-from processor.metadata.model import MetadataRecord, TopicPartition
+from processor.metadata.model import MetadataRecord
 from processor.reader.segment_blocks import fetch_index, read_block_range
 from processor.segment.block_header import BLOCK_HEADER_LEN
 from processor.segment.object_keys import ObjectKeyFactory

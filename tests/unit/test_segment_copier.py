@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from processor.errors import StorageError
+from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
-from processor.metadata.model import MetadataRecord, RemoteLogSegmentMetadata, SegmentState, TopicPartition
+from processor.metadata.model import MetadataRecord, RemoteLogSegmentMetadata, SegmentState
 from processor.segment.blocks import iter_blocks
 from processor.segment.index_format import decode_index
 from processor.segment.object_keys import ObjectKeyFactory

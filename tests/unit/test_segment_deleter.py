@@ -9,6 +9,7 @@ from typing import Any
 
 from processor import metrics
 from processor.errors import StorageError
+from processor.kafka.partition import TopicPartition
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, plan_retention
 from processor.lifecycle.retention_service import RetentionService, StateView
@@ -21,7 +22,6 @@ from processor.metadata.model import (
     RemoteLogSegmentMetadata,
     RemoteLogStartOffset,
     SegmentState,
-    TopicPartition,
 )
 from processor.metadata.remote_log_state import RemoteLogState
 from processor.segment.object_keys import ObjectKeyFactory

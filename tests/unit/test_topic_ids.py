@@ -1,4 +1,4 @@
-"""Topic ids are never guessed: kafka_clients.topic_ids tells "no such topic" from "no answer"
+"""Topic ids are never guessed: processor.kafka.admin.topic_ids tells "no such topic" from "no answer"
 (retried, then TopicIdUnknownError), and the resume planner never drops a known id nor leads a
 partition whose topic id could not be read."""
 
@@ -14,9 +14,11 @@ from confluent_kafka import KafkaError, KafkaException, Uuid
 
 from processor.errors import TopicIdUnknownError
 from processor.health import HEALTH
-from processor.kafka_clients import new_admin, topic_ids
+from processor.kafka.admin import topic_ids
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
 from processor.leader.resume import HEALTH_COMPONENT, ResumePlanner
-from processor.metadata.model import MetadataRecord, PartitionClaim, TopicPartition
+from processor.metadata.model import MetadataRecord, PartitionClaim
 from processor.metadata.remote_log_state import PartitionRemoteState, RemoteLogState
 
 ID_A = "0b6c1a52-3c39-4f5e-9d2c-6a4e3f0f6d11"

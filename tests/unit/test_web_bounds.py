@@ -13,12 +13,8 @@ from hypothesis import strategies as st
 
 from processor.errors import ConfigError
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
-from processor.metadata.model import (
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    SegmentState,
-    TopicPartition,
-)
+from processor.kafka.partition import TopicPartition
+from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
 from processor.web import handlers
 from tests.unit.metadata_samples import segment_metadata
 

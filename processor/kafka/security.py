@@ -10,7 +10,7 @@ a Spark source's ``kafka.*`` options (:meth:`KafkaSecurity.from_spark_options`),
 - aiokafka keyword arguments (the batch source's client): :meth:`aiokafka_kwargs`;
 - Faust's ``broker_credentials`` (the consumer group, which runs on aiokafka): :meth:`faust_credentials`.
 
-No client is configured for security anywhere else (:mod:`processor.kafka_clients` builds them).
+No client is configured for security anywhere else (:mod:`processor.kafka.clients` builds them).
 Secrets are ``SecretStr``: ``repr`` and ``str`` show ``**********``, :meth:`describe` names only the
 protocol, mechanism and user, and :meth:`redact` removes every secret value from a text (an error
 message from a client library, say) before it is shown.
@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from processor.errors import ConfigError
-from processor.kafka_oauth import MSK_IAM, CachedToken, load_hook, msk_iam_source
+from processor.kafka.oauth import MSK_IAM, CachedToken, load_hook, msk_iam_source
 
 log = logging.getLogger(__name__)
 

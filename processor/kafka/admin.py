@@ -1,27 +1,20 @@
-"""Every Kafka client of the package is built here (the Kafka edge shared by all roles).
+"""Topic administration and the broker check, on an admin client :mod:`processor.kafka.clients` built.
 
-Each factory takes a :class:`~processor.kafka_security.KafkaConnection` (bootstrap servers and
-``KafkaSecurity``), so SASL and TLS reach every client: confluent-kafka consumers, producers and
-admin clients (metadata and deletion topics, CLI, follower, Spark live tail), the batch source's
-aiokafka client (:func:`aiokafka_client_kwargs`) and the Faust consumer group
-(:func:`faust_broker_settings`). A bare string is a PLAINTEXT bootstrap list (the plain local stack
-and tests). No other module constructs a Kafka client.
+The broker check every command starts with (:func:`check_broker`: unreachable, refused, or a
+credential refused, with librdkafka's reason), the partition counts, topic ids (KIP-516) and high
+watermarks the roles ask for, and the topics the processor creates (:func:`ensure_topic`: the
+replication and ``min.insync.replicas`` it picks, and what a cluster's refusal of a setting means).
 """
 
 from __future__ import annotations
 
-import atexit
 import collections
 import logging
 import random
-import re
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
@@ -31,91 +24,15 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from processor.errors import ConfigError, ServiceUnavailableError, TopicIdUnknownError
-from processor.kafka_security import KafkaConnection
-from processor.metadata.model import TopicPartition
-
-KafkaTarget = KafkaConnection | str
+from processor.kafka.clients import KafkaTarget, connection, new_admin
+from processor.kafka.partition import TopicPartition
+from processor.kafka.rdkafka_log import RDKAFKA_FOLD, reasons_logger, refusing_brokers
 
 log = logging.getLogger(__name__)
-_RDKAFKA_LOG = logging.getLogger("librdkafka")
 # DescribeTopics errors that mean "this topic does not exist" (every other error is unknown)
 _NO_SUCH_TOPIC = frozenset(
     {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID, KafkaError._UNKNOWN_TOPIC}
 )
-
-
-def connection(target: KafkaTarget) -> KafkaConnection:
-    return target if isinstance(target, KafkaConnection) else KafkaConnection(target)
-
-
-def base_config(target: KafkaTarget, client_id: str) -> dict[str, Any]:
-    conn = connection(target)
-    return {
-        "bootstrap.servers": conn.bootstrap_servers,
-        "client.id": client_id,
-        "socket.connection.setup.timeout.ms": 5000,
-        # librdkafka's own lines go through Python logging (warnings and worse), not raw to stderr.
-        "logger": _RDKAFKA_LOG,
-        "log_level": 4,
-        **conn.security.librdkafka_config(),
-    }
-
-
-def consumer_config(target: KafkaTarget, client_id: str, **extra: Any) -> dict[str, Any]:
-    cfg = base_config(target, client_id)
-    cfg.update(
-        {
-            # Assign-only consumers: no group membership, no commits (positions live in remote metadata).
-            "group.id": f"{client_id}-unused",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": False,
-            # Small fetch waits: brokers like Tansu answer a fetch only after the full wait.
-            "fetch.wait.max.ms": 10,
-        }
-    )
-    cfg.update(extra)
-    return cfg
-
-
-def new_consumer(target: KafkaTarget, client_id: str, **extra: Any) -> Consumer:
-    return Consumer(consumer_config(target, client_id, **extra))
-
-
-def new_producer(target: KafkaTarget, client_id: str, **extra: Any) -> Producer:
-    cfg = base_config(target, client_id)
-    cfg.update({"acks": "all", "linger.ms": 2, "message.timeout.ms": 30000})
-    cfg.update(extra)
-    return Producer(cfg)
-
-
-def new_transactional_producer(
-    target: KafkaTarget, client_id: str, transactional_id: str, **extra: Any
-) -> Producer:
-    """An idempotent, transactional producer (exactly-once writes; ``init_transactions`` fences
-    every earlier producer with the same ``transactional_id`` and aborts its open transaction)."""
-    return new_producer(
-        target, client_id, **{"transactional.id": transactional_id, "enable.idempotence": True, **extra}
-    )
-
-
-def new_admin(target: KafkaTarget, client_id: str, **extra: Any) -> AdminClient:
-    return AdminClient({**base_config(target, client_id), **extra})
-
-
-def aiokafka_client_kwargs(target: KafkaTarget) -> dict[str, Any]:
-    """``bootstrap_servers`` and the security arguments of an aiokafka client."""
-    conn = connection(target)
-    return {"bootstrap_servers": conn.bootstrap_servers, **conn.security.aiokafka_kwargs()}
-
-
-def faust_broker_settings(target: KafkaTarget) -> dict[str, Any]:
-    """``broker`` and ``broker_credentials`` of the Faust app (its group runs on aiokafka)."""
-    conn = connection(target)
-    hosts = ";".join(h.strip() for h in conn.bootstrap_servers.split(",") if h.strip())
-    return {"broker": f"kafka://{hosts}", "broker_credentials": conn.security.faust_credentials()}
-
 
 # librdkafka error codes that say why a broker refused us, most telling first.
 _REFUSALS = (
@@ -128,128 +45,6 @@ _REFUSALS = (
 )
 _FINAL_REFUSALS = ("_AUTHENTICATION", "_SSL", "SASL_AUTHENTICATION_FAILED")
 
-
-# Parts of a librdkafka line that change between repeats of the same event (how long the attempt
-# took, librdkafka's own count of what it suppressed): left out of the key repeats are folded by.
-_VARYING = re.compile(r"\(after \d+ms in state |(, )?\d+ identical error\(s\) suppressed")
-FOLD_WINDOW_S = 60.0
-
-
-class _Fold:
-    __slots__ = ("count", "last", "since")
-
-    def __init__(self, since: float) -> None:
-        self.since = since
-        self.count = 0  # repeats held back since ``since``
-        self.last: logging.LogRecord | None = None  # the latest of them, for the summary
-
-
-class RepeatFolder(logging.Filter):
-    """Folds librdkafka's repeated lines: the first of a (facility, message) is let through, the
-    repeats within ``window_s`` are counted, not written. The next one after the window carries the
-    count ("... (repeated 37 more times in the last 60 s)"), so a lasting problem shows once per
-    window; :meth:`flush` writes the counts still held (before a command reports its error, and at
-    exit). With no broker a client retries every few milliseconds: ~190 identical ``FAIL`` lines
-    before the one message that matters, without this."""
-
-    def __init__(
-        self,
-        target: logging.Logger,
-        window_s: float = FOLD_WINDOW_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__()
-        self.target = target  # where summaries are written
-        self.window_s = window_s
-        self.clock = clock
-        self._folds: dict[tuple[str, str], _Fold] = {}
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def key(record: logging.LogRecord) -> tuple[str, str] | None:
-        args = record.args
-        if not isinstance(args, tuple) or len(args) != 3:  # confluent-kafka: (facility, client, message)
-            return None
-        return str(args[0]), _VARYING.sub("", str(args[2]))
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if "rdkafka_repeated" in record.__dict__:  # a summary of ours
-            return True
-        key = self.key(record)
-        if key is None:
-            return True
-        now = self.clock()
-        with self._lock:
-            fold = self._folds.get(key)
-            if fold is not None and now - fold.since < self.window_s:
-                fold.count += 1
-                fold.last = record
-                return False
-            summaries = self._expired(now, keep=key)
-            self._folds[key] = _Fold(now)
-            if fold is not None and fold.count:
-                record.__dict__["rdkafka_repeated"] = fold.count
-                record.msg = (
-                    f"{record.msg} (repeated {fold.count} more times in the last {now - fold.since:.0f} s)"
-                )
-        self._write(summaries)
-        return True
-
-    def flush(self) -> None:
-        """Write the counts of the repeats held back so far (each as one summary line)."""
-        with self._lock:
-            summaries = self._expired(None, keep=None)
-        self._write(summaries)
-
-    def _expired(self, now: float | None, keep: tuple[str, str] | None) -> list[logging.LogRecord]:
-        """Summaries of the folds whose window closed (all of them with ``now`` None), dropped."""
-        out: list[logging.LogRecord] = []
-        for key, fold in list(self._folds.items()):
-            if key == keep or (now is not None and now - fold.since < self.window_s):
-                continue
-            del self._folds[key]
-            if fold.count and fold.last is not None:
-                span = (self.clock() if now is None else now) - fold.since
-                summary = logging.makeLogRecord(fold.last.__dict__)
-                summary.msg = f"{fold.last.msg} (repeated {fold.count} more times in {span:.0f} s)"
-                summary.__dict__["rdkafka_repeated"] = fold.count
-                out.append(summary)
-        return out
-
-    def _write(self, summaries: list[logging.LogRecord]) -> None:
-        for summary in summaries:
-            self.target.handle(summary)
-
-
-_RDKAFKA_FOLD = RepeatFolder(_RDKAFKA_LOG)
-_RDKAFKA_LOG.addFilter(_RDKAFKA_FOLD)
-atexit.register(_RDKAFKA_FOLD.flush)
-
-
-class _ReasonHandler(logging.Handler):
-    def __init__(self, seen: collections.deque[tuple[str, str]]) -> None:
-        super().__init__(logging.INFO)
-        self.seen = seen
-
-    def emit(self, record: logging.LogRecord) -> None:
-        args = record.args if isinstance(record.args, tuple) else ()
-        if args and args[0] == "FAIL":  # confluent-kafka logs (facility, client name, message)
-            self.seen.append(("FAIL", str(args[-1])))
-            return  # a reason: the check's error says it once, if the check fails
-        if record.levelno >= logging.WARNING:
-            _RDKAFKA_LOG.handle(record)
-
-
-def _reasons_logger(seen: collections.deque[tuple[str, str]]) -> logging.Logger:
-    """A logger of its own (not in the logging tree) that keeps librdkafka's FAIL lines in ``seen``
-    (not written: the check's error names the reason) and passes other warnings on to the
-    ``librdkafka`` logger."""
-    logger = logging.Logger("librdkafka.check", logging.INFO)
-    logger.propagate = False
-    logger.addHandler(_ReasonHandler(seen))
-    return logger
-
-
 # How long a command waits for a broker to answer before it reports the cluster unreachable: a
 # broker that is starting (or restarting) gets this long; a refused credential ends the wait at once.
 BROKER_CHECK_TIMEOUT_S = 10.0
@@ -257,13 +52,6 @@ BROKER_CHECK_TIMEOUT_S = 10.0
 # or host, a broker that is down) before a command says so: a broker just starting gets this long.
 BROKER_REFUSED_S = 1.0
 _CHECK_POLL_S = 0.25
-# A FAIL line of a connection refused, naming the broker ("host:port/bootstrap", with the protocol
-# in front when it is not PLAINTEXT).
-_CONNECTION_REFUSED = re.compile(r"(?:^|\]: )(?P<broker>[^\s\]]+): Connect to \S+ failed: Connection refused")
-
-
-def _refusing_brokers(seen: Iterable[tuple[str, str]]) -> set[str]:
-    return {m.group("broker") for _, message in seen if (m := _CONNECTION_REFUSED.search(message))}
 
 
 def check_broker(
@@ -286,7 +74,7 @@ def check_broker(
         error_cb=lambda err: seen.append((err.name(), err.str())),
         # librdkafka's FAIL lines (info level) say why a connection dropped, e.g. a broker that
         # wants a client certificate closing the TLS session: kept as reasons, not printed.
-        logger=_reasons_logger(seen),
+        logger=reasons_logger(seen),
         log_level=6,
     )
     started = time.monotonic()
@@ -302,9 +90,9 @@ def check_broker(
             admin.poll(0)  # serves error_cb: the reason (authentication, TLS) arrives there
             # A refused credential or certificate is final: no point waiting out the timeout.
             final = any(name in _FINAL_REFUSALS for name, _ in seen)
-            refused = len(_refusing_brokers(seen)) >= addresses
+            refused = len(refusing_brokers(seen)) >= addresses
             if refused and time.monotonic() - started >= refused_s:
-                _RDKAFKA_FOLD.flush()
+                RDKAFKA_FOLD.flush()
                 raise ServiceUnavailableError(
                     f"Kafka broker at {conn.bootstrap_servers} is unreachable: every connection was "
                     f"refused for {refused_s:.1f} s (nothing listens there, or the broker is down; "
@@ -316,7 +104,7 @@ def check_broker(
                 seen, key=lambda e: _REFUSALS.index(e[0]) if e[0] in _REFUSALS else len(_REFUSALS)
             )
             reason = reasons[0][1] if reasons else str(exc.args[0])
-            _RDKAFKA_FOLD.flush()  # the count of the folded FAIL lines, before the error that ends it
+            RDKAFKA_FOLD.flush()  # the count of the folded FAIL lines, before the error that ends it
             raise ServiceUnavailableError(
                 f"Kafka broker at {conn.bootstrap_servers} is unreachable or refused the connection "
                 f"({conn.security.describe()}; PROCESSOR_BOOTSTRAP_SERVERS and the security settings): "

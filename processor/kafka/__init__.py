@@ -1,0 +1,11 @@
+"""The Kafka edge shared by every role: the clients, how they authenticate, topic administration.
+
+- ``partition``: :class:`TopicPartition`, the partition type every layer keys by (pure, no client);
+- ``clients``: the factories of every confluent-kafka, aiokafka and Faust client (``KafkaTarget``);
+- ``admin``: the broker check, partition counts, topic ids, high watermarks, topic creation;
+- ``security``: ``KafkaSecurity``, how each client authenticates (SASL, TLS), and its translations;
+- ``oauth``: OAUTHBEARER token sources (a user hook, Amazon MSK IAM);
+- ``rdkafka_log``: librdkafka's log lines through Python logging, repeats folded.
+
+This file imports nothing: importing the partition type does not load a Kafka client library.
+"""
