@@ -4,7 +4,7 @@ by its in-flight frames; answers are bounded by the Fetch limits).
 
 Each request is handled by API: the ones the gateway changes (ApiVersions, Metadata,
 FindCoordinator, DescribeCluster, Fetch, ListOffsets) through :mod:`processor.gateway.rewrite` and
-:mod:`processor.gateway.archive_answers`; every other request goes to the upstream broker as bytes
+:mod:`processor.gateway.fetch_answers`; every other request goes to the upstream broker as bytes
 and its answer comes back as bytes. A Produce with ``acks=0`` has no answer (Kafka sends none).
 A frame the gateway cannot handle, or an upstream that fails, closes this connection only; so do a
 request that began to arrive and is not whole within ``request_timeout_s`` (a client that stops
@@ -23,16 +23,11 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from processor import metrics
-from processor.gateway.archive_answers import answer_fetch, learn_topic_ids
+from processor.gateway.fetch_access import learn_topic_ids
+from processor.gateway.fetch_answers import answer_fetch
 from processor.gateway.fetch_walk import fetch_node_endpoints
 from processor.gateway.list_offsets import answer_list_offsets
 from processor.gateway.protocol import (
-    API_API_VERSIONS,
-    API_DESCRIBE_CLUSTER,
-    API_FETCH,
-    API_FIND_COORDINATOR,
-    API_LIST_OFFSETS,
-    API_METADATA,
     KNOWN_API_KEYS,
     NODE_ENDPOINTS_FROM,
     SIZE,
@@ -49,6 +44,15 @@ from processor.gateway.protocol import (
 from processor.gateway.rewrite import PortMap, cap_api_versions, rewrite_addresses
 from processor.gateway.state import Archive, GatewayState, Send
 from processor.gateway.upstream import FrameTimeout, Upstream, read_frame
+from processor.kafka.api_keys import (
+    API_API_VERSIONS,
+    API_DESCRIBE_CLUSTER,
+    API_FETCH,
+    API_FIND_COORDINATOR,
+    API_LIST_OFFSETS,
+    API_METADATA,
+    API_PRODUCE,
+)
 from processor.kafka.partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -60,7 +64,6 @@ MAX_REQUEST_BYTES = 128 * 1024 * 1024  # request bytes one connection may have i
 REQUEST_TIMEOUT_S = 30.0
 UNKNOWN_API = "unknown"  # the metrics' label for an API key neither Kafka nor the brokers know
 _ADDRESSES = (API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_CLUSTER)
-API_PRODUCE = 0
 
 
 class ClientConnection:

@@ -18,7 +18,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from processor.gateway.protocol import (
-    API_LIST_OFFSETS,
     Frame,
     decode_request,
     decode_response,
@@ -26,7 +25,8 @@ from processor.gateway.protocol import (
     encode_response,
     request_schema,
 )
-from processor.gateway.state import ARCHIVED, EARLIEST, LATEST, Archive, GatewayState, Send, build
+from processor.gateway.state import EARLIEST, LATEST, Archive, GatewayState, ReadMode, Send, build
+from processor.kafka.api_keys import API_LIST_OFFSETS
 from processor.kafka.partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ async def answer_list_offsets(frame: bytes, state: GatewayState, archive: Archiv
                 # archived reads: the archive's time index answers for what it holds; below-log-start:
                 # only where it finds an earlier record than the broker does
                 if found is not None and (
-                    state.mode == ARCHIVED or int(part.offset) < 0 or found[0] < int(part.offset)
+                    state.mode == ReadMode.ARCHIVED or int(part.offset) < 0 or found[0] < int(part.offset)
                 ):
                     better = found
             if better is not None:

@@ -22,7 +22,7 @@ from processor.gateway.connection import REQUEST_TIMEOUT_S, ClientConnection
 from processor.gateway.prefetch import Prefetcher
 from processor.gateway.protocol import Frame
 from processor.gateway.rewrite import PortMap
-from processor.gateway.state import Archive, GatewayState, Send
+from processor.gateway.state import Archive, GatewayState, ReadMode, Send
 from processor.gateway.upstream import Upstream
 from processor.kafka.clients import connection, new_admin
 from processor.kafka.partition import TopicPartition
@@ -259,7 +259,7 @@ def build_gateway(settings: Settings, reader: RemoteReader) -> Gateway:
         gateway_ports(settings),
         settings.gateway_host,
         bootstrap,
-        GatewayState(settings.gateway_archive_reads),
+        GatewayState(ReadMode(settings.gateway_archive_reads)),
         reader_archive(reader),
         tls,
     )

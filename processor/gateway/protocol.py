@@ -26,20 +26,24 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from processor.errors import ProcessorError
-
-API_FETCH = 1
-API_LIST_OFFSETS = 2
-API_METADATA = 3
-API_FIND_COORDINATOR = 10
-API_API_VERSIONS = 18
-API_DESCRIBE_CLUSTER = 60
+from processor.kafka.api_keys import (
+    API_API_VERSIONS,
+    API_DESCRIBE_CLUSTER,
+    API_FETCH,
+    API_FIND_COORDINATOR,
+    API_LIST_OFFSETS,
+    API_METADATA,
+    API_PRODUCE,
+    API_SHARE_ACKNOWLEDGE,
+    API_SHARE_FETCH,
+)
 
 # The highest version of each API this gateway decodes, changes or serves (kio 0.6 describes more),
 # kept at the versions current clients use. Fetch from 16 and Produce from 10 answers can carry broker
 # addresses (node endpoints, KIP-951): rewritten to the gateway's, as in Metadata answers.
 GATEWAY_MAX_VERSIONS = {
     API_FETCH: 17,
-    0: 11,  # Produce: forwarded unchanged but for the node endpoints of its answer
+    API_PRODUCE: 11,  # forwarded unchanged but for the node endpoints of its answer
     API_LIST_OFFSETS: 9,
     API_METADATA: 12,
     API_FIND_COORDINATOR: 5,
@@ -47,10 +51,10 @@ GATEWAY_MAX_VERSIONS = {
     API_DESCRIBE_CLUSTER: 1,
 }
 # The first version of an API whose answers carry node endpoints (KIP-951)
-NODE_ENDPOINTS_FROM = {API_FETCH: 16, 0: 10}
+NODE_ENDPOINTS_FROM = {API_FETCH: 16, API_PRODUCE: 10}
 # APIs a client may not use through the gateway: their responses name brokers the gateway does not
 # rewrite, or their data would bypass the archive (share groups' fetches).
-GATEWAY_HIDDEN_APIS = frozenset({78, 79})  # ShareFetch, ShareAcknowledge
+GATEWAY_HIDDEN_APIS = frozenset({API_SHARE_FETCH, API_SHARE_ACKNOWLEDGE})
 
 # Every API key Kafka defines, as kio knows them (a key outside these and the brokers' own is refused)
 KNOWN_API_KEYS = frozenset(int(key) for key in api_key_map)
@@ -237,7 +241,7 @@ def produce_acks(frame: bytes | memoryview) -> int | None:
     null; v9+ flexible: uvarint length + 1, 0 null), then ``int16 acks``."""
     head = request_head(frame)
     try:
-        schema = load_request_schema(0, head.api_version)
+        schema = load_request_schema(API_PRODUCE, head.api_version)
         _header, pos = entity_reader(schema.__header_schema__)(frame, 0)
         if head.api_version >= 9:
             length, shift = 0, 0

@@ -23,14 +23,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from processor.gateway.protocol import (
-    API_DESCRIBE_CLUSTER,
-    API_FIND_COORDINATOR,
-    API_METADATA,
-    GATEWAY_HIDDEN_APIS,
-    GATEWAY_MAX_VERSIONS,
-    schema_versions,
-)
+from processor.gateway.protocol import GATEWAY_HIDDEN_APIS, GATEWAY_MAX_VERSIONS, schema_versions
+from processor.kafka.api_keys import API_DESCRIBE_CLUSTER, API_FIND_COORDINATOR, API_METADATA
 
 
 @dataclass(frozen=True, slots=True)

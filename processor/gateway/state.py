@@ -8,6 +8,7 @@ import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from processor.gateway.prefetch import Prefetcher
@@ -15,8 +16,14 @@ from processor.gateway.protocol import Frame
 from processor.kafka.partition import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
 
-ARCHIVED = "archived"
-BELOW_LOG_START = "below-log-start"
+
+class ReadMode(StrEnum):
+    """Which fetch offsets the archive answers (``PROCESSOR_GATEWAY_ARCHIVE_READS``)."""
+
+    ARCHIVED = "archived"  # every offset the archive holds
+    BELOW_LOG_START = "below-log-start"  # only offsets the broker no longer has
+
+
 EARLIEST = -2
 LATEST = -1
 
@@ -45,7 +52,7 @@ class GatewayState:
     """Shared by every connection of one gateway: topic ids learned from Metadata answers, the
     brokers' log start offsets seen, the upstream's ListOffsets version."""
 
-    mode: str
+    mode: ReadMode
     topic_names: dict[uuid.UUID, str] = field(default_factory=dict)
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     broker_log_start: dict[TopicPartition, int] = field(default_factory=dict)
@@ -58,7 +65,7 @@ class GatewayState:
     broker_api_keys: set[int] = field(default_factory=set)  # API keys the brokers' ApiVersions list
     prefetch: Prefetcher | None = None  # read-ahead for sequential consumers (None: off)
     # SASL passed through: ask the broker, with the client's identity, whether it may read a
-    # partition before the archive answers for it (see archive_answers._may_read)
+    # partition before the archive answers for it (see fetch_access.may_read)
     check_access: bool = False
     # records and record batch bytes of Fetch answers: (topic, source "archive" or "broker", records, bytes)
     served: Callable[[str, str, int, int], None] = lambda _topic, _source, _records, _bytes: None

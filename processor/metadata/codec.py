@@ -37,7 +37,7 @@ import fastavro
 
 from processor.errors import FormatError
 from processor.kafka.partition import TopicPartition
-from processor.metadata import segment_reader
+from processor.metadata import segment_metadata_decoder
 from processor.metadata.model import (
     DELETE_STATES,
     ClaimKind,
@@ -99,8 +99,8 @@ def _history_schema(name: str) -> Any:
 
 
 @cache
-def _segment_reader_enabled() -> bool:
-    return segment_reader.enabled(schema_dir())
+def _segment_metadata_decoder_enabled() -> bool:
+    return segment_metadata_decoder.enabled(schema_dir())
 
 
 def metadata_partition_for(tp: TopicPartition, num_partitions: int) -> int:
@@ -338,8 +338,8 @@ def _decode_unchecked(value: bytes | None) -> MetadataRecord:
         raise FormatError(f"unsupported metadata framing version {version}")
     if record_type not in _SCHEMA_FILES:
         raise FormatError(f"unknown metadata record type {record_type}")
-    if record_type == TYPE_SEGMENT and type(value) is bytes and _segment_reader_enabled():
-        fast = segment_reader.read_segment_metadata(value, _FRAME.size)  # the hot path
+    if record_type == TYPE_SEGMENT and type(value) is bytes and _segment_metadata_decoder_enabled():
+        fast = segment_metadata_decoder.read_segment_metadata(value, _FRAME.size)  # the hot path
         if fast is not None:
             return fast
     return decode_body_with_fastavro(value, record_type)

@@ -27,12 +27,13 @@ from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
 
+from processor.kafka.api_keys import API_INIT_PRODUCER_ID
 from processor.segment.checksums import BATCH_CRC_AT, BATCH_CRC_FROM, crc32c_of
 from processor.segment.entries_v2 import ATTR_TRANSACTIONAL
 
 
 class InitProducerIdResponse_v3(Response):  # type: ignore[misc]  # aiokafka is untyped
-    API_KEY = 22
+    API_KEY = API_INIT_PRODUCER_ID
     API_VERSION = 3
     FLEXIBLE_VERSION = True
     SCHEMA = Schema(
@@ -45,7 +46,7 @@ class InitProducerIdResponse_v3(Response):  # type: ignore[misc]  # aiokafka is 
 
 
 class InitProducerIdRequest_v3(RequestStruct):  # type: ignore[misc]
-    API_KEY = 22
+    API_KEY = API_INIT_PRODUCER_ID
     API_VERSION = 3
     FLEXIBLE_VERSION = True
     RESPONSE_TYPE = InitProducerIdResponse_v3
@@ -61,7 +62,7 @@ class InitProducerIdRequest_v3(RequestStruct):  # type: ignore[misc]
 class InitProducerIdRequest(Request[InitProducerIdRequest_v0 | InitProducerIdRequest_v3]):  # type: ignore[misc]
     """Version 3 where the broker has it (Kafka 2.5+), else version 0 (a new epoch only)."""
 
-    API_KEY = 22
+    API_KEY = API_INIT_PRODUCER_ID
 
     def __init__(
         self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1

@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 from processor.gateway.connection import ClientConnection
 from processor.gateway.protocol import framed
 from processor.gateway.rewrite import PortMap
-from processor.gateway.state import Archive, GatewayState
+from processor.gateway.state import Archive, GatewayState, ReadMode
 from processor.gateway.upstream import Upstream, read_frame
 
 BROKER_SAW: list[int] = []  # the API keys of the requests the scripted broker received
@@ -52,7 +52,7 @@ async def _gateway(request_timeout_s: float = 30.0) -> AsyncIterator[int]:
         await ClientConnection(
             (reader, writer),
             upstream,
-            GatewayState("archived"),
+            GatewayState(ReadMode.ARCHIVED),
             archive,
             PortMap("127.0.0.1", 1),
             lambda *a: None,

@@ -16,10 +16,8 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from processor.gateway.archive_answers import answer_fetch
+from processor.gateway.fetch_answers import answer_fetch
 from processor.gateway.protocol import (
-    API_FETCH,
-    API_LIST_OFFSETS,
     Answer,
     decode_request,
     decode_response,
@@ -29,7 +27,8 @@ from processor.gateway.protocol import (
     request_schema,
     response_schema,
 )
-from processor.gateway.state import ARCHIVED, BELOW_LOG_START, Archive, GatewayState
+from processor.gateway.state import Archive, GatewayState, ReadMode
+from processor.kafka.api_keys import API_FETCH, API_LIST_OFFSETS
 from processor.kafka.partition import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
 
@@ -136,7 +135,7 @@ class OmittingBroker:
         return encode_response(head.correlation_id, body)
 
 
-def _state(mode: str) -> GatewayState:
+def _state(mode: ReadMode) -> GatewayState:
     state = GatewayState(mode)
     state.topic_names[TOPIC_ID] = TOPIC
     state.topic_ids[TOPIC] = TOPIC_ID
@@ -170,7 +169,10 @@ def test_a_partition_the_broker_leaves_out_beside_one_the_archive_answers_is_ans
     broker = OmittingBroker(quiet={1})
     answer = asyncio.run(
         answer_fetch(
-            _fetch_request(version, {0: 1105, 1: 1250}, 0), _state(ARCHIVED), _archive_holding(0), broker
+            _fetch_request(version, {0: 1105, 1: 1250}, 0),
+            _state(ReadMode.ARCHIVED),
+            _archive_holding(0),
+            broker,
         )
     )
     parts = _partitions(version, answer)
@@ -195,7 +197,7 @@ def test_a_brokers_answer_that_leaves_out_a_partition_is_completed(session_epoch
     answer = asyncio.run(
         answer_fetch(
             _fetch_request(12, {0: 1250, 1: 700}, session_epoch),
-            _state(ARCHIVED),
+            _state(ReadMode.ARCHIVED),
             _archive_holding(None),
             broker,
         )
@@ -210,7 +212,10 @@ def test_a_brokers_answer_naming_every_partition_passes_as_it_is() -> None:
     broker = OmittingBroker(quiet=set())
     answer = asyncio.run(
         answer_fetch(
-            _fetch_request(12, {0: 5, 1: 7}, -1), _state(BELOW_LOG_START), _archive_holding(None), broker
+            _fetch_request(12, {0: 5, 1: 7}, -1),
+            _state(ReadMode.BELOW_LOG_START),
+            _archive_holding(None),
+            broker,
         )
     )
     assert answer is broker.answers[-1]  # not decoded, not copied

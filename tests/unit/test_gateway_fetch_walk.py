@@ -15,13 +15,8 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from processor.gateway.fetch_walk import fetch_node_endpoints, fetch_partitions
-from processor.gateway.protocol import (
-    API_FETCH,
-    ProtocolError,
-    decode_response,
-    encode_response,
-    response_schema,
-)
+from processor.gateway.protocol import ProtocolError, decode_response, encode_response, response_schema
+from processor.kafka.api_keys import API_FETCH
 
 VERSIONS = range(4, 18)
 Case = tuple[int, bytes, list[Any]]  # a version, an answer of it, its partitions

@@ -14,7 +14,6 @@ from kio.schema.errors import ErrorCode
 
 from processor.gateway.connection import ClientConnection
 from processor.gateway.protocol import (
-    API_FETCH,
     decode_response,
     encode_request,
     encode_response,
@@ -24,8 +23,9 @@ from processor.gateway.protocol import (
     response_schema,
 )
 from processor.gateway.rewrite import PortMap
-from processor.gateway.state import BELOW_LOG_START, Archive, GatewayState
+from processor.gateway.state import Archive, GatewayState, ReadMode
 from processor.gateway.upstream import Upstream, read_frame
+from processor.kafka.api_keys import API_FETCH, API_METADATA, API_PRODUCE
 
 TOPIC_ID = uuid.UUID(int=42)
 PORTS = PortMap("gateway.example", 9000, 0, 9)
@@ -57,7 +57,7 @@ def _fetch_answer(version: int, endpoints: bool) -> Any:
 
 
 def _produce_answer(version: int) -> Any:
-    schema = response_schema(0, version)
+    schema = response_schema(API_PRODUCE, version)
     m = _module(schema)
     part = _build(
         m.PartitionProduceResponse, index=0, error_code=ErrorCode.not_leader_or_follower, base_offset=-1,
@@ -118,7 +118,7 @@ def _through_gateway(request: bytes, broker_answer: Any) -> tuple[bytes, bytes, 
     async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while (frame := await read_frame(reader)) is not None:
             head = request_head(frame)
-            answer = _metadata_answer() if head.api_key == 3 else broker_answer
+            answer = _metadata_answer() if head.api_key == API_METADATA else broker_answer
             sent.append(encode_response(head.correlation_id, answer))
             writer.write(framed(sent[-1]))
             await writer.drain()
@@ -136,7 +136,7 @@ def _through_gateway(request: bytes, broker_answer: Any) -> tuple[bytes, bytes, 
             await ClientConnection(
                 (reader, writer),
                 upstream,
-                GatewayState(BELOW_LOG_START),
+                GatewayState(ReadMode.BELOW_LOG_START),
                 Archive(lambda *a: None, lambda tp: None, lambda tp, ts: None),
                 PORTS,
                 lambda node, host, port: learned.__setitem__(node, (host, port)),
@@ -172,13 +172,13 @@ def test_a_fetch_answer_without_node_endpoints_passes_byte_for_byte() -> None:
 
 
 def test_a_produce_answers_node_endpoints_are_the_gateways() -> None:
-    broker, got, learned = _through_gateway(_request(0, 11), _produce_answer(11))
-    _corr, answer = decode_response(0, 11, got)
+    broker, got, learned = _through_gateway(_request(API_PRODUCE, 11), _produce_answer(11))
+    _corr, answer = decode_response(API_PRODUCE, 11, got)
     assert [(n.node_id, n.host, n.port) for n in answer.node_endpoints] == [(2, "gateway.example", 9003)]
     assert learned == {2: ("b2.internal", 9092)}
-    assert answer.responses == decode_response(0, 11, broker)[1].responses
+    assert answer.responses == decode_response(API_PRODUCE, 11, broker)[1].responses
 
 
 def test_a_produce_answer_before_version_10_passes_byte_for_byte() -> None:
-    broker, got, _learned = _through_gateway(_request(0, 9), _produce_answer(9))
+    broker, got, _learned = _through_gateway(_request(API_PRODUCE, 9), _produce_answer(9))
     assert got == broker

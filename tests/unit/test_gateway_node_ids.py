@@ -20,10 +20,6 @@ from processor.errors import ConfigError
 from processor.gateway.connection import ClientConnection
 from processor.gateway.listeners import Gateway, check_node_ids
 from processor.gateway.protocol import (
-    API_DESCRIBE_CLUSTER,
-    API_FETCH,
-    API_FIND_COORDINATOR,
-    API_METADATA,
     decode_response,
     encode_request,
     encode_response,
@@ -33,8 +29,9 @@ from processor.gateway.protocol import (
     response_schema,
 )
 from processor.gateway.rewrite import PortMap
-from processor.gateway.state import ARCHIVED, Archive, GatewayState
+from processor.gateway.state import Archive, GatewayState, ReadMode
 from processor.gateway.upstream import Upstream, read_frame
+from processor.kafka.api_keys import API_DESCRIBE_CLUSTER, API_FETCH, API_FIND_COORDINATOR, API_METADATA
 
 TOPIC_ID = uuid.UUID(int=7)
 DEFAULT_PORTS = PortMap("gateway.example", 19092)  # node ids 0-63, the default
@@ -154,7 +151,7 @@ def _ask_through_gateway(ports: PortMap) -> tuple[list[bytes], dict[int, tuple[s
                 return None
 
             await ClientConnection(
-                (reader, writer), upstream, GatewayState(ARCHIVED), NO_ARCHIVE, ports,
+                (reader, writer), upstream, GatewayState(ReadMode.ARCHIVED), NO_ARCHIVE, ports,
                 lambda node, host, port: learned.__setitem__(node, (host, port)), ready,
             ).run()  # fmt: skip
 
@@ -245,7 +242,7 @@ def test_a_broker_that_appears_outside_the_node_ids_is_logged_once_and_given_no_
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async def main() -> Gateway:
-        gateway = Gateway(DEFAULT_PORTS, "127.0.0.1", [], GatewayState(ARCHIVED), NO_ARCHIVE)
+        gateway = Gateway(DEFAULT_PORTS, "127.0.0.1", [], GatewayState(ReadMode.ARCHIVED), NO_ARCHIVE)
         gateway.learn(111, HIDDEN_HOST, 9092)
         await gateway.open_node_listeners()
         await gateway.open_node_listeners()  # told again by the next Metadata answer

@@ -17,11 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from processor.gateway.archive_answers import answer_fetch
+from processor.gateway.fetch_answers import answer_fetch
 from processor.gateway.list_offsets import answer_list_offsets
 from processor.gateway.protocol import (
-    API_FETCH,
-    API_LIST_OFFSETS,
     Answer,
     ProtocolError,
     RecordsRef,
@@ -36,8 +34,9 @@ from processor.gateway.protocol import (
     response_schema,
 )
 from processor.gateway.rewrite import PortMap, cap_api_versions, rewrite_addresses
-from processor.gateway.state import ARCHIVED, BELOW_LOG_START, Archive, GatewayState
+from processor.gateway.state import Archive, GatewayState, ReadMode
 from processor.gateway.state import build as _build
+from processor.kafka.api_keys import API_FETCH, API_LIST_OFFSETS
 from processor.kafka.partition import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
 
@@ -207,7 +206,7 @@ def test_below_the_brokers_log_start_the_fetch_is_answered_from_the_archive() ->
         return ArchivedBatches([memoryview(BATCH)], 6, len(BATCH))
 
     archive = Archive(read_batches, lambda tp: 0, lambda tp, ts: None)
-    state = GatewayState(BELOW_LOG_START)
+    state = GatewayState(ReadMode.BELOW_LOG_START)
     answer = asyncio.run(answer_fetch(_fetch_request(version, 5), state, archive, broker))
     corr, body = decode_response(API_FETCH, version, answer)
     part = body.responses[0].partitions[0]
@@ -229,7 +228,7 @@ def test_an_archive_that_fails_below_the_log_start_answers_a_retriable_error_not
     history; a storage failure is KAFKA_STORAGE_ERROR, which clients retry."""
     version = 12
     broker = TruncatedBroker(version)
-    state = GatewayState(BELOW_LOG_START)
+    state = GatewayState(ReadMode.BELOW_LOG_START)
     state.broker_log_start[TopicPartition("orders", 0)] = 100
     archive = Archive(_unreachable, lambda tp: 0, lambda tp, ts: None)
     answer = asyncio.run(answer_fetch(_fetch_request(version, 5), state, archive, broker))
@@ -250,7 +249,7 @@ def test_with_archived_reads_an_archived_offset_the_archive_fails_is_retried_nev
     (retried). Below the archive's start too, out of range is the truth and stays."""
     version = 12
     broker = TruncatedBroker(version)
-    state = GatewayState(ARCHIVED)
+    state = GatewayState(ReadMode.ARCHIVED)
     archive = Archive(_unreachable, lambda tp: archive_start, lambda tp, ts: None)
     answer = asyncio.run(answer_fetch(_fetch_request(version, 5), state, archive, broker))
     part = decode_response(API_FETCH, version, _joined(answer))[1].responses[0].partitions[0]
@@ -270,7 +269,7 @@ def test_list_offsets_earliest_and_by_time_answer_from_the_archive_below_the_bro
     parts = tuple(
         m.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=ts) for ts in (-2, 1_000)
     )
-    state = GatewayState(BELOW_LOG_START)
+    state = GatewayState(ReadMode.BELOW_LOG_START)
     archive = Archive(lambda *a: None, lambda tp: 0, lambda tp, ts: (40, 1_005))
     for part in parts:
         body = schema(
@@ -351,7 +350,7 @@ def test_with_sasl_passed_through_a_client_the_broker_refuses_gets_nothing_from_
     """The archive is read with the gateway's credentials; a client's own may not allow the topic.
     The broker is asked with the client's identity first, and its refusal is what the client gets."""
     broker = ScriptedBroker(12, ErrorCode.topic_authorization_failed)
-    state = GatewayState("archived", check_access=True)
+    state = GatewayState(ReadMode.ARCHIVED, check_access=True)
     answer = asyncio.run(
         answer_fetch(_fetch_request(12, 5), state, _archive_with_one_batch(), broker, None, {})
     )
@@ -362,7 +361,7 @@ def test_with_sasl_passed_through_a_client_the_broker_refuses_gets_nothing_from_
 
 def test_an_allowed_client_is_asked_about_once_per_connection() -> None:
     broker = ScriptedBroker(12, ErrorCode.none)
-    state = GatewayState("archived", check_access=True)
+    state = GatewayState(ReadMode.ARCHIVED, check_access=True)
     access: dict[TopicPartition, float] = {}
     for _ in range(3):
         answer = asyncio.run(
@@ -378,7 +377,7 @@ def test_below_the_log_start_an_offset_the_archive_should_hold_but_does_not_yet_
     would make the client reset past the archive; it gets a retriable KAFKA_STORAGE_ERROR instead.
     Below the archive's own start, the broker's OFFSET_OUT_OF_RANGE stands (nothing holds it)."""
     version = 12
-    state = GatewayState(BELOW_LOG_START)
+    state = GatewayState(ReadMode.BELOW_LOG_START)
     state.broker_log_start[TopicPartition("orders", 0)] = 100
     lagging = Archive(lambda *a: None, lambda tp: 0, lambda tp, ts: None)
     answer = asyncio.run(answer_fetch(_fetch_request(version, 5), state, lagging, TruncatedBroker(version)))
@@ -463,8 +462,8 @@ def test_an_answer_encoded_as_chunks_is_byte_for_byte_the_encoded_answer(
     assert answer_size(chunks) == len(b"".join(chunks))
 
 
-@pytest.mark.parametrize("mode", [BELOW_LOG_START, "archived"])
-def test_bytes_served_are_counted_by_topic_and_source(mode: str) -> None:
+@pytest.mark.parametrize("mode", list(ReadMode))
+def test_bytes_served_are_counted_by_topic_and_source(mode: ReadMode) -> None:
     """The archive's part and the broker's part of Fetch answers, by topic, in either mode (the
     broker's answer passed on as it is is decoded to count it)."""
     version = 12

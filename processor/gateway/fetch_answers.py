@@ -28,21 +28,25 @@ ListOffsets answers, and the brokers' offsets the gateway asks for itself: list_
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime
 import logging
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from processor import metrics
+from processor.gateway.fetch_access import (
+    learn_unknown_topic_ids,
+    may_read,
+    sessionless,
+    topic_key,
+    topic_name,
+    topic_name_of,
+)
 from processor.gateway.fetch_walk import BrokerPartition, fetch_partitions
 from processor.gateway.list_offsets import broker_offsets, list_offsets
 from processor.gateway.protocol import (
-    API_FETCH,
-    API_METADATA,
     Answer,
     Frame,
     ProtocolError,
@@ -52,10 +56,10 @@ from processor.gateway.protocol import (
     encode_request,
     encode_response,
     encode_response_chunks,
-    request_schema,
     response_schema,
 )
-from processor.gateway.state import BELOW_LOG_START, EARLIEST, Archive, GatewayState, Send, build
+from processor.gateway.state import EARLIEST, Archive, GatewayState, ReadMode, Send, build
+from processor.kafka.api_keys import API_FETCH
 from processor.kafka.partition import TopicPartition
 from processor.reader.remote_reader import ArchivedBatches
 from processor.segment.entries_v2 import count_records
@@ -83,7 +87,7 @@ async def answer_fetch(
     try:
         broker_part = _broker_part(fetched, version)
     except ProtocolError as exc:
-        if state.mode == BELOW_LOG_START:
+        if state.mode == ReadMode.BELOW_LOG_START:
             raise  # its errors must be read: an out-of-range answer would reset the client
         # with archived reads the broker's own answer passes on as it is, only not counted
         log.warning("gateway: a broker's Fetch answer not counted (not readable): %s", exc)
@@ -94,20 +98,20 @@ async def answer_fetch(
     _count_broker_bytes(state, broker_part, version)
     asked = {}
     for topic in body.topics:
-        name = _topic_name(state, topic, version)
+        name = topic_name(state, topic, version)
         for part in topic.partitions:
             if name is not None:
                 asked[(name, int(part.partition))] = int(part.fetch_offset)
     lost = []
     for bp in broker_part:
-        name = _name(state, bp.topic, version)
+        name = topic_name_of(state, bp.topic, version)
         if name is not None and bp.error_code == ErrorCode.offset_out_of_range.value:
             lost.append(TopicPartition(name, bp.partition))
     if not lost:
         return answer
     starts = await list_offsets(state, lost, EARLIEST, 0, header, own_send or send)
     state.broker_log_start.update(starts)
-    if state.mode != BELOW_LOG_START:
+    if state.mode != ReadMode.BELOW_LOG_START:
         # With archived reads, a partition the archive did not answer (its read failed, or the
         # follower has not applied its segment yet) went to the broker. Below the broker's log start
         # at an offset the archive should hold, OFFSET_OUT_OF_RANGE would make the client reset past
@@ -151,7 +155,7 @@ def _broker_part(fetched: _Fetched, version: int) -> list[BrokerPartition] | Non
         return fetched.walked
     if fetched.upstream is not None:
         return [
-            BrokerPartition(_topic_key(t, version), int(p.partition_index), int(p.error_code), p.records)
+            BrokerPartition(topic_key(t, version), int(p.partition_index), int(p.error_code), p.records)
             for t in fetched.upstream.responses
             for p in t.partitions
         ]
@@ -163,7 +167,7 @@ def _broker_part(fetched: _Fetched, version: int) -> list[BrokerPartition] | Non
 def _count_broker_bytes(state: GatewayState, parts: list[BrokerPartition], version: int) -> None:
     by_topic: dict[str, list[bytes | memoryview]] = {}
     for bp in parts:
-        name = _name(state, bp.topic, version)
+        name = topic_name_of(state, bp.topic, version)
         if name is not None and bp.records:
             by_topic.setdefault(name, []).append(bp.records)
     for name, sets in by_topic.items():
@@ -184,7 +188,7 @@ def _omitted(body: Any, version: int, answered: set[tuple[Any, int]]) -> list[tu
         (ti, pi)
         for ti, topic in enumerate(body.topics)
         for pi, part in enumerate(topic.partitions)
-        if (_topic_key(topic, version), int(part.partition)) not in answered
+        if (topic_key(topic, version), int(part.partition)) not in answered
     ]
 
 
@@ -235,7 +239,7 @@ async def _add_empty(
     key_field = "topic" if version < 13 else "topic_id"
     named = {}
     for ti, pi in omitted:
-        name = _topic_name(state, body.topics[ti], version)
+        name = topic_name(state, body.topics[ti], version)
         if name is not None:
             named[(ti, pi)] = TopicPartition(name, int(body.topics[ti].partitions[pi].partition))
     offsets = await broker_offsets(state, list(dict.fromkeys(named.values())), isolation, header, send)
@@ -276,7 +280,7 @@ async def _answer_fetch(
     # a broker caps a response at its fetch.max.bytes whatever the client asks: so does the gateway
     budget = min(int(getattr(body, "max_bytes", 2**31 - 1)), MAX_RESPONSE_BYTES)
     if version >= 13:
-        await _learn_unknown_topic_ids(state, [t.topic_id for t in body.topics], header, send)
+        await learn_unknown_topic_ids(state, [t.topic_id for t in body.topics], header, send)
     served: dict[tuple[int, int], tuple[TopicPartition, ArchivedBatches]] = {}
     failed: dict[tuple[int, int], TopicPartition] = {}
     # Which partitions the archive may answer, each with its byte limit within the response's (in
@@ -284,7 +288,7 @@ async def _answer_fetch(
     planned: list[tuple[int, int, TopicPartition, int, int, str | None]] = []
     left = budget
     for ti, topic in enumerate(body.topics):
-        name = _topic_name(state, topic, version)
+        name = topic_name(state, topic, version)
         if name is None:
             continue
         # the topic id the brokers know the topic by: a re-created topic's archive is another's
@@ -295,7 +299,7 @@ async def _answer_fetch(
             if tp in hold:  # the archive should answer it and did not: a retriable error
                 failed[(ti, pi)] = tp
                 continue
-            if state.mode == BELOW_LOG_START and offset >= state.broker_log_start.get(tp, -1):
+            if state.mode == ReadMode.BELOW_LOG_START and offset >= state.broker_log_start.get(tp, -1):
                 continue
             if left <= 0 and planned:
                 break
@@ -303,7 +307,7 @@ async def _answer_fetch(
             left -= limit
             planned.append((ti, pi, tp, offset, limit, None if topic_id is None else str(topic_id)))
     if state.check_access and planned:
-        allowed = await _may_read(
+        allowed = await may_read(
             [(ti, pi, tp) for ti, pi, tp, *_rest in planned],
             body,
             header,
@@ -322,11 +326,11 @@ async def _answer_fetch(
         if isinstance(got, BaseException):  # a storage failure or a damaged object: this partition only
             log.warning("gateway: archive read of %s at offset %d failed: %s", tp, offset, got)
             metrics.GATEWAY_ERRORS.labels(str(API_FETCH), "archive").inc()
-            if state.mode == BELOW_LOG_START:
+            if state.mode == ReadMode.BELOW_LOG_START:
                 failed[(ti, pi)] = tp  # the broker no longer has it: a retriable error, never a reset
             continue
         if got is None or not got.batches:
-            if state.mode == BELOW_LOG_START and await _archive_should_hold(archive, tp, offset):
+            if state.mode == ReadMode.BELOW_LOG_START and await _archive_should_hold(archive, tp, offset):
                 # below the broker's log start and not below the archive's: the follower has not
                 # applied it yet (or coverage has a gap). The broker would answer OFFSET_OUT_OF_RANGE
                 # and the client would reset past the archive; a retriable error keeps it here.
@@ -354,7 +358,7 @@ async def _answer_fetch(
     upstream: Any = None
     fetched: asyncio.Task[Frame] | None = None
     if rest_topics or not (served or failed):
-        rest = _sessionless(body, tuple(rest_topics), max(1, budget) if served else None)
+        rest = sessionless(body, tuple(rest_topics), max(1, budget) if served else None)
         fetched = asyncio.ensure_future(send(encode_request(header, rest)))
     try:
         broker = await broker_offsets(
@@ -417,82 +421,9 @@ async def _answer_fetch(
     return _Fetched(encode_response_chunks(int(header.correlation_id), response), upstream)
 
 
-ACCESS_TTL_S = 60.0
-
-
 async def _archive_should_hold(archive: Archive, tp: TopicPartition, offset: int) -> bool:
     first = await asyncio.to_thread(archive.first_offset, tp)
     return first is not None and offset >= first
-
-
-async def _may_read(
-    parts: list[tuple[int, int, TopicPartition]],
-    body: Any,
-    header: Any,
-    send: Send,
-    access: dict[TopicPartition, float],
-) -> set[TopicPartition]:
-    """The partitions this client may read, asked of its broker with its own identity (SASL passed
-    through): the archive answers only what the broker would let it fetch. One Fetch of the partitions
-    not known yet on this connection (one byte each, no wait): a partition the broker answers with an
-    authorization error (for it, or for the whole request) is left to the broker, whose answer the
-    client gets. Known for
-    ``ACCESS_TTL_S`` on this connection (a revoked ACL counts from the next check)."""
-    now = time.monotonic()
-    allowed = {tp for _ti, _pi, tp in parts if access.get(tp, 0.0) > now}
-    ask = [(ti, pi, tp) for ti, pi, tp in parts if tp not in allowed]
-    if not ask:
-        return allowed
-    topics = []
-    for ti in dict.fromkeys(ti for ti, _pi, _tp in ask):
-        topic = body.topics[ti]
-        wanted = {pi for t, pi, _tp in ask if t == ti}
-        partitions = tuple(
-            replace(p, partition_max_bytes=1) for pi, p in enumerate(topic.partitions) if pi in wanted
-        )
-        topics.append(replace(topic, partitions=partitions))
-    probe = _sessionless(body, tuple(topics), 1)
-    probe = replace(probe, min_bytes=0, max_wait=datetime.timedelta(0))
-    version = int(header.request_api_version)
-    _corr, answer = decode_response(API_FETCH, version, await send(encode_request(header, probe)))
-    refusals = {ErrorCode.topic_authorization_failed, ErrorCode.cluster_authorization_failed}
-    refused: set[TopicPartition] = set()
-    if answer.error_code in refusals:
-        refused = {tp for _ti, _pi, tp in ask}
-    for topic in answer.responses:
-        key = _topic_key(topic, version)
-        for part in topic.partitions:
-            if part.error_code in refusals:
-                refused |= {
-                    tp
-                    for ti, _pi, tp in ask
-                    if _topic_key(body.topics[ti], version) == key
-                    and tp.partition == int(part.partition_index)
-                }
-    # Only an explicit refusal denies: a broker may leave out of its answer a partition it has
-    # nothing for (Tansu does), and Kafka names every partition it refuses.
-    for _ti, _pi, tp in ask:
-        if tp not in refused:
-            access[tp] = now + ACCESS_TTL_S
-            allowed.add(tp)
-    return allowed
-
-
-def _topic_key(topic: Any, version: int) -> Any:
-    """How a Fetch names a topic: by name, or from version 13 by topic id."""
-    return topic.topic if version < 13 else topic.topic_id
-
-
-def _topic_name(state: GatewayState, topic: Any, version: int) -> str | None:
-    """The name of a Fetch request's or response's topic (None: an id no Metadata answer named)."""
-    return _name(state, _topic_key(topic, version), version)
-
-
-def _name(state: GatewayState, key: Any, version: int) -> str | None:
-    """The name of a topic a Fetch names by ``key``: its name, or from version 13 its id."""
-    if version < 13:
-        return str(key)
-    return None if key is None else state.topic_names.get(key)
 
 
 async def _read_archive(
@@ -509,48 +440,3 @@ def _add_partition(topics: list[Any], module: Any, key_field: str, key_value: An
             topics[i] = replace(existing, partitions=(*existing.partitions, part))
             return
     topics.append(build(module.FetchableTopicResponse, **{key_field: key_value}, partitions=(part,)))
-
-
-async def _learn_unknown_topic_ids(state: GatewayState, ids: list[Any], header: Any, send: Send) -> None:
-    """Names of topic ids no Metadata answer through this gateway has named yet (a client that
-    reconnected after a gateway restart fetches by id at once): one Metadata request upstream."""
-    unknown = [i for i in dict.fromkeys(ids) if i is not None and i not in state.topic_names]
-    if not unknown:
-        return
-    schema = request_schema(API_METADATA, 12)
-    module = __import__(schema.__module__, fromlist=["MetadataRequestTopic"])
-    body = schema(
-        topics=tuple(module.MetadataRequestTopic(topic_id=i, name=None) for i in unknown),
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    )
-    head = schema.__header_schema__(
-        request_api_key=API_METADATA, request_api_version=12, correlation_id=0, client_id=header.client_id
-    )
-    _corr, answer = decode_response(API_METADATA, 12, await send(encode_request(head, body)))
-    learn_topic_ids(state, answer)
-
-
-def learn_topic_ids(state: GatewayState, body: Any) -> None:
-    """Topic ids and names from a Metadata answer (versions 10 and later carry ids)."""
-    for topic in body.topics:
-        topic_id = getattr(topic, "topic_id", None)
-        if topic_id is not None and topic.name and int(topic.error_code) == 0 and topic_id.int != 0:
-            state.topic_names[topic_id] = topic.name
-            state.topic_ids[topic.name] = topic_id
-
-
-def _sessionless(body: Any, topics: tuple[Any, ...], max_bytes: int | None) -> Any:
-    """The client's fetch for ``topics`` only, without a session. ``max_bytes`` set: the archive
-    already answers part of the response, so the broker must not wait for more (``max_wait`` 0): a
-    broker answers at once once it has records for any partition, and the archive's count. Waiting
-    for the broker's own min_bytes added fetch.wait.max.ms to every archived answer."""
-    values: dict[str, Any] = {"topics": topics, "forgotten_topics_data": ()}
-    names = {f.name for f in dataclasses.fields(type(body))}
-    if "session_id" in names:
-        values.update(session_id=0, session_epoch=-1)
-    if max_bytes is not None:
-        values["max_wait"] = datetime.timedelta(0)
-        if "max_bytes" in names:
-            values["max_bytes"] = min(int(body.max_bytes), max_bytes)
-    return replace(body, **{k: v for k, v in values.items() if k in names})

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
-from processor.metadata import segment_reader
+from processor.metadata import segment_metadata_decoder
 from processor.metadata.codec import (
     TYPE_SEGMENT,
     decode_body_with_fastavro,
@@ -36,7 +36,7 @@ FRAME = 2
 
 
 def fast(value: bytes) -> RemoteLogSegmentMetadata | None:
-    return segment_reader.read_segment_metadata(value, FRAME)
+    return segment_metadata_decoder.read_segment_metadata(value, FRAME)
 
 
 def reference(value: bytes) -> MetadataRecord | FormatError:
@@ -47,14 +47,14 @@ def reference(value: bytes) -> MetadataRecord | FormatError:
 
 
 def test_the_shipped_schema_has_the_layout_the_reader_is_written_for() -> None:
-    assert segment_reader.enabled(schema_dir())
+    assert segment_metadata_decoder.enabled(schema_dir())
 
 
 def test_a_changed_schema_disables_the_reader(tmp_path: Path) -> None:
-    schema = json.loads((schema_dir() / segment_reader.SCHEMA_FILE).read_text())
+    schema = json.loads((schema_dir() / segment_metadata_decoder.SCHEMA_FILE).read_text())
     schema["fields"].append({"name": "new_field", "type": "long", "default": 0})
-    (tmp_path / segment_reader.SCHEMA_FILE).write_text(json.dumps(schema))
-    assert not segment_reader.enabled(tmp_path)
+    (tmp_path / segment_metadata_decoder.SCHEMA_FILE).write_text(json.dumps(schema))
+    assert not segment_metadata_decoder.enabled(tmp_path)
 
 
 @given(segment_metadata())
@@ -192,12 +192,12 @@ def test_segment_ids_are_reused_only_for_the_same_encoded_id() -> None:
 def test_the_slot_constructor_builds_what_the_dataclass_builds_and_checks_the_same() -> None:
     meta = _sample()
     values = [getattr(meta, f.name) for f in dataclasses.fields(RemoteLogSegmentMetadata)]
-    built = segment_reader._segment_metadata(*values)
+    built = segment_metadata_decoder._segment_metadata(*values)
     assert built == meta and hash(built) == hash(meta) and repr(built) == repr(meta)
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.start_offset = 5  # type: ignore[misc]
     values[2] = meta.start_offset - 1  # end_offset < start_offset
     with pytest.raises(ValueError, match="invalid offsets"):
-        segment_reader._segment_metadata(*values)
+        segment_metadata_decoder._segment_metadata(*values)
     with pytest.raises(ValueError):
-        segment_reader._segment_metadata(*values[:-1])  # every field, or nothing
+        segment_metadata_decoder._segment_metadata(*values[:-1])  # every field, or nothing
