@@ -1,0 +1,179 @@
+"""The per-segment key filter (``processor.segment.key_filter``): no false negatives, the rate it was
+sized for, a hash keyed so the object reveals no key, and bounded decoding of untrusted bytes (every
+truncation, every bit flip, forged headers under a good CRC)."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from processor.errors import FormatError
+from processor.segment.batch_rewrite import batch_keys
+from processor.segment.checksums import crc32
+from processor.segment.key_filter import (
+    HEADER_LEN,
+    MAX_BITS,
+    MIN_BITS,
+    OVERHEAD,
+    FilterSecret,
+    KeyFilterSecretError,
+    build_key_filter,
+    decode_key_filter,
+    filter_shape,
+)
+from tests.batch_samples import make_batch
+
+SECRET = FilterSecret(b"k" * 32)
+SALT = bytes(range(16))
+
+
+def small_filter() -> bytes:
+    return build_key_filter([b"alice", b"bob", None, b"", b"alice"], SECRET, SALT).encode()
+
+
+def test_round_trip_and_every_key_added_is_found() -> None:
+    keys = [b"key-%d" % i for i in range(2000)]
+    built = build_key_filter([*keys, None], SECRET, SALT)
+    decoded = decode_key_filter(built.encode())
+    assert decoded == built
+    assert decoded.key_count == 2000 and decoded.hash_count == 7 and decoded.salt == SALT
+    assert all(decoded.might_contain(key, SECRET) for key in keys)
+    assert decoded.might_contain_any([b"nope", b"key-1999"], SECRET)
+    assert len(built.encode()) == OVERHEAD + decoded.bit_count // 8
+
+
+def test_null_keys_are_left_out_and_the_empty_key_is_a_key() -> None:
+    decoded = decode_key_filter(small_filter())
+    assert decoded.key_count == 3  # alice, bob, b"": duplicates once, None never
+    assert decoded.might_contain(b"", SECRET)
+
+
+def test_the_false_positive_rate_is_what_it_was_sized_for() -> None:
+    built = build_key_filter([b"in-%d" % i for i in range(20_000)], SECRET, SALT)
+    false = sum(built.might_contain(b"out-%d" % i, SECRET) for i in range(20_000))
+    assert math.isclose(built.false_positive_rate, 0.01, rel_tol=0.01)
+    assert 0.007 < false / 20_000 < 0.013  # deterministic (fixed keys, secret, salt): 1 % +- noise
+
+
+def test_the_shape_follows_the_formula() -> None:
+    # m = -n ln p / (ln 2)^2 rounded up to bytes, k = round(m / n * ln 2)
+    assert filter_shape(1000, 0.01) == (9592, 7)
+    assert filter_shape(1000, 0.001) == (14384, 10)
+    assert filter_shape(0) == (MIN_BITS, 32)  # the smallest filter; more hashes only lower its rate
+    bits, hashes = filter_shape(10**9)
+    assert bits == MAX_BITS and hashes == 1  # capped: a higher rate, never a false negative
+    with pytest.raises(ValueError):
+        filter_shape(10, 0.0)
+
+
+def test_an_empty_segment_has_a_filter_that_finds_nothing() -> None:
+    decoded = decode_key_filter(build_key_filter([None, None], SECRET, SALT).encode())
+    assert decoded.key_count == 0 and not decoded.might_contain(b"anything", SECRET)
+
+
+def test_the_object_reveals_no_key_and_answers_only_with_its_secret() -> None:
+    key = b"customer-4711@example.com"
+    raw = build_key_filter([key], SECRET, SALT).encode()
+    assert key not in raw
+    other = FilterSecret(b"x" * 32)
+    with pytest.raises(KeyFilterSecretError, match="keyed with secret"):
+        decode_key_filter(raw).might_contain(key, other)
+    assert b"k" * 16 not in repr(SECRET).encode()
+    # another secret or another salt sets other bits for the same keys
+    keys = [b"a", b"b", b"c"]
+    bits = build_key_filter(keys, SECRET, SALT).bits
+    assert build_key_filter(keys, other, SALT).bits != bits
+    assert build_key_filter(keys, SECRET, bytes(16)).bits != bits
+    with pytest.raises(ValueError):
+        FilterSecret(b"short")
+    with pytest.raises(ValueError):
+        build_key_filter(keys, SECRET, b"salt")
+
+
+def test_a_filter_of_a_batchs_keys() -> None:
+    batch = make_batch(0, [(1, b"a", b"x", []), (2, None, b"y", []), (3, b"b", None, [])], "zstd")
+    built = build_key_filter(batch_keys(batch), SECRET, SALT)
+    assert built.key_count == 2 and built.might_contain_any([b"b"], SECRET)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sets(st.binary(max_size=20), max_size=200), st.binary(min_size=16, max_size=16))
+def test_property_no_false_negatives(keys: set[bytes], salt: bytes) -> None:
+    decoded = decode_key_filter(build_key_filter(keys, SECRET, salt).encode())
+    assert all(decoded.might_contain(key, SECRET) for key in keys)
+
+
+def test_every_truncation_is_refused() -> None:
+    raw = small_filter()
+    for cut in range(len(raw)):
+        with pytest.raises(FormatError):
+            decode_key_filter(raw[:cut])
+    with pytest.raises(FormatError, match="bytes where a filter of"):
+        decode_key_filter(raw + b"\x00")
+
+
+def test_every_bit_flip_is_refused() -> None:
+    raw = small_filter()
+    assert len(raw) * 8 < 2974  # CRC-32 detects every error of up to 3 bits in this length
+    for bit in range(len(raw) * 8):
+        flipped = bytearray(raw)
+        flipped[bit >> 3] ^= 1 << (bit & 7)
+        with pytest.raises(FormatError):
+            decode_key_filter(bytes(flipped))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 8 * (OVERHEAD + MIN_BITS // 8) - 1), min_size=1, max_size=3, unique=True))
+def test_property_up_to_three_bit_flips_are_refused(bits: list[int]) -> None:
+    raw = bytearray(small_filter())
+    for bit in bits:
+        raw[bit >> 3] ^= 1 << (bit & 7)
+    with pytest.raises(FormatError):
+        decode_key_filter(bytes(raw))
+
+
+def forged(
+    *,
+    magic: bytes = b"KTKF",
+    version: int = 1,
+    k: int = 7,
+    flags: int = 0,
+    m: int = MIN_BITS,
+    body: int | None = None,
+) -> bytes:
+    """A filter with a good CRC over whatever header it is given."""
+    head = struct.pack(">4sHBB8s16sQI", magic, version, k, flags, SECRET.secret_id, SALT, 1, m)
+    data = head + bytes(m // 8 if body is None else body)
+    return data + struct.pack(">I", crc32(data))
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (forged(magic=b"KTSI"), "bad magic"),
+        (forged(version=2), "format version 2 is not known"),
+        (forged(flags=1), "reserved flags"),
+        (forged(k=0), "hash count 0"),
+        (forged(k=33), "hash count 33"),
+        (forged(m=0), "bit count 0"),
+        (forged(m=MIN_BITS + 3, body=MIN_BITS // 8), "bit count 67"),
+        (forged(m=MAX_BITS + 8, body=0), "bit count"),
+        (forged(m=2**32 - 8, body=0), "bit count"),
+        (forged(m=1024, body=8), "bytes where a filter of 1024 bits has"),
+        (b"\x00" * (OVERHEAD - 1), "shorter than"),
+    ],
+)
+def test_forged_headers_are_refused_with_what_is_wrong(raw: bytes, message: str) -> None:
+    with pytest.raises(FormatError, match=message):
+        decode_key_filter(raw, where="segment s key filter")
+
+
+def test_errors_name_the_object() -> None:
+    raw = bytearray(small_filter())
+    raw[HEADER_LEN] ^= 0xFF
+    with pytest.raises(FormatError, match=r"^segment 7: CRC-32 mismatch"):
+        decode_key_filter(bytes(raw), where="segment 7")
