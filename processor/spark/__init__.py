@@ -15,6 +15,23 @@ FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 MIN_PYSPARK = (4, 2)
 
 
+def require_pyspark(who: str) -> None:
+    """Raise ConfigError naming ``who`` and the extra to install where pyspark is missing."""
+    from processor.errors import ConfigError
+
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"{who} needs pyspark: pip install 'kafka-tiered-processor[spark]'") from None
+
+
+def active_session() -> Any | None:
+    """The SparkSession of the calling program, if it has one (None: none)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
+
+
 def check_pyspark_version(version: str | None = None) -> None:
     """Raise ConfigError unless pyspark (or ``version``) is at least MIN_PYSPARK."""
     import re

@@ -1,4 +1,5 @@
-"""The ``processor audit`` command. Imports pyspark only when it runs, so the CLI works without it."""
+"""The ``processor audit`` command: the Spark audit (processor/spark/audit.py) over the configured
+archive. Imports pyspark only when it runs, so the CLI works without it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from processor.errors import ConfigError, ProcessorError, ServiceUnavailableError
+from processor.spark import active_session, local_session, require_pyspark
+from processor.spark.audit_rules import FORMATS
 from processor.units import parse_size
 
 log = logging.getLogger(__name__)
@@ -45,9 +48,7 @@ def _bytes(text: str) -> int:
     return value
 
 
-def add_audit_parser(sub: Any) -> None:
-    from processor.spark.audit_rules import FORMATS
-
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     audit = sub.add_parser(
         "audit",
         help="scrub the archive: metadata, objects and offsets, as a Spark Structured Streaming query",
@@ -103,8 +104,6 @@ def add_audit_parser(sub: Any) -> None:
 
 
 def spark_session(master: str) -> Any:
-    from processor.spark import local_session
-
     return local_session("processor-audit", master, spark__sql__shuffle__partitions="4")
 
 
@@ -113,10 +112,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from processor.kafka.admin import check_broker, partition_counts
     from processor.spark.options import Connection
 
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        raise ConfigError("the audit needs pyspark: pip install 'kafka-tiered-processor[spark]'") from None
+    require_pyspark("the audit")
     settings = load_settings()
     conn = Connection(
         settings.kafka,
@@ -158,11 +154,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         max_bytes_per_pass=args.max_bytes_per_pass,
         max_requests_per_pass=args.max_requests_per_pass,
     )
-    from pyspark.sql import SparkSession
-
     # Called from a program that already has a session (``processor.cli.main`` in-process): use it
     # and leave it running; a session this command made is its own to stop.
-    borrowed = SparkSession.getActiveSession() is not None
+    borrowed = active_session() is not None
     spark = spark_session(args.master)
     try:
         run = run_audit(spark, options)
