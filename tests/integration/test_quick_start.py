@@ -11,19 +11,18 @@ a second instead of a minute.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from processor.devstack import stack
 from processor.devstack.stack import StackInfo, free_port
-from processor.metadata.model import TopicPartition
+from processor.kafka.partition import TopicPartition
 from tests.integration.restore_support import produce_plain
 from tests.support.consumers import kcat
+from tests.support.doc_blocks import code_blocks, commands, exported, section, user_env
 from tests.support.metadata_watch import wait_offloaded
 
 pytestmark = pytest.mark.integration
@@ -33,15 +32,7 @@ META = "__quick_start_metadata"
 
 
 def quick_start_blocks() -> list[str]:
-    text = README.read_text()
-    section = text.split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```sh\n(.*?)```", section, re.S)
-
-
-def commands(block: str) -> list[str]:
-    """The block's command lines as written, their trailing comments dropped."""
-    lines = (re.sub(r"\s+#.*$", "", line).strip() for line in block.splitlines())
-    return [line for line in lines if line]
+    return code_blocks(section(README, "## Quick start"), "sh")
 
 
 @pytest.mark.timeout(300)  # a stack of its own, a worker, a gateway: each started as a user would
@@ -72,9 +63,7 @@ def test_the_readme_local_stack_block_reads_what_the_broker_deleted_as_written(
             ),
         ]
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PROCESSOR_", "AWS_"))}
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    env.update({"PROCESSOR_WEB_PORT": str(web), "PROCESSOR_GATEWAY_PORT": str(gateway)})
+    env = user_env(PROCESSOR_WEB_PORT=str(web), PROCESSOR_GATEWAY_PORT=str(gateway))
     done = subprocess.run(
         ["bash", "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240
     )
@@ -102,14 +91,7 @@ def test_the_readme_quick_start_archives_and_reads_back_as_written(
     assert run[-1] == "processor worker", run
 
     # the README's exports, evaluated by bash as written
-    shown = subprocess.run(
-        ["bash", "-c", "\n".join([*exports, "env -0"])],
-        capture_output=True,
-        check=True,
-        env={"PATH": os.environ["PATH"]},
-    ).stdout.decode()
-    readme_env = dict(v.split("=", 1) for v in shown.split("\0") if v and not v.startswith(("PATH=", "_=")))
-    readme_env = {k: v for k, v in readme_env.items() if k.startswith(("PROCESSOR_", "AWS_"))}
+    readme_env = exported(exports)
     assert set(readme_env) >= {
         "PROCESSOR_BOOTSTRAP_SERVERS",
         "PROCESSOR_TOPICS",
@@ -122,9 +104,7 @@ def test_the_readme_quick_start_archives_and_reads_back_as_written(
     # the README's values replaced by the test stack's
     topics = {t: f"qs-{t}" for t in readme_env["PROCESSOR_TOPICS"].split(",")}
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # what `. .venv/bin/activate` does
-    env.update(readme_env)
+    env = user_env(**readme_env)  # the stack's AWS_ variables below
     env.update(
         {
             "PROCESSOR_BOOTSTRAP_SERVERS": local_stack.bootstrap_servers,
