@@ -73,6 +73,7 @@ class Materializer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
+        self.refused: KafkaError | None = None  # the last TOPIC_AUTHORIZATION_FAILED a poll saw
         self.state = FollowerState()  # lag and progress, read by the readiness probe
         # called on the follower's thread after each applied batch (e.g. the worker revokes a
         # partition it leads when a newer writer epoch shows up); must not block
@@ -126,6 +127,8 @@ class Materializer:
                     continue
                 if err.fatal():
                     raise MetadataTopicError(f"metadata consumer: {err}")
+                if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    self.refused = err  # catch_up stops at once; the running service keeps asking
                 log.warning("metadata consumer: %s", err)
                 continue
             messages.append(
@@ -171,8 +174,14 @@ class Materializer:
         consumer = self._open()
         try:
             snapshot = EndSnapshot(consumer, self.topic, self.partitions, timeout_s)
+            self.refused = None
             while not snapshot.reached(self.cache.consumed_offsets()):
                 self.poll_once(consumer, 0.1)
+                if self.refused is not None:  # no ACL comes by waiting out the deadline
+                    raise MetadataTopicError(
+                        f"reading {self.topic} was refused: {self.refused.str()} (the principal needs "
+                        f"Read and Describe on topic {self.topic}: see docs/security.md)"
+                    )
             return self.stats
         except KafkaException as exc:
             raise MetadataTopicError(f"reading {self.topic}: {exc.args[0]}") from None
