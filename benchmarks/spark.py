@@ -86,7 +86,7 @@ def _session() -> Any:
 def write_standin(options: dict[str, str], folder: Path) -> list[str]:
     """The rows tiered_records returns, one Arrow IPC file per input partition it plans."""
     from processor.spark.arrow_records import ARROW_SCHEMA_NO_HEADERS
-    from processor.spark.options import record_options
+    from processor.spark.entry import record_options
     from processor.spark.tiered_records import TieredRecordsReader
 
     folder.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from processor.errors import ConfigError, InvalidNameError
 from processor.kafka.security import ENV_NAMES, KafkaConnection, KafkaSecurity
+from processor.lifecycle.retention_config import RetentionOverride
 from processor.segment.object_keys import validate_prefix, validate_topic
 from processor.units import parse_duration_ms, parse_size
 
@@ -47,7 +48,6 @@ FOREIGN_VARIABLES = frozenset(
     }
 )
 
-RetentionOverride = tuple[str, str, int]  # (topic, "ms" | "bytes", value)
 RETENTION_KINDS = ("ms", "bytes")
 
 

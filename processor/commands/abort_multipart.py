@@ -8,8 +8,8 @@ import argparse
 from processor.config import load_settings
 from processor.errors import ConfigError
 from processor.lifecycle.multipart_sweep import sweep_multipart_uploads
-from processor.lifecycle.worker_tasks import bucket_prefix
 from processor.segment.object_keys import ObjectKeyFactory
+from processor.wiring.lifecycle import bucket_prefix
 from processor.wiring.storage import build_storage
 
 

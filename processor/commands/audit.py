@@ -1,4 +1,4 @@
-"""The ``processor audit`` command: the Spark audit (processor/spark/audit.py) over the configured
+"""The ``processor audit`` command: the Spark audit (processor/spark/audit/) over the configured
 archive. Imports pyspark only when it runs, so the CLI works without it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from processor.errors import ConfigError, ProcessorError, ServiceUnavailableError
 from processor.spark import active_session, local_session, require_pyspark
-from processor.spark.audit_rules import FORMATS
+from processor.spark.audit.rules import FORMATS
 from processor.units import parse_size
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ def spark_session(master: str) -> Any:
 def cmd_audit(args: argparse.Namespace) -> int:
     from processor.config import load_settings
     from processor.kafka.admin import check_broker, partition_counts
-    from processor.spark.options import Connection
+    from processor.spark.connection import Connection
 
     require_pyspark("the audit")
     settings = load_settings()
@@ -137,7 +137,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         from prometheus_client import start_http_server
 
         start_http_server(args.metrics_port)
-    from processor.spark.audit import AuditOptions, run_audit
+    from processor.spark.audit.run import AuditOptions, run_audit
 
     options = AuditOptions(
         connection=conn,

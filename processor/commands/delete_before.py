@@ -8,12 +8,12 @@ import argparse
 import dataclasses
 import time
 
-from processor.commands.deletion_context import open_context
 from processor.config import load_settings
 from processor.errors import ConfigError
 from processor.kafka.partition import TopicPartition
 from processor.lifecycle.retention_policy import RetentionLimits, plan_retention
 from processor.segment.object_keys import validate_topic
+from processor.wiring.deletion_context import open_context
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

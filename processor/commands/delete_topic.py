@@ -43,7 +43,6 @@ import logging
 import time
 from dataclasses import dataclass
 
-from processor.commands.deletion_context import DeletionContext, open_context
 from processor.config import load_settings
 from processor.errors import ConfigError, StorageError, TopicIdUnknownError
 from processor.kafka.admin import topic_ids
@@ -59,6 +58,7 @@ from processor.metadata.model import (
 )
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.segment.object_keys import validate_topic, validate_topic_id
+from processor.wiring.deletion_context import DeletionContext, open_context
 
 log = logging.getLogger(__name__)
 P = PartitionDeleteState

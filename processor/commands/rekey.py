@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from processor.commands.deletion_context import DeletionContext, open_context
 from processor.commands.progress import progress
 from processor.config import load_settings
 from processor.crypto.keys import KeyProvider, WrappedKey
@@ -33,6 +32,7 @@ from processor.metadata.manifest import SegmentManifest, decode_manifest, encode
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
 from processor.reader.segment_keys import encryption_context
 from processor.segment.object_keys import validate_topic
+from processor.wiring.deletion_context import DeletionContext, open_context
 from processor.wiring.encryption import segment_encryption
 
 log = logging.getLogger(__name__)

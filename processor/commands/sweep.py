@@ -19,7 +19,6 @@ import json
 import logging
 
 from processor.commands.delete_topic import read_live_topic
-from processor.commands.deletion_context import open_context
 from processor.config import load_settings
 from processor.errors import ConfigError
 from processor.kafka.partition import TopicPartition
@@ -27,6 +26,7 @@ from processor.lifecycle.retention_service import UNREFERENCED_MIN_AGE_MS, stora
 from processor.metadata.codec import metadata_partition_for
 from processor.metadata.deletion_proof import plan_sweep
 from processor.segment.object_keys import validate_topic
+from processor.wiring.deletion_context import open_context
 
 log = logging.getLogger(__name__)
 

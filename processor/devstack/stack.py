@@ -40,7 +40,7 @@ from processor.devstack import secure as secure_kafka
 from processor.errors import ConfigError, ServiceUnavailableError, StorageError
 from processor.kafka.clients import new_admin
 from processor.kafka.security import KafkaConnection, KafkaSecurity
-from processor.storage.s3 import S3ChunkStorage, S3Options
+from processor.storage.s3 import s3_storage
 
 log = logging.getLogger(__name__)
 
@@ -184,18 +184,16 @@ def _wait_kafka(kafka: KafkaConnection, procs: dict[str, subprocess.Popen[bytes]
 
 def _wait_s3(endpoint: str, bucket: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     """Ready means a real write works: create the bucket, then put and delete a probe object."""
-    storage = S3ChunkStorage(
-        S3Options(
-            bucket=bucket,
-            endpoint_url=endpoint,
-            region="us-east-1",
-            max_concurrency=1,
-            connect_timeout_s=2,
-            read_timeout_s=5,
-            max_attempts=1,
-            access_key_id=DEV_ACCESS_KEY,
-            secret_access_key=DEV_SECRET_KEY,
-        )
+    storage = s3_storage(
+        bucket,
+        endpoint,
+        "us-east-1",
+        max_concurrency=1,
+        connect_timeout_s=2,
+        read_timeout_s=5,
+        max_attempts=1,
+        access_key_id=DEV_ACCESS_KEY,
+        secret_access_key=DEV_SECRET_KEY,
     )
     deadline = time.monotonic() + timeout_s
     try:

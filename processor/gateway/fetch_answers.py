@@ -17,7 +17,7 @@ broker may leave out of its answer a partition it has nothing for (Tansu does): 
 answered empty, without error, with the broker's offsets, as Apache Kafka answers it.
 
 Transactions: the archive holds what a read_committed consumer sees (the workers fetch read_committed
-and leave out aborted records and transaction markers, processor/leader/read_committed.py), so an
+and leave out aborted records and transaction markers, processor/segment/read_committed.py), so an
 archived range has no aborted transaction to list: a read_committed client gets an empty list, and
 a read_uncommitted one sees the committed records only (a broker would also show it the aborted ones).
 Archived offsets are below the last stable offset by construction.

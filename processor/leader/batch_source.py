@@ -46,8 +46,8 @@ from processor import metrics
 from processor.health import HEALTH
 from processor.kafka.clients import KafkaTarget, aiokafka_client_kwargs
 from processor.kafka.partition import TopicPartition
-from processor.leader.read_committed import committed
 from processor.segment.entries_v2 import BatchHeader, split_batches
+from processor.segment.read_committed import committed
 
 log = logging.getLogger(__name__)
 

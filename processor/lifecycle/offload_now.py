@@ -5,23 +5,23 @@ while records that were already in Kafka keep arriving) until the finished end o
 target or the time is up.
 
 Answer: ``{"P": {"target": N, "remote_end": M, "done": bool}}``, only partitions this worker leads
-(another worker answers for the others).
+(another worker answers for the others). The source's watermarks are asked through a consumer the
+caller opens (``open_consumer``; the wiring builds it from the settings).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import TopicPartition as KafkaTP
 
-from processor.config import Settings
-from processor.kafka.clients import new_consumer
 from processor.kafka.partition import TopicPartition
 
 
 def offload_now(
-    engine: Any, settings: Settings, topic: str, partition: int | None, timeout_s: float
+    engine: Any, open_consumer: Callable[[], Any], topic: str, partition: int | None, timeout_s: float
 ) -> dict[str, dict[str, Any]]:
     led = sorted(tp for tp in engine.status() if tp.topic == topic and partition in (None, tp.partition))
     if not led:
@@ -35,7 +35,7 @@ def offload_now(
         time.sleep(0.2)
         status = engine.status()
     led = [tp for tp in led if tp in status]
-    consumer = new_consumer(settings.kafka, f"{settings.worker_id}-offload")
+    consumer = open_consumer()
     try:
         targets = {
             tp: max(

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from processor.config import RetentionOverride
 from processor.lifecycle.retention_policy import RetentionLimits
+
+RetentionOverride = tuple[str, str, int]  # (topic, "ms" | "bytes", value)
 
 
 class RetentionConfig:

@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
-from processor.leader.read_committed import is_abort_marker
 from processor.segment.entries_v2 import BatchHeader
+from processor.segment.read_committed import is_abort_marker
 
 
 class Outcome(Enum):

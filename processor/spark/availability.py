@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from processor.errors import ConfigError
 from processor.kafka.partition import TopicPartition
 from processor.segment.object_keys import ObjectKeyFactory
+from processor.spark.bounds import EARLIEST, LATEST, Bound
 from processor.spark.fold_adapter import PartitionArchive
 from processor.spark.live_tail import (
     broker_partitions,
@@ -30,7 +31,7 @@ from processor.spark.live_tail import (
     watermarks,
 )
 from processor.spark.metadata_view import MaterializedMetadata
-from processor.spark.options import EARLIEST, LATEST, Bound, RecordOptions
+from processor.spark.options import RecordOptions
 from processor.spark.planning import archive_offset_for_timestamp
 
 log = logging.getLogger(__name__)

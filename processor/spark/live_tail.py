@@ -27,7 +27,8 @@ from confluent_kafka import TopicPartition as KafkaTP
 from processor.errors import ProcessorError, ServiceUnavailableError, TopicIdUnknownError
 from processor.kafka.partition import TopicPartition
 from processor.spark.arrow_records import BATCH_ROWS, Row, rows_to_batch
-from processor.spark.options import Connection, Subscription
+from processor.spark.connection import Connection
+from processor.spark.options import Subscription
 
 log = logging.getLogger(__name__)
 

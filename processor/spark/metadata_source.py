@@ -32,18 +32,18 @@ from processor.metadata.model import (
     RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
 )
-from processor.spark.live_tail import consume_range, watermarks
-from processor.spark.options import (
+from processor.spark.bounds import (
     EARLIEST,
     EARLIEST_BOUND,
     LATEST,
     LATEST_BOUND,
     Bound,
-    Connection,
-    _lowered,
-    connection_from,
+    lowered_options,
     offsets_bound,
 )
+from processor.spark.connection import Connection
+from processor.spark.entry import connection_from
+from processor.spark.live_tail import consume_range, watermarks
 from processor.spark.stream_offsets import StreamOffsets
 
 SCHEMA_DDL = (
@@ -185,14 +185,14 @@ class MetaSlice:
 
 def metadata_options(options: Mapping[str, str]) -> MetadataOptions:
     known = {o.lower() for o in SUPPORTED_OPTIONS}
-    unknown = sorted(k for k in _lowered(options) if k not in known and not k.startswith("kafka."))
+    unknown = sorted(k for k in lowered_options(options) if k not in known and not k.startswith("kafka."))
     if unknown:
         raise ConfigError(
             f"remote_log_metadata does not know the option(s) {', '.join(unknown)}; supported: "
             f"{', '.join(SUPPORTED_OPTIONS)}, and kafka.* client settings"
         )
 
-    lowered = _lowered(options)
+    lowered = lowered_options(options)
     starting = lowered.get("startingoffsets")
     ending = lowered.get("endingoffsets")
     return MetadataOptions(

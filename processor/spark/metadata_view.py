@@ -26,8 +26,8 @@ from processor.errors import MetadataTopicError, ProcessorError, ServiceUnavaila
 from processor.follower.materializer import Materializer
 from processor.follower.metadata_cache import MetadataCache
 from processor.kafka.partition import TopicPartition
+from processor.spark.connection import Connection
 from processor.spark.fold_adapter import PartitionArchive, partition_archive
-from processor.spark.options import Connection
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +35,12 @@ LOCK_TIMEOUT_S = 120.0
 CATCH_UP_TIMEOUT_S = 60.0
 
 
-def default_cache_dir(conn: Connection, environ: dict[str, str] | None = None) -> Path:
-    """``$PROCESSOR_DATA_DIR/spark-metadata/<key>`` (or under the temp dir), one per cluster and
-    metadata topic."""
-    env = os.environ if environ is None else environ
+def default_cache_dir(conn: Connection) -> Path:
+    """``$PROCESSOR_DATA_DIR/spark-metadata/<key>`` (the connection's ``data_dir``; or under the temp
+    dir), one per cluster and metadata topic."""
     base = (
-        Path(env["PROCESSOR_DATA_DIR"]) / "spark-metadata"
-        if env.get("PROCESSOR_DATA_DIR")
+        Path(conn.data_dir) / "spark-metadata"
+        if conn.data_dir
         else Path(tempfile.gettempdir()) / f"kafka-tiered-processor-{os.getuid()}" / "spark-metadata"
     )
     key = hashlib.sha256(f"{conn.bootstrap_servers}\0{conn.metadata_topic}".encode()).hexdigest()[:16]

@@ -6,9 +6,9 @@ few an archive needs (where the metadata topic and the bucket are, ``tail``). An
 knows is an error that lists the supported ones; ``kafka.*`` settings pass through to the Kafka
 clients the source creates (minus the few Spark refuses too). Connection options
 (``kafka.bootstrap.servers``, ``metadata.topic``, ``s3.*``) fall back to the worker's
-``PROCESSOR_*`` variables. The result is a small frozen value that pickles to the executors, so
-they never read the environment for where to connect. S3 credentials are never options: the
-standard AWS chain provides them on every node.
+``PROCESSOR_*`` variables (processor/spark/entry.py); the result is a small frozen value that
+pickles to the executors. Where a read starts and ends: processor/spark/bounds.py; where it
+connects: processor/spark/connection.py.
 
 What the archive holds is what a ``read_committed`` consumer sees (the offloader reads that way):
 ``kafka.isolation.level=read_uncommitted`` is refused rather than answered with other rows.
@@ -16,30 +16,35 @@ What the archive holds is what a ``read_committed`` consumer sees (the offloader
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
-import os
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from processor.crypto.providers import key_providers
 from processor.errors import ConfigError
 from processor.kafka.partition import TopicPartition
-from processor.kafka.security import KafkaConnection, KafkaSecurity
-from processor.reader.segment_keys import SegmentDecryption
-from processor.segment.object_keys import validate_prefix, validate_topic
-from processor.storage.s3 import S3ChunkStorage, S3Options
-from processor.units import parse_duration_ms
+from processor.segment.object_keys import validate_topic
+from processor.spark.bounds import (
+    EARLIEST,
+    EARLIEST_BOUND,
+    LATEST,
+    LATEST_BOUND,
+    Bound,
+    long_or,
+    lowered_options,
+    option,
+    parse_bool,
+    parse_bound,
+    parse_json,
+    parse_long,
+    time_string_ms,
+)
+from processor.spark.connection import Connection
 
 log = logging.getLogger(__name__)
 
-EARLIEST = -2  # Spark's JSON offsets: -2 earliest, -1 latest
-LATEST = -1
 DEFAULT_PARTITION_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's "15m"
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # spark.network.timeout's default
@@ -93,76 +98,6 @@ _REFUSED_KAFKA = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Connection:
-    kafka: KafkaConnection  # bootstrap servers and security (kafka.security.protocol, kafka.sasl.*, ...)
-    metadata_topic: str
-    s3_endpoint: str | None
-    s3_bucket: str
-    s3_prefix: str
-    s3_region: str | None
-    # The other kafka.* settings for every Kafka client the sources create (librdkafka names); the
-    # security ones are in ``kafka.security``. See kafka_client_settings.
-    kafka_settings: tuple[tuple[str, str], ...] = ()
-    # Encrypted segments: the key ring directory (on every node) for keyring-wrapped data keys; KMS
-    # is reached in s3_region with the node's AWS credentials.
-    encryption_keyring: str | None = None
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return self.kafka.bootstrap_servers
-
-    def storage(self) -> S3ChunkStorage:
-        """A new storage client (the caller closes it)."""
-        return S3ChunkStorage(
-            S3Options(
-                bucket=self.s3_bucket, endpoint_url=self.s3_endpoint, region=self.s3_region, max_concurrency=4
-            )
-        )
-
-    def shared_storage(self) -> S3ChunkStorage:
-        """One storage client per process and connection, reused by every task a Python worker runs:
-        creating a boto3 client costs ~0.1-0.3 s (it loads the service model), more than reading a
-        small slice. boto3 clients are thread-safe; it lives as long as the process."""
-        return _shared_storage(self)
-
-    def decryption(self) -> SegmentDecryption:
-        """One per process and connection (unwrapped data keys are kept for the next task)."""
-        return _shared_decryption(self)
-
-    def consumer(self, client_id: str, **extra: Any) -> Any:
-        """A new assign-only consumer with this connection's Kafka settings and security (the caller
-        closes it)."""
-        from processor.kafka.clients import new_consumer
-
-        return new_consumer(self.kafka, client_id, **{**dict(self.kafka_settings), **extra})
-
-    def admin(self, client_id: str) -> Any:
-        from processor.kafka.clients import new_admin
-
-        return new_admin(self.kafka, client_id)
-
-
-@functools.cache
-def _shared_storage(conn: Connection) -> S3ChunkStorage:
-    return conn.storage()
-
-
-@functools.cache
-def _shared_decryption(conn: Connection) -> SegmentDecryption:
-    keyring = Path(conn.encryption_keyring) if conn.encryption_keyring else None
-    return SegmentDecryption(key_providers(keyring, conn.s3_region))
-
-
-def _lowered(options: Mapping[str, str]) -> dict[str, str]:
-    # pyspark hands options in a case-insensitive dict; plain dicts are matched case-insensitively too.
-    return {str(k).lower(): str(v) for k, v in options.items() if v is not None and str(v) != ""}
-
-
-def _get(options: Mapping[str, str], name: str) -> str | None:
-    return _lowered(options).get(name.lower())
-
-
 # Option prefixes KafkaSecurity.from_spark_options owns.
 _SECURITY = ("kafka.security.", "kafka.sasl.", "kafka.ssl.")
 
@@ -180,7 +115,7 @@ def kafka_client_settings(options: Mapping[str, str]) -> tuple[tuple[str, str], 
     partitions itself).
     """
     out: dict[str, str] = {}
-    for key, value in sorted(_lowered(options).items()):
+    for key, value in sorted(lowered_options(options).items()):
         if not key.startswith("kafka.") or key == "kafka.bootstrap.servers" or key.startswith(_SECURITY):
             continue
         name = key[len("kafka.") :]
@@ -198,168 +133,15 @@ def kafka_client_settings(options: Mapping[str, str]) -> tuple[tuple[str, str], 
     return tuple(out.items())
 
 
-def connection_from(options: Mapping[str, str], environ: Mapping[str, str] | None = None) -> Connection:
-    """Connection options, each falling back to the worker's PROCESSOR_* variable, then its default."""
-    from processor.config import load_settings
-
-    settings = load_settings(os.environ if environ is None else environ)
-    bucket = _get(options, "s3.bucket") or settings.s3_bucket
-    # Spark's Kafka-source security options (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*), or
-    # else the process's PROCESSOR_* security settings.
-    security = KafkaSecurity.from_spark_options(options, settings.kafka_security)
-    return Connection(
-        kafka=KafkaConnection(
-            _get(options, "kafka.bootstrap.servers") or settings.bootstrap_servers, security
-        ),
-        metadata_topic=validate_topic(_get(options, "metadata.topic") or settings.metadata_topic),
-        s3_endpoint=_get(options, "s3.endpoint") or settings.s3_endpoint_url,
-        s3_bucket=bucket,
-        s3_prefix=validate_prefix(_get(options, "s3.prefix") or settings.s3_prefix),
-        s3_region=_get(options, "s3.region") or settings.s3_region,
-        kafka_settings=kafka_client_settings(options),
-        encryption_keyring=_get(options, "encryption.keyring")
-        or (str(settings.encryption_keyring) if settings.encryption_keyring else None),
-    )
-
-
 def check_known_options(options: Mapping[str, str]) -> None:
     """An option nobody knows is an error naming the supported ones (a typo must not change rows)."""
-    unknown = sorted(k for k in _lowered(options) if k not in _KNOWN and not k.startswith("kafka."))
+    unknown = sorted(k for k in lowered_options(options) if k not in _KNOWN and not k.startswith("kafka."))
     if unknown:
         listed = ", ".join(sorted(SUPPORTED_OPTIONS, key=str.lower))
         raise ConfigError(
             f"tiered_records does not know the option(s) {', '.join(unknown)}; supported: {listed}, "
             "and kafka.* client settings"
         )
-
-
-# -- offset and timestamp bounds ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Bound:
-    """Where a read starts or ends (Spark's KafkaOffsetRangeLimit).
-
-    ``kind``: ``earliest`` | ``latest`` | ``offsets`` (``offsets`` per partition, -2 earliest,
-    -1 latest) | ``timestamps`` (``timestamps`` per partition) | ``timestamp`` (one for all)."""
-
-    kind: Literal["earliest", "latest", "offsets", "timestamps", "timestamp"]
-    offsets: tuple[tuple[TopicPartition, int], ...] = ()
-    timestamps: tuple[tuple[TopicPartition, int], ...] = ()
-    timestamp: int | None = None
-
-    @property
-    def offset_map(self) -> dict[TopicPartition, int]:
-        return dict(self.offsets)
-
-    @property
-    def timestamp_map(self) -> dict[TopicPartition, int]:
-        return dict(self.timestamps)
-
-    def named_partitions(self) -> set[TopicPartition] | None:
-        """The partitions a JSON bound names (None for the others)."""
-        if self.kind == "offsets":
-            return {tp for tp, _ in self.offsets}
-        if self.kind == "timestamps":
-            return {tp for tp, _ in self.timestamps}
-        return None
-
-
-EARLIEST_BOUND = Bound("earliest")
-LATEST_BOUND = Bound("latest")
-
-
-def _json(name: str, raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"option {name}: not valid JSON ({exc.msg}): {raw!r}") from None
-
-
-def _partition_longs(name: str, raw: str, example: str) -> tuple[tuple[TopicPartition, int], ...]:
-    """``{"topic":{"0":23,...},...}`` as ((tp, value), ...) in topic, partition order."""
-    doc = _json(name, raw)
-    bad = ConfigError(f"option {name}: expected e.g. {example}, got {raw}")
-    if not isinstance(doc, dict):
-        raise bad
-    out: list[tuple[TopicPartition, int]] = []
-    for topic, parts in doc.items():
-        validate_topic(topic)
-        if not isinstance(parts, dict):
-            raise bad
-        for p, value in parts.items():
-            try:
-                partition = int(p)
-            except (TypeError, ValueError):
-                raise bad from None
-            if not isinstance(value, int) or isinstance(value, bool) or partition < 0:
-                raise bad
-            out.append((TopicPartition(topic, partition), value))
-    return tuple(sorted(out))
-
-
-def _long(name: str, raw: str | None, minimum: int | None = None) -> int | None:
-    if raw is None:
-        return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(f"option {name}: expected a whole number, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"option {name}: must be at least {minimum}, got {value}")
-    return value
-
-
-def _long_or(lowered: Mapping[str, str], name: str, minimum: int, default: int) -> int:
-    value = _long(name, lowered.get(name.lower()), minimum)
-    return default if value is None else value
-
-
-def _bool(name: str, raw: str | None, default: bool) -> bool:
-    if raw is None:
-        return default
-    if raw.strip().lower() in {"true", "false"}:
-        return raw.strip().lower() == "true"
-    raise ConfigError(f"option {name}: expected true or false, got {raw!r}")
-
-
-def time_string_ms(name: str, raw: str) -> int:
-    """A time such as ``15m``, ``10s``, ``250ms``, ``2h`` or ``1d`` (a bare number is ms), as Spark's
-    time strings; ConfigError naming the option otherwise."""
-    try:
-        return parse_duration_ms(raw)
-    except ValueError as exc:
-        raise ConfigError(f"option {name}: {exc}") from None
-
-
-def parse_bound(
-    options: Mapping[str, str], *, timestamp_key: str, by_timestamp_key: str, offsets_key: str, default: Bound
-) -> Bound:
-    """The bound an option set asks for, by Spark's preference: a global timestamp, then
-    timestamps per partition, then offsets (earliest/latest/JSON), then ``default``."""
-    lowered = _lowered(options)
-    if timestamp_key.lower() in lowered:
-        return Bound("timestamp", timestamp=_long(timestamp_key, lowered[timestamp_key.lower()]))
-    if by_timestamp_key.lower() in lowered:
-        example = '{"topicA":{"0":1000,"1":1000},"topicB":{"0":2000}}'
-        return Bound(
-            "timestamps",
-            timestamps=_partition_longs(by_timestamp_key, lowered[by_timestamp_key.lower()], example),
-        )
-    raw = lowered.get(offsets_key.lower())
-    return default if raw is None else offsets_bound(offsets_key, raw)
-
-
-def offsets_bound(name: str, raw: str) -> Bound:
-    """``earliest``, ``latest`` or JSON ``{"topic":{"0":23}}`` (-2 earliest, -1 latest)."""
-    if raw.strip().lower() == "earliest":
-        return EARLIEST_BOUND
-    if raw.strip().lower() == "latest":
-        return LATEST_BOUND
-    offsets = _partition_longs(name, raw, '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}')
-    if any(o < EARLIEST for _tp, o in offsets):
-        raise ConfigError(f"option {name}: offsets are >= 0, or -2 (earliest) / -1 (latest)")
-    return Bound("offsets", offsets=offsets)
 
 
 # -- what tiered_records reads --------------------------------------------------------------------
@@ -424,7 +206,7 @@ class RecordOptions:
 
 
 def headers_requested(options: Mapping[str, str]) -> bool:
-    return _bool("includeHeaders", _get(options, "includeHeaders"), False)
+    return parse_bool("includeHeaders", option(options, "includeHeaders"), False)
 
 
 def _subscription(lowered: Mapping[str, str]) -> Subscription:
@@ -449,7 +231,7 @@ def _subscription(lowered: Mapping[str, str]) -> Subscription:
         except re.error as exc:
             raise ConfigError(f"option subscribePattern: not a valid regex ({exc}): {pattern!r}") from None
         return Subscription(pattern=pattern)
-    doc = _json("assign", value)
+    doc = parse_json("assign", value)
     if not isinstance(doc, dict) or not all(
         isinstance(v, list) and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in v)
         for v in doc.values()
@@ -462,15 +244,15 @@ def _subscription(lowered: Mapping[str, str]) -> Subscription:
 
 
 def _check_batch_bounds(starting: Bound, ending: Bound) -> None:
-    for option, bound, refused, word in (
+    for name, bound, refused, word in (
         ("startingOffsets", starting, LATEST, "latest"),
         ("endingOffsets", ending, EARLIEST, "earliest"),
     ):
         if bound.kind == word:
-            raise ConfigError(f"option {option}: {option} can't be {word} for batch queries")
+            raise ConfigError(f"option {name}: {name} can't be {word} for batch queries")
         for tp, offset in bound.offsets:
             if offset == refused:
-                raise ConfigError(f"option {option}: {option} for {tp} can't be {word} for batch queries")
+                raise ConfigError(f"option {name}: {name} for {tp} can't be {word} for batch queries")
     for kind, start_map, end_map in (
         ("offsets", starting.offset_map, ending.offset_map),
         ("timestamps", starting.timestamp_map, ending.timestamp_map),
@@ -488,12 +270,14 @@ def _check_batch_bounds(starting: Bound, ending: Bound) -> None:
                 raise ConfigError(f"the starting {kind[:-1]} {start} of {tp} is above the ending one {end}")
 
 
-def record_options(
-    options: Mapping[str, str], environ: Mapping[str, str] | None = None, mode: Mode = "batch"
+def parse_record_options(
+    options: Mapping[str, str], connect: Callable[[], Connection], mode: Mode = "batch"
 ) -> RecordOptions:
-    """Parse and check ``options`` for a batch or a stream read; raises ConfigError naming what is wrong."""
+    """Parse and check ``options`` for a batch or a stream read; raises ConfigError naming what is
+    wrong. ``connect`` gives the connection once the options are checked (the Spark entry point's
+    :func:`processor.spark.entry.record_options` reads the settings it falls back to)."""
     check_known_options(options)
-    lowered = _lowered(options)
+    lowered = lowered_options(options)
     subscription = _subscription(lowered)
     warnings: list[str] = []
     starting = parse_bound(
@@ -515,8 +299,8 @@ def record_options(
         raise ConfigError(
             f"option startingOffsetsByTimestampStrategy: expected error or latest, got {strategy!r}"
         )
-    max_rows = _long("maxOffsetsPerTrigger", lowered.get("maxoffsetspertrigger"), 1)
-    min_rows = _long("minOffsetsPerTrigger", lowered.get("minoffsetspertrigger"), 1)
+    max_rows = parse_long("maxOffsetsPerTrigger", lowered.get("maxoffsetspertrigger"), 1)
+    min_rows = parse_long("minOffsetsPerTrigger", lowered.get("minoffsetspertrigger"), 1)
     if max_rows is not None and min_rows is not None and min_rows > max_rows:
         raise ConfigError(
             f"The value of minOffsetPerTrigger({min_rows}) is higher than the "
@@ -556,25 +340,27 @@ def record_options(
     for text in warnings:
         log.warning("tiered_records: %s", text)
     return RecordOptions(
-        connection=connection_from(options, environ),
+        connection=connect(),
         subscription=subscription,
         mode=mode,
         starting=starting,
         ending=ending,
         no_match_latest=strategy == "latest",
-        fail_on_data_loss=_bool("failOnDataLoss", lowered.get("failondataloss"), True),
-        include_headers=_bool("includeHeaders", lowered.get("includeheaders"), False),
+        fail_on_data_loss=parse_bool("failOnDataLoss", lowered.get("failondataloss"), True),
+        include_headers=parse_bool("includeHeaders", lowered.get("includeheaders"), False),
         max_offsets_per_trigger=max_rows,
         min_offsets_per_trigger=min_rows,
         max_trigger_delay_ms=delay_ms,
-        min_partitions=_long("minPartitions", lowered.get("minpartitions"), 1),
-        max_records_per_partition=_long("maxRecordsPerPartition", lowered.get("maxrecordsperpartition"), 1),
+        min_partitions=parse_long("minPartitions", lowered.get("minpartitions"), 1),
+        max_records_per_partition=parse_long(
+            "maxRecordsPerPartition", lowered.get("maxrecordsperpartition"), 1
+        ),
         group_id=group_id,
-        poll_timeout_ms=_long_or(lowered, "kafkaConsumer.pollTimeoutMs", 1, DEFAULT_POLL_TIMEOUT_MS),
-        fetch_offset_retries=_long_or(lowered, "fetchOffset.numRetries", 1, 3),
-        fetch_offset_retry_interval_ms=_long_or(lowered, "fetchOffset.retryIntervalMs", 0, 10),
+        poll_timeout_ms=long_or(lowered, "kafkaConsumer.pollTimeoutMs", 1, DEFAULT_POLL_TIMEOUT_MS),
+        fetch_offset_retries=long_or(lowered, "fetchOffset.numRetries", 1, 3),
+        fetch_offset_retry_interval_ms=long_or(lowered, "fetchOffset.retryIntervalMs", 0, 10),
         tail_live=tail == "live",
-        partition_bytes=_long_or(lowered, "partitionBytes", 1, DEFAULT_PARTITION_BYTES),
+        partition_bytes=long_or(lowered, "partitionBytes", 1, DEFAULT_PARTITION_BYTES),
         metadata_cache_dir=lowered.get("metadata.cachedir"),
         warnings=tuple(warnings),
     )

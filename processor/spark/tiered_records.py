@@ -32,8 +32,9 @@ from pyspark.sql.datasource import (
 
 from processor.spark.arrow_records import schema_ddl
 from processor.spark.availability import observe, timestamp_lookup
+from processor.spark.entry import record_options
 from processor.spark.metadata_view import MaterializedMetadata
-from processor.spark.options import RecordOptions, check_known_options, headers_requested, record_options
+from processor.spark.options import RecordOptions, check_known_options, headers_requested
 from processor.spark.planning import Slice
 from processor.spark.read_planner import plan_ranges
 from processor.spark.slice_reader import read_partition

@@ -23,6 +23,7 @@ from faust.web import Request, View
 
 from processor.config import Settings
 from processor.errors import InvalidNameError
+from processor.kafka.clients import new_consumer
 from processor.leader.offload_engine import OffloadEngine
 from processor.lifecycle.offload_now import offload_now
 from processor.reader.remote_reader import RemoteReader
@@ -90,7 +91,10 @@ def add_offload_view(app: faust.App, engine: OffloadEngine, settings: Settings, 
     executor = RequestExecutor("offload", workers=2, queued=4)
 
     def offload(topic: str, partition: int | None, timeout_s: float) -> Reply:
-        return Reply(200, {"partitions": offload_now(engine, settings, topic, partition, timeout_s)})
+        def open_consumer() -> Any:
+            return new_consumer(settings.kafka, f"{settings.worker_id}-offload")
+
+        return Reply(200, {"partitions": offload_now(engine, open_consumer, topic, partition, timeout_s)})
 
     class OffloadView(View):
         async def post(self, request: Request, **kwargs: Any) -> Any:  # a faust Response

@@ -19,12 +19,13 @@ from aiohttp import web
 
 from processor.config import Settings
 from processor.errors import ConfigError
-from processor.gateway.listeners import Gateway, build_gateway, client_tls, gateway_ports
+from processor.gateway.listeners import Gateway
 from processor.gateway.protocol import warm_up
 from processor.reader.block_cache import BlockCache
 from processor.reader.remote_reader import RemoteReader
 from processor.web.servers import follower_web_app
 from processor.wiring.follower import Follower, build_follower, build_reader
+from processor.wiring.gateway import build_gateway, client_tls, gateway_ports
 from processor.wiring.startup import check_shared, read_api_token
 
 log = logging.getLogger("processor.gateway")

@@ -16,7 +16,6 @@ import faust
 from processor.config import Settings
 from processor.leader.leadership import Leadership
 from processor.leader.offload_engine import OffloadEngine
-from processor.lifecycle.worker_tasks import LifecycleTasks
 from processor.logs import faust_logging_options
 from processor.probes import ReadinessWatch
 from processor.storage.chunk_storage import ChunkStorage
@@ -24,6 +23,7 @@ from processor.wiring.faust_app import build_app
 from processor.wiring.faust_views import add_offload_view
 from processor.wiring.follower import Follower, build_follower, build_reader
 from processor.wiring.leader import build_engine
+from processor.wiring.lifecycle import LifecycleTasks
 from processor.wiring.read_your_write import caught_up_by_follower, confirm_by_follower
 from processor.wiring.readiness import build_readiness_watch
 from processor.wiring.resume import build_planner

@@ -15,7 +15,8 @@ from processor.devstack.stack import StackInfo
 from processor.errors import InvalidNameError, InvalidRangeError, ObjectExistsError, ObjectNotFoundError
 from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.filesystem import FilesystemChunkStorage
-from processor.storage.s3 import S3ChunkStorage, S3Options
+from processor.storage.s3 import S3ChunkStorage
+from processor.storage.s3_client import S3Options
 
 MiB = 1024 * 1024
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from processor.config import load_settings
-from processor.gateway.listeners import gateway_ports
+from processor.wiring.gateway import gateway_ports
 from tests.deploy.chart import (
     ALL_ON,
     BASE,

@@ -27,7 +27,8 @@ from processor.metadata.model import SegmentState
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.metadata.topic_io import load_remote_state
 from processor.segment.object_keys import MANIFEST_SUFFIX
-from processor.storage.s3 import S3ChunkStorage, S3Options
+from processor.storage.s3 import S3ChunkStorage
+from processor.storage.s3_client import S3Options
 from tests.integration.worker_process import WorkerProcess
 
 

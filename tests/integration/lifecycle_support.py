@@ -17,7 +17,8 @@ from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
 from processor.metadata.remote_log_state import PartitionRemoteState, RemoteLogState
 from processor.metadata.topic_io import read_partitions
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.storage.s3 import S3ChunkStorage, S3Options
+from processor.storage.s3 import S3ChunkStorage
+from processor.storage.s3_client import S3Options
 from tests.support.cli import CliResult
 from tests.support.cli import run_cli as in_process
 

@@ -278,7 +278,7 @@ def test_the_spark_source_plans_and_reads_the_encrypted_archive(encrypted, tmp_p
     option ``encryption.keyring`` names the key ring."""
     from pyspark.sql.datasource import InputPartition
 
-    from processor.spark.options import record_options
+    from processor.spark.entry import record_options
     from processor.spark.tiered_records import TieredRecordsReader
 
     topic = list(encrypted.topics)[1]

@@ -18,7 +18,8 @@ from processor.metadata.topic_io import load_remote_state
 from processor.segment.blocks import iter_blocks
 from processor.segment.index_format import decode_index, index_crc
 from processor.segment.records import TimestampType
-from processor.storage.s3 import S3ChunkStorage, S3Options
+from processor.storage.s3 import S3ChunkStorage
+from processor.storage.s3_client import S3Options
 from tests.integration.worker_process import WorkerProcess, worker_env
 from tests.support.metadata_watch import wait_offloaded
 

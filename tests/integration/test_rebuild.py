@@ -34,8 +34,8 @@ from processor.metadata.manifest import manifest_key
 from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.metadata.topic_io import load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
+from processor.spark.connection import Connection
 from processor.spark.live_tail import consume_range
-from processor.spark.options import Connection
 from tests.integration.invariants import running_worker, wait_for_log
 from tests.integration.lifecycle_support import storage_for
 from tests.integration.test_ownership import PARTITIONS, Produced, _env, assert_reads_byte_exact

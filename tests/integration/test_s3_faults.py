@@ -10,7 +10,8 @@ import pytest
 
 from processor.devstack.stack import StackInfo
 from processor.errors import ObjectExistsError, StorageError
-from processor.storage.s3 import MIN_PART_SIZE, S3ChunkStorage, S3Options
+from processor.storage.s3 import MIN_PART_SIZE, S3ChunkStorage
+from processor.storage.s3_client import S3Options
 from tests.support.fault_proxy import FaultProxy, FaultRule, error_rule, slowdown_rule
 
 pytestmark = pytest.mark.integration

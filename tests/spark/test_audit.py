@@ -36,10 +36,10 @@ from processor.metadata.model import (
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic
 from processor.segment.block_header import BLOCK_HEADER_LEN
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.spark.audit import AuditOptions, run_audit
-from processor.spark.audit_problems import AuditState
-from processor.spark.audit_scrub import estimated_cost
-from processor.spark.options import Connection
+from processor.spark.audit.problems import AuditState
+from processor.spark.audit.run import AuditOptions, run_audit
+from processor.spark.audit.scrub import estimated_cost
+from processor.spark.connection import Connection
 from processor.wiring.storage import build_storage
 from tests.support.cli import run_cli
 from tests.support.segment_v1_writer import SegmentBuilder

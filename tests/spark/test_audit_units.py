@@ -26,8 +26,8 @@ from processor.metadata.model import (
     SegmentState,
 )
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.spark.audit_problems import AuditState, ScrubCursor
-from processor.spark.audit_rules import (
+from processor.spark.audit.problems import AuditState, ScrubCursor
+from processor.spark.audit.rules import (
     KINDS,
     RECORD_KINDS,
     STATE_SCOPE,
@@ -36,8 +36,8 @@ from processor.spark.audit_rules import (
     fold_group,
     state_findings,
 )
-from processor.spark.audit_scrub import estimated_cost, plan_pass, progress, scrub_items
-from processor.spark.audit_storage import lag_findings
+from processor.spark.audit.scrub import estimated_cost, plan_pass, progress, scrub_items
+from processor.spark.audit.storage import lag_findings
 from processor.spark.fold_adapter import PartitionArchive, PartitionFold
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from processor.devstack.stack import StackInfo
-from processor.spark.options import record_options
+from processor.spark.entry import record_options
 from processor.spark.planning import DataLossError
 from processor.spark.slice_reader import DATA_LOSS
 from processor.spark.tiered_records import TieredRecordsReader

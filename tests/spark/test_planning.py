@@ -16,8 +16,8 @@ from processor.segment.block_header import BlockInfo
 from processor.segment.index_format import SegmentIndex
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.spark.availability import Availability
+from processor.spark.bounds import EARLIEST_BOUND, LATEST_BOUND, Bound
 from processor.spark.fold_adapter import PartitionArchive
-from processor.spark.options import EARLIEST_BOUND, LATEST_BOUND, Bound
 from processor.spark.planning import LiveSlice, SegmentSlice, cover, divvy, plan_archived, split_slice
 
 pytestmark = pytest.mark.spark

@@ -16,7 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMinRows
 
 from processor.devstack.stack import StackInfo
 from processor.kafka.clients import new_producer
-from processor.spark.options import record_options
+from processor.spark.entry import record_options
 from processor.spark.tiered_stream import TieredRecordsStreamReader
 from tests.spark.kafka_reference import KafkaReference
 from tests.spark.planted import PlantedArchive, plant

@@ -60,7 +60,7 @@ def test_pushed_filters_read_fewer_blocks(spark, archive) -> None:
     from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, LessThan
 
     from processor.spark.arrow_records import BLOCKS_READ
-    from processor.spark.options import record_options
+    from processor.spark.entry import record_options
     from processor.spark.tiered_records import TieredRecordsReader
 
     options = record_options(spark_options(archive))

@@ -12,12 +12,12 @@ from typing import cast
 import pytest
 
 from processor.commands.delete_topic import LiveTopic, choose_scope, delete_partition
-from processor.commands.deletion_context import DeletionContext
 from processor.errors import ConfigError
 from processor.kafka.partition import TopicPartition
 from processor.metadata.model import ClaimKind, PartitionClaim, RemoteLogSegmentId, RemoteLogSegmentMetadata
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.storage.filesystem import FilesystemChunkStorage
+from processor.wiring.deletion_context import DeletionContext
 from tests.unit.test_claims import KEYS, TP, Log, deleter, segment
 from tests.unit.test_deletion_proof import keys_in, objects_of, upload
 

@@ -288,7 +288,7 @@ def test_list_offsets_earliest_and_by_time_answer_from_the_archive_below_the_bro
 def test_the_gateways_tls_settings_are_checked_before_anything_listens(tmp_path: Path) -> None:
     from processor.config import load_settings
     from processor.errors import ConfigError
-    from processor.gateway.listeners import client_tls, gateway_ports
+    from processor.wiring.gateway import client_tls, gateway_ports
 
     base = {"PROCESSOR_GATEWAY_HOST": "127.0.0.1"}
     assert client_tls(load_settings(base)) is None

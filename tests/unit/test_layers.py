@@ -1,5 +1,6 @@
-"""The layer contracts (pyproject.toml ``[tool.importlinter]``) hold on the real tree, and a deliberate
-violation added to a copy of the package makes ``lint-imports`` fail, naming it."""
+"""The layer contracts (pyproject.toml ``[tool.importlinter]``) hold on the real tree, a deliberate
+violation added to a copy of the package makes ``lint-imports`` fail, naming it, and so does a new
+package that takes no floor."""
 
 from __future__ import annotations
 
@@ -57,6 +58,35 @@ def test_an_unchanged_copy_keeps_them_too(tmp_path: Path) -> None:
         ("segment/records.py", "import boto3", "processor.segment is not allowed to import boto3"),
         ("storage/filesystem.py", "import faust", "processor is not allowed to import faust"),
         ("reader/record_json.py", "from tests.support import fault_proxy", "not allowed to import tests"),
+        # a role reads no settings: the wiring builds it from them
+        (
+            "gateway/rewrite.py",
+            "from processor.config import Settings",
+            "processor.gateway is not allowed to import processor.config",
+        ),
+        # a floor imports only the floors below it
+        (
+            "metadata/model.py",
+            "from processor.reader import record_json",
+            "processor.metadata is not allowed to import processor.reader",
+        ),
+        (
+            "reader/record_json.py",
+            "from processor.wiring import storage",
+            "processor.reader is not allowed to import processor.wiring",
+        ),
+        # roles on one floor do not import each other
+        (
+            "gateway/rewrite.py",
+            "from processor.restore import plan",
+            "processor.gateway is not allowed to import processor.restore",
+        ),
+        # the partition type stays pure
+        (
+            "kafka/partition.py",
+            "import confluent_kafka",
+            "processor.kafka.partition is not allowed to import confluent_kafka",
+        ),
     ],
 )
 def test_a_deliberate_violation_fails_the_contracts(
@@ -68,3 +98,15 @@ def test_a_deliberate_violation_fails_the_contracts(
     result = lint_imports(tree)
     assert result.returncode != 0
     assert reported in result.stdout, result.stdout
+
+
+def test_a_package_without_a_floor_fails_the_contracts(tmp_path: Path) -> None:
+    tree = copy_of_the_tree(tmp_path)
+    room = tree / "processor" / "newroom"
+    room.mkdir()
+    (room / "__init__.py").write_text('"""A package nobody gave a floor."""\n')
+    (room / "thing.py").write_text("from processor.errors import ConfigError  # noqa: F401\n")
+    result = lint_imports(tree)
+    assert result.returncode != 0
+    assert "The following modules are not listed as layers:" in result.stdout, result.stdout
+    assert "- processor.newroom" in result.stdout, result.stdout

@@ -161,4 +161,7 @@ def test_refused_connections_are_told_apart_by_broker():
         ("FAIL", "sasl_ssl://b:9093/bootstrap: Connect to ipv4#10.0.0.2:9093 failed: Connection refused"),
         ("_TRANSPORT", "3/3 brokers are down"),
     ]
-    assert rdkafka_log_module.refusing_brokers(seen) == {"127.0.0.1:1/bootstrap", "sasl_ssl://b:9093/bootstrap"}
+    assert rdkafka_log_module.refusing_brokers(seen) == {
+        "127.0.0.1:1/bootstrap",
+        "sasl_ssl://b:9093/bootstrap",
+    }

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from processor.leader.read_committed import committed
 from processor.segment.entries_v2 import split_batches
+from processor.segment.read_committed import committed
 from tests.batch_samples import control_batch, make_batch
 
 

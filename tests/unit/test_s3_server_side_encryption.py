@@ -8,7 +8,8 @@ import pytest
 from moto import mock_aws
 
 from processor.config import Settings
-from processor.storage.s3 import S3ChunkStorage, S3Options
+from processor.storage.s3 import S3ChunkStorage
+from processor.storage.s3_client import S3Options
 from processor.wiring.storage import build_storage
 
 MiB = 1024 * 1024

@@ -1,5 +1,5 @@
 """The audit's checks of the objects behind the metadata, and of the source topic. No pyspark: the
-segment checks run inside Spark tasks (``processor.spark.audit``), the rest on the driver.
+segment checks run inside Spark tasks (``processor.spark.audit.run``), the rest on the driver.
 
 Per segment (``segment_findings``): the project's one segment check
 (:func:`processor.reader.segment_check.check_segment`, sampled blocks or, with ``full_crc``, every
@@ -25,7 +25,7 @@ from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.reader.segment_check import check_segment
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentDecryption
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.spark.audit_rules import Finding, segment_finding, segment_scope
+from processor.spark.audit.rules import Finding, segment_finding, segment_scope
 from processor.spark.fold_adapter import PartitionArchive
 from processor.storage.chunk_storage import ChunkStorage
 

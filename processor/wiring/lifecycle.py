@@ -1,6 +1,7 @@
-"""The worker's lifecycle tasks as plain calls: the retention pass and the sweep of abandoned
-multipart uploads. The composition root (processor/wiring/) runs them on its timers. Only partitions
-this worker leads (``led_partitions``) are touched, so only a partition's leader deletes.
+"""The worker's lifecycle tasks built from the settings, as plain calls: the retention pass and the
+sweep of abandoned multipart uploads (processor/lifecycle/ holds what they do). The worker runs them
+on its timers. Only partitions this worker leads (``led_partitions``) are touched, so only a
+partition's leader deletes.
 """
 
 from __future__ import annotations

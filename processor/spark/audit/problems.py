@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.errors import FormatError
-from processor.spark.audit_rules import FINDING_COLUMNS, Finding
+from processor.spark.audit.rules import FINDING_COLUMNS, Finding
 
 STATE_VERSION = 1
 PROBLEM_COLUMNS = (

@@ -5,18 +5,18 @@ topic, and one pass runs even when nothing new arrived):
 
 1. The metadata messages of the micro-batch are folded per source partition by a stateful step
    (``applyInPandasWithState``; the state is the project's fold of the partition,
-   ``audit_rules.RecordVerdicts``): each record the fold rejects is a finding named by the fold's
+   ``rules.RecordVerdicts``): each record the fold rejects is a finding named by the fold's
    reason, and the rejections are counted by reason (``AuditRun.rejected``, the pass's log line).
 2. With ``--verify-objects`` the objects under the prefix are listed (before the metadata is read).
 3. The metadata topic is applied to a materialized view kept in the checkpoint (the follower's
-   cache format); every partition's archive is checked (``audit_rules.state_findings``).
+   cache format); every partition's archive is checked (``rules.state_findings``).
 4. With ``--verify-objects``, a bounded share of the segments (a byte and a request quota per
-   pass, going on where the last pass stopped) is checked by Spark tasks (``audit_storage``); with
+   pass, going on where the last pass stopped) is checked by Spark tasks (``storage``); with
    ``--full-crc`` every block is read, otherwise samples.
 5. The topic's offsets against the archive's (``expired_before_offload``, ``offload_lag``).
 6. The pass's findings are written under ``<output>/findings/pass_id=<pass>/`` (a replayed pass
    overwrites its own file, nothing is appended twice); then, in one atomic write, the open
-   problems and the scrub position (``audit_problems.AuditState``), and the problems view under
+   problems and the scrub position (``problems.AuditState``), and the problems view under
    ``<output>/problems``.
 """
 
@@ -39,8 +39,8 @@ import pandas as pd
 from processor import metrics
 from processor.kafka.partition import TopicPartition
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.spark.audit_problems import PROBLEM_COLUMNS, AuditState, PassOutcome, Problem
-from processor.spark.audit_rules import (
+from processor.spark.audit.problems import PROBLEM_COLUMNS, AuditState, PassOutcome, Problem
+from processor.spark.audit.rules import (
     FINDING_COLUMNS,
     MARKER,
     STATE_SCOPE,
@@ -50,8 +50,8 @@ from processor.spark.audit_rules import (
     segment_scope,
     state_findings,
 )
-from processor.spark.audit_scrub import plan_pass, progress, scrub_items
-from processor.spark.audit_storage import (
+from processor.spark.audit.scrub import plan_pass, progress, scrub_items
+from processor.spark.audit.storage import (
     ScrubStats,
     lag_findings,
     list_objects,
@@ -59,9 +59,10 @@ from processor.spark.audit_storage import (
     orphan_findings,
     segment_findings,
 )
+from processor.spark.connection import Connection
 from processor.spark.live_tail import broker_partitions, watermarks
 from processor.spark.metadata_view import MaterializedMetadata
-from processor.spark.options import Connection, Subscription
+from processor.spark.options import Subscription
 
 log = logging.getLogger(__name__)
 

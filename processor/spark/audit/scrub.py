@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
-from processor.spark.audit_problems import ScrubCursor
+from processor.spark.audit.problems import ScrubCursor
 from processor.spark.fold_adapter import PartitionArchive
 
 INDEX_BYTES_PER_BLOCK = 74  # a block's entry in the index object (block index + KIP-405 entry)
