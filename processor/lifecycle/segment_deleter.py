@@ -136,9 +136,16 @@ class SegmentDeleter:
                 "segment's state changed since the pass planned (a copy finished); stopping"
             )
 
-    def move_log_start_offset(self, tp: TopicPartition, offset: int, writer_epoch: int) -> None:
+    def move_log_start_offset(
+        self, tp: TopicPartition, offset: int, writer_epoch: int, decided: bool = True
+    ) -> None:
+        """Publish a remote log start offset; ``decided``: this deleter's own decision (its retention,
+        or the user's delete-before), the proof its later passes delete below it by. A start stated
+        again after a rejected record shadowed it (someone else's decision, possibly forged) is not."""
         record = RemoteLogStartOffset(tp, offset, self.clock_ms(), self.writer_id, writer_epoch)
         self._publish_confirmed(record, f"remote log start offset {offset} of {tp}")
+        if not decided:
+            return
         claim = self.claims.get(tp)
         key = (tp, writer_epoch, claim[1] if claim is not None and claim[0] == writer_epoch else None)
         self.published_starts[key] = max(offset, self.published_starts.get(key, 0))
@@ -258,7 +265,7 @@ class SegmentDeleter:
     ) -> str | None:
         """Delete one segment; returns None when done, or the storage error (recorded for retry)."""
         if segment.state is _S.DELETE_SEGMENT_STARTED:
-            deleting = replace(segment, writer_id=self.writer_id, writer_epoch=writer_epoch)
+            deleting = self._state_deletion_again(segment, writer_epoch)
         else:
             # conditional on the state the plan saw, and confirmed before any object goes: a copy
             # that finished since the plan makes the fold reject it (then nothing is deleted)
@@ -282,6 +289,21 @@ class SegmentDeleter:
             reason.value,
         )
         return None
+
+    def _state_deletion_again(
+        self, segment: RemoteLogSegmentMetadata, writer_epoch: int
+    ) -> RemoteLogSegmentMetadata:
+        """A deletion found in the metadata is stated again under this writer's claim, and confirmed,
+        before any of its objects goes: the view it was found in may be stale (a paused worker whose
+        claim was taken since, a segment served again by the next holder), and the readers then
+        reject the record (another claim, or the segment no longer being deleted: the condition it
+        names), so nothing is deleted. Raises FencedWriterError then."""
+        again = replace(
+            segment, writer_id=self.writer_id, writer_epoch=writer_epoch, event_timestamp_ms=self.clock_ms()
+        )
+        self._publish_confirmed(again, f"DELETE_SEGMENT_STARTED of {segment.segment_id} stated again")
+        self.started[segment.segment_id.id] = (writer_epoch, again.event_timestamp_ms)
+        return again
 
     def forget_manifests(self, segments: Iterable[RemoteLogSegmentMetadata]) -> None:
         """Delete the manifests of every segment about to be deleted, before any of them goes: a
@@ -405,6 +427,11 @@ class SegmentDeleter:
                 self.failed.resolve(entry)
                 continue
             try:
+                state = self._state_deletion_again(state, writer_epoch)
+            except FencedWriterError as exc:  # left for the next pass, judged on the state it shows then
+                log.warning("deletion topic entry for %s not retried: %s", entry.segment_id, exc)
+                continue
+            try:
                 keys = self.owned_objects(state)
                 for key in keys.in_delete_order():
                     self.storage.delete(key)
@@ -435,7 +462,7 @@ class SegmentDeleter:
         self._publish_confirmed(record, f"repair of {segment.segment_id}")
 
     def repair_log_start(self, tp: TopicPartition, offset: int, writer_epoch: int) -> None:
-        self.move_log_start_offset(tp, offset, writer_epoch)
+        self.move_log_start_offset(tp, offset, writer_epoch, decided=False)
 
     def restate_claim(self, tp: TopicPartition, claim: Claim) -> None:
         """Publish the holder's claim again under its own key (a tombstone was filed there): readers

@@ -4,15 +4,36 @@ to; the rules and invariants live in the model."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from processor.errors import ObjectNotFoundError, StorageError
+from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import delete_key, encode_value, record_key, segment_key
 from processor.metadata.fold import CONDITION, MetadataFold
-from processor.metadata.model import MetadataRecord, PartitionClaim, RemoteLogSegmentMetadata, TopicPartition
+from processor.metadata.model import MetadataRecord, PartitionClaim, RemoteLogSegmentMetadata
 from processor.storage.chunk_storage import Buffer, ChunkInfo
+
+# MODEL_TRACE=1 prints, in the run hypothesis reports, every step, message appended (with its
+# verdict) and object deleted: how to read a failing run the model found
+TRACE = os.environ.get("MODEL_TRACE") == "1"
+
+
+_final = [False]  # the last answer on the test's thread (the stepped copier runs in a thread of its own)
+
+
+def tracing() -> bool:
+    if not TRACE:
+        return False
+    from hypothesis.control import current_build_context
+    from hypothesis.errors import InvalidArgument
+
+    with contextlib.suppress(InvalidArgument):
+        _final[0] = current_build_context().is_final
+    return _final[0]
 
 
 class Bucket:
@@ -51,6 +72,8 @@ class Bucket:
     def delete(self, key: str) -> None:
         if self.failing:
             raise StorageError(f"injected: cannot delete {key}")
+        if tracing() and key in self.objects:
+            print(f"  deleted {key}")
         self.objects.pop(key, None)
 
 
@@ -83,6 +106,9 @@ class Topic:
         claims = {tp: self.live.partition(tp).header.claim for tp in self.partitions}
         verdict = self.live.apply_raw(offset, key, value)
         self.accepted[offset] = verdict.accepted
+        if tracing():
+            shown = "tombstone" if value is None else repr(verdict.record or value[:16])
+            print(f"  @{offset} {key.decode(errors='replace')} {verdict.accepted} {verdict.reason} {shown}")
         record = verdict.record
         if record is None or isinstance(record, PartitionClaim):
             return offset

@@ -57,6 +57,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from processor.errors import FencedWriterError, StorageError
 from processor.follower.metadata_cache import MetadataCache
+from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import CopyCancelledError, SegmentCopier
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits, plan_retention
@@ -72,7 +73,6 @@ from processor.metadata.model import (
     RemoteLogSegmentMetadata,
     RemoteLogStartOffset,
     SegmentState,
-    TopicPartition,
 )
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.sink import Confirm, MetadataSink
@@ -82,7 +82,7 @@ from processor.rebuild.resolve import REBUILD_WRITER, plan_rebuild
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import ChunkStorage
-from tests.support.ownership_world import Bucket, FailedDeletions, Topic
+from tests.support.ownership_world import Bucket, FailedDeletions, Topic, tracing
 from tests.support.stepped_copier import SteppedCopy, Stop
 
 TPS = (TopicPartition("orders", 0), TopicPartition("orders", 1))
@@ -168,6 +168,12 @@ class _OwnersView:
 
 
 class OwnershipModel(RuleBasedStateMachine):
+    def _repr_step(self, rule: object, data: object, result: object) -> str:
+        step = str(super()._repr_step(rule, data, result))  # type: ignore[arg-type]
+        if tracing():
+            print(step)  # after the messages it appended (MODEL_TRACE=1)
+        return step
+
     @initialize()
     def setup(self) -> None:
         self.topic = Topic(TPS, WRITERS)
@@ -532,6 +538,9 @@ class OwnershipModel(RuleBasedStateMachine):
                     if seg.state is S.COPY_SEGMENT_FINISHED:
                         assert seg.end_offset < before, "delete-before deleted a segment it did not name"
                         self.retention_deleted[seg.segment_id.id] = seg.max_timestamp_ms
+                        # served again by the command's own pass (a forged delete undone), then deleted
+                        # as the user asked
+                        self.forged.pop(seg.segment_id.id, None)
         release = PartitionClaim(tp, self._uuid(), ClaimKind.RELEASE, "op", 0, released_epoch=epoch)
         self.topic.publish(release)
 

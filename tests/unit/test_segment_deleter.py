@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from processor import metrics
-from processor.errors import StorageError
+from processor.errors import FencedWriterError, StorageError
 from processor.kafka.partition import TopicPartition
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, plan_retention
@@ -192,7 +194,29 @@ def test_failed_deletes_are_queued_counted_and_retried(tmp_path: Path) -> None:
     journal.events.clear()
     out = deleter.execute(TP, plan, 2)
     assert out.deleted == stuck and list(storage.list("")) == []
-    assert [k for k, _ in journal.events] == ["publish", "resolved"] * 2
+    # each deletion stated again (confirmed) before its objects go, then finished
+    assert [k for k, _ in journal.events] == ["publish", "publish", "resolved"] * 2
+    states = [r.state for _, r in journal.events if isinstance(r, RemoteLogSegmentMetadata)]
+    assert states == [S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED] * 2
+
+
+def test_a_retried_deletion_the_readers_refuse_deletes_nothing(tmp_path: Path) -> None:
+    """A deletion found in a view that is stale by now (the claim taken since, the segment served
+    again): stated again, the readers refuse it, and every object stays."""
+    storage = FailingDeletes(tmp_path)
+    (seg,) = copy_segments(storage, 1)
+    journal = Journal()
+    deleter = SegmentDeleter(
+        storage, journal, journal, journal, "w-ret", ObjectKeyFactory("p"), lambda record, offset: False
+    )
+    stuck = seg.deleting(2, "w-ret", 2)
+    deleter.started[seg.segment_id.id] = (stuck.writer_epoch, stuck.event_timestamp_ms)  # its own
+    with pytest.raises(FencedWriterError):
+        deleter.execute(TP, plan_retention([stuck], RetentionLimits(), 10_000), 2)
+    out = deleter.retry_failed([seg], 2, lambda s: stuck)
+    assert out.deleted == [] and out.failed == []
+    assert len(list(storage.list(""))) == 2, "data and index stay"
+    assert [k for k, _ in journal.events] == ["publish", "publish"]  # the two refused statements
 
 
 def test_retry_from_the_deletion_topic_finishes_the_segment(tmp_path: Path) -> None:
@@ -202,13 +226,19 @@ def test_retry_from_the_deletion_topic_finishes_the_segment(tmp_path: Path) -> N
     deleter = deleter_for(storage, journal)
     stuck = seg.with_state(S.DELETE_SEGMENT_STARTED, 2)
     deleter.started[seg.segment_id.id] = (stuck.writer_epoch, stuck.event_timestamp_ms)  # its own
+
+    def readers_hold(s: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata:
+        return _published_deletes(journal).get(seg.segment_id.id, stuck)
+
     storage.fail = True
-    assert deleter.retry_failed([seg], 3, lambda s: stuck).failed
+    assert deleter.retry_failed([seg], 3, readers_hold).failed
     storage.fail = False
-    out = deleter.retry_failed([seg], 3, lambda s: stuck)
-    assert out.deleted == [stuck] and list(storage.list("")) == []
-    assert [k for k, _ in journal.events] == ["publish", "resolved"]
-    finished = journal.events[0][1]
+    out = deleter.retry_failed([seg], 3, readers_hold)
+    assert [s.segment_id for s in out.deleted] == [stuck.segment_id] and list(storage.list("")) == []
+    assert [k for k, _ in journal.events] == ["publish", "publish", "publish", "resolved"]
+    again = journal.events[1][1]  # stated again under its claim before the objects went
+    assert isinstance(again, RemoteLogSegmentMetadata) and again.state is S.DELETE_SEGMENT_STARTED
+    finished = journal.events[2][1]
     assert isinstance(finished, RemoteLogSegmentMetadata) and finished.state is S.DELETE_SEGMENT_FINISHED
     assert finished.writer_epoch == 3
 

@@ -1,0 +1,97 @@
+"""Sequences the ownership model's long run found, replayed step by step on the model
+(tests/unit/test_ownership_model.py): each names what went wrong before its fix."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from processor.kafka.partition import TopicPartition
+from tests.unit.test_ownership_model import TPS, OwnershipModel
+
+P1 = TPS[1]
+
+
+class Draws:
+    """The values a rule draws, in order (a stand-in for hypothesis's ``data``)."""
+
+    def __init__(self, *values: object) -> None:
+        self.values = list(values)
+
+    def draw(self, strategy: Any, label: str | None = None) -> object:
+        return self.values.pop(0)
+
+
+def _check(model: OwnershipModel) -> None:
+    model.claim_hits_settle()
+    model.acknowledged_stays_served()
+    model.served_is_contiguous_and_disjoint()
+    model.only_the_claim_holder_writes()
+    model.served_objects_exist()
+    model.acknowledged_objects_exist_until_retention()
+    model.every_reader_agrees()
+
+
+@pytest.fixture
+def model() -> Iterator[OwnershipModel]:
+    m = OwnershipModel()
+    m.setup()
+    yield m
+    m.teardown()
+
+
+def _served(model: OwnershipModel, tp: TopicPartition) -> list[tuple[int, int]]:
+    return [(s.start_offset, s.end_offset) for s in model._state(tp).finished()]
+
+
+def test_a_paused_owner_retrying_a_failed_deletion_leaves_a_segment_served_again_alone(
+    model: OwnershipModel,
+) -> None:
+    """Retention deletes a segment, its objects fail to go (queued for retry); an operator's command
+    takes the partition and, not having started that deletion, serves the segment again. The first
+    owner, paused meanwhile (its view ends at its own pass), retries: it must state the deletion again
+    under its claim, be refused, and delete nothing (it deleted the objects of a served segment)."""
+    model.claim("B1")
+    model.produce(P1, 4)
+    model.copy_whole("B1", length=4)
+    model.claim("A1")
+    model.produce(P1, 6)
+    model.storage_fails(failing=True)
+    model.retention("A1", keep=6)  # 0..3 expired: DELETE_SEGMENT_STARTED accepted, objects stay
+    _check(model)
+    assert _served(model, P1) == []
+    model.operator_takes_the_partition(Draws(P1, None))
+    assert _served(model, P1) == [(0, 3)]  # served again: the command did not start that deletion
+    model.storage_fails(failing=False)
+    model.retention("A1", keep=6)  # a zombie: its view still shows its claim and its deletion
+    _check(model)
+    assert _served(model, P1) == [(0, 3)]
+
+
+def test_a_start_offset_stated_again_after_a_claim_tombstone_proves_no_deletion(
+    model: OwnershipModel,
+) -> None:
+    """An operator's delete-before moves the remote log start offset past a segment whose objects
+    then fail to go; the next owner did not publish that start, so it serves the segment again. A
+    tombstone under the current claim's key makes the next holder state every record again, the
+    start offset included: re-published, it is still not that holder's decision, and its retention
+    (limits far away) must not delete below it."""
+    model.claim("B1")
+    model.produce(P1, 6)
+    model.copy_whole("B1", length=5)
+    model.copy_whole("B1", length=1)
+    model.storage_fails(failing=True)
+    model.operator_takes_the_partition(Draws(P1, 5))
+    model.storage_fails(failing=False)
+    model.claim("A1")
+    model.cleanup("A1")
+    _check(model)
+    model.hostile_claim_tombstone(kind="current", data=Draws(P1))
+    _check(model)
+    model.claim("B1")
+    model.retention("B1", keep=12)
+    _check(model)
+    model.cleanup("B1")
+    _check(model)
