@@ -26,7 +26,7 @@ deleted only when named with ``--topic-id``, in every mode. It says what it will
 starts.
 
 Each partition is taken for the command with an ADMIN claim (workers leading it stop writing it
-until the command releases it; processor/metadata/fold.py). When everything of the partition goes
+until the command releases it; processor/metadata/fold_rules.py). When everything of the partition goes
 (the topic is gone, or ``--include-live``), the partition walks KIP-405's partition delete states:
 DELETE_PARTITION_MARKED, DELETE_PARTITION_STARTED, then every segment goes (DELETE_SEGMENT_STARTED,
 objects, DELETE_SEGMENT_FINISHED; the tombstones once every rejected record of the partition is

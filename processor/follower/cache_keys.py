@@ -8,7 +8,7 @@ u64/i64 BE so byte order is numeric order)::
     b"O" tp start(u64) uuid(16)        -> [end i64][max_timestamp i64]   COPY_SEGMENT_FINISHED only
     b"L" tp start(u64) uuid(16)        -> [end i64]                      all but DELETE_SEGMENT_FINISHED
     b"E" tp                            -> the fold's partition header: current claim, topic ids, remote
-                                          log start offset, delete state (fold.encode_header, JSON)
+                                          log start offset, delete state (JSON, partition_header_codec)
     b"H" tp metadata-key               -> b""   a key whose latest record was rejected (shadowed)
     b"X" tp uuid(16)                   -> a rejected record of a segment no accepted record knows
                                           (an orphan: its objects and key are the owner's to remove)

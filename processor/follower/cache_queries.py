@@ -11,8 +11,9 @@ from rocksdict import Rdict, RdictIter
 from processor.follower.cache_keys import I64, MAX_UUID, O_VALUE, U32, U64, tp_key, tp_of_key
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import decode_value
-from processor.metadata.fold import PartitionHeader, decode_header
+from processor.metadata.fold_state import PartitionHeader
 from processor.metadata.model import PartitionDeleteState, RemoteLogSegmentMetadata
+from processor.metadata.partition_header_codec import decode_header
 from processor.metadata.remote_log_state import PartitionRemoteState
 
 

@@ -29,8 +29,10 @@ from processor.follower.cache_keys import I64, MAX_UUID, O_VALUE, U32, U64, offs
 from processor.follower.cache_queries import CacheQueries
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import encode_value
-from processor.metadata.fold import Change, Fold, PartitionHeader, encode_header
+from processor.metadata.fold import Fold
+from processor.metadata.fold_state import Change, PartitionHeader
 from processor.metadata.model import DELETE_STATES, RemoteLogSegmentMetadata, SegmentState
+from processor.metadata.partition_header_codec import encode_header
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ On every assignment the worker
    topic's new partitions are neither claimed nor led (``topic_ids`` health problem) until a later
    lookup works (the leadership claims them again: processor/leader/leadership.py);
 2. **claims** each new partition: appends a ``PartitionClaim`` to its metadata partition; the claim's
-   offset there is the worker's epoch for the partition (processor/metadata/fold.py);
+   offset there is the worker's epoch for the partition (processor/metadata/fold_rules.py);
 3. reads back to its claims: from its own follower cache once the follower has applied them (the
    metadata partitions' high watermarks as of now), or, without a follower, by folding those
    metadata partitions from the start;

@@ -1,7 +1,7 @@
 """Copies one sealed segment to remote storage, following KIP-405's copy path, under a claim.
 
 1. Publish COPY_SEGMENT_STARTED (a new segment UUID for every attempt), carrying the claim epoch the
-   worker holds for the partition (:mod:`processor.metadata.fold`), and confirm through the worker's
+   worker holds for the partition (:mod:`processor.metadata.fold_rules`), and confirm through the worker's
    follower that readers accepted it. Not accepted (another claim holds the partition), or not
    confirmed in time: upload nothing, stop (FencedWriterError).
 2. Upload the data object, then the index object (conditional creates: never overwrite).

@@ -109,7 +109,7 @@ def plan_retention(
 
     ``log_start_offset`` is the partition's current remote log start offset; ``requested_start_offset``
     a new one asked for (delete-before). Neither ever moves back. ``served``: the ids of the finished
-    segments readers serve (see processor/metadata/fold.py); a finished segment outside it is kept and
+    segments readers serve (see processor/metadata/fold_rules.py); a finished segment outside it is kept and
     listed in ``unserved``, without counting towards size. None: every finished segment is
     served. ``current_epoch``: the planning leader's claim epoch (None: the partition has no claims);
     ``in_flight``: the ids of the copies the leader has in progress.

@@ -14,7 +14,7 @@ acknowledged data a lagging or compacted view does not know: it is never deleted
 reported (``processor_deletions_refused_total``).
 
 Ownership: every record carries the deleting writer's claim epoch, exactly (never a number it works
-out; see :mod:`processor.metadata.fold`). A writer whose claim was taken over (paused past its
+out; see :mod:`processor.metadata.fold_rules`). A writer whose claim was taken over (paused past its
 session timeout, say) learns it from the rejected DELETE_SEGMENT_STARTED and stops
 (FencedWriterError) without touching an object.
 
@@ -42,7 +42,7 @@ from processor.errors import FencedWriterError, InvalidNameError, StorageError
 from processor.kafka.partition import TopicPartition
 from processor.lifecycle.retention_policy import DeleteReason, RetentionPlan
 from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED, acknowledged
-from processor.metadata.fold import Claim
+from processor.metadata.fold_state import Claim
 from processor.metadata.model import (
     MetadataRecord,
     PartitionClaim,

@@ -77,7 +77,7 @@ class RemoteLogSegmentMetadata:
     custom_metadata: bytes | None = None
     txn_index_empty: bool = True
     # DELETE_SEGMENT_STARTED only: the state the deletion was planned on; readers accept the record
-    # only while the segment is still in it (a conditional delete, processor/metadata/fold.py)
+    # only while the segment is still in it (a conditional delete, processor/metadata/fold_rules.py)
     replaces_state: SegmentState | None = None
 
     def __post_init__(self) -> None:
@@ -160,7 +160,7 @@ class PartitionClaim:
     construction, and every reader of the topic sees the same claims in the same order. A ``LEAD``
     or ``ADMIN`` claim makes its writer the partition's only writer from that point of the log on;
     a ``RELEASE`` ends the claim whose epoch it names (an operator command hands the partition back).
-    See :mod:`processor.metadata.fold` for the rules every reader applies.
+    See :mod:`processor.metadata.fold_rules` for the rules every reader applies.
     """
 
     topic_partition: TopicPartition

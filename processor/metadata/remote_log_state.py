@@ -18,7 +18,9 @@ from processor.errors import IllegalTransitionError
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import CLAIM_KEY_PART, LOG_START_OFFSET_KEY_SUFFIX, delete_key, segment_key
 from processor.metadata.fencing import Lineage, StaleRecordError
-from processor.metadata.fold import MetadataFold, PartitionHeader, PartitionView
+from processor.metadata.fold import MetadataFold
+from processor.metadata.fold_state import PartitionHeader
+from processor.metadata.memory_store import PartitionView
 from processor.metadata.model import (
     DELETE_STATES,
     MetadataRecord,

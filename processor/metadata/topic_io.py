@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 # min.compaction.lag.ms: the log cleaner never compacts a record younger than a day. A rejected record
 # that shadows an accepted state, or a rejected record of an unknown segment, must be neutralised by
 # the partition's owner (re-published, or tombstoned) before compaction reaches it (see
-# processor/metadata/fold.py, "Compaction"); owners do that on every retention pass (30 s). Set when
+# processor/metadata/fold_rules.py, "Compaction"); owners do that on every retention pass (30 s). Set when
 # the topic is created, and raised at every start on a topic that has less (require_compacted).
 MIN_COMPACTION_LAG_MS = 86_400_000
 # The variables behind the settings of a compacted topic's creation (metadata and deletion topics),

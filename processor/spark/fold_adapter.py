@@ -42,16 +42,11 @@ from processor.errors import FormatError
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import decode_value, encode_value
 from processor.metadata.fencing import Lineage
-from processor.metadata.fold import (
-    Fold,
-    MemoryStore,
-    PartitionHeader,
-    PartitionView,
-    Verdict,
-    decode_header,
-    encode_header,
-)
+from processor.metadata.fold import Fold, Verdict
+from processor.metadata.fold_state import PartitionHeader
+from processor.metadata.memory_store import MemoryStore, PartitionView
 from processor.metadata.model import PartitionDeleteState, RemoteLogSegmentMetadata, SegmentState
+from processor.metadata.partition_header_codec import decode_header, encode_header
 from processor.metadata.remote_log_state import PartitionRemoteState
 
 FOLD_STATE_VERSION = 2

@@ -23,7 +23,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from processor.errors import ConfigError, FormatError, ServiceUnavailableError
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import decode_value
-from processor.metadata.fold import parse_key
+from processor.metadata.fold_rules import parse_key
 from processor.metadata.model import (
     MetadataRecord,
     PartitionClaim,

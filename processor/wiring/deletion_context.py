@@ -3,7 +3,7 @@ topic's metadata partitions (a throwaway cache, kept current while the command r
 topic's publisher, the deletion topic and a deleter, all released by ``close``.
 
 An operator command writes to a partition like any owner does: under a claim (``ADMIN``) it
-appends to the partition's metadata partition and reads back (processor/metadata/fold.py), every
+appends to the partition's metadata partition and reads back (processor/metadata/fold_rules.py), every
 record carrying that claim's epoch and confirmed through the follower. Workers that led the
 partition stop writing it the moment their followers see the claim; when the command is done it
 releases the claim and the worker Faust assigns the partition to claims it again.

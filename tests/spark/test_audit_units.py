@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from processor.errors import FormatError
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import encode_value, record_key, segment_key
-from processor.metadata.fold import REASONS, MetadataFold
+from processor.metadata.fold import MetadataFold
+from processor.metadata.fold_reasons import REASONS
 from processor.metadata.model import (
     ClaimKind,
     MetadataRecord,

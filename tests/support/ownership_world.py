@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from processor.errors import ObjectNotFoundError, StorageError
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import delete_key, encode_value, record_key, segment_key
-from processor.metadata.fold import CONDITION, MetadataFold
+from processor.metadata.fold import MetadataFold
+from processor.metadata.fold_reasons import CONDITION
 from processor.metadata.model import MetadataRecord, PartitionClaim, RemoteLogSegmentMetadata
 from processor.storage.chunk_storage import Buffer, ChunkInfo
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from processor.lifecycle.retention_policy import RetentionLimits
 from processor.lifecycle.retention_service import clean_partition
 from processor.metadata.codec import claim_key, decode_value, encode_value
-from processor.metadata.fold import MISPLACED, MetadataFold
+from processor.metadata.fold import MetadataFold
+from processor.metadata.fold_reasons import MISPLACED
 from processor.metadata.model import ClaimKind, PartitionClaim, SegmentState
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.storage.filesystem import FilesystemChunkStorage

@@ -21,7 +21,9 @@ from processor.lifecycle.retention_service import RetentionService, StateView, c
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.codec import delete_key, encode_value, record_key, segment_key
 from processor.metadata.fencing import STALE_EPOCH
-from processor.metadata.fold import INTERNAL, INVALID, NO_CLAIM, OVERLAP, Fold, MemoryStore, MetadataFold
+from processor.metadata.fold import Fold, MetadataFold
+from processor.metadata.fold_reasons import INTERNAL, INVALID, NO_CLAIM, OVERLAP
+from processor.metadata.memory_store import MemoryStore
 from processor.metadata.model import (
     ClaimKind,
     MetadataRecord,

@@ -23,7 +23,8 @@ from processor.lifecycle.retention_service import (
     sweep_unreferenced,
 )
 from processor.metadata.codec import delete_key, encode_value, segment_key
-from processor.metadata.fold import CONDITION, MISPLACED, UNSERVABLE, MetadataFold
+from processor.metadata.fold import MetadataFold
+from processor.metadata.fold_reasons import CONDITION, MISPLACED, UNSERVABLE
 from processor.metadata.manifest import SegmentManifest, encode_manifest, manifest_key
 from processor.metadata.model import (
     ClaimKind,

@@ -7,7 +7,7 @@ claims a newer epoch) is never reported as a problem.
 
 - ``RecordVerdicts`` folds one source partition's metadata messages (a Spark stateful query keeps
   it between micro-batches) and reports each message the fold rejects as a finding named by the
-  fold's reason (``processor.metadata.fold.REASONS``): ``undecodable``, ``invalid`` (out of bounds,
+  fold's reason (``processor.metadata.fold_reasons.REASONS``): ``undecodable``, ``invalid`` (out of bounds,
   or a key that does not name the record), ``stale_epoch`` (not the partition's current claim),
   ``no_claim`` (after a release), ``old_topic_id``, ``illegal`` (the state machine forbids it),
   ``overlap`` (a finished segment over a served one), ``condition_failed`` (a conditional delete
@@ -39,7 +39,8 @@ from typing import Any
 from processor.errors import FormatError
 from processor.kafka.partition import TopicPartition
 from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH
-from processor.metadata.fold import (
+from processor.metadata.fold import Verdict
+from processor.metadata.fold_reasons import (
     CONDITION,
     ILLEGAL,
     INTERNAL,
@@ -50,7 +51,6 @@ from processor.metadata.fold import (
     REASONS,
     UNDECODABLE,
     UNSERVABLE,
-    Verdict,
 )
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
 from processor.spark.fold_adapter import PartitionArchive, PartitionFold
