@@ -332,8 +332,10 @@ async def _answer_fetch(
         if got is None or not got.batches:
             if state.mode == ReadMode.BELOW_LOG_START and await _archive_should_hold(archive, tp, offset):
                 # below the broker's log start and not below the archive's: the follower has not
-                # applied it yet (or coverage has a gap). The broker would answer OFFSET_OUT_OF_RANGE
-                # and the client would reset past the archive; a retriable error keeps it here.
+                # applied it yet, or a copy in flight covers it (a lost range no copy covers is
+                # answered from the next segment: reader/lost_ranges). The broker would answer
+                # OFFSET_OUT_OF_RANGE and the client would reset past the archive; a retriable error
+                # keeps it here.
                 log.warning(
                     "gateway: %s offset %d is below the broker's log start, not yet in the archive",
                     tp,

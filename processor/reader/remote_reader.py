@@ -32,6 +32,7 @@ from processor.errors import (
 from processor.kafka.partition import TopicPartition
 from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.reader.block_cache import BlockCache
+from processor.reader.lost_ranges import lost_range_end
 from processor.reader.segment_blocks import check_block, fetch_index
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentCipher, SegmentDecryption
 from processor.segment.block_header import BLOCK_FORMAT_V1
@@ -129,6 +130,9 @@ class RemoteReader:
     ) -> list[KafkaRecord]:
         with metrics.REMOTE_FETCH_SECONDS.labels("offset").time(), _counted(tp):
             segment = self.lookup.finished_segment_for_offset(tp, offset)
+            if segment is None and (after := self.lost_range_end(tp, offset)) is not None:
+                offset = after  # offsets the broker deleted before they were archived: step over them
+                segment = self.lookup.finished_segment_for_offset(tp, offset)
             if segment is None:
                 raise OffsetNotInRemoteError(f"offset {offset} of {tp} is not in remote storage")
             return list(self._read(tp, segment, offset, None, max_records, max_bytes))
@@ -163,7 +167,9 @@ class RemoteReader:
         """The archived record batches of ``tp`` from the one that holds ``offset`` (a batch may start
         below it: a consumer skips those records, as it does with a broker's answer), undecoded and
         verified (block CRC, each batch's CRC-32C). At least one batch, then whole batches while they
-        fit in ``max_bytes``, across segments. None when no finished segment holds ``offset`` (or
+        fit in ``max_bytes``, across segments. An ``offset`` in a range the broker deleted before it was
+        archived (``lost_ranges``) is answered from the next served segment, as a compacted topic's
+        gap is. None when no finished segment holds ``offset`` (or
         holds it under another ``topic_id``: a re-created topic's archive is another topic's). Blocks
         of format 1 (one entry per record) give their records from ``offset`` on in batches built for
         them (``records_as_batches``), at the records' own offsets.
@@ -175,6 +181,9 @@ class RemoteReader:
         archive, the batches can exceed ``max_bytes`` by what decompression adds."""
         with metrics.REMOTE_FETCH_SECONDS.labels("batches").time(), _counted(tp):
             segment = self.lookup.finished_segment_for_offset(tp, offset)
+            if segment is None and (after := self.lost_range_end(tp, offset)) is not None:
+                offset = after  # offsets the broker deleted before they were archived: step over them
+                segment = self.lookup.finished_segment_for_offset(tp, offset)
             if segment is None or (topic_id is not None and str(segment.segment_id.topic_id) != topic_id):
                 return None
             out = ArchivedBatches([], offset, 0)
@@ -205,6 +214,26 @@ class RemoteReader:
                     return out
                 current = following
             return out
+
+    def lost_range_end(self, tp: TopicPartition, offset: int) -> int | None:
+        """Where a read at ``offset``, which no served segment holds, goes on when the offset lies in
+        a range the archive will never hold (``lost_ranges``): the next served segment's start. None
+        otherwise, or when the lookup cannot list the partition's segments in flight."""
+        listing = getattr(self.lookup, "list_remote_log_segments", None)
+        if listing is None:
+            return None
+        following = next(iter(self.lookup.finished_segments(tp, offset)), None)
+        if following is None:  # past the archive's end (a live read): one seek, nothing more
+            return None
+        first = next(iter(self.lookup.finished_segments(tp, 0)), following)
+        log_start = getattr(self.lookup, "log_start_offset", None)
+        archive_first = first.start_offset if log_start is None else max(first.start_offset, log_start(tp))
+        listed = []
+        for seg in listing(tp, offset):
+            if seg.start_offset >= following.start_offset:
+                break
+            listed.append((seg.start_offset, seg.end_offset))
+        return lost_range_end(offset, archive_first, following.start_offset, listed)
 
     def _add_blocks(
         self,

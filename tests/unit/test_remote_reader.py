@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
 from pathlib import Path
 
 import pytest
@@ -277,10 +279,11 @@ def test_a_block_damaged_in_storage_is_never_cached(tmp_path: Path) -> None:
 def test_format_1_segments_are_read_as_record_batches_at_their_own_offsets(world) -> None:
     """Archives written by early versions (one entry per record) are served as batches too: what a
     Kafka client decodes from them is the archived records from the asked offset on, across
-    segments and a compacted gap, each at its own offset. Between two segments (799 here) no
-    segment answers: a missing segment is never skipped over (it may not be applied yet)."""
+    segments and compacted gaps, each at its own offset. Offset 799 is in no segment (the second
+    ends at its last record, 798) and no copy in flight covers it: a read there goes on at 800, as
+    over a range the broker deleted before it was archived."""
     reader, expected, _storage, _cache = world
-    for start, end in ((350, 798), (800, 1199)):
+    for start, end in ((350, 1199), (800, 1199)):
         decoded, offset = [], start
         while (got := reader.read_batches(TP, offset, 3000)) is not None:  # as a consumer fetches on
             assert got.batches and got.next_offset > offset
@@ -290,4 +293,55 @@ def test_format_1_segments_are_read_as_record_batches_at_their_own_offsets(world
     small = reader.read_batches(TP, 401, 2000)  # 401 is a gap: from the next record, within the limit
     assert small is not None and batch_records(small.batches[0])[0].offset == 402
     assert small.size <= 2000 or len(small.batches) == 1
-    assert reader.read_batches(TP, 799, 2000) is None
+    over = reader.read_batches(TP, 799, 2000)
+    assert over is not None and batch_records(over.batches[0])[0].offset == 800
+
+
+def test_a_read_in_a_range_lost_before_archiving_goes_on_at_the_next_segment(tmp_path: Path) -> None:
+    """The broker deleted offsets 120..239 before they were archived: the segments served are 0..119
+    and 240..359. A read of batches anywhere in the gap is answered from the batch at 240 (as a
+    compacted topic's gap is), byte-exact; while a copy in flight covers the gap, nothing is answered
+    (the range may still be served). Records read by offset step over it the same way."""
+    storage = FilesystemChunkStorage(tmp_path / "s3")
+    cache = MetadataCache(tmp_path / "cache")
+    sink = CacheSink(cache)
+    copier = SegmentCopier(storage, sink, ObjectKeyFactory("p"), "w")
+    batches = [make_batch(i * 4, [(1_700_000_000_000 + i, b"k", b"v" * 100, ())] * 4) for i in range(90)]
+    for first in (0, 60):  # batches 30..59 (offsets 120..239) lost
+        asm = SegmentAssembler(TP.partition, first * 4, 1024)
+        for raw in batches[first : first + 30]:
+            asm.append(parse_batch_header(raw), raw)
+        copier.copy(TP, asm.seal(), 0)
+    reader = RemoteReader(storage, RemoteLogMetadataManager(cache), ObjectKeyFactory("p"))
+    try:
+        for offset in (120, 200, 239):
+            got = reader.read_batches(TP, offset, 1 << 20)
+            assert got is not None and [bytes(b) for b in got.batches] == batches[60:]
+            assert got.next_offset == 360
+            ahead = reader.read_batches(TP, offset, 1 << 20, whole_blocks=True)
+            assert ahead is not None and bytes(ahead.batches[0]) == batches[60]
+        assert reader.read_batches(TP, 360, 1 << 20) is None  # past the end: live data
+        assert [r.offset for r in reader.read_from_offset(TP, 118, max_records=4)] == [118, 119, 240, 241]
+        assert [r.offset for r in reader.read_from_offset(TP, 200, max_records=2)] == [240, 241]
+        # a copy of the gap in flight: not lost (yet), the reader waits for it
+        served = cache.finished_segment_for_offset(TP, 240)
+        assert served is not None
+        sid = uuid.uuid4()
+        keys = ObjectKeyFactory("p").segment(TP.topic, TP.partition, 120, sid, 0)
+        in_flight = dataclasses.replace(
+            served,
+            segment_id=dataclasses.replace(served.segment_id, id=sid),
+            data_object_key=keys.data,
+            index_object_key=keys.index,
+            start_offset=120,
+            end_offset=239,
+            state=SegmentState.COPY_SEGMENT_STARTED,
+            event_timestamp_ms=served.event_timestamp_ms + 1,
+        )
+        sink.publish(in_flight)
+        assert any(s.start_offset == 120 for s in cache.listed_segments(TP))
+        assert reader.read_batches(TP, 200, 1 << 20) is None
+        with pytest.raises(OffsetNotInRemoteError):
+            reader.read_from_offset(TP, 200)
+    finally:
+        cache.close()
