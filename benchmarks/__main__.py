@@ -1,5 +1,7 @@
-"""Run the benchmarks: ``python -m benchmarks [--only SECTION,...]``, sections: offload, memory, reads,
-gateway, follower, scale, spark, restore, rebuild, encryption."""
+"""Run the benchmarks: ``python -m benchmarks [--only SECTION,...] [--broker kafka,tansu]``, sections:
+offload, memory, reads, gateway, follower, scale, spark, restore, rebuild, encryption. With more than
+one broker, every section but scale (which needs none) runs once per broker, each on a stack of its
+own, one after the other, in one run."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import shutil
 import sys
 import tempfile
 import time
+from argparse import Namespace
 from pathlib import Path
 
 from benchmarks.encryption import bench_encryption
@@ -69,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="use the stack `processor dev up --dir DIR` runs (left running) instead of starting one",
     )
+    parser.add_argument(
+        "--broker",
+        default=None,
+        help="comma-separated brokers of the stacks to run on, in order: kafka, tansu (default: the local "
+        "stack's, Apache Kafka where Java and Maven are installed; with --stack, that stack's)",
+    )
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
     unknown = only - set(SECTIONS)
@@ -77,60 +86,79 @@ def main(argv: list[str] | None = None) -> int:
     attached = stack.load(args.stack) if args.stack is not None else None
     if args.stack is not None and (attached is None or not stack.status(args.stack).get("running")):
         parser.error(f"no stack runs from {args.stack} (start one: processor dev up --dir {args.stack})")
+    brokers = (
+        args.broker.split(",") if args.broker else [attached.broker if attached else stack.default_broker()]
+    )
+    if set(brokers) - set(stack.BROKERS) or len(set(brokers)) != len(brokers):
+        parser.error(f"--broker {args.broker}: name each of {', '.join(stack.BROKERS)} at most once")
+    if attached is not None and brokers != [attached.broker]:
+        parser.error(f"--broker {args.broker}: the stack of {args.stack} runs {attached.broker} only")
 
     tune_gc()  # as the worker and the CLI do
     workdir = Path(tempfile.mkdtemp(prefix="processor-bench-"))
     report = Report()
     t0 = time.perf_counter()
-    own_stack = attached is None
-    info = None
-    if only - {"scale"}:
-        info = stack.start(workdir / "stack") if own_stack else attached
-    if info is not None:
-        os.environ.update({k: v for k, v in info.env().items() if k.startswith("AWS_")})
     try:
-        big = None
-        if info is not None and only & {"offload", "memory", "reads", "gateway", "spark"}:
-            big = bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB))
-            if "offload" in only and not args.smoke:
-                small_gib = args.small_values_gib if args.small_values_gib is not None else args.gib
-                bench_offload(report, info, workdir, 100, int(small_gib * 1024 * MiB))
-                bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB), compression="zstd")
-                bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB), archive="zstd")
-            if "memory" in only:
-                bench_memory(report, info, workdir, big, smoke=args.smoke)
-            if "reads" in only:
-                bench_read_latency(report, info, workdir, big, reads=args.reads)
-            if "gateway" in only:
-                bench_gateway(report, info, workdir, big, reads=args.reads, rounds=1 if args.smoke else 3)
-                if not args.smoke:
-                    small_gib = args.small_values_gib if args.small_values_gib is not None else args.gib
-                    small = load_topic(info, "bench-gateway-100b", 100, int(small_gib * 1024 * MiB))
-                    bench_gateway(report, info, workdir, small, reads=args.reads, rounds=3)
-            if "spark" in only:
-                bench_spark(report, info, workdir, big, runs=1 if args.smoke else RUNS)
-        if info is not None and "encryption" in only:
-            # the 1 KiB topic the sections above loaded, or (run on its own) one of the same size
-            total = int(args.gib * 1024 * MiB)
-            bench_encryption(report, info, workdir, big, total, reads=args.reads, smoke=args.smoke)
-        if info is not None and "follower" in only:
-            bench_follower(report, info, workdir, records=args.follower_records)
-        if info is not None and "restore" in only:
-            restore_rounds = 1 if args.smoke else RESTORE_ROUNDS
-            bench_restore(report, info, workdir, records=args.restore_records, rounds=restore_rounds)
-        if info is not None and "rebuild" in only:
-            bench_rebuild(report, info, workdir, segments=args.rebuild_segments)
+        for broker in brokers if only - {"scale"} else []:
+            report.broker = broker
+            if attached is not None:
+                run_sections(report, attached, workdir, args, only)
+                continue
+            print(f"[stack] starting the local stack on {broker} ...", flush=True)
+            stack_dir = workdir / f"stack-{broker}"
+            info = stack.start(stack_dir, broker=broker)
+            try:
+                run_sections(report, info, workdir, args, only)
+            finally:
+                stack.stop(stack_dir)
+        report.broker = ""
         if "scale" in only:
             bench_scale(report, workdir, args.scale_partitions, args.scale_segments)
     finally:
-        if info is not None and own_stack:
-            stack.stop(workdir / "stack")
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\n{report.table()}\n\n(all sections took {time.perf_counter() - t0:.0f} s)")
     report.write(Path(args.out))
     print(f"figures written to {args.out}")
     missed = [f for f in report.figures if f.met is False]
     return 1 if missed and os.environ.get("BENCH_STRICT") else 0
+
+
+def run_sections(
+    report: Report, info: stack.StackInfo, workdir: Path, args: Namespace, only: set[str]
+) -> None:
+    """Every selected section that needs a stack, on ``info``'s."""
+    os.environ.update({k: v for k, v in info.env().items() if k.startswith("AWS_")})
+    big = None
+    if only & {"offload", "memory", "reads", "gateway", "spark"}:
+        big = bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB))
+        if "offload" in only and not args.smoke:
+            small_gib = args.small_values_gib if args.small_values_gib is not None else args.gib
+            bench_offload(report, info, workdir, 100, int(small_gib * 1024 * MiB))
+            bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB), compression="zstd")
+            bench_offload(report, info, workdir, 1024, int(args.gib * 1024 * MiB), archive="zstd")
+        if "memory" in only:
+            bench_memory(report, info, workdir, big, smoke=args.smoke)
+        if "reads" in only:
+            bench_read_latency(report, info, workdir, big, reads=args.reads)
+        if "gateway" in only:
+            bench_gateway(report, info, workdir, big, reads=args.reads, rounds=1 if args.smoke else 3)
+            if not args.smoke:
+                small_gib = args.small_values_gib if args.small_values_gib is not None else args.gib
+                small = load_topic(info, "bench-gateway-100b", 100, int(small_gib * 1024 * MiB))
+                bench_gateway(report, info, workdir, small, reads=args.reads, rounds=3)
+        if "spark" in only:
+            bench_spark(report, info, workdir, big, runs=1 if args.smoke else RUNS)
+    if "encryption" in only:
+        # the 1 KiB topic the sections above loaded, or (run on its own) one of the same size
+        total = int(args.gib * 1024 * MiB)
+        bench_encryption(report, info, workdir, big, total, reads=args.reads, smoke=args.smoke)
+    if "follower" in only:
+        bench_follower(report, info, workdir, records=args.follower_records)
+    if "restore" in only:
+        restore_rounds = 1 if args.smoke else RESTORE_ROUNDS
+        bench_restore(report, info, workdir, records=args.restore_records, rounds=restore_rounds)
+    if "rebuild" in only:
+        bench_rebuild(report, info, workdir, segments=args.rebuild_segments)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,14 @@
 """The Kafka-protocol gateway: a confluent-kafka consumer reading archived records through it, beside
 the same consumer reading the same records from the broker directly, in the same run.
 
-The topic is offloaded by a worker first; the gateway then runs as its own process with
-``archived`` reads, so every archived offset is answered from the bucket (Tansu never
-truncates its log, so ``below-log-start`` would send everything to the broker).
+The topic is offloaded by a worker first; the gateway then runs as its own process. With
+``archived`` reads every archived offset is answered from the bucket while the broker still holds
+it. On Apache Kafka a copy of the topic (the same records) is archived and then deleted from the
+broker (DeleteRecords up to each partition's end), and a gateway in its default mode,
+``below-log-start``, reads it: every offset is below the broker's log start, so every record comes
+from the archive, as a user gets it once retention has run. (Tansu does not implement DeleteRecords
+and never truncates its log, so there the copy is left out.) Live reads are a ``below-log-start``
+gateway over the topic the broker still holds: every fetch passes through to the broker.
 
 The sequential read starts with the gateway's block cache empty (every block from S3, the cache
 filled on the way); the random reads and a second sequential read after it (another consumer group
@@ -11,6 +16,10 @@ replaying) find their blocks cached, as reads of a range read before do. Reads i
 rounds, each beside a direct read of its own round (medians reported). Cold random reads (every
 block from S3) run on a gateway without a cache and are reported beside them: the first record of a
 cold archived offset, p50 and p99.
+
+Every read in order also reports the CPU-seconds per GB of records of the broker, the S3 server, the
+gateway and the consumer (from ``/proc/<pid>/stat``; medians of the rounds), beside the broker's own
+for the direct read.
 """
 
 from __future__ import annotations
@@ -26,24 +35,33 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTP
 
-from benchmarks.offload import PARTITIONS, LoadedTopic, read_archive
+from benchmarks import cpu
+from benchmarks.offload import PARTITIONS, LoadedTopic, load_topic, read_archive
 from benchmarks.report import Figure, Report, percentile
 from processor.devstack import stack
+from processor.devstack.truncate import truncate_topic
 
 MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Gateway:
+    bootstrap: str
+    pid: int
 
 
 @contextmanager
 def running_gateway(
     env: dict[str, str], workdir: Path, reads: str = "archived", cache_bytes: int | None = None
-) -> Iterator[str]:
+) -> Iterator[Gateway]:
     """``processor gateway`` over the archive ``env`` names, as its own process (as deployed: the
-    consumer measured here must not share an interpreter with it); yields its bootstrap address."""
+    consumer measured here must not share an interpreter with it); yields its address and pid."""
     port, web = stack.free_port(), stack.free_port()
     gateway_env = {
         **os.environ,
@@ -76,7 +94,7 @@ def running_gateway(
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the gateway did not start; see {log.name}") from None
                 time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
+        yield Gateway(f"127.0.0.1:{port}", proc.pid)
     finally:
         proc.terminate()
         try:
@@ -139,54 +157,118 @@ def _random_reads(
     return first, whole
 
 
+@dataclass
+class Read:
+    seconds: float
+    cpu: dict[str, float]  # CPU-seconds per GB of records, by process
+
+
+def _measured_read(bootstrap: str, topic: LoadedTopic, pids: dict[str, int]) -> Read:
+    before = cpu.snapshot(pids)
+    seconds = _read_all(bootstrap, topic)
+    return Read(seconds, cpu.per_gb(cpu.used(before, cpu.snapshot(pids)), topic.payload_bytes))
+
+
+def truncated_copy(
+    info: stack.StackInfo, workdir: Path, topic: LoadedTopic
+) -> tuple[dict[str, str], LoadedTopic]:
+    """A copy of ``topic`` (the same records: :func:`load_topic` is deterministic), archived by a
+    worker, then deleted from the broker up to each partition's end; returns its archive's settings."""
+    copy = load_topic(
+        info, f"{topic.name}-truncated", topic.value_bytes, topic.records * (topic.value_bytes + 10)
+    )
+    if copy.records != topic.records or copy.payload_bytes != topic.payload_bytes:
+        raise RuntimeError(f"{copy.name} holds other records than {topic.name}")
+    env = read_archive(info, copy, workdir)
+    marks = truncate_topic(info.kafka, copy.name)
+    print(
+        f"[gateway] {copy.name}: the broker deleted offsets below {sorted(set(marks.values()))}", flush=True
+    )
+    return env, copy
+
+
 def bench_gateway(
     report: Report, info: stack.StackInfo, workdir: Path, topic: LoadedTopic, reads: int, rounds: int = 3
 ) -> None:
     env = read_archive(info, topic, workdir)
+    truncated = truncated_copy(info, workdir, topic) if info.broker == stack.KAFKA else None
     label = f"{topic.value_bytes} B records"
     mb = topic.payload_bytes / 1e6
     per_partition = topic.records // PARTITIONS
     span = min(100, max(1, per_partition // 2))
     rng = random.Random(11)
     targets = [(rng.randrange(PARTITIONS), rng.randrange(0, per_partition - span)) for _ in range(reads)]
+    servers = cpu.stack_pids(info)
     # Reads in order, in rounds: each round reads from the broker directly, then through a new gateway
-    # (its block cache empty: every block from S3), the same again (blocks cached), then through a
+    # (its block cache empty: every block from S3), the same again (blocks cached), the truncated copy
+    # the same two ways through a gateway in its default mode (Apache Kafka only), then through a
     # gateway passing every fetch to the broker (live). Single reads here move by a fifth from one to
     # the next; the median of the rounds, each read beside a direct read of its own round, is reported.
-    direct: list[float] = []
-    cold: list[float] = []
-    cached: list[float] = []
-    live: list[float] = []
+    runs: dict[str, list[Read]] = {m: [] for m in ("direct", "cold", "cached", "t-cold", "t-cached", "live")}
+    t_first: list[float] = []
+    t_whole: list[float] = []
     for r in range(rounds):
-        direct.append(_read_all(info.bootstrap_servers, topic))
-        with running_gateway(env, workdir) as bootstrap:
-            cold.append(_read_all(bootstrap, topic))
+        runs["direct"].append(_measured_read(info.bootstrap_servers, topic, servers))
+        with running_gateway(env, workdir) as gw:
+            pids = {**servers, "gateway": gw.pid}
+            runs["cold"].append(_measured_read(gw.bootstrap, topic, pids))
             if r == 0:  # the blocks are cached now, as for any range read before
-                g_first, g_whole = _random_reads(bootstrap, topic, targets, span)
+                g_first, g_whole = _random_reads(gw.bootstrap, topic, targets, span)
                 b_first, b_whole = _random_reads(info.bootstrap_servers, topic, targets, span)
-            cached.append(_read_all(bootstrap, topic))  # another consumer group replaying
-        # with below-log-start reads every offset Tansu holds (all of them: it never truncates) is
-        # the broker's, so every fetch passes through the gateway to it
-        with running_gateway(env, workdir, reads="below-log-start") as bootstrap:
-            live.append(_read_all(bootstrap, topic))
+            runs["cached"].append(_measured_read(gw.bootstrap, topic, pids))  # another group replaying
+        if truncated is not None:
+            t_env, t_topic = truncated
+            with running_gateway(t_env, workdir, reads="below-log-start") as gw:
+                pids = {**servers, "gateway": gw.pid}
+                runs["t-cold"].append(_measured_read(gw.bootstrap, t_topic, pids))
+                if r == 0:
+                    t_first, t_whole = _random_reads(gw.bootstrap, t_topic, targets, span)
+                runs["t-cached"].append(_measured_read(gw.bootstrap, t_topic, pids))
+        # below-log-start over the topic the broker still holds: every fetch passes through to it
+        with running_gateway(env, workdir, reads="below-log-start") as gw:
+            runs["live"].append(_measured_read(gw.bootstrap, topic, {**servers, "gateway": gw.pid}))
     note = f"median of {rounds} rounds" if rounds > 1 else ""
-    base = statistics.median(direct)
-    for what, seconds, target, floor in (
-        (f"archived read through the gateway, {label}", cold, ">= broker", 1.0),
-        (f"archived read through the gateway, cached, {label}", cached, "", None),
-        (f"live read through the gateway, {label}", live, ">= 0.8 x broker", 0.8),
-    ):
-        ratio = base / statistics.median(seconds)
+    base = statistics.median(x.seconds for x in runs["direct"])
+    direct_cpu = cpu.median_each([x.cpu for x in runs["direct"]])
+    modes = [
+        ("cold", f"archived read through the gateway, {label}", ">= broker", 1.0),
+        ("cached", f"archived read through the gateway, cached, {label}", "", None),
+        ("t-cold", f"truncated topic through the gateway (default mode), {label}", "", None),
+        ("t-cached", f"truncated topic through the gateway, cached, {label}", "", None),
+        ("live", f"live read through the gateway, {label}", ">= 0.8 x broker", 0.8),
+    ]
+    for mode, what, target, floor in modes:
+        if not runs[mode]:
+            continue
+        seconds = statistics.median(x.seconds for x in runs[mode])
+        ratio = base / seconds
         report.add(
             Figure(
-                "gateway", what, mb / statistics.median(seconds), "MB/s", "the same consumer from the broker",
+                "gateway", what, mb / seconds, "MB/s", "the same consumer from the broker",
                 mb / base, ratio, target, None if floor is None else ratio >= floor, note,
+            )
+        )  # fmt: skip
+    report.add(
+        Figure(
+            "gateway", f"CPU-s per GB, direct read from the broker, {label}", cpu.servers(direct_cpu),
+            "CPU-s/GB", note=cpu.breakdown(direct_cpu),
+        )
+    )  # fmt: skip
+    for mode, what, _target, _floor in modes:
+        if not runs[mode]:
+            continue
+        used = cpu.median_each([x.cpu for x in runs[mode]])
+        report.add(
+            Figure(
+                "gateway", f"CPU-s per GB, {what.replace(' through the gateway', '')}", cpu.servers(used),
+                "CPU-s/GB", "the broker, direct read", cpu.servers(direct_cpu),
+                cpu.servers(used) / max(cpu.servers(direct_cpu), 1e-9), note=cpu.breakdown(used),
             )
         )  # fmt: skip
     # Cold: other offsets, on a gateway with no block cache (every block from S3)
     cold_targets = [(rng.randrange(PARTITIONS), rng.randrange(0, per_partition - span)) for _ in range(reads)]
-    with running_gateway(env, workdir, cache_bytes=0) as bootstrap:
-        c_first, _c_whole = _random_reads(bootstrap, topic, cold_targets, span)
+    with running_gateway(env, workdir, cache_bytes=0) as gw:
+        c_first, _c_whole = _random_reads(gw.bootstrap, topic, cold_targets, span)
     cb_first, _cb_whole = _random_reads(info.bootstrap_servers, topic, cold_targets, span)
     for name, p in (("p50", 50), ("p99", 99)):
         g, b = percentile(g_whole, p) * 1000, percentile(b_whole, p) * 1000
@@ -197,12 +279,27 @@ def bench_gateway(
                 (g <= b) if name == "p99" else None,
             )
         )  # fmt: skip
+        if t_whole:
+            t = percentile(t_whole, p) * 1000
+            report.add(
+                Figure(
+                    "gateway", f"{span} records at a random truncated offset (cached), {name}", t, "ms",
+                    "the same reads from the broker", b, t / b,
+                )
+            )  # fmt: skip
         report.add(
             Figure(
                 "gateway", f"first record of a random archived offset (cached), {name}",
                 percentile(g_first, p) * 1000, "ms", "from the broker", percentile(b_first, p) * 1000,
             )
         )  # fmt: skip
+        if t_first:
+            report.add(
+                Figure(
+                    "gateway", f"first record of a random truncated offset (cached), {name}",
+                    percentile(t_first, p) * 1000, "ms", "from the broker", percentile(b_first, p) * 1000,
+                )
+            )  # fmt: skip
         report.add(
             Figure(
                 "gateway", f"first record of a cold archived offset (from S3), {name}",

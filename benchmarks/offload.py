@@ -18,6 +18,7 @@ import boto3
 from confluent_kafka import OFFSET_BEGINNING, Producer
 from confluent_kafka import TopicPartition as KafkaTP
 
+from benchmarks import cpu
 from benchmarks.report import Figure, Report
 from processor.devstack import stack
 from processor.kafka.admin import ensure_topic
@@ -91,8 +92,10 @@ def load_topic(
     return LoadedTopic(name, count, value_bytes, payload)
 
 
-def baseline_consumer(info: stack.StackInfo, topic: LoadedTopic) -> float:
-    """Seconds for a bare confluent-kafka consumer to read the whole topic."""
+def baseline_consumer(info: stack.StackInfo, topic: LoadedTopic) -> tuple[float, dict[str, float]]:
+    """Seconds for a bare confluent-kafka consumer to read the whole topic, and the CPU-seconds the
+    consumer and the broker spent on it."""
+    before = cpu.snapshot(cpu.stack_pids(info))
     consumer = new_consumer(info.bootstrap_servers, "bench-baseline")
     consumer.assign([KafkaTP(topic.name, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     seen = 0
@@ -106,7 +109,8 @@ def baseline_consumer(info: stack.StackInfo, topic: LoadedTopic) -> float:
                 m.value()
     elapsed = time.perf_counter() - t0
     consumer.close()
-    return elapsed
+    spent = cpu.used(before, cpu.snapshot(cpu.stack_pids(info)))
+    return elapsed, {name: spent[name] for name in ("broker", cpu.CONSUMER) if name in spent}
 
 
 def baseline_upload(info: stack.StackInfo, total_bytes: int, object_bytes: int) -> float:
@@ -150,6 +154,7 @@ class OffloadRun:
     peak_rss: int
     steady_seconds: float  # 10% -> 90% of the records in finished segments (no start-up, no tail roll)
     stored_bytes: int = 0  # bytes of the data and index objects in S3
+    cpu: dict[str, float] | None = None  # CPU-seconds of the worker, the broker and the S3 server
 
 
 def stored_bytes(info: stack.StackInfo, prefix: str) -> int:
@@ -173,7 +178,7 @@ def archive_env(info: stack.StackInfo, topic: LoadedTopic, name: str) -> dict[st
     }
 
 
-_ARCHIVES: dict[str, dict[str, str]] = {}
+_ARCHIVES: dict[tuple[str, str], dict[str, str]] = {}  # by stack (its bootstrap servers) and topic
 
 
 def read_archive(info: stack.StackInfo, topic: LoadedTopic, workdir: Path) -> dict[str, str]:
@@ -181,12 +186,12 @@ def read_archive(info: stack.StackInfo, topic: LoadedTopic, workdir: Path) -> di
     the gateway, Spark): offloaded by a worker the first time a section asks, then shared (each
     offload of 1 GiB is a worker run of its own, outside every figure). Same buffer and segment size
     as the offload section's run."""
-    env = _ARCHIVES.get(topic.name)
+    env = _ARCHIVES.get((info.bootstrap_servers, topic.name))
     if env is None:
         print(f"[archive] offloading {topic.name} for the sections that read it ...", flush=True)
         env = archive_env(info, topic, "read")
         run_worker_offload(info, topic, workdir, 256 * MiB, 64 * MiB, extra_env=env)
-        _ARCHIVES[topic.name] = env
+        _ARCHIVES[(info.bootstrap_servers, topic.name)] = env
     return env
 
 
@@ -213,6 +218,8 @@ def run_worker_offload(
     env = info.worker_env(workdir / tag, topic.name, **{**overrides, **(extra_env or {})})
     port = int(env["PROCESSOR_WEB_PORT"])
     log = (workdir / f"worker-{tag}.log").open("wb")
+    servers = cpu.stack_pids(info)
+    cpu_before = {**cpu.snapshot(servers), "worker": 0.0}
     t_wall = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "processor", "worker"], env=env, stdout=log, stderr=subprocess.STDOUT
@@ -233,17 +240,21 @@ def run_worker_offload(
             done = m.get("processor_records_copied", 0)
             if t_first is None and m.get("processor_records_taken", 0) > 0:
                 t_first = now
+                # CPU from the first record taken, as the throughput: the worker's start is left out
+                cpu_before = {**cpu.snapshot(servers), "worker": cpu.cpu_seconds(proc.pid)}
             if t10 is None and done >= 0.1 * topic.records:
                 t10 = now
             if t90 is None and done >= 0.9 * topic.records:
                 t90 = now
             if done >= topic.records:
                 rss = peak_rss_bytes(proc.pid)
+                spent = cpu.used(cpu_before, {**cpu.snapshot(servers), "worker": cpu.cpu_seconds(proc.pid)})
+                spent.pop(cpu.CONSUMER, None)  # this process only scraped the worker's metrics
                 steady = (t90 or now) - (t10 or t_first or t_wall)
                 stored = stored_bytes(info, env.get("PROCESSOR_S3_PREFIX", f"bench-{tag}"))
                 # Tiny smoke runs can finish within one 0.1 s scrape: that is the resolution.
                 seconds = max(now - (t_first or t_wall), 0.1)
-                return OffloadRun(seconds, now - t_wall, rss, max(steady / 0.8, 0.1), stored)
+                return OffloadRun(seconds, now - t_wall, rss, max(steady / 0.8, 0.1), stored, spent)
             if now - t_wall > 1800:
                 raise TimeoutError("offload did not finish in 30 minutes")
             time.sleep(0.1)
@@ -276,7 +287,7 @@ def bench_offload(
     name = f"bench-{value_bytes}B-{compression}-{uuid.uuid4().hex[:6]}"
     topic = load_topic(info, name, value_bytes, total_bytes, compression)
     mb = topic.payload_bytes / 1e6
-    consume_s = baseline_consumer(info, topic)
+    consume_s, consume_cpu = baseline_consumer(info, topic)
     upload_s = baseline_upload(info, topic.payload_bytes, 64 * MiB)
     run = run_worker_offload(
         info, topic, workdir, 256 * MiB, 64 * MiB, extra_env={"PROCESSOR_ARCHIVE_COMPRESSION": archive}
@@ -330,6 +341,18 @@ def bench_offload(
             note=f"{run.stored_bytes / MiB:.1f} MiB stored, {topic.payload_bytes / MiB:.1f} MiB keys+values",
         )
     )
+    if run.cpu is not None:
+        offload_cpu = cpu.per_gb(run.cpu, topic.payload_bytes)
+        fetch_cpu = cpu.per_gb(consume_cpu, topic.payload_bytes)
+        report.add(
+            Figure(
+                "offload", f"{label}: CPU-s per GB (worker, broker, S3 server)", sum(offload_cpu.values()),
+                "CPU-s/GB", "bare consumer and broker", sum(fetch_cpu.values()),
+                sum(offload_cpu.values()) / max(sum(fetch_cpu.values()), 1e-9),
+                note=f"{cpu.breakdown(offload_cpu)} (from its first record); "
+                f"bare read: {cpu.breakdown(fetch_cpu)}",
+            )
+        )  # fmt: skip
     report.add(Figure("offload", f"{label} baseline: bare consumer", consume_rate, "MB/s"))
     report.add(Figure("offload", f"{label} baseline: boto3 64 MiB objects", upload_rate, "MB/s"))
     report.add(
