@@ -236,3 +236,142 @@ def test_a_restore_target_principal_with_exactly_the_documented_acls_restores_an
         (RESTORED, 0, 10),
         (RESTORED, 1, 20),
     }
+
+
+# -- the gateway and its clients --------------------------------------------------------------------
+
+GATEWAY = "lp-gateway"
+GATEWAY_GRANTS = FOLLOWER_GRANTS  # its own follower of the metadata topic, and nothing else
+GW_CLIENT, GW_GROUP = "lp-gw-client", "lp-gw-group"
+# a consumer in a group, through the gateway as straight from the broker (Read implies Describe)
+GW_CLIENT_GRANTS: list[Grant] = [
+    ("TOPIC", TOPIC, "LITERAL", ["READ", "DESCRIBE"]),
+    ("GROUP", GW_GROUP, "LITERAL", ["READ"]),
+]
+
+
+def _gateway(archive: Archive, tmp: Path) -> tuple[subprocess.Popen[bytes], str, str, Path]:
+    """``processor gateway`` as the gateway's principal, reading every archived offset from the archive,
+    TLS towards clients (their SASL login is passed through): (process, bootstrap, web, log)."""
+    secured = archive.stack.secured
+    assert secured is not None
+    port, web = free_port(), free_port()
+    env = {
+        **archive.as_user(GATEWAY),
+        "PROCESSOR_DATA_DIR": str(tmp / "data"),
+        "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
+        "PROCESSOR_GATEWAY_PORT": str(port),
+        "PROCESSOR_GATEWAY_NODE_IDS": archive.stack.gateway_node_ids,
+        "PROCESSOR_GATEWAY_ARCHIVE_READS": "archived",
+        "PROCESSOR_GATEWAY_TLS_CERTFILE": secured.pki.broker_cert,  # valid for 127.0.0.1
+        "PROCESSOR_GATEWAY_TLS_KEYFILE": secured.pki.broker_key,
+        "PROCESSOR_WEB_HOST": "127.0.0.1",
+        "PROCESSOR_WEB_PORT": str(web),
+    }
+    tmp.mkdir(parents=True, exist_ok=True)
+    log = tmp / "gateway.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "processor", "gateway"], env=env, stdout=out, stderr=out
+        )
+    return proc, f"127.0.0.1:{port}", f"http://127.0.0.1:{web}", log
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(30)
+
+
+def _consume(archive: Archive, bootstrap: str, want: int) -> tuple[dict[int, list[int]], list[str]]:
+    """The client principal's consumer in its group (commits through the gateway): the offsets it read
+    by partition and the errors it was given, until ``want`` records or an error or 60 s."""
+    from confluent_kafka import Consumer
+
+    from processor.kafka.clients import consumer_config
+    from processor.kafka.security import KafkaConnection, KafkaSecurity
+
+    secured = archive.stack.secured
+    assert secured is not None
+    security = KafkaSecurity.from_env(
+        {**secured.sasl_ssl_env(), "PROCESSOR_SASL_USERNAME": GW_CLIENT, "PROCESSOR_SASL_PASSWORD": PASSWORD}
+    )
+    consumer = Consumer(
+        consumer_config(
+            KafkaConnection(bootstrap, security), GW_GROUP,
+            **{"group.id": GW_GROUP, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+               "session.timeout.ms": 6000, "fetch.wait.max.ms": 10},
+        )
+    )  # fmt: skip
+    consumer.subscribe([TOPIC])
+    offsets: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+    errors: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while sum(map(len, offsets.values())) < want and not errors and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                errors.append(str(msg.error()))
+                continue
+            offsets[msg.partition() or 0].append(msg.offset() or 0)
+            consumer.commit(message=msg, asynchronous=False)
+    finally:
+        consumer.close()
+    return offsets, errors
+
+
+def test_a_gateway_and_its_client_with_exactly_the_documented_acls_serve_and_without_one_name_it(
+    archive: Archive, tmp_path: Path
+) -> None:
+    """The gateway's principal with Read, Describe and DescribeConfigs on the metadata topic serves the
+    archive; a client principal with Read and Describe on the topic and Read on its group reads every
+    record through it from the archive, in its group, committing. Without Read on the topic or on the
+    group the client is told which (TOPIC_ / GROUP_AUTHORIZATION_FAILED); a gateway without
+    DescribeConfigs or Read on the metadata topic stops at start naming the topic and what it lacks."""
+    user_with_exactly(archive.stack, GATEWAY, PASSWORD, GATEWAY_GRANTS)
+    user_with_exactly(archive.stack, GW_CLIENT, PASSWORD, GW_CLIENT_GRANTS)
+    proc, bootstrap, web, log = _gateway(archive, tmp_path / "granted")
+    try:
+        deadline = time.monotonic() + 90
+        while _get(f"{web}/readyz")[0] != 200:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)  # polling: the gateway's follower catching up
+        offsets, errors = _consume(archive, bootstrap, RECORDS)
+        assert not errors, errors
+        assert offsets == {p: list(range(len(rs))) for p, rs in archive.by_partition.items()}
+        metrics = urllib.request.urlopen(f"{web}/metrics", timeout=10).read().decode()
+        served = [
+            float(line.rsplit(" ", 1)[1])
+            for line in metrics.splitlines()
+            if line.startswith("processor_gateway_fetch_records_total{")
+            and f'topic="{TOPIC}"' in line
+            and 'source="archive"' in line
+        ]
+        assert sum(served) == RECORDS, "not every record came from the archive"
+        # the client without one of its grants: the broker's refusal, passed on by the gateway
+        for kind, name, refusal in (("TOPIC", TOPIC, "TOPIC_AUTHORIZATION_FAILED"),
+                                 ("GROUP", GW_GROUP, "GROUP_AUTHORIZATION_FAILED")):  # fmt: skip
+            user_with_exactly(
+                archive.stack, GW_CLIENT, PASSWORD, _without(GW_CLIENT_GRANTS, kind, name, "READ")
+            )
+            offsets, errors = _consume(archive, bootstrap, 1)
+            assert not any(offsets.values()) and errors, (kind, offsets, errors)
+            assert any(refusal in e or refusal.replace("_", " ").lower() in e.lower() for e in errors), (
+                kind,
+                errors,
+            )
+    finally:
+        _stop(proc)
+    # the gateway without DescribeConfigs, then without Read, on the metadata topic: it stops at start
+    for missing, said in (("DESCRIBE_CONFIGS", "DescribeConfigs"), ("READ", "TOPIC_AUTHORIZATION_FAILED")):
+        user_with_exactly(archive.stack, GATEWAY, PASSWORD, _without(GATEWAY_GRANTS, "TOPIC", META, missing))
+        proc, _bootstrap, _web, log = _gateway(archive, tmp_path / f"without-{missing.lower()}")
+        try:
+            exit_code = proc.wait(90)
+        finally:
+            _stop(proc)
+        text = log.read_text()
+        assert exit_code == 3, (missing, exit_code, text[-3000:])
+        assert META in text and said in text, (missing, text[-3000:])

@@ -1,4 +1,9 @@
-"""A SCRAM user of the secured local stack with exactly the ACLs a test grants it."""
+"""A SCRAM user of the secured local stack with exactly the ACLs a test grants it.
+
+Its credentials are SCRAM-SHA-512 and SCRAM-SHA-256 ones: the stack's PLAIN logins are the broker's
+own fixed list (the dev user and the admin), so such a user connecting with PLAIN is refused. A
+refused login reaches a confluent-kafka consumer only through its error callback and log (never as a
+polled message): a consumer that only looks at what it polls sees no record and no error."""
 
 from __future__ import annotations
 
@@ -27,11 +32,10 @@ def user_with_exactly(secured_stack: StackInfo, user: str, password: str, grants
     secured = secured_stack.secured
     assert secured is not None
     admin = new_admin(secured.admin_kafka(), "tests-acls")
-    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
-    for future in admin.alter_user_scram_credentials(
-        [UserScramCredentialUpsertion(user, info, password.encode())]
-    ).values():
-        future.result(timeout=30)
+    for mechanism in (ScramMechanism.SCRAM_SHA_512, ScramMechanism.SCRAM_SHA_256):  # one a request
+        upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 8192), password.encode())
+        for future in admin.alter_user_scram_credentials([upsert]).values():
+            future.result(timeout=30)
     anything: Any = None  # a filter's wildcard (the stubs want a name)
     every = AclBindingFilter(
         ResourceType.ANY, anything, ResourcePatternType.ANY, f"User:{user}", anything, AclOperation.ANY,
