@@ -19,8 +19,9 @@ u64/i64 BE so byte order is numeric order)::
 
 ``O`` holds only the finished segments that are *served*, as :mod:`processor.metadata.fold` (the one
 fold every reader applies) decides. Layout 1 (before claims) kept the partition's lineage, start
-offset and delete state under ``E``, ``B`` and ``P``; a cache of an older layout is rebuilt from the
-topic when opened (it is derived data).
+offset and delete state under ``E``, ``B`` and ``P``; layout 2's headers did not keep the highest
+claim epoch seen (a zombie's old claim stated again after a release is rejected by it); a cache of an
+older layout is rebuilt from the topic when opened (it is derived data).
 
 "The finished segment containing offset O of tp" is one ``seek_for_prev`` on ``O tp O ff..``;
 "segments of tp from offset O" is a forward scan from the same place. Neither scans the cache.
@@ -34,7 +35,7 @@ import uuid
 
 from processor.kafka.partition import TopicPartition
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 U64 = struct.Struct(">Q")
 U32 = struct.Struct(">I")
 I64 = struct.Struct(">q")

@@ -146,10 +146,16 @@ def decide_claim(store: FoldStore, offset: int, claim: PartitionClaim) -> Change
                 *claim_records(store, tp, header, lambda e: e == restated),
             ]
             return Change(shadows=tuple(marks))
-        if restated >= offset or (held is not None and held.epoch > restated):
+        if (
+            restated >= offset
+            or (held is not None and held.epoch > restated)
+            or restated < header.highest_claim_epoch
+        ):
+            # a later claim was made since (current, or released: an operator's command): a zombie
+            # stating its old claim again never makes it current again
             raise RejectedRecord(
                 f"{claim.kind.value} claim {claim.claim_id} states claim {restated} again, but the current "
-                f"claim is {header.current_epoch}",
+                f"claim is {header.current_epoch} (the highest so far {header.highest_claim_epoch})",
                 STALE_EPOCH,
             )
         epoch = restated  # a reader of the compacted topic: the claim's first record is gone
@@ -158,7 +164,13 @@ def decide_claim(store: FoldStore, offset: int, claim: PartitionClaim) -> Change
         epoch, claim.claim_id, claim.kind, claim.writer_id, claim.topic_id, claim.event_timestamp_ms
     )
     return Change(
-        header=replace(header, claimed=True, claim=current, lineage=lineage),
+        header=replace(
+            header,
+            claimed=True,
+            claim=current,
+            lineage=lineage,
+            highest_claim_epoch=max(header.highest_claim_epoch, epoch),
+        ),
         unserve=tuple(switch_unserves(store, tp, header.lineage, lineage)),
         shadows=tuple(_claims_lost(store, tp, header)),
     )

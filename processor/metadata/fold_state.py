@@ -36,6 +36,9 @@ class PartitionHeader:
     lineage: Lineage = field(default_factory=Lineage)  # topic ids (and, before claims, epochs)
     log_start_offset: int = 0  # remote log start offset; only grows
     delete_state: PartitionDeleteState | None = None  # of the whole partition (delete-topic)
+    # the highest epoch any claim of the partition had (a released one included): a claim stated
+    # again with an older epoch is a zombie's, never current again
+    highest_claim_epoch: int = -1
 
     @property
     def current_epoch(self) -> int | None:

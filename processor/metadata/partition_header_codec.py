@@ -15,7 +15,8 @@ HEADER_VERSION = 1
 
 
 def encode_header(header: PartitionHeader) -> bytes:
-    """JSON, versioned: ``{"v": 1, ...}``. Small and rare (written when a partition's header changes)."""
+    """JSON, versioned: ``{"v": 1, ...}``. Small and rare (written when a partition's header changes).
+    Keys added within a version are optional on decode (``highest_claim``: -1 when absent)."""
     lineage = header.lineage
     claim = header.claim
     return json.dumps(
@@ -38,6 +39,7 @@ def encode_header(header: PartitionHeader) -> bytes:
             "legacy_retired": lineage.legacy_retired,
             "log_start": header.log_start_offset,
             "delete_state": header.delete_state.value if header.delete_state else None,
+            "highest_claim": header.highest_claim_epoch,
         },
         separators=(",", ":"),
     ).encode()
@@ -55,4 +57,6 @@ def decode_header(raw: bytes) -> PartitionHeader:
         lineage=Lineage(d["max_epoch"], d["topic_id"], frozenset(d["retired"]), d["legacy_retired"]),
         log_start_offset=d["log_start"],
         delete_state=PartitionDeleteState(d["delete_state"]) if d["delete_state"] else None,
+        # absent from headers written before it was kept: the next claim sets it
+        highest_claim_epoch=d.get("highest_claim", -1),
     )

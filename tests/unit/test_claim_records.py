@@ -5,15 +5,20 @@ the real fold, codec, retention pass and deleter over a filesystem bucket."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from pathlib import Path
 
+from processor.follower.cache_writes import RawMessage
+from processor.follower.metadata_cache import MetadataCache
 from processor.lifecycle.retention_policy import RetentionLimits
 from processor.lifecycle.retention_service import clean_partition
 from processor.metadata.codec import claim_key, decode_value, encode_value
 from processor.metadata.fold import MetadataFold
 from processor.metadata.fold_reasons import MISPLACED
+from processor.metadata.fold_state import PartitionHeader
 from processor.metadata.model import ClaimKind, PartitionClaim, SegmentState
+from processor.metadata.partition_header_codec import decode_header, encode_header
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.storage.filesystem import FilesystemChunkStorage
 from tests.unit.test_claims import KEYS, TP, Log, copy, deleter
@@ -140,6 +145,43 @@ def test_a_restatement_by_anyone_but_the_holder_is_rejected() -> None:
         log.state().current_epoch == epoch and log.state().header.claim == log.fold.partition(TP).header.claim
     )
     assert isinstance(log.fold, MetadataFold)
+
+
+def test_a_zombie_stating_its_claim_again_after_a_later_claim_was_released_is_rejected(
+    tmp_path: Path,
+) -> None:
+    """The owner's claim key was tombstoned; an operator's command took the partition and released
+    it; the owner, paused meanwhile, states its old claim again: with nobody holding a claim, readers
+    took it as current again, and its next record (a repair of a segment the command deleted) was
+    the holder's own word rejected. The highest claim epoch seen, kept in the partition's header (and
+    the follower cache's), rejects it; every reader agrees at every cleaning point."""
+    log = Log()
+    epoch = log.claim("w")
+    claim = _claim(log, epoch)
+    log._append(claim_key(claim), None)  # a hostile tombstone on the holder's claim key
+    admin = log.claim("op", ClaimKind.ADMIN)
+    release = PartitionClaim(TP, uuid.uuid4(), ClaimKind.RELEASE, "op", 0, released_epoch=admin)
+    assert log.accepted[log.publish(release)]
+    assert log.state().current_epoch is None and log.state().header.highest_claim_epoch == admin
+    again = dataclasses.replace(claim, restates_epoch=epoch, event_timestamp_ms=1)
+    assert not log.accepted[log.publish(again)]
+    assert log.state().current_epoch is None
+    for point in range(len(log.messages) + 1):
+        assert fresh(log, point).partition(TP).header.current_epoch is None, f"cleaning point {point}"
+    cache = MetadataCache(tmp_path / "cache")
+    try:
+        cache.apply_batch([RawMessage(0, o, k, v) for o, k, v in log.messages])
+        assert cache.remote_state(TP).header == log.state().header
+    finally:
+        cache.close()
+
+
+def test_the_partition_header_keeps_the_highest_claim_epoch_and_reads_one_written_without_it() -> None:
+    header = PartitionHeader(claimed=True, highest_claim_epoch=8)
+    assert decode_header(encode_header(header)) == header
+    earlier = json.loads(encode_header(header))
+    del earlier["highest_claim"]
+    assert decode_header(json.dumps(earlier).encode()).highest_claim_epoch == -1
 
 
 def test_an_epoch_handed_out_again_after_the_metadata_lost_its_tail_sweeps_nothing_of_the_first(
