@@ -22,7 +22,7 @@ from processor.commands.delete_topic import read_live_topic
 from processor.config import load_settings
 from processor.errors import ConfigError
 from processor.kafka.partition import TopicPartition
-from processor.lifecycle.retention_service import UNREFERENCED_MIN_AGE_MS, storage_now_ms
+from processor.lifecycle.sweep import UNREFERENCED_MIN_AGE_MS, storage_now_ms
 from processor.metadata.codec import metadata_partition_for
 from processor.metadata.deletion_proof import plan_sweep
 from processor.segment.object_keys import validate_topic

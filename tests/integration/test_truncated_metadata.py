@@ -83,8 +83,8 @@ from tests.support.metadata_watch import metadata_watch
 pytestmark = pytest.mark.integration
 
 RECORDS = 40  # per partition and run: a few 12 KiB segments each (test_ownership.py _env)
-JUMP_MS = 11 * 60 * 1000  # past the sweep's ten minutes (retention_service.UNREFERENCED_MIN_AGE_MS)
-KEPT = "objects no segment references were kept"  # the sweep's warning (retention_service.py)
+JUMP_MS = 11 * 60 * 1000  # past the sweep's ten minutes (lifecycle/sweep.py, UNREFERENCED_MIN_AGE_MS)
+KEPT = "objects no segment references were kept"  # the sweep's warning (lifecycle/sweep.py)
 SEGMENTS_GAUGE = "processor_remote_log_segments"  # set at the end of every retention pass
 REFUSED = "processor_deletions_refused_total"
 LIMITS = {  # retention limits that delete nothing of what the test produces

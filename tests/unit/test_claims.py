@@ -368,7 +368,7 @@ def test_orphans_are_removed_and_shadowed_states_re_published(tmp_path: Path) ->
 def test_the_once_per_claim_sweep_deletes_only_this_claims_old_objects_nobody_references(
     tmp_path: Path,
 ) -> None:
-    from processor.lifecycle.retention_service import sweep_unreferenced
+    from processor.lifecycle.sweep import sweep_unreferenced
 
     storage = FilesystemChunkStorage(tmp_path)
     log = Log()

@@ -16,12 +16,8 @@ from processor.errors import FencedWriterError
 from processor.kafka.partition import TopicPartition
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits
-from processor.lifecycle.retention_service import (
-    UNREFERENCED_MIN_AGE_MS,
-    RetentionService,
-    clean_partition,
-    sweep_unreferenced,
-)
+from processor.lifecycle.retention_service import RetentionService, clean_partition
+from processor.lifecycle.sweep import UNREFERENCED_MIN_AGE_MS, sweep_unreferenced
 from processor.metadata.codec import delete_key, encode_value, segment_key
 from processor.metadata.fold import MetadataFold
 from processor.metadata.fold_reasons import CONDITION, MISPLACED, UNSERVABLE
@@ -502,3 +498,47 @@ def test_an_earlier_versions_zombie_delete_under_the_copy_key_with_no_owner_past
     assert served(log.fold) == {s.segment_id.id}
     assert objects_of(s) <= keys_in(storage)
     assert served(fresh(log)) == {s.segment_id.id}
+
+
+def test_a_sweep_that_finds_manifests_the_metadata_does_not_name_reports_the_archive_unready(
+    tmp_path: Path,
+) -> None:
+    """The metadata partition lost its tail (or the topic is another one): the sweep keeps every
+    object it cannot prove garbage, and the manifests among them are acknowledged segments the
+    metadata no longer serves. Before, only a log line and a counter said so, and the worker stayed
+    ready; now the ``archive`` health problem names the partition and `processor rebuild-metadata`,
+    until the partition is led elsewhere (its holder's sweep reports it then)."""
+    from processor.health import HEALTH
+    from processor.lifecycle.retention_service import PROOF_COMPONENT
+
+    storage = FilesystemChunkStorage(tmp_path)
+    lost = segment(0, 9, 3)
+    upload(storage, lost)  # its records went with the metadata partition's tail
+    log = Log()
+    epoch = log.claim("w")
+
+    class Now:
+        def state(self, tp: TopicPartition) -> PartitionRemoteState:
+            return log.state()
+
+    service = RetentionService(
+        RetentionConfig(RetentionLimits(), ()), Now(), deleter(log, storage), None, unreferenced_min_age_ms=0
+    )
+
+    def archive_problem() -> str | None:
+        return next((p.reason for p in HEALTH.problems() if p.component == PROOF_COMPONENT), None)
+
+    HEALTH.clear(PROOF_COMPONENT)
+    try:
+        service.run_pass({TP: epoch})  # the first pass under the claim: the sweep is due at a later one
+        assert archive_problem() is None
+        service.run_pass({TP: epoch})
+        problem = archive_problem()
+        assert problem is not None and str(TP) in problem and "rebuild-metadata" in problem
+        assert objects_of(lost) <= keys_in(storage)
+        service.run_pass({TP: epoch})  # later passes do not sweep again: the problem stays
+        assert archive_problem() is not None
+        service.run_pass({})
+        assert archive_problem() is None
+    finally:
+        HEALTH.clear(PROOF_COMPONENT)

@@ -13,7 +13,7 @@ from processor import metrics
 from processor.errors import FencedWriterError, StorageError
 from processor.leader.segment_copier import SegmentCopier
 from processor.lifecycle.retention_policy import RetentionLimits, plan_retention
-from processor.lifecycle.retention_service import write_missing_manifests
+from processor.lifecycle.sweep import write_missing_manifests
 from processor.metadata.manifest import decode_manifest, manifest_key
 from processor.metadata.model import ClaimKind, PartitionClaim, RemoteLogSegmentMetadata, SegmentState
 from processor.segment.object_keys import ObjectKeyFactory
