@@ -42,6 +42,8 @@ import json
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -278,6 +280,20 @@ def refused_unreferenced(env: dict[str, str]) -> float:
     return metric(env, REFUSED, 'reason="unreferenced_without_proof"') or 0.0
 
 
+def archive_problem(env: dict[str, str]) -> str:
+    """The worker's ``archive`` readiness problem ('' when it has none)."""
+    url = f"http://127.0.0.1:{env['PROCESSOR_WEB_PORT']}/readyz"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            body = answer.read()
+    except urllib.error.HTTPError as unready:  # 503 with the problems
+        body = unready.read()
+    except OSError:
+        return ""
+    problems = json.loads(body).get("problems", [])
+    return " ".join(p.get("reason", "") for p in problems if p.get("component") == "archive")
+
+
 def kept_logged(worker: WorkerProcess, tps: list[TopicPartition]) -> bool:
     """The worker's sweep logged, for each of ``tps``, the unreferenced objects it kept."""
     lines = [line for line in worker.log().splitlines() if KEPT in line]
@@ -412,6 +428,10 @@ def test_a_worker_restarted_after_the_metadata_topic_lost_its_tail_deletes_nothi
             assert_nothing_acknowledged_deleted("after the sweep")
             assert refused_unreferenced(env_a) > 0
             assert "processor sweep --topic" in a.log()
+            # the manifests the metadata no longer names: the worker is unready, naming the cure
+            wait_for(
+                "the archive problem on /readyz", lambda: "rebuild-metadata" in archive_problem(env_a), 30
+            )
 
             # 5. a second worker: a rebalance; its claims are new, its sweep runs after another jump
             mark = len(a.log())
