@@ -249,18 +249,29 @@ async def _add_empty(
     for ti, pi in omitted:
         tp = named.get((ti, pi))
         hw, lso, start = offsets.get(tp, (-1, -1, -1)) if tp is not None else (-1, -1, -1)
-        part = build(
-            module.PartitionData,
-            partition_index=body.topics[ti].partitions[pi].partition,
-            error_code=ErrorCode.none,
-            high_watermark=hw,
-            last_stable_offset=lso if isolation == 1 else hw,
-            log_start_offset=start,
-            aborted_transactions=() if isolation == 1 else None,
-            preferred_read_replica=-1,
-            records=b"",
+        part = _partition_data(
+            module, body.topics[ti].partitions[pi].partition, (hw, lso, start), isolation, b""
         )
         _add_partition(topics, module, key_field, getattr(body.topics[ti], key_field), part)
+
+
+def _partition_data(
+    module: Any, partition: Any, offsets: tuple[int, int, int], isolation: int, records: object
+) -> Any:
+    """One partition of a Fetch answer without error: its broker's high watermark, last stable offset
+    (read_committed) and log start offset ``offsets``, and ``records``."""
+    hw, lso, start = offsets
+    return build(
+        module.PartitionData,
+        partition_index=partition,
+        error_code=ErrorCode.none,
+        high_watermark=hw,
+        last_stable_offset=lso if isolation == 1 else hw,
+        log_start_offset=start,
+        aborted_transactions=() if isolation == 1 else None,
+        preferred_read_replica=-1,
+        records=records,
+    )
 
 
 async def _answer_fetch(
@@ -384,16 +395,10 @@ async def _answer_fetch(
         hw, lso, start = broker.get(tp, (-1, -1, -1))
         if archive_start is not None and (start < 0 or archive_start < start):
             start = archive_start
-        part = build(
-            module.PartitionData,
-            partition_index=body.topics[ti].partitions[pi].partition,
-            error_code=ErrorCode.none,
-            high_watermark=hw,
-            last_stable_offset=lso if isolation == 1 else hw,
-            log_start_offset=start,
-            aborted_transactions=() if isolation == 1 else None,
-            preferred_read_replica=-1,
-            records=RecordsRef(got.batches),  # written to the socket from where the archive read them
+        # the records written to the socket from where the archive read them
+        records = RecordsRef(got.batches)
+        part = _partition_data(
+            module, body.topics[ti].partitions[pi].partition, (hw, lso, start), isolation, records
         )
         state.served(tp.topic, "archive", sum(map(count_records, got.batches)), got.size)
         _add_partition(topics, module, key_field, getattr(body.topics[ti], key_field), part)
