@@ -5,7 +5,8 @@
 - ``admin``: the broker check, partition counts, topic ids, high watermarks, topic creation;
 - ``security``: ``KafkaSecurity``, how each client authenticates (SASL, TLS), and its translations;
 - ``oauth``: OAUTHBEARER token sources (a user hook, Amazon MSK IAM);
-- ``rdkafka_log``: librdkafka's log lines through Python logging, repeats folded.
+- ``rdkafka_log``: librdkafka's log lines through Python logging, repeats folded;
+- ``wire``: requests encoded by kio (the gateway's codec) sent over aiokafka's connections.
 
 This file imports nothing: importing the partition type does not load a Kafka client library.
 """

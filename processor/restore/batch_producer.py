@@ -6,8 +6,8 @@ every archived record into Python objects and hands each over with a call, costi
 producing alone costs. The archive already holds Kafka record batches byte for byte; this producer
 sends them as they are, restamped with its producer id, epoch and sequence
 (:func:`processor.restore.txn_wire.stamp`, the CRC-32C recomputed), so a restore does no per-record
-work. Nothing else here is invented: the requests are aiokafka's (InitProducerId v3 from
-:mod:`processor.restore.txn_wire`).
+work. Nothing else here is invented: the requests are Kafka's own message schemas, encoded by kio
+(:mod:`processor.restore.requests`), and aiokafka's client carries them.
 
 The protocol, as every transactional producer runs it:
 
@@ -45,17 +45,16 @@ from typing import Any, TypeVar
 
 from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient
-from aiokafka.protocol.produce import ProduceRequest
-from aiokafka.protocol.transaction import AddPartitionsToTxnRequest, EndTxnRequest
 from aiokafka.structs import TopicPartition as KafkaTP
 
 from processor.errors import ProcessorError, ServiceUnavailableError
+from processor.kafka import wire
 from processor.kafka.clients import KafkaTarget, aiokafka_client_kwargs, connection
+from processor.restore import requests
 from processor.restore.txn_wire import (
     CONNECTION_LOST,
     LEADER_NOT_AVAILABLE,
     ErrorKind,
-    InitProducerIdRequest,
     error_kind,
     error_name,
     rejection_hint,
@@ -66,7 +65,6 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 ACKS_ALL = -1
-COORDINATOR_TRANSACTION = 1
 SEQUENCE_WRAP = 2**31  # Kafka's sequences wrap from Int32.MAX to 0
 
 _CONNECTION_ERRORS = (
@@ -310,25 +308,27 @@ class BatchProducer:
         if self._coordinator is None:
 
             async def find() -> tuple[int, Any]:
+                node = client.get_random_node()
+                if node is None:  # no broker known (yet): asked again, like a lost connection
+                    return CONNECTION_LOST, None
                 try:
-                    return 0, await client.coordinator_lookup(COORDINATOR_TRANSACTION, self.transactional_id)
-                except kafka_errors.BrokerResponseError as exc:
-                    return int(exc.errno), None
+                    answer = await wire.send(client, node, requests.find_coordinator(self.transactional_id))
                 except _CONNECTION_ERRORS:
                     return CONNECTION_LOST, None
+                return int(answer.error_code), int(answer.node_id)
 
             self._coordinator = int(await self._retrying("finding the transaction coordinator", find))
         return self._coordinator
 
-    async def _to_coordinator(self, what: str, request: Any) -> Any:
+    async def _to_coordinator(self, what: str, request: wire.KioRequest) -> Any:
         async def attempt() -> tuple[int, Any]:
             node = await self._coordinator_node()
             assert self._client is not None
             try:
-                response: Any = await self._client.send(node, request)
+                answer = await wire.send(self._client, node, request)
             except _CONNECTION_ERRORS:
                 return CONNECTION_LOST, None
-            return _first_error(response), response
+            return requests.coordinator_error(answer), answer
 
         try:
             return await self._retrying(what, attempt)
@@ -339,7 +339,7 @@ class BatchProducer:
         # Always as a new producer (-1, -1): the coordinator then bumps the transactional id's epoch
         # and aborts its open transaction (Tansu answers an epoch bump that names the current id
         # and epoch, KIP-360's form, with error -1).
-        request = InitProducerIdRequest(self.transactional_id, self.transaction_timeout_ms)
+        request = requests.init_producer_id(self.transactional_id, self.transaction_timeout_ms)
         response = await self._to_coordinator("starting transactions", request)
         self.producer_id, self.epoch = int(response.producer_id), int(response.producer_epoch)
         await self._reset_lanes()
@@ -357,8 +357,8 @@ class BatchProducer:
                 self._release(len(item.batch))
 
     async def _add_partition(self, tp: tuple[str, int]) -> None:
-        request = AddPartitionsToTxnRequest(
-            self.transactional_id, self.producer_id, self.epoch, [(tp[0], [tp[1]])]
+        request = requests.add_partitions_to_txn(
+            self.transactional_id, self.producer_id, self.epoch, tp[0], tp[1]
         )
         await self._to_coordinator(f"adding {tp[0]}[{tp[1]}] to the transaction", request)
         self._added.add(tp)
@@ -379,33 +379,30 @@ class BatchProducer:
     async def _produce(self, tp: tuple[str, int], batch: bytearray) -> int:
         assert self._client is not None
         node = await self._leader(tp)
-        request = ProduceRequest(
-            self.transactional_id, ACKS_ALL, self.request_timeout_ms, [(tp[0], [(tp[1], batch)])]
+        request = requests.produce(
+            self.transactional_id, ACKS_ALL, self.request_timeout_ms, tp[0], tp[1], batch
         )
-        response: Any = await self._client.send(node, request)
-        for _topic, partitions in response.topics:
-            for partition, error_code, offset, *_rest in partitions:
-                if partition != tp[1]:
-                    continue
-                kind = error_kind(error_code)
-                if kind is ErrorKind.NONE:
-                    return int(offset)
-                name = error_name(error_code)
-                if kind is ErrorKind.FENCED:
-                    raise TxnFencedError(f"producing to {tp[0]}[{tp[1]}]: {name}")
-                if kind is ErrorKind.REJECTED:
-                    raise TxnRejectedError(
-                        f"{tp[0]}[{tp[1]}] refuses a batch of {len(batch)} bytes: {name}"
-                        + rejection_hint(error_code)
-                    )
-                if getattr(kafka_errors.for_code(error_code), "invalid_metadata", False):
-                    await _awaited(self._client.force_metadata_update())
-                raise TxnAbortableError(f"producing to {tp[0]}[{tp[1]}]: {name}")
-        raise TxnAbortableError(f"producing to {tp[0]}[{tp[1]}]: the answer does not name the partition")
+        result = requests.produce_result(await wire.send(self._client, node, request), *tp)
+        if result is None:
+            raise TxnAbortableError(f"producing to {tp[0]}[{tp[1]}]: the answer does not name the partition")
+        error_code, offset = result
+        kind = error_kind(error_code)
+        if kind is ErrorKind.NONE:
+            return offset
+        name = error_name(error_code)
+        if kind is ErrorKind.FENCED:
+            raise TxnFencedError(f"producing to {tp[0]}[{tp[1]}]: {name}")
+        if kind is ErrorKind.REJECTED:
+            raise TxnRejectedError(
+                f"{tp[0]}[{tp[1]}] refuses a batch of {len(batch)} bytes: {name}" + rejection_hint(error_code)
+            )
+        if getattr(kafka_errors.for_code(error_code), "invalid_metadata", False):
+            await _awaited(self._client.force_metadata_update())
+        raise TxnAbortableError(f"producing to {tp[0]}[{tp[1]}]: {name}")
 
     async def _end(self, commit: bool) -> None:
         what = "committing" if commit else "aborting"
-        request = EndTxnRequest(self.transactional_id, self.producer_id, self.epoch, commit)
+        request = requests.end_txn(self.transactional_id, self.producer_id, self.epoch, commit)
         try:
             await self._to_coordinator(f"{what} the transaction", request)
         except TxnAbortableError as exc:
@@ -429,19 +426,6 @@ class BatchProducer:
         if self._client is not None:
             await self._client.close()
             self._client = None
-
-
-def _first_error(response: Any) -> int:
-    """The first non-zero error code of a coordinator's answer (AddPartitionsToTxn answers per
-    partition), else 0."""
-    code = int(getattr(response, "error_code", 0))
-    if code:
-        return code
-    for _topic, partitions in getattr(response, "errors", ()):
-        for _partition, partition_code in partitions:
-            if partition_code:
-                return int(partition_code)
-    return 0
 
 
 async def _awaited(result: Awaitable[Any] | Any) -> None:

@@ -4,26 +4,26 @@ confluent-kafka never shows transaction markers or producer ids, and a read_comm
 at another producer's open transaction, so the restore reads its progress partition, and the tests
 read restored partitions, as raw batches from offset 0 (read_uncommitted) up to the high watermark
 seen by the first fetch, and resolves transactions from the markers
-(:mod:`processor.restore.transaction_view`). No wire protocol is written here: aiokafka builds the
-requests (the same way as ``processor/leader/batch_source.py``).
+(:mod:`processor.restore.transaction_view`). No wire protocol is written here: the requests are
+kio's encodings of Kafka's message schemas (:mod:`processor.restore.requests`), carried by aiokafka's
+client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any
 
 from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient
-from aiokafka.protocol.fetch import FetchRequest
-from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition as KafkaTP
 
 from processor.errors import ServiceUnavailableError
+from processor.kafka import wire
 from processor.kafka.clients import KafkaTarget, aiokafka_client_kwargs, connection
 from processor.kafka.partition import TopicPartition
 from processor.kafka.security import KafkaConnection
+from processor.restore import requests
 from processor.segment.entries_v2 import BatchHeader, split_batches
 
 READ_UNCOMMITTED = 0
@@ -122,17 +122,15 @@ async def _earliest(client: AIOKafkaClient, tp: TopicPartition) -> int:
     node = client.cluster.leader_for_partition(KafkaTP(tp.topic, tp.partition))
     if node is None or node < 0:
         raise kafka_errors.LeaderNotAvailableError(str(tp))
-    response: Any = await client.send(
-        node, OffsetRequest(-1, READ_UNCOMMITTED, [(tp.topic, [(tp.partition, EARLIEST)])])
-    )
-    for _topic, partitions in response.topics:
-        for part, error_code, *info in partitions:
-            if part == tp.partition:
-                error = kafka_errors.for_code(error_code)
-                if error is not kafka_errors.NoError:
-                    raise error(str(tp))
-                return int(info[-1]) if response.API_VERSION > 0 else int(info[0][0])
-    raise kafka_errors.UnknownTopicOrPartitionError(str(tp))
+    request = requests.list_offsets(READ_UNCOMMITTED, tp.topic, tp.partition, EARLIEST)
+    result = requests.list_offsets_result(await wire.send(client, node, request), tp.topic, tp.partition)
+    if result is None:
+        raise kafka_errors.UnknownTopicOrPartitionError(str(tp))
+    error_code, offset = result
+    error = kafka_errors.for_code(error_code)
+    if error is not kafka_errors.NoError:
+        raise error(str(tp))
+    return offset
 
 
 async def _fetch(client: AIOKafkaClient, tp: TopicPartition, position: int) -> tuple[bytes, int, int]:
@@ -141,22 +139,21 @@ async def _fetch(client: AIOKafkaClient, tp: TopicPartition, position: int) -> t
         raise kafka_errors.UnknownTopicOrPartitionError(str(tp))
     if node < 0:
         raise kafka_errors.LeaderNotAvailableError(str(tp))
-    request = FetchRequest(
+    request = requests.fetch(
         FETCH_MAX_WAIT_MS,
         1,
         FETCH_MAX_BYTES,
         READ_UNCOMMITTED,
-        [(tp.topic, [(tp.partition, position, FETCH_MAX_BYTES)])],
+        tp.topic,
+        tp.partition,
+        position,
+        FETCH_MAX_BYTES,
     )
-    response: Any = await client.send(node, request)
-    version = response.API_VERSION
-    for topic, partitions in response.topics:
-        for partition, error_code, high_watermark, *data in partitions:
-            if (topic, partition) != (tp.topic, tp.partition):
-                continue
-            error = kafka_errors.for_code(error_code)
-            if error is not kafka_errors.NoError:
-                raise error(str(tp))
-            log_start = int(data[1]) if version >= 5 else 0
-            return bytes(data[-1] or b""), int(high_watermark), log_start
-    raise kafka_errors.UnknownTopicOrPartitionError(str(tp))
+    result = requests.fetch_result(await wire.send(client, node, request), tp.topic, tp.partition)
+    if result is None:
+        raise kafka_errors.UnknownTopicOrPartitionError(str(tp))
+    error_code, high_watermark, log_start, records = result
+    error = kafka_errors.for_code(error_code)
+    if error is not kafka_errors.NoError:
+        raise error(str(tp))
+    return records, high_watermark, log_start
