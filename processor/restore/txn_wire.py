@@ -1,78 +1,17 @@
-"""What the restore's batch producer sends besides aiokafka's own request classes (InitProducerId
-v3, and each batch restamped by :func:`stamp`), and how it reads Kafka's error codes. Pure.
-
-aiokafka carries InitProducerId only at version 0, whose request has no producer id or epoch; Tansu
-answers it with error -1, and Kafka itself wants version 3+ to bump an epoch (KIP-360). Version 0
-stays for brokers older than Kafka 2.5. Version 3
-is the first flexible one (KIP-482: compact strings, tagged fields). Its layout::
-
-    InitProducerId request v3 (api key 22)
-      transactional_id        COMPACT_NULLABLE_STRING
-      transaction_timeout_ms  INT32
-      producer_id             INT64   -1: a new producer; else the current one (an epoch bump)
-      producer_epoch          INT16   -1 likewise
-      TAG_BUFFER
-    InitProducerId response v3
-      throttle_time_ms INT32 | error_code INT16 | producer_id INT64 | producer_epoch INT16 | TAG_BUFFER
+"""What the restore's batch producer puts on the wire besides the requests
+(:mod:`processor.restore.requests`, encoded by kio): each archived batch restamped by :func:`stamp`,
+and how it reads Kafka's error codes. Pure.
 """
 
 from __future__ import annotations
 
 import struct
 from enum import Enum
-from typing import Any
 
 from aiokafka import errors as kafka_errors
-from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.transaction import InitProducerIdRequest_v0
-from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
 
-from processor.kafka.api_keys import API_INIT_PRODUCER_ID
 from processor.segment.checksums import BATCH_CRC_AT, BATCH_CRC_FROM, crc32c_of
 from processor.segment.entries_v2 import ATTR_TRANSACTIONAL
-
-
-class InitProducerIdResponse_v3(Response):  # type: ignore[misc]  # aiokafka is untyped
-    API_KEY = API_INIT_PRODUCER_ID
-    API_VERSION = 3
-    FLEXIBLE_VERSION = True
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        ("error_code", Int16),
-        ("producer_id", Int64),
-        ("producer_epoch", Int16),
-        ("tags", TaggedFields),
-    )
-
-
-class InitProducerIdRequest_v3(RequestStruct):  # type: ignore[misc]
-    API_KEY = API_INIT_PRODUCER_ID
-    API_VERSION = 3
-    FLEXIBLE_VERSION = True
-    RESPONSE_TYPE = InitProducerIdResponse_v3
-    SCHEMA = Schema(
-        ("transactional_id", CompactString("utf-8")),
-        ("transaction_timeout_ms", Int32),
-        ("producer_id", Int64),
-        ("producer_epoch", Int16),
-        ("tags", TaggedFields),
-    )
-
-
-class InitProducerIdRequest(Request[InitProducerIdRequest_v0 | InitProducerIdRequest_v3]):  # type: ignore[misc]
-    """Version 3 where the broker has it (Kafka 2.5+), else version 0 (a new epoch only)."""
-
-    API_KEY = API_INIT_PRODUCER_ID
-
-    def __init__(
-        self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1
-    ) -> None:
-        self._args = (transactional_id, timeout_ms, producer_id, epoch)
-
-    def build(self, request_struct_class: type[Any]) -> Any:
-        if request_struct_class.API_VERSION == 0:
-            return request_struct_class(*self._args[:2])
-        return request_struct_class(*self._args, {})
 
 
 class ErrorKind(Enum):
