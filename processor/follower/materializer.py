@@ -125,6 +125,11 @@ class Materializer:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
+                if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                    # librdkafka looks up the coordinator of its (unused) group id; an assign-only
+                    # consumer needs no group: no ACL is missing, nothing to warn about
+                    log.debug("metadata consumer: %s", err)
+                    continue
                 if err.fatal():
                     raise MetadataTopicError(f"metadata consumer: {err}")
                 if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:

@@ -136,11 +136,14 @@ def observe(options: RecordOptions, metadata: MaterializedMetadata) -> Availabil
     """One look at the archive (new metadata records applied) and, with tail=live, the live topic."""
     conn = options.connection
     archive = metadata.read(options.wants)
+    # without tail=live nothing is read from the source topics: a principal refused them reads the
+    # archive; with it, a refused topic is an error (never a read of the archive alone)
+    needs = "tail=live needs Read and Describe on the source topics" if options.tail_live else None
     if options.subscription.assign:
         partitions = set(options.subscription.assign)
-        on_broker = broker_partitions(conn, options.subscription) if options.tail_live else []
+        on_broker = broker_partitions(conn, options.subscription, needs=needs) if options.tail_live else []
     else:
-        on_broker = broker_partitions(conn, options.subscription)
+        on_broker = broker_partitions(conn, options.subscription, needs=needs)
         partitions = set(on_broker) | set(archive)
     topic_ids = {tp.topic: a.topic_id for tp, a in archive.items() if a.topic_id}
     live = None

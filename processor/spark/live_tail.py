@@ -38,13 +38,32 @@ POOL_CAPACITY = 64  # idle consumers kept per process (spark.kafka.consumer.cach
 POOL_IDLE_S = 300.0  # an idle consumer older than this is closed (spark.kafka.consumer.cache.timeout)
 
 
+class TopicRefusedError(ProcessorError):
+    """The broker refused the principal a topic a read needs (TOPIC_AUTHORIZATION_FAILED)."""
+
+    def __init__(self, topic: str, needs: str) -> None:
+        super().__init__(
+            f"the principal was refused topic {topic} (TOPIC_AUTHORIZATION_FAILED): {needs} "
+            "(see the Kafka ACLs each role needs in docs/security.md)"
+        )
+        self.topic = topic
+
+
 def broker_partitions(
-    conn: Connection, subscription: Subscription, timeout_s: float = 10.0
+    conn: Connection, subscription: Subscription, timeout_s: float = 10.0, *, needs: str | None = None
 ) -> list[TopicPartition]:
-    """The partitions of the subscribed topics that exist on the broker now."""
+    """The partitions of the subscribed topics that exist on the broker now. With ``needs`` (what the
+    read needs the topics for), a named topic the principal may not describe is an error saying so:
+    a listing of every topic leaves out, silently, those the principal is refused."""
     consumer = conn.consumer("processor-spark-meta")
     try:
         md = consumer.list_topics(timeout=timeout_s)
+        named = subscription.topics or tuple(sorted({tp.topic for tp in subscription.assign}))
+        for name in (t for t in named if needs is not None and t not in md.topics):
+            asked = consumer.list_topics(topic=name, timeout=timeout_s).topics.get(name)
+            refused = KafkaError.TOPIC_AUTHORIZATION_FAILED
+            if asked is not None and asked.error is not None and asked.error.code() == refused:
+                raise TopicRefusedError(name, needs or "")
     except KafkaException as exc:
         raise ServiceUnavailableError(
             f"cannot reach Kafka at {conn.kafka.describe()}: {exc.args[0]}"
@@ -148,6 +167,11 @@ class OffsetsGoneError(ProcessorError):
         self.offset = offset
 
 
+def _group_refused(msg: Any) -> bool:
+    err = msg.error()
+    return err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+
 def consume_range(
     conn: Connection,
     topic: str,
@@ -169,7 +193,10 @@ def consume_range(
         consumer.assign([KafkaTP(topic, partition, lo)])
         deadline = time.monotonic() + stall_timeout_s
         while True:
-            batch = consumer.consume(1000, 0.2)
+            # librdkafka looks up the coordinator of any group.id and reports a refusal of the group
+            # as a message; an assign-only consumer that never commits needs no group (Spark's Kafka
+            # source does not either): fetching goes on without it
+            batch = [m for m in consumer.consume(1000, 0.2) if not _group_refused(m)]
             if not batch:
                 position = consumer.position([KafkaTP(topic, partition)])[0].offset
                 if position >= hi:
@@ -187,6 +214,8 @@ def consume_range(
                     if err.code() == KafkaError._AUTO_OFFSET_RESET:
                         position = consumer.position([KafkaTP(topic, partition)])[0].offset
                         raise OffsetsGoneError(TopicPartition(topic, partition), max(lo, int(position)))
+                    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        raise TopicRefusedError(topic, f"reading {topic}-{partition} needs Read on it")
                     raise ServiceUnavailableError(f"reading {topic}-{partition}: {err}")
                 offset = int(msg.offset() or 0)
                 if offset >= hi:

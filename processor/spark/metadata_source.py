@@ -206,7 +206,8 @@ def _bounds(conn: Connection) -> dict[TopicPartition, tuple[int, int]]:
     from processor.spark.live_tail import broker_partitions
     from processor.spark.options import Subscription
 
-    return watermarks(conn, broker_partitions(conn, Subscription(topics=(conn.metadata_topic,))))
+    needs = "remote_log_metadata needs Read and Describe on the metadata topic (option metadata.topic)"
+    return watermarks(conn, broker_partitions(conn, Subscription(topics=(conn.metadata_topic,)), needs=needs))
 
 
 def _resolve(spec: Bound, bounds: Mapping[TopicPartition, tuple[int, int]]) -> dict[TopicPartition, int]:

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_S = 120.0
 CATCH_UP_TIMEOUT_S = 60.0
+METADATA_TOPIC_NEEDS = (
+    "reading the archive needs Read and Describe on the metadata topic (option metadata.topic)"
+)
 
 
 def default_cache_dir(conn: Connection) -> Path:
@@ -125,7 +128,9 @@ class MaterializedMetadata:
         from processor.spark.live_tail import broker_partitions
         from processor.spark.options import Subscription
 
-        found = broker_partitions(self.conn, Subscription(topics=(self.conn.metadata_topic,)))
+        found = broker_partitions(
+            self.conn, Subscription(topics=(self.conn.metadata_topic,)), needs=METADATA_TOPIC_NEEDS
+        )
         if not found:
             raise MetadataTopicError(
                 f"metadata topic {self.conn.metadata_topic} does not exist on "
