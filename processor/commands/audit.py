@@ -110,18 +110,14 @@ def spark_session(master: str) -> Any:
 def cmd_audit(args: argparse.Namespace) -> int:
     from processor.config import load_settings
     from processor.kafka.admin import check_broker, partition_counts
-    from processor.spark.connection import Connection
+    from processor.wiring.spark_connection import spark_connection
 
     require_pyspark("the audit")
     settings = load_settings()
-    conn = Connection(
-        settings.kafka,
-        settings.metadata_topic,
-        settings.s3_endpoint_url,
-        settings.s3_bucket,
-        settings.s3_prefix,
-        settings.s3_region,
-    )
+    # where the Spark sources connect, from the settings alone (the audit takes no source options):
+    # the cluster and its security, the metadata topic, the bucket, and the key ring that opens
+    # encrypted segments (PROCESSOR_ENCRYPTION_KEYRING; KMS is reached in PROCESSOR_S3_REGION)
+    conn = spark_connection({}, settings)
     admin = check_broker(settings.kafka)
     if settings.metadata_topic not in partition_counts(admin, [settings.metadata_topic]):
         raise ConfigError(

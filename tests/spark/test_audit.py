@@ -1,7 +1,8 @@
 """``processor audit`` as a scrubber, on hand-made archives: every planted problem is found once and
 stays open while it lasts; a fixed problem is resolved; a replayed micro-batch writes its findings
 once; bounded passes go on where the last one stopped; a truncated object is a finding; the CLI's
-exit codes (``--once`` exits 1 while a problem is open)."""
+exit codes (``--once`` exits 1 while a problem is open); the command opens an encrypted archive with
+the key ring of its settings."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from processor.config import load_settings
+from processor.crypto.keyring import KeyringProvider, new_key
 from processor.devstack.stack import StackInfo
 from processor.kafka.admin import ensure_topic
 from processor.kafka.clients import new_admin, new_producer
@@ -35,12 +37,15 @@ from processor.metadata.model import (
 )
 from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic
 from processor.segment.block_header import BLOCK_HEADER_LEN
+from processor.segment.entries_v2 import parse_batch_header
 from processor.segment.object_keys import ObjectKeyFactory
+from processor.segment.segment_assembler import SegmentAssembler, compress_segment
 from processor.spark.audit.problems import AuditState
 from processor.spark.audit.run import AuditOptions, run_audit
 from processor.spark.audit.scrub import estimated_cost
 from processor.spark.connection import Connection
 from processor.wiring.storage import build_storage
+from tests.batch_samples import make_batch
 from tests.support.cli import run_cli
 from tests.support.segment_v1_writer import SegmentBuilder
 
@@ -409,3 +414,42 @@ def test_audit_cli_exits_1_while_a_problem_is_open(spark, world) -> None:
     fixed = run_cli(env, "audit", "--once", "--verify-objects")
     assert fixed.returncode == 0 and "1 resolved" in fixed.stdout, fixed.stdout
     assert spark.range(3).count() == 3  # the borrowed session still runs
+
+
+# The command builds its connection through the wiring, as the Spark sources do: the key ring of its
+# settings (PROCESSOR_ENCRYPTION_KEYRING) opens the segments a worker encrypted with it. Without one,
+# each encrypted segment is a key_unavailable problem (not corrupt, not readable here).
+@pytest.mark.timeout(300)
+def test_audit_cli_opens_an_encrypted_archive_with_the_key_ring_of_its_settings(spark, world) -> None:
+    keyring = world.tmp / "keyring"
+    new_key(keyring)
+    copier = SegmentCopier(
+        world.storage,
+        world.publisher,
+        ObjectKeyFactory(world.prefix),
+        "audit-test",
+        encryption=KeyringProvider(keyring),
+    )
+    segs = []
+    for p in range(2):  # format 2 segments (the one a worker encrypts): record batches in blocks
+        asm = SegmentAssembler(p, 0, 2048)
+        for base in range(0, 50, 10):
+            batch = make_batch(
+                base, [(1_700_000_000_000 + base + i, b"k%d" % i, b"v" * 300, []) for i in range(10)]
+            )
+            asm.append(parse_batch_header(batch), batch)
+        segs.append(copier.copy(TopicPartition(world.src, p), compress_segment(asm.seal()), 0))
+    assert all(seg.custom_metadata is not None for seg in segs)  # sealed under data keys of their own
+    env = world.env()
+    blind = run_cli(env, "audit", "--once", "--verify-objects")
+    assert blind.returncode == 1, blind.stdout[-2000:] + blind.stderr[-3000:]
+    found = written_findings(Path(env["PROCESSOR_DATA_DIR"]) / "audit")
+    assert sorted((f["kind"], f["partition"]) for f in found) == [
+        ("key_unavailable", 0),
+        ("key_unavailable", 1),
+    ]
+    keyed = run_cli(
+        {**env, "PROCESSOR_ENCRYPTION_KEYRING": str(keyring)}, "audit", "--once", "--verify-objects"
+    )
+    assert keyed.returncode == 0, keyed.stdout[-2000:] + keyed.stderr[-3000:]
+    assert "0 open problem(s)" in keyed.stdout and "2 resolved" in keyed.stdout, keyed.stdout
