@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             bench_scale(report, workdir, args.scale_partitions, args.scale_segments)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        report.write(Path(args.out))  # what was measured, even when a section failed
     print(f"\n{report.table()}\n\n(all sections took {time.perf_counter() - t0:.0f} s)")
-    report.write(Path(args.out))
     print(f"figures written to {args.out}")
     missed = [f for f in report.figures if f.met is False]
     return 1 if missed and os.environ.get("BENCH_STRICT") else 0

@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTP
@@ -58,51 +59,94 @@ class Gateway:
 
 @contextmanager
 def running_gateway(
-    env: dict[str, str], workdir: Path, reads: str = "archived", cache_bytes: int | None = None
+    env: dict[str, str],
+    workdir: Path,
+    reads: str = "archived",
+    cache_bytes: int | None = None,
+    node_ids: str = "0-127",
 ) -> Iterator[Gateway]:
     """``processor gateway`` over the archive ``env`` names, as its own process (as deployed: the
-    consumer measured here must not share an interpreter with it); yields its address and pid."""
+    consumer measured here must not share an interpreter with it); yields its address and pid.
+    ``node_ids``: PROCESSOR_GATEWAY_NODE_IDS, a range holding the broker's node id (the gateway
+    listens for node n on its port + 1 + n - the first). A gateway that exits while starting (a
+    port of its range taken meanwhile on this shared machine) is started again on other ports."""
+    for attempt in range(3):
+        proc, log, port, web = _start_gateway(env, workdir, reads, cache_bytes, node_ids)
+        try:
+            _wait_ready(proc, log, port, web)
+        except _ExitedError as exc:
+            log.close()
+            if attempt == 2:
+                raise RuntimeError(str(exc)) from None
+            print(f"[gateway] started again: {exc}", flush=True)
+            continue
+        except BaseException:
+            _stop(proc, log)
+            raise
+        try:
+            yield Gateway(f"127.0.0.1:{port}", proc.pid)
+        finally:
+            _stop(proc, log)
+        return
+
+
+class _ExitedError(Exception):
+    pass
+
+
+def _start_gateway(
+    env: dict[str, str], workdir: Path, reads: str, cache_bytes: int | None, node_ids: str
+) -> tuple[subprocess.Popen[bytes], BinaryIO, int, int]:
     port, web = stack.free_port(), stack.free_port()
+    # a data dir of its own: a port may come round again, and a follower cache refuses another cluster
+    name = f"gateway-{port}-{uuid.uuid4().hex[:6]}"
     gateway_env = {
         **os.environ,
         **env,
-        "PROCESSOR_DATA_DIR": str(workdir / f"gateway-{port}"),
+        "PROCESSOR_DATA_DIR": str(workdir / name),
         "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
         "PROCESSOR_GATEWAY_PORT": str(port),
         "PROCESSOR_GATEWAY_ARCHIVE_READS": reads,
-        "PROCESSOR_GATEWAY_NODE_IDS": "0-127",  # Apache Kafka's node id is 1, Tansu's 111
+        "PROCESSOR_GATEWAY_NODE_IDS": node_ids,
         "PROCESSOR_WEB_HOST": "127.0.0.1",
         "PROCESSOR_WEB_PORT": str(web),
         "PROCESSOR_LOG_LEVEL": "warn",
     }
     if cache_bytes is not None:
         gateway_env["PROCESSOR_GATEWAY_CACHE_BYTES"] = str(cache_bytes)
-    log = (workdir / f"gateway-{port}.log").open("wb")
+    log = (workdir / f"{name}.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "processor", "gateway"], env=gateway_env, stdout=log, stderr=subprocess.STDOUT
     )
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the gateway exited with {proc.returncode}; see {log.name}")
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{web}/readyz", timeout=2)
-                with socket.create_connection(("127.0.0.1", port), timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the gateway did not start; see {log.name}") from None
-                time.sleep(0.2)
-        yield Gateway(f"127.0.0.1:{port}", proc.pid)
-    finally:
-        proc.terminate()
+    return proc, log, port, web
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], log: BinaryIO, port: int, web: int) -> None:
+    """Until the gateway's /readyz answers and its Kafka port accepts connections."""
+    deadline = time.monotonic() + 120
+    while True:
+        if proc.poll() is not None:
+            log.flush()
+            tail = Path(log.name).read_text(errors="replace")[-2000:]
+            raise _ExitedError(f"the gateway exited with {proc.returncode}; {log.name} ends:\n{tail}")
         try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            urllib.request.urlopen(f"http://127.0.0.1:{web}/readyz", timeout=2)
+            with socket.create_connection(("127.0.0.1", port), timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the gateway did not start; see {log.name}") from None
+            time.sleep(0.2)
+
+
+def _stop(proc: subprocess.Popen[bytes], log: BinaryIO) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
 
 
 def _consumer(bootstrap: str) -> Consumer:
@@ -199,6 +243,7 @@ def bench_gateway(
     rng = random.Random(11)
     targets = [(rng.randrange(PARTITIONS), rng.randrange(0, per_partition - span)) for _ in range(reads)]
     servers = cpu.stack_pids(info)
+    nodes = info.gateway_node_ids
     # Reads in order, in rounds: each round reads from the broker directly, then through a new gateway
     # (its block cache empty: every block from S3), the same again (blocks cached), the truncated copy
     # the same two ways through a gateway in its default mode (Apache Kafka only), then through a
@@ -209,7 +254,7 @@ def bench_gateway(
     t_whole: list[float] = []
     for r in range(rounds):
         runs["direct"].append(_measured_read(info.bootstrap_servers, topic, servers))
-        with running_gateway(env, workdir) as gw:
+        with running_gateway(env, workdir, node_ids=nodes) as gw:
             pids = {**servers, "gateway": gw.pid}
             runs["cold"].append(_measured_read(gw.bootstrap, topic, pids))
             if r == 0:  # the blocks are cached now, as for any range read before
@@ -218,14 +263,14 @@ def bench_gateway(
             runs["cached"].append(_measured_read(gw.bootstrap, topic, pids))  # another group replaying
         if truncated is not None:
             t_env, t_topic = truncated
-            with running_gateway(t_env, workdir, reads="below-log-start") as gw:
+            with running_gateway(t_env, workdir, reads="below-log-start", node_ids=nodes) as gw:
                 pids = {**servers, "gateway": gw.pid}
                 runs["t-cold"].append(_measured_read(gw.bootstrap, t_topic, pids))
                 if r == 0:
                     t_first, t_whole = _random_reads(gw.bootstrap, t_topic, targets, span)
                 runs["t-cached"].append(_measured_read(gw.bootstrap, t_topic, pids))
         # below-log-start over the topic the broker still holds: every fetch passes through to it
-        with running_gateway(env, workdir, reads="below-log-start") as gw:
+        with running_gateway(env, workdir, reads="below-log-start", node_ids=nodes) as gw:
             runs["live"].append(_measured_read(gw.bootstrap, topic, {**servers, "gateway": gw.pid}))
     note = f"median of {rounds} rounds" if rounds > 1 else ""
     base = statistics.median(x.seconds for x in runs["direct"])
@@ -267,7 +312,7 @@ def bench_gateway(
         )  # fmt: skip
     # Cold: other offsets, on a gateway with no block cache (every block from S3)
     cold_targets = [(rng.randrange(PARTITIONS), rng.randrange(0, per_partition - span)) for _ in range(reads)]
-    with running_gateway(env, workdir, cache_bytes=0) as gw:
+    with running_gateway(env, workdir, cache_bytes=0, node_ids=nodes) as gw:
         c_first, _c_whole = _random_reads(gw.bootstrap, topic, cold_targets, span)
     cb_first, _cb_whole = _random_reads(info.bootstrap_servers, topic, cold_targets, span)
     for name, p in (("p50", 50), ("p99", 99)):

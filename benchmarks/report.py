@@ -71,7 +71,9 @@ def format_row(f: Figure) -> str:
     ratio = f"{f.ratio:.2f}" if f.ratio is not None else ""
     verdict = "" if f.met is None else (" ok" if f.met else " MISSED")
     value = _num(f.value, f.unit)
-    return f"{f.section:10} {f.broker:6} {f.name:38} {value:>14} {base:>30} {ratio:>7}  {f.target}{verdict}"
+    note = f"  ({f.note})" if f.note else ""
+    head = f"{f.section:10} {f.broker:6} {f.name:38}"
+    return f"{head} {value:>14} {base:>30} {ratio:>7}  {f.target}{verdict}{note}"
 
 
 def percentile(values: list[float], p: float) -> float:
