@@ -175,10 +175,11 @@ class PassResult:
     partitions: int = 0
     fenced: list[TopicPartition] = field(default_factory=list)  # another claim holds them now
     not_caught_up: bool = False  # the view lagged the metadata topic: the pass did nothing
+    sweeps_failed: list[TopicPartition] = field(default_factory=list)  # retried at the next pass
 
     @property
     def ok(self) -> bool:
-        return not self.outcome.failed and not self.not_caught_up
+        return not self.outcome.failed and not self.not_caught_up and not self.sweeps_failed
 
 
 class RetentionService:
@@ -280,29 +281,10 @@ class RetentionService:
                     result.fenced.append(tp)
                     continue
                 if sweep is not None and listed is not None and claim is not None and not outcome.failed:
-                    # once per claim: objects of this claim that nobody recorded
-                    storage_now, since = sweep
-                    swept = sweep_unreferenced(
-                        tp,
-                        part,
-                        self.deleter,
-                        storage_now,
-                        in_flight | self.in_flight(tp),
-                        self.unreferenced_min_age_ms,
-                        listed=listed,
-                        written_since_ms=since,
-                    )
-                    lost = sum(1 for key in swept.kept if key.endswith(MANIFEST_SUFFIX))
-                    if lost:
-                        self._lost_manifests[tp] = lost
+                    if not self._sweep(tp, part, plan, sweep, listed, in_flight | self.in_flight(tp)):
+                        result.sweeps_failed.append(tp)
                     else:
-                        self._lost_manifests.pop(tp, None)
-                    planned = {
-                        s.segment_id.id
-                        for s in (*plan.requeue, *plan.dangling, *(seg for seg, _reason in plan.expired))
-                    } | set(self._recently_deleted)
-                    write_missing_manifests(tp, part, self.deleter.storage, frozenset(planned))
-                    self._swept[tp] = (epoch, claim.claim_id)
+                        self._swept[tp] = (epoch, claim.claim_id)
                 for s in outcome.deleted:
                     self._recently_deleted[s.segment_id.id] = time.monotonic()
                 if outcome.refused:
@@ -336,8 +318,52 @@ class RetentionService:
             self.failed_passes = 0
             HEALTH.clear(HEALTH_COMPONENT)
         else:
-            self._failed(f"{len(result.outcome.failed)} segment deletions failed; queued for retry")
+            self._failed(
+                f"{len(result.outcome.failed)} segment deletions failed (queued for retry), "
+                f"{len(result.sweeps_failed)} sweeps failed"
+            )
         return result
+
+    def _sweep(
+        self,
+        tp: TopicPartition,
+        part: PartitionRemoteState,
+        plan: RetentionPlan,
+        sweep: tuple[int, int],
+        listed: list[ChunkInfo],
+        in_flight: frozenset[uuid.UUID],
+    ) -> bool:
+        """Once per claim: objects of this claim that nobody recorded, and the manifests its copier
+        could not write. A storage error fails this partition's sweep alone (retried at the next
+        pass); the pass goes on with the other partitions, its deletions reported."""
+        storage_now, since = sweep
+        try:
+            swept = sweep_unreferenced(
+                tp,
+                part,
+                self.deleter,
+                storage_now,
+                in_flight,
+                self.unreferenced_min_age_ms,
+                listed=listed,
+                written_since_ms=since,
+            )
+            lost = sum(1 for key in swept.kept if key.endswith(MANIFEST_SUFFIX))
+            if lost:
+                self._lost_manifests[tp] = lost
+            else:
+                self._lost_manifests.pop(tp, None)
+            planned = {
+                s.segment_id.id
+                for s in (*plan.requeue, *plan.dangling, *(seg for seg, _reason in plan.expired))
+            } | set(self._recently_deleted)
+            write_missing_manifests(tp, part, self.deleter.storage, frozenset(planned))
+        except StorageError as exc:
+            log.warning(
+                "%s: the sweep or the manifest backfill failed (%s); retried at the next pass", tp, exc
+            )
+            return False
+        return True
 
     def _sweep_due(self, tp: TopicPartition, claim: tuple[int, uuid.UUID]) -> tuple[int, int] | None:
         """(the storage's time now, its time when this claim was first seen here) when the claim's

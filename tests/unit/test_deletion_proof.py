@@ -8,11 +8,12 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from processor.errors import FencedWriterError
+from processor.errors import FencedWriterError, StorageError
 from processor.kafka.partition import TopicPartition
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import RetentionLimits
@@ -31,6 +32,7 @@ from processor.metadata.model import (
     SegmentState,
 )
 from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.storage.chunk_storage import Buffer, ChunkInfo
 from processor.storage.filesystem import FilesystemChunkStorage
 from tests.unit.test_claims import KEYS, TP, Log, copy, deleter, segment
 
@@ -542,3 +544,46 @@ def test_a_sweep_that_finds_manifests_the_metadata_does_not_name_reports_the_arc
         assert archive_problem() is None
     finally:
         HEALTH.clear(PROOF_COMPONENT)
+
+
+def test_a_manifest_backfill_that_fails_fails_that_sweep_alone_and_the_pass_reports_its_deletions(
+    tmp_path: Path,
+) -> None:
+    """The once-per-claim sweep writes the manifests its copier could not; a storage error there
+    raised out of the whole pass after retention had deleted, so the deletions went unreported (and
+    the partitions after it were not cleaned). Now it fails that partition's sweep alone, retried at
+    the next pass, and the pass reports what it deleted."""
+
+    class ManifestsFail(FilesystemChunkStorage):
+        failing = False
+
+        def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
+            if self.failing and key.endswith("-manifest"):
+                raise StorageError(f"injected: cannot write {key}", retriable=False)
+            return super().create(key, parts)
+
+    storage = ManifestsFail(tmp_path)
+    log = Log()
+    epoch = log.claim("w")
+    old = copy(log, 0, 9, epoch)[1]
+    new = copy(log, 10, 19, epoch)[1]
+    upload(storage, old)
+    upload(storage, new, manifest=False)  # its copier's manifest write failed
+
+    class Now:
+        def state(self, tp: TopicPartition) -> PartitionRemoteState:
+            return log.state()
+
+    service = RetentionService(
+        RetentionConfig(RetentionLimits(), ()), Now(), deleter(log, storage), None, unreferenced_min_age_ms=0
+    )
+    assert service.run_pass({TP: epoch}).ok  # the first pass under the claim: no sweep yet
+    service.config = RetentionConfig(RetentionLimits(retention_bytes=100), ())
+    storage.failing = True
+    result = service.run_pass({TP: epoch})
+    assert result.sweeps_failed == [TP] and not result.ok
+    assert [s.segment_id for s in result.outcome.deleted] == [old.segment_id]
+    assert not objects_of(old) & keys_in(storage)
+    storage.failing = False
+    assert service.run_pass({TP: epoch}).ok  # retried: the missing manifest is written
+    assert manifest_key(new.data_object_key) in keys_in(storage)

@@ -624,10 +624,16 @@ class OwnershipModel(RuleBasedStateMachine):
         # what the refold judged again was checked when it first came (forged records included)
         self.topic.self_fenced, self.topic.foreign_accepted = [], []
         served = {s.segment_id.id for tp in TPS for s in self._state(tp).finished()}
-        for sid in [x for x in self.acked if x not in served]:
+        # an acknowledged segment whose latest kept record is a deletion nobody proved (a forged one,
+        # its undoing lost with the tail) is unserved until the holder's next pass serves it again
+        deleting = {
+            sid: tp for tp in TPS for sid, s in self.topic.live.partition(tp).segments.items()
+            if s.state is S.DELETE_SEGMENT_STARTED and sid in self.acked and sid not in self.retention_deleted
+        }  # fmt: skip
+        self.forged = deleting
+        for sid in [x for x in self.acked if x not in served and x not in deleting]:
             self.lost_acked[sid] = self.acked.pop(sid)
         self.claim_hits = {t: hit for t, hit in self.claim_hits.items() if t < cut}
-        self.forged = {}
         for owner in self.owners.values():
             self._fenced(owner)
             owner.view_at = 0
