@@ -76,7 +76,13 @@ def _names(name: str) -> tuple[str, str]:
 
 
 def snapshot(storage: S3ChunkStorage, prefix: str) -> Snapshot:
-    return {i.key: (i.size, i.modified_ms) for i in storage.list(prefix.rstrip("/") + "/")}
+    """The objects under ``prefix``, but the storage-clock probes a running worker's retention pass
+    writes and deletes at once (lifecycle/sweep.py: the other deployment's, caught mid-pass)."""
+    return {
+        i.key: (i.size, i.modified_ms)
+        for i in storage.list(prefix.rstrip("/") + "/")
+        if not i.key.rsplit("/", 1)[-1].startswith(".clock-probe-")
+    }
 
 
 def assert_unchanged(before: Snapshot, after: Snapshot, what: str) -> None:
