@@ -592,7 +592,7 @@ class OwnershipModel(RuleBasedStateMachine):
         # ARCHITECTURE.md, Fencing)
         unmanifested = {
             segment_key(seg.segment_id)
-            for seg in self.acked.values()
+            for seg in (*self.acked.values(), *self.retired_acked.values(), *self.lost_acked.values())
             if manifest_key(seg.data_object_key) not in self.bucket.objects
         }
         between: set[int] = set()
