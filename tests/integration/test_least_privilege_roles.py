@@ -31,6 +31,7 @@ from processor.kafka.clients import new_admin
 from processor.kafka.partition import TopicPartition
 from tests.integration.worker_process import TEST_SESSION_TIMEOUT_MS, WorkerProcess
 from tests.support.cli import run_cli
+from tests.support.gateway_thread import tls_gateway_env
 from tests.support.kafka_acls import Grant, user_with_exactly
 from tests.support.metadata_watch import wait_offloaded
 
@@ -253,21 +254,8 @@ GW_CLIENT_GRANTS: list[Grant] = [
 def _gateway(archive: Archive, tmp: Path) -> tuple[subprocess.Popen[bytes], str, str, Path]:
     """``processor gateway`` as the gateway's principal, reading every archived offset from the archive,
     TLS towards clients (their SASL login is passed through): (process, bootstrap, web, log)."""
-    secured = archive.stack.secured
-    assert secured is not None
-    port, web = free_port(), free_port()
-    env = {
-        **archive.as_user(GATEWAY),
-        "PROCESSOR_DATA_DIR": str(tmp / "data"),
-        "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
-        "PROCESSOR_GATEWAY_PORT": str(port),
-        "PROCESSOR_GATEWAY_NODE_IDS": archive.stack.gateway_node_ids,
-        "PROCESSOR_GATEWAY_ARCHIVE_READS": "archived",
-        "PROCESSOR_GATEWAY_TLS_CERTFILE": secured.pki.broker_cert,  # valid for 127.0.0.1
-        "PROCESSOR_GATEWAY_TLS_KEYFILE": secured.pki.broker_key,
-        "PROCESSOR_WEB_HOST": "127.0.0.1",
-        "PROCESSOR_WEB_PORT": str(web),
-    }
+    own, port, web = tls_gateway_env(archive.stack, tmp / "data")
+    env = {**archive.as_user(GATEWAY), **own}
     tmp.mkdir(parents=True, exist_ok=True)
     log = tmp / "gateway.log"
     with log.open("wb") as out:

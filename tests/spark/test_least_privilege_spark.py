@@ -25,12 +25,13 @@ import pytest
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.devstack.sample_data import produce_samples
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.stack import StackInfo
 from processor.kafka.admin import ensure_topic
 from processor.kafka.clients import new_admin, new_consumer
 from processor.kafka.partition import TopicPartition
 from processor.metadata.topic_io import load_remote_state
 from tests.integration.worker_process import TEST_SESSION_TIMEOUT_MS, WorkerProcess
+from tests.support.gateway_thread import tls_gateway_env
 from tests.support.kafka_acls import Grant, user_with_exactly
 
 TOPIC = "lp-spark"
@@ -247,21 +248,8 @@ def gateway(archive: Archive, tmp_path: Path) -> Iterator[tuple[str, str]]:
     secured = archive.stack.secured
     assert secured is not None
     user_with_exactly(archive.stack, GATEWAY, PASSWORD, GATEWAY_GRANTS)
-    port, web = free_port(), free_port()
-    env = {
-        **archive.env,
-        "PROCESSOR_SASL_USERNAME": GATEWAY,
-        "PROCESSOR_SASL_PASSWORD": PASSWORD,
-        "PROCESSOR_DATA_DIR": str(tmp_path / "gateway-data"),
-        "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
-        "PROCESSOR_GATEWAY_PORT": str(port),
-        "PROCESSOR_GATEWAY_NODE_IDS": archive.stack.gateway_node_ids,
-        "PROCESSOR_GATEWAY_ARCHIVE_READS": "archived",
-        "PROCESSOR_GATEWAY_TLS_CERTFILE": secured.pki.broker_cert,  # valid for 127.0.0.1
-        "PROCESSOR_GATEWAY_TLS_KEYFILE": secured.pki.broker_key,
-        "PROCESSOR_WEB_HOST": "127.0.0.1",
-        "PROCESSOR_WEB_PORT": str(web),
-    }
+    own, port, web = tls_gateway_env(archive.stack, tmp_path / "gateway-data")
+    env = {**archive.env, "PROCESSOR_SASL_USERNAME": GATEWAY, "PROCESSOR_SASL_PASSWORD": PASSWORD, **own}
     log = tmp_path / "gateway.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(

@@ -9,10 +9,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processor.config import Settings
 from processor.wiring.gateway_server import GatewayServer
+
+if TYPE_CHECKING:
+    from processor.devstack.stack import StackInfo
 
 
 def _serve(server: GatewayServer, ready: threading.Event, stop_box: list[Any]) -> None:
@@ -74,3 +77,27 @@ def loopback_gateway(stack_env: dict[str, str], data_dir: Path, **overrides: str
         }
     )
     return LoopbackGateway(settings, f"127.0.0.1:{port}", f"http://127.0.0.1:{web}")
+
+
+def tls_gateway_env(stack: StackInfo, data_dir: Path) -> tuple[dict[str, str], int, int]:
+    """A ``processor gateway`` process's own settings on the secured local stack: free loopback
+    ports, its data directory, the stack's node ids, archived reads, TLS towards clients with the
+    broker's certificate (valid for 127.0.0.1); (settings, gateway port, web port). The caller adds
+    the principal and the cluster's settings."""
+    from processor.devstack.stack import free_port  # the local stack's: only where one runs
+
+    secured = stack.secured
+    assert secured is not None, "the secured stack"
+    port, web = free_port(), free_port()
+    env = {
+        "PROCESSOR_DATA_DIR": str(data_dir),
+        "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
+        "PROCESSOR_GATEWAY_PORT": str(port),
+        "PROCESSOR_GATEWAY_NODE_IDS": stack.gateway_node_ids,
+        "PROCESSOR_GATEWAY_ARCHIVE_READS": "archived",
+        "PROCESSOR_GATEWAY_TLS_CERTFILE": secured.pki.broker_cert,
+        "PROCESSOR_GATEWAY_TLS_KEYFILE": secured.pki.broker_key,
+        "PROCESSOR_WEB_HOST": "127.0.0.1",
+        "PROCESSOR_WEB_PORT": str(web),
+    }
+    return env, port, web
