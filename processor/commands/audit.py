@@ -160,6 +160,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         raise
     except Exception as exc:  # a failure inside a Spark task arrives as a Py4J/streaming exception
         text = str(exc)
+        refused = refusal_in(text)
+        if refused is not None:
+            raise ServiceUnavailableError(refused) from None
         if "ServiceUnavailableError" in text or "StorageError" in text or "MetadataTopicError" in text:
             raise ServiceUnavailableError(
                 f"the audit lost Kafka or S3: {text.splitlines()[0][:500]}"
@@ -174,3 +177,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
         + (f"; see {options.output}/problems" if args.format != "console" else "")
     )
     return 1 if run.open_problems else 0
+
+
+def refusal_in(text: str) -> str | None:
+    """The line of a Spark-wrapped failure that says which topic the broker refused the principal
+    (TopicRefusedError, raised in the audit's batch function), or None."""
+    marker = "TopicRefusedError: "
+    line = next((line for line in text.splitlines() if marker in line), None)
+    return None if line is None else line.split(marker, 1)[1].strip()[:500]

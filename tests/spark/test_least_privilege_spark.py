@@ -305,3 +305,23 @@ def test_sparks_kafka_source_through_the_gateway_with_exactly_read_and_describe_
     user_with_exactly(archive.stack, READER, PASSWORD, _without(KAFKA_SOURCE_GRANTS, TOPIC, "READ"))
     said = _refusal(read)
     assert TOPIC in said, said
+
+
+def test_an_audit_that_may_not_describe_an_archived_topic_says_so_and_resolves_nothing(
+    spark: Any, archive: Archive, tmp_path: Path
+) -> None:
+    """The audit compares each archived topic's offsets with the archive's (offload lag, offsets lost
+    before the offload). A principal that may not describe the topic got a listing without it, and the
+    lag check counted as done: its open problems resolved, unseen. Now the pass fails naming the topic."""
+    from processor.commands.audit import refusal_in
+    from processor.spark.audit.run import AuditOptions, run_audit
+    from processor.spark.entry import connection_from
+
+    user_with_exactly(archive.stack, READER, PASSWORD, READER_GRANTS[:1])  # nothing on the topic
+    conn = connection_from(_options(archive, tmp_path / "cache"), {})
+    options = AuditOptions(conn, tmp_path / "checkpoint", tmp_path / "out", format="console", once=True)
+    with pytest.raises(Exception) as failed:  # raised in the pass's batch function: Spark wraps it
+        run_audit(spark, options)
+    said = refusal_in(str(failed.value))  # what the audit command reports (exit 3)
+    assert said is not None, str(failed.value)[-3000:]
+    assert f"topic {TOPIC}" in said and "Describe" in said, said

@@ -261,7 +261,10 @@ class Auditor:
         topics = tuple(sorted({a.tp.topic for a in archives}))
         if not topics:
             return []
-        marks = watermarks(conn, broker_partitions(conn, Subscription(topics=topics)))
+        # a topic the principal may not describe is an error: left out of the listing, its lag
+        # problems (expired_before_offload: offsets lost) would count as resolved
+        needs = "the audit compares its offsets with the archive's: it needs Describe on the topic"
+        marks = watermarks(conn, broker_partitions(conn, Subscription(topics=topics), needs=needs))
         return lag_findings(archives, marks, self.options.max_lag_records)
 
     def _write_findings(self, pass_id: str, findings: list[Finding], now_ms: int) -> None:
