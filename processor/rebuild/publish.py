@@ -1,12 +1,14 @@
 """Publish a rebuilt metadata topic: per partition an ``ADMIN`` claim, the served segments'
-COPY_SEGMENT_FINISHED records stamped with its epoch, then a ``RELEASE`` of the claim.
+COPY_SEGMENT_FINISHED records stamped with its epoch (and the remote log start offset where the first
+of them starts), then a ``RELEASE`` of the claim.
 
 Three rounds, each flushed before the next, so that in every metadata partition each source
 partition's claim comes before its segments and the release after them:
 
 1. the claims: their offsets (delivery reports) are the epochs;
 2. the segments' FINISHED records, ``writer_epoch`` = the partition's claim epoch (the idempotent
-   producer keeps them in order; they are many, so they are not sent one at a time);
+   producer keeps them in order; they are many, so they are not sent one at a time), each
+   partition's after its segments its remote log start offset when that is above 0;
 3. the releases: workers claim the partitions again when Faust assigns them.
 
 A record not delivered stops the rebuild (MetadataTopicError); running it again publishes the same
@@ -27,7 +29,7 @@ from processor.errors import MetadataTopicError
 from processor.kafka.clients import KafkaTarget, new_producer
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import encode_value, metadata_partition_for, record_key
-from processor.metadata.model import ClaimKind, MetadataRecord, PartitionClaim
+from processor.metadata.model import ClaimKind, MetadataRecord, PartitionClaim, RemoteLogStartOffset
 from processor.rebuild.resolve import REBUILD_WRITER, PartitionRebuild
 
 FLUSH_TIMEOUT_S = 120.0
@@ -93,6 +95,10 @@ def publish_rebuild(
         for segment in part.served:
             segments.send(n, replace(segment, writer_epoch=epochs[tp], writer_id=REBUILD_WRITER))
             n += 1
+        start = rebuilt_log_start(part)
+        if start is not None:
+            segments.send(n, RemoteLogStartOffset(tp, start, now, REBUILD_WRITER, epochs[tp]))
+            n += 1
     segments.flush("segment records")
     releases = _Round(producer, topic, metadata_partitions)
     for n, (tp, _part) in enumerate(parts):
@@ -107,3 +113,12 @@ def publish_rebuild(
         releases.send(n, release)
     releases.flush("releases")
     return epochs
+
+
+def rebuilt_log_start(part: PartitionRebuild) -> int | None:
+    """The remote log start offset a rebuilt partition states: where its first served segment starts
+    (the records before it were deleted, or never archived), None at offset 0. The lost topic's own
+    start offset is not in the bucket; without it readers took the archive to begin at 0, and a
+    delete-before below the first segment moved the start into offsets nothing serves."""
+    first = min((s.start_offset for s in part.served), default=0)
+    return first if first > 0 else None

@@ -80,6 +80,7 @@ from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.sink import Confirm, MetadataSink
 from processor.rebuild.inventory import take_inventory
 from processor.rebuild.manifests import read_manifests
+from processor.rebuild.publish import rebuilt_log_start
 from processor.rebuild.resolve import REBUILD_WRITER, plan_rebuild
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
@@ -443,8 +444,12 @@ class OwnershipModel(RuleBasedStateMachine):
             assert not after.claim_shadowed(), "the claim's key is still shadowed after its holder's pass"
             assert after.repairs() == [], f"left to repair after the holder's pass: {after.repairs()}"
             served = {x.segment_id.id for x in after.finished()}
+            # (one the pass's retention then deleted is checked below: its limit must have proved it)
+            gone = {
+                x.segment_id.id for x in [*result.outcome.deleted, *(x for x, _e in result.outcome.failed)]
+            }
             for sid, tp in self.forged.items():
-                assert tp != owner.tp or sid in served, (
+                assert tp != owner.tp or sid in served or sid in gone, (
                     "a forged delete still unserves after the holder's pass"
                 )
         if result.fenced and self._state(owner.tp).current_epoch != owner.epoch:
@@ -679,6 +684,9 @@ class OwnershipModel(RuleBasedStateMachine):
         for tp, part in parts:
             for segment in part.served:
                 self.topic.publish(replace(segment, writer_epoch=epochs[tp], writer_id=REBUILD_WRITER))
+            start = rebuilt_log_start(part)
+            if start is not None:
+                self.topic.publish(RemoteLogStartOffset(tp, start, 0, REBUILD_WRITER, epochs[tp]))
         for tp, _part in parts:
             release = PartitionClaim(
                 tp, self._uuid(), ClaimKind.RELEASE, REBUILD_WRITER, 0, released_epoch=epochs[tp]
