@@ -95,3 +95,22 @@ def test_a_start_offset_stated_again_after_a_claim_tombstone_proves_no_deletion(
     _check(model)
     model.cleanup("B1")
     _check(model)
+
+
+def test_a_rebuilt_archive_starts_where_its_first_segment_does(model: OwnershipModel) -> None:
+    """Retention deleted a partition's first segment (start offset 2); the metadata topic is lost and
+    rebuilt from the bucket, which does not hold the start offset. Before, the rebuilt partition began
+    at 0, and a delete-before 1 then moved the start to 1, into offsets nothing serves."""
+    P0 = TPS[0]
+    model.claim("C0")
+    model.produce(P0, 2)
+    model.copy_whole("C0", length=2)
+    model.retention("C0", keep=0)
+    model.produce(P0, 5)
+    model.copy_whole("C0", length=5)
+    _check(model)
+    model.metadata_topic_lost_and_rebuilt()
+    assert model._state(P0).log_start_offset == 2
+    model.operator_takes_the_partition(Draws(P0, 1))
+    _check(model)
+    assert model._state(P0).log_start_offset == 2
