@@ -921,10 +921,19 @@ class OwnershipModel(RuleBasedStateMachine):
         for tp in TPS:
             part = self._state(tp)
             forged = [part.segments[x] for x in self.forged if x in part.segments]  # served again soon
+            # a segment the user's retention was deleting that a rebuild served again (its objects had
+            # not gone yet: docs/restore-and-recovery.md) may stand apart from the rest until
+            # retention deletes it again; overlaps are still checked for it
+            again = {x for x in self.retention_deleted if x in part.served}
             live = sorted(
                 (s for s in [*part.finished(), *forged] if s.end_offset >= part.log_start_offset),
                 key=lambda s: s.start_offset,
             )
+            for a, b in itertools.pairwise(live):
+                assert a.end_offset < b.start_offset, (
+                    f"{tp}: overlap {a.start_offset}..{a.end_offset} / {b.start_offset}"
+                )
+            live = [s for s in live if s.segment_id.id not in again]
             assert all(s.topic_partition == tp for s in live), f"another partition's segment served for {tp}"
             for a, b in itertools.pairwise(live):
                 assert a.end_offset < b.start_offset, (
