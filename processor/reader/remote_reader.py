@@ -129,10 +129,7 @@ class RemoteReader:
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> list[KafkaRecord]:
         with metrics.REMOTE_FETCH_SECONDS.labels("offset").time(), _counted(tp):
-            segment = self.lookup.finished_segment_for_offset(tp, offset)
-            if segment is None and (after := self.lost_range_end(tp, offset)) is not None:
-                offset = after  # offsets the broker deleted before they were archived: step over them
-                segment = self.lookup.finished_segment_for_offset(tp, offset)
+            segment, offset = self._segment_at(tp, offset)
             if segment is None:
                 raise OffsetNotInRemoteError(f"offset {offset} of {tp} is not in remote storage")
             return list(self._read(tp, segment, offset, None, max_records, max_bytes))
@@ -180,10 +177,7 @@ class RemoteReader:
         last block again with the next, a quarter more bytes from S3). With blocks compressed by the
         archive, the batches can exceed ``max_bytes`` by what decompression adds."""
         with metrics.REMOTE_FETCH_SECONDS.labels("batches").time(), _counted(tp):
-            segment = self.lookup.finished_segment_for_offset(tp, offset)
-            if segment is None and (after := self.lost_range_end(tp, offset)) is not None:
-                offset = after  # offsets the broker deleted before they were archived: step over them
-                segment = self.lookup.finished_segment_for_offset(tp, offset)
+            segment, offset = self._segment_at(tp, offset)
             if segment is None or (topic_id is not None and str(segment.segment_id.topic_id) != topic_id):
                 return None
             out = ArchivedBatches([], offset, 0)
@@ -214,6 +208,14 @@ class RemoteReader:
                     return out
                 current = following
             return out
+
+    def _segment_at(self, tp: TopicPartition, offset: int) -> tuple[RemoteLogSegmentMetadata | None, int]:
+        """The finished segment holding ``offset`` and the offset to read from: past a range the
+        broker deleted before it was archived, the next served segment and its start."""
+        segment = self.lookup.finished_segment_for_offset(tp, offset)
+        if segment is None and (after := self.lost_range_end(tp, offset)) is not None:
+            return self.lookup.finished_segment_for_offset(tp, after), after
+        return segment, offset
 
     def lost_range_end(self, tp: TopicPartition, offset: int) -> int | None:
         """Where a read at ``offset``, which no served segment holds, goes on when the offset lies in
