@@ -62,8 +62,10 @@ def new_consumer(target: KafkaTarget, client_id: str, **extra: Any) -> Consumer:
 
 
 def new_producer(target: KafkaTarget, client_id: str, **extra: Any) -> Producer:
+    """A producer that keeps each partition's records in the order produced: idempotent (without
+    it librdkafka may retry one request while the next lands, and a batch lands out of order)."""
     cfg = base_config(target, client_id)
-    cfg.update({"acks": "all", "linger.ms": 2, "message.timeout.ms": 30000})
+    cfg.update({"acks": "all", "enable.idempotence": True, "linger.ms": 2, "message.timeout.ms": 30000})
     cfg.update(extra)
     return Producer(cfg)
 
