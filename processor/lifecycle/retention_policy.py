@@ -53,6 +53,7 @@ class DeleteReason(StrEnum):
     DANGLING = "dangling"
     RETRY = "retry"
     TOPIC_DELETED = "topic_deleted"
+    REWRITTEN = "rewritten"  # superseded by a served rewrite (a merge, an erase)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +105,7 @@ def plan_retention(
     served: Set[uuid.UUID] | None = None,
     current_epoch: int | None = None,
     in_flight: Set[uuid.UUID] = frozenset(),
+    rewritten: Set[uuid.UUID] = frozenset(),
 ) -> RetentionPlan:
     """Plan one retention pass over one partition's segments (any states).
 
@@ -112,7 +114,9 @@ def plan_retention(
     segments readers serve (see processor/metadata/fold_rules.py); a finished segment outside it is kept and
     listed in ``unserved``, without counting towards size. None: every finished segment is
     served. ``current_epoch``: the planning leader's claim epoch (None: the partition has no claims);
-    ``in_flight``: the ids of the copies the leader has in progress.
+    ``in_flight``: the ids of the copies the leader has in progress. ``rewritten``: finished
+    segments a served rewrite supersedes (the owner's proof, ``PartitionRemoteState.rewrite_superseded``):
+    deleted (``rewritten``), not kept as unserved, and moving no start offset.
     """
     by_id = {s.segment_id.id: s for s in segments}  # each segment once
     ordered = sorted(by_id.values(), key=lambda s: (s.start_offset, s.end_offset, str(s.segment_id.id)))
@@ -123,7 +127,9 @@ def plan_retention(
         and served is not None
         and s.segment_id.id not in served
     ]
-    ordered = [s for s in ordered if s not in unreferenced]
+    superseded = [s for s in unreferenced if s.segment_id.id in rewritten]
+    unreferenced = [s for s in unreferenced if s.segment_id.id not in rewritten]
+    ordered = [s for s in ordered if s not in unreferenced and s not in superseded]
     finished = [s for s in ordered if s.state is SegmentState.COPY_SEGMENT_FINISHED]
     highest_finished = max((s.end_offset for s in finished), default=-1)
     requeue = tuple(s for s in ordered if s.state is SegmentState.DELETE_SEGMENT_STARTED)
@@ -161,7 +167,7 @@ def plan_retention(
 
     new_start = max([target_start] + [s.end_offset + 1 for s, _ in expired])
     return RetentionPlan(
-        expired=tuple(expired),
+        expired=(*expired, *((s, DeleteReason.REWRITTEN) for s in superseded)),
         requeue=requeue,
         dangling=tuple(dangling),
         new_log_start_offset=new_start if new_start > log_start_offset else None,

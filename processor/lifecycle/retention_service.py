@@ -143,13 +143,14 @@ def clean_partition(
             deleter.forget(segment)
     segments = [s for s in part.segments.values() if s.segment_id.id not in skip]
     served = {s.segment_id.id for s in part.finished()}
+    rewritten = part.rewrite_superseded()
     # A remote log start offset is the owner's proof only where this process published it (a record
     # carrying the claim's epoch and writer id may be forged): below a start it did not publish,
     # readers stop serving, but only the user's time and size limits delete.
     proven = deleter.published_start(tp, epoch, claim.claim_id)
     plan = plan_retention(
         segments, limits, now_ms, min(proven, part.log_start_offset), served=served, current_epoch=epoch,
-        in_flight=in_flight,
+        in_flight=in_flight, rewritten=rewritten,
     )  # fmt: skip
     if plan.new_log_start_offset is not None and plan.new_log_start_offset <= part.log_start_offset:
         plan = replace(plan, new_log_start_offset=None)  # the start is past it already
@@ -165,7 +166,8 @@ def clean_partition(
                 part.log_start_offset,
             )
     if not plan.empty:
-        out.merge(deleter.execute(tp, plan, epoch, min(proven, part.log_start_offset), part.in_lineage))
+        start = min(proven, part.log_start_offset)
+        out.merge(deleter.execute(tp, plan, epoch, start, part.in_lineage, rewritten))
     return plan, out
 
 

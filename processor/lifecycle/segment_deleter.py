@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -161,6 +161,7 @@ class SegmentDeleter:
         writer_epoch: int,
         log_start_offset: int = 0,
         servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
+        rewritten: Set[uuid.UUID] = frozenset(),
     ) -> DeletionOutcome:
         """Carry out one partition's plan in order; see the module docstring. Raises
         FencedWriterError as soon as one of its records is not accepted."""
@@ -171,7 +172,7 @@ class SegmentDeleter:
         requeue = []
         start = max(log_start_offset, plan.new_log_start_offset or 0)
         for segment in plan.requeue:
-            proof = self.prove_deletion(segment, writer_epoch, start, servable)
+            proof = self.prove_deletion(segment, writer_epoch, start, servable, rewritten)
             if proof == FINISH:
                 requeue.append(segment)
             elif proof == REFUSED_ACKNOWLEDGED:
@@ -201,11 +202,13 @@ class SegmentDeleter:
         writer_epoch: int,
         log_start_offset: int = 0,
         servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
+        rewritten: Set[uuid.UUID] = frozenset(),
     ) -> str:
         """Whether a deletion found in DELETE_SEGMENT_STARTED may be finished here: one this deleter
         started (its own confirmed record), one of a segment below the remote log start offset
         (retention moves it past the segments it deletes first), one the fold accepted while the
-        copy was unfinished (never served; refused if the segment has a manifest), or one whose data
+        copy was unfinished (never served; refused if the segment has a manifest), one a served
+        rewrite supersedes (``rewritten``: the owner's accepted rewrite names it), or one whose data
         or index is gone already (its deletion is under way). Any other deletion of a served segment
         of the partition's history, with all its objects in place (a record forged with the claim's
         epoch and writer id, or left by a process that crashed before deleting anything), is undone:
@@ -218,6 +221,8 @@ class SegmentDeleter:
             return FINISH
         if segment.replaces_state is _S.COPY_SEGMENT_STARTED:
             return REFUSED_ACKNOWLEDGED if self.acknowledged(segment) else FINISH
+        if segment.segment_id.id in rewritten:
+            return FINISH  # a served rewrite supersedes it: its offsets are read from the rewrite
         if servable is None or not servable(segment):
             return LEFT
         if segment.end_offset < log_start_offset:

@@ -72,7 +72,8 @@ _SCHEMA_FILES = {
 # Earlier writer schemas still readable (schemas/history/), newest first.
 _SCHEMA_HISTORY: dict[int, tuple[str, ...]] = {
     TYPE_PARTITION_DELETE: ("RemotePartitionDeleteMetadata.v1.avsc",),  # before writer_epoch
-    TYPE_SEGMENT: ("RemoteLogSegmentMetadata.v1.avsc",),  # before replaces_state
+    # v2: before supersedes; v1: before replaces_state
+    TYPE_SEGMENT: ("RemoteLogSegmentMetadata.v2.avsc", "RemoteLogSegmentMetadata.v1.avsc"),
     TYPE_CLAIM: ("PartitionClaim.v1.avsc",),  # before restates_epoch
 }
 _FRAME = struct.Struct(">BB")
@@ -182,12 +183,14 @@ _SEGMENT_TO_AVRO: dict[str, Any] = {
     "segment_leader_epochs": lambda epochs: [{"epoch": e, "start_offset": o} for e, o in epochs],
     "state": lambda state: state.value,
     "replaces_state": lambda state: None if state is None else state.value,
+    "supersedes": lambda ids: [str(i) for i in ids],
 }
 _SEGMENT_FROM_AVRO: dict[str, Any] = {
     "segment_id": _id_from_avro,
     "segment_leader_epochs": lambda epochs: tuple((e["epoch"], e["start_offset"]) for e in epochs),
     "state": lambda name: _SEGMENT_STATES[name],
     "replaces_state": lambda name: None if name is None else _SEGMENT_STATES[name],
+    "supersedes": lambda ids: tuple(i if isinstance(i, uuid.UUID) else uuid.UUID(i) for i in ids),
 }
 
 

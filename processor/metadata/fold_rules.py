@@ -24,6 +24,12 @@ here the sequencer is the metadata log). From the first claim of ``tp`` on (*cla
   resumes after reading the log up to its own claim, so it knows every finished segment accepted
   before it; what remains is a hostile or broken record, and it can never unserve what was
   acknowledged (the first finished segment of a range stays served);
+- a *rewritten* segment (a merge of adjacent segments, or one with records erased) names in
+  ``supersedes`` the served segments whose offsets it takes over: its FINISHED is accepted only if
+  every served segment it overlaps is named there and lies within its offsets, and those stop being
+  served in the same step (readers see the old segments or the new one, never both, never neither).
+  The superseded segments stay in COPY_SEGMENT_FINISHED, unserved, until the owner deletes them:
+  the accepted rewrite is the proof (:mod:`processor.metadata.deletion_proof`);
 - served = the accepted COPY_SEGMENT_FINISHED segments of the current topic id.
 
 Records of a partition before its first claim (written by versions without claims) are folded by
@@ -112,6 +118,25 @@ def _check_condition(record: RemoteLogSegmentMetadata, current: RemoteLogSegment
     )
 
 
+def _superseded(
+    new: RemoteLogSegmentMetadata, overlapping: list[RemoteLogSegmentMetadata]
+) -> list[RemoteLogSegmentMetadata]:
+    """The served segments a rewritten segment's FINISHED takes over: every served segment it
+    overlaps must be one it names and lie within its offsets (else ``overlap``: a rewrite never
+    hides offsets it does not serve itself). Named segments it does not overlap keep being served,
+    named ones this reader does not know (compacted away after their deletion) need nothing."""
+    named = frozenset(new.supersedes)
+    for s in overlapping:
+        if s.segment_id.id not in named or s.start_offset < new.start_offset or s.end_offset > new.end_offset:
+            raise RejectedRecord(
+                f"{new.state.value} of {new.segment_id} ({new.start_offset}..{new.end_offset}) overlaps "
+                f"served segment {s.segment_id} ({s.start_offset}..{s.end_offset}), which it "
+                f"{'does not name' if s.segment_id.id not in named else 'does not cover'}",
+                OVERLAP,
+            )
+    return overlapping
+
+
 def decide_segment(
     store: FoldStore,
     record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate,
@@ -186,6 +211,10 @@ def decide_segment(
         if header.claimed:
             if change.unserve:
                 others = [s for s in others if s not in change.unserve]
+            if new.supersedes and others:
+                others = _superseded(new, others)
+                change.unserve = (*change.unserve, *others)
+                others = []
             if others:
                 first = others[0]
                 raise RejectedRecord(
@@ -193,6 +222,12 @@ def decide_segment(
                     f"overlaps served segment {first.segment_id} ({first.start_offset}..{first.end_offset})",
                     OVERLAP,
                 )
+        elif new.supersedes:
+            raise RejectedRecord(
+                f"{new.state.value} of {record.segment_id} supersedes segments, but no claim of "
+                f"{tp} was ever made: a rewrite is written under its owner's claim",
+                UNSERVABLE,
+            )
         else:  # the old rule: the newest epoch's lineage wins where finished segments overlap
             gone = [s for s in others if s.writer_epoch <= new.writer_epoch and s not in change.unserve]
             if gone:

@@ -79,6 +79,10 @@ class RemoteLogSegmentMetadata:
     # DELETE_SEGMENT_STARTED only: the state the deletion was planned on; readers accept the record
     # only while the segment is still in it (a conditional delete, processor/metadata/fold_rules.py)
     replaces_state: SegmentState | None = None
+    # COPY_SEGMENT_STARTED / COPY_SEGMENT_FINISHED of a rewritten segment only (a merge, an erase):
+    # the served segments whose offsets it takes over once its FINISHED is accepted
+    # (processor/metadata/fold_rules.py); empty for a plain copy
+    supersedes: tuple[uuid.UUID, ...] = ()
 
     def __post_init__(self) -> None:
         if self.start_offset < 0 or self.end_offset < self.start_offset:

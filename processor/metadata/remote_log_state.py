@@ -97,6 +97,33 @@ class PartitionRemoteState:
             if s.state is _S.COPY_SEGMENT_FINISHED and self.in_lineage(s) and s.segment_id.id not in served
         ]
 
+    def rewrite_superseded(self) -> frozenset[uuid.UUID]:
+        """Known segments (any state) a served rewrite (a merge, an erase) names in ``supersedes`` and
+        covers: the owner's accepted rewrite is the proof that they are garbage. Only segments wholly
+        inside the rewrite's offsets count (the fold unserved exactly those)."""
+        served = {s.segment_id.id for s in self.finished()}
+        out = set()
+        for rewrite in self.finished():
+            for sid in rewrite.supersedes:
+                s = self.segments.get(sid)
+                if (
+                    s is not None
+                    and sid not in served
+                    and self.in_lineage(s)
+                    and rewrite.start_offset <= s.start_offset
+                    and s.end_offset <= rewrite.end_offset
+                ):
+                    out.add(sid)
+        return frozenset(out)
+
+    def rewritten(self) -> list[RemoteLogSegmentMetadata]:
+        """Finished segments a served rewrite superseded: no longer served, to be deleted by the owner."""
+        ids = self.rewrite_superseded()
+        return sorted(
+            (self.segments[i] for i in ids if self.segments[i].state is _S.COPY_SEGMENT_FINISHED),
+            key=lambda s: (s.start_offset, str(s.segment_id.id)),
+        )
+
     def highest_finished_offset(self) -> int | None:
         """The highest offset copied, or deliberately deleted below the remote log start offset:
         after retention deleted every segment, a resuming leader continues at the start offset

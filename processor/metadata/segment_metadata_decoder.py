@@ -74,6 +74,7 @@ EXPECTED_LAYOUT: tuple[Any, ...] = (
         ("index_crc32", "long"),
         ("index_size_in_bytes", "long"),
         ("replaces_state", ("null", "RemoteLogSegmentState")),
+        ("supersedes", ("array", ("string", "uuid"))),
     ),
 )
 
@@ -360,14 +361,24 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
     else:
         index_size, p = _varint_tail(buf, p, b)
     # Slices stop at the end of buf without an error, and p then runs past it: one check for all.
+    # Then replaces_state and supersedes, each absent from records written before it was added (the
+    # earlier schemas in schemas/history/): one block of UUID strings, then the 0 that ends it.
     n = len(buf)
-    if p == n:
-        replaces = None  # written before replaces_state (the earlier schema in schemas/history/)
-    elif p + 1 == n and buf[p] == 0:
-        replaces = None
-    elif p + 2 == n and buf[p] == 2 and buf[p + 1] < 8 and not buf[p + 1] & 1:
-        replaces = _STATES[buf[p + 1] >> 1]
-    else:
+    replaces = None
+    supersedes: tuple[uuid.UUID, ...] = ()
+    if p < n:
+        if buf[p] == 0:
+            p += 1
+        elif p + 1 < n and buf[p] == 2 and buf[p + 1] < 8 and not buf[p + 1] & 1:
+            replaces = _STATES[buf[p + 1] >> 1]
+            p += 2
+        else:
+            raise _Unhandled
+        if p < n and buf[p] != 0:
+            supersedes, p = _uuid_block(buf, p)
+        elif p < n:
+            p += 1
+    if p != n:
         raise _Unhandled
     return _segment_metadata(
         segment_id,
@@ -389,4 +400,26 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
         custom,
         txn_index_empty,
         replaces,
+        supersedes,
     )
+
+
+def _uuid_block(buf: bytes, p: int) -> tuple[tuple[uuid.UUID, ...], int]:
+    """One positive block of UUID strings and the 0 that ends the array (rare: a rewrite's record)."""
+    b = buf[p]
+    p += 1
+    if b < 0x80:
+        count = (b >> 1) ^ -(b & 1)
+    else:
+        count, p = _varint_tail(buf, p, b)
+    if count <= 0:
+        raise _Unhandled  # a block with a byte size
+    ids = []
+    for _ in range(count):
+        text, p = _string(buf, p)
+        if _UUID.fullmatch(text) is None:
+            raise _Unhandled
+        ids.append(uuid.UUID(text))
+    if buf[p] != 0:
+        raise _Unhandled  # a second block
+    return tuple(ids), p + 1

@@ -25,6 +25,7 @@ Bounds (all inclusive):
 - format version: one of the segment format versions this code reads;
 - replaces state: only on a DELETE_SEGMENT_STARTED, and only COPY_SEGMENT_STARTED or
   COPY_SEGMENT_FINISHED (the states a deletion is planned on);
+- superseded segments: at most 4,096 ids, none twice, not the segment's own;
 - the key of the message must be the record's own key (``codec.record_key``): compaction keeps the
   latest record *per key*, so a record filed under another key would survive in the wrong place.
 """
@@ -54,6 +55,7 @@ MAX_WRITER_ID = 255
 MAX_OBJECT_KEY = 1024
 MAX_CUSTOM_METADATA = 1024
 MAX_LEADER_EPOCHS = 65_536
+MAX_SUPERSEDES = 4096  # segments one rewrite takes over (a merge's run): ~150 KiB of record at most
 SEGMENT_FORMAT_VERSIONS = frozenset({1, 2})
 _DELETABLE_FROM = frozenset({SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED})
 
@@ -136,6 +138,12 @@ def _check_segment(record: RemoteLogSegmentMetadata) -> None:
         record.state is not SegmentState.DELETE_SEGMENT_STARTED or replaces not in _DELETABLE_FROM
     ):
         raise _fail(record, f"{record.state.value} naming replaced state {replaces.value}")
+    superseded = record.supersedes
+    if superseded:
+        if len(superseded) > MAX_SUPERSEDES:
+            raise _fail(record, f"{len(superseded)} superseded segments (at most {MAX_SUPERSEDES})")
+        if len(set(superseded)) != len(superseded) or sid.id in superseded:
+            raise _fail(record, "superseded segments named twice, or the segment itself")
 
 
 @lru_cache(maxsize=65_536)

@@ -70,6 +70,9 @@ def segment_metadata(draw: st.DrawFn, state: SegmentState | None = None) -> Remo
         custom_metadata=draw(st.one_of(st.none(), st.binary(max_size=128))),
         txn_index_empty=draw(st.booleans()),
         replaces_state=replaces,
+        supersedes=tuple(
+            draw(st.lists(st.uuids(), max_size=3, unique=True).filter(lambda ids: sid.id not in ids))
+        ),
     )
 
 

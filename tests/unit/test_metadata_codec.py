@@ -48,11 +48,16 @@ def test_garbage_raises_format_error_only(raw: bytes) -> None:
 def test_truncated_or_extended_records_are_rejected(meta, data: st.DataObject) -> None:
     raw = encode_value(meta)
     cut = data.draw(st.integers(0, len(raw) - 1))
-    # without its trailing replaces_state the body is exactly what the earlier schema wrote: it reads
-    # as that record (readers of the earlier schema get the same), every other cut is refused
-    earlier = len(raw) - (1 if meta.replaces_state is None else 2)
-    if cut == earlier:
-        assert decode_value(raw[:cut]) == dataclasses.replace(meta, replaces_state=None)
+    # without its trailing supersedes (and replaces_state) the body is exactly what an earlier schema
+    # wrote: it reads as that record (readers of the earlier schema get the same), every other cut
+    # is refused
+    v2 = len(encode_value(dataclasses.replace(meta, supersedes=()))) - 1  # the empty array: one byte
+    v1 = v2 - (1 if meta.replaces_state is None else 2)
+    if cut == v2:
+        assert decode_value(raw[:cut]) == dataclasses.replace(meta, supersedes=())
+        return
+    if cut == v1:
+        assert decode_value(raw[:cut]) == dataclasses.replace(meta, replaces_state=None, supersedes=())
         return
     with pytest.raises(FormatError):
         decode_value(raw[:cut])

@@ -121,6 +121,12 @@ BOUNDS = [
     ("segment format version", lambda s: dataclasses.replace(s, segment_format_version=9)),
     ("custom metadata", lambda s: dataclasses.replace(s, custom_metadata=b"x" * 1025)),
     ("writer id", lambda s: dataclasses.replace(s, writer_id="w" * 256)),
+    (
+        "superseded segments",
+        lambda s: dataclasses.replace(s, supersedes=tuple(uuid.UUID(int=100 + i) for i in range(4097))),
+    ),
+    ("superseded segments", lambda s: dataclasses.replace(s, supersedes=(uuid.UUID(int=5),) * 2)),
+    ("superseded segments", lambda s: dataclasses.replace(s, supersedes=(s.segment_id.id,))),
 ]
 
 

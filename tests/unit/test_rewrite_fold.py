@@ -1,0 +1,147 @@
+"""A rewritten segment (a merge of adjacent segments, an erase) takes over the offsets of the served
+segments it names, in one step of the fold: readers see the old segments or the new one, never both
+and never neither; only its owner's accepted rewrite is proof that the old ones are garbage. Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits
+from processor.lifecycle.retention_service import clean_partition
+from processor.metadata.codec import decode_value
+from processor.metadata.fold_reasons import OVERLAP, UNSERVABLE
+from processor.metadata.model import RemoteLogSegmentMetadata
+from processor.metadata.remote_log_state import RemoteLogState
+from processor.storage.filesystem import FilesystemChunkStorage
+from tests.unit.test_claims import TP, Log, S, copy, deleter, segment
+
+
+def rewrite(
+    log: Log, start: int, end: int, epoch: int, supersedes: list[RemoteLogSegmentMetadata]
+) -> tuple[bool, RemoteLogSegmentMetadata]:
+    started = dataclasses.replace(
+        segment(start, end, epoch, S.COPY_SEGMENT_STARTED),
+        supersedes=tuple(s.segment_id.id for s in supersedes),
+    )
+    log.publish(started)
+    finished = started.with_state(S.COPY_SEGMENT_FINISHED, 3)
+    return log.confirm(finished, log.publish(finished)), finished
+
+
+def served(log: Log) -> list[tuple[int, int]]:
+    return [(s.start_offset, s.end_offset) for s in log.state().finished()]
+
+
+def three(log: Log) -> tuple[int, list[RemoteLogSegmentMetadata]]:
+    epoch = log.claim("w")
+    return epoch, [copy(log, i * 10, i * 10 + 9, epoch)[1] for i in range(3)]
+
+
+def test_a_merge_takes_over_the_segments_it_names_in_one_step() -> None:
+    log = Log()
+    epoch, (a, b, _c) = three(log)
+    ok, merged = rewrite(log, 0, 19, epoch, [a, b])
+    assert ok
+    assert served(log) == [(0, 19), (20, 29)]
+    assert [s.segment_id for s in log.state().rewritten()] == [a.segment_id, b.segment_id]
+    # the merge's FINISHED again (a claim stated again re-publishes it) changes nothing
+    assert log.confirm(merged, log.publish(merged))
+    assert served(log) == [(0, 19), (20, 29)]
+    # an old segment's FINISHED again is an overlap: the first served segment of a range stays
+    assert not log.confirm(a, log.publish(dataclasses.replace(a, event_timestamp_ms=9)))
+    assert served(log) == [(0, 19), (20, 29)]
+
+
+def test_a_rewrite_that_overlaps_a_segment_it_does_not_name_is_rejected() -> None:
+    log = Log()
+    epoch, (a, _b, _c) = three(log)
+    ok, _ = rewrite(log, 0, 19, epoch, [a])
+    assert not ok and log.fold.rejected == {OVERLAP: 1}
+    assert served(log) == [(0, 9), (10, 19), (20, 29)]
+
+
+def test_a_rewrite_that_does_not_cover_a_segment_it_names_is_rejected() -> None:
+    log = Log()
+    epoch, (a, b, _c) = three(log)
+    ok, _ = rewrite(log, 0, 15, epoch, [a, b])
+    assert not ok and log.fold.rejected == {OVERLAP: 1}
+    assert served(log) == [(0, 9), (10, 19), (20, 29)]
+    assert log.state().rewritten() == []
+
+
+def test_only_the_current_claim_rewrites() -> None:
+    log = Log()
+    old, (a, b, _c) = three(log)
+    log.claim("other")
+    ok, _ = rewrite(log, 0, 19, old, [a, b])
+    assert not ok
+    assert served(log) == [(0, 9), (10, 19), (20, 29)]
+
+
+def test_a_rewrite_in_a_partition_never_claimed_is_refused() -> None:
+    state = RemoteLogState()
+    a = segment(0, 9, 1)
+    state.fold.append(a)
+    merged = dataclasses.replace(segment(0, 9, 2), supersedes=(a.segment_id.id,))
+    assert not state.fold.append(merged).accepted
+    assert state.fold.rejected == {UNSERVABLE: 1}
+
+
+def test_a_compacted_log_without_the_old_segments_serves_the_rewrite() -> None:
+    log = Log()
+    epoch, (a, b, _c) = three(log)
+    _, merged = rewrite(log, 0, 19, epoch, [a, b])
+    # compacted after the old segments' deletion: their keys are gone, the claim and the rewrite stay
+    fresh = Log()
+    claim = decode_value(log.messages[0][2] or b"")
+    assert fresh.publish(claim) == 0
+    assert fresh.confirm(merged, fresh.publish(dataclasses.replace(merged, writer_epoch=0)))
+    assert served(fresh) == [(0, 19)]
+
+
+def test_the_owner_deletes_what_its_rewrite_superseded_and_moves_no_start_offset(tmp_path: Path) -> None:
+    log = Log()
+    epoch, (a, b, _c) = three(log)
+    rewrite(log, 0, 19, epoch, [a, b])
+    plan, outcome = clean_partition(
+        TP, log.state(), deleter(log, FilesystemChunkStorage(tmp_path)), epoch, RetentionLimits(), 10**12
+    )
+    assert {(s.segment_id, r) for s, r in plan.expired} == {
+        (a.segment_id, DeleteReason.REWRITTEN),
+        (b.segment_id, DeleteReason.REWRITTEN),
+    }
+    assert plan.new_log_start_offset is None and plan.unserved == ()
+    assert {s.segment_id for s in outcome.deleted} == {a.segment_id, b.segment_id}
+    assert served(log) == [(0, 19), (20, 29)] and log.state().log_start_offset == 0
+
+
+def test_a_deletion_of_a_superseded_segment_left_half_way_is_finished_by_the_next_owner(
+    tmp_path: Path,
+) -> None:
+    log = Log()
+    epoch, (a, b, _c) = three(log)
+    rewrite(log, 0, 19, epoch, [a, b])
+    log.publish(a.deleting(5, "w", epoch))  # the merger stopped after its first DELETE_SEGMENT_STARTED
+    storage = FilesystemChunkStorage(tmp_path)
+    for s in (a, b):  # all objects still in place: without the rewrite's proof, "served again"
+        storage.create(s.data_object_key, [b"x"])
+        storage.create(s.index_object_key, [b"x"])
+    nxt = log.claim("next")
+    _, outcome = clean_partition(
+        TP, log.state(), deleter(log, storage, "next"), nxt, RetentionLimits(), 10**12
+    )
+    assert {s.segment_id for s in outcome.deleted} == {a.segment_id, b.segment_id}
+    assert all(storage.stat(s.data_object_key) is None for s in (a, b))
+    assert served(log) == [(0, 19), (20, 29)]
+
+
+def test_a_rewrite_never_makes_a_segment_it_does_not_cover_garbage() -> None:
+    log = Log()
+    epoch, (a, _b, c) = three(log)
+    # names c as well, but covers only a: accepted (c is not overlapped), c stays served and is no
+    # garbage
+    ok, _ = rewrite(log, 0, 9, epoch, [a, c])
+    assert ok
+    assert served(log) == [(0, 9), (10, 19), (20, 29)]
+    assert [s.segment_id for s in log.state().rewritten()] == [a.segment_id]
