@@ -77,6 +77,11 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ),
     ("sweep", "sweep", "delete archived objects no metadata record names (with proof; --dry-run first)"),
     ("abort-multipart", "abort_multipart", "abort abandoned multipart uploads under the prefix"),
+    (
+        "merge",
+        "merge",
+        "merge a topic's small adjacent archived segments into bigger ones (resumable; --dry-run first)",
+    ),
     ("offload", "offload", "roll and copy a topic's open segments now, wait until copied"),
     # backup
     (

@@ -163,6 +163,11 @@ class Settings(BaseSettings):
     deletion_topic: str = "__remote_segments_to_be_deleted"  # failed deletions, retried from there
     multipart_abort_after_ms: int = Field(default=3_600_000, ge=60_000)  # abandoned multipart uploads
     upload_bytes_per_second: int = Field(default=-1, ge=-1)  # per worker; -1 = unlimited
+    # merging small archived segments (processor/rewrite/): a merged segment's size at most, the
+    # size below which a segment is worth merging, and how long after its upload a segment is left
+    merge_target_bytes: int = Field(default=64 * MiB, ge=1024, le=5 * 1024 * MiB)
+    merge_small_bytes: int = Field(default=8 * MiB, ge=1, le=5 * 1024 * MiB)
+    merge_min_age_ms: int = Field(default=3_600_000, ge=0)
     # workers `processor offload` asks (comma-separated base URLs); default http://127.0.0.1:WEB_PORT
     worker_urls: Annotated[tuple[str, ...], NoDecode] = ()
     # "text" (human-readable lines) or "json" (one JSON object per line, for log pipelines).

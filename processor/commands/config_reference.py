@@ -182,6 +182,9 @@ MEANINGS: dict[str, str] = {
     "deletion_topic": "compacted topic of failed deletions (created if missing)",
     "multipart_abort_after_ms": "age after which an unfinished multipart upload counts as abandoned",
     "upload_bytes_per_second": "upload rate limit per worker (KIP-956's copy quota; `-1`: unlimited)",
+    "merge_target_bytes": "`processor merge`: a merged segment's size at most (the sum of its sources)",
+    "merge_small_bytes": "`processor merge`: segments smaller than this are merged with their neighbours",
+    "merge_min_age_ms": "`processor merge`: segments uploaded less than this long ago are left as they are",
     "worker_urls": "workers `processor offload` asks (comma-separated)",
     "log_format": "`text`, or `json`: every line the process writes is one JSON object",
     "storage_probe_interval_ms": (

@@ -133,7 +133,11 @@ class SegmentCopier:
         return metadata, index
 
     def _prepare(
-        self, tp: TopicPartition, segment: SealedSegment, writer_epoch: int
+        self,
+        tp: TopicPartition,
+        segment: SealedSegment,
+        writer_epoch: int,
+        supersedes: tuple[uuid.UUID, ...] = (),
     ) -> tuple[RemoteLogSegmentMetadata, bytes, SealedSegment]:
         """The attempt's STARTED metadata, its index object and its blocks, as stored: with
         encryption, blocks and index sealed under a fresh data key, wrapped in the custom metadata
@@ -178,6 +182,7 @@ class SegmentCopier:
             record_count=segment.record_count,
             index_crc32=index_crc(index),
             index_size_in_bytes=len(index),
+            supersedes=supersedes,
         )
         if data_key is not None:
             index = seal_index(index, data_key.plaintext, segment_id.id)
@@ -194,11 +199,13 @@ class SegmentCopier:
         segment: SealedSegment,
         writer_epoch: int,
         still_leader: Callable[[], bool] = lambda: True,
+        supersedes: tuple[uuid.UUID, ...] = (),
     ) -> RemoteLogSegmentMetadata:
         """One copy attempt. Returns the FINISHED metadata or raises (after cleaning up what may be
-        cleaned up; see the module docstring)."""
+        cleaned up; see the module docstring). ``supersedes``: a rewrite's (processor/rewrite/), the
+        served segments whose offsets the copy takes over once its FINISHED is accepted."""
         self.check_fence(tp, writer_epoch)
-        started, index, segment = self._prepare(tp, segment, writer_epoch)
+        started, index, segment = self._prepare(tp, segment, writer_epoch, supersedes)
         sid = started.segment_id.id
         with self._lock:
             self._in_flight.setdefault(tp, set()).add(sid)

@@ -1,0 +1,109 @@
+"""Merges one partition's planned runs, under the claim its caller holds (the worker's own, or an
+operator command's ``ADMIN`` claim). Per run, in this order:
+
+1. read the sources and seal them into one segment (:mod:`processor.rewrite.merged_segment`);
+2. copy it like any segment: COPY_SEGMENT_STARTED, data and index objects, COPY_SEGMENT_FINISHED
+   naming the sources in ``supersedes``, confirmed accepted by the readers (from that record on
+   they read the merged segment, in one step), then its manifest;
+3. delete the sources by that proof (conditional DELETE_SEGMENT_STARTED, objects, FINISHED).
+
+Killed anywhere: before 2's FINISHED is accepted, the sources are still served and the attempt is a
+dangling copy the owner removes; after it, the merged segment is served and the sources are
+garbage the owner's next pass deletes (``PartitionRemoteState.rewritten``), which is also what a
+run of the command does first. Nothing acknowledged is unserved at any point.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from processor.errors import ProcessorError
+from processor.kafka.partition import TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata
+from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.rewrite.merge_plan import MergeLimits, MergeRun, plan_merges
+from processor.segment.sealed_segment import SealedSegment
+
+log = logging.getLogger(__name__)
+
+
+class Copier(Protocol):
+    def copy(
+        self,
+        tp: TopicPartition,
+        segment: SealedSegment,
+        writer_epoch: int,
+        still_leader: Callable[[], bool] = ...,
+        supersedes: tuple[uuid.UUID, ...] = (),
+    ) -> RemoteLogSegmentMetadata: ...
+
+
+# deletes superseded segments under the claim (epoch); returns the errors of those it could not delete
+DeleteSuperseded = Callable[[TopicPartition, Sequence[RemoteLogSegmentMetadata], int], list[str]]
+
+
+@dataclass
+class MergeReport:
+    tp: TopicPartition
+    segments_before: int = 0  # served segments before
+    runs: int = 0  # runs merged
+    merged_segments: int = 0  # sources merged away
+    merged_bytes: int = 0
+    leftovers_deleted: int = 0  # sources an earlier merge superseded, deleted now
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def segments_after(self) -> int:
+        return self.segments_before - self.merged_segments + self.runs
+
+
+def merge_partition(
+    tp: TopicPartition,
+    state: Callable[[], PartitionRemoteState],
+    epoch: int,
+    limits: MergeLimits,
+    now_ms: int,
+    build: Callable[[MergeRun], SealedSegment],
+    copier: Copier,
+    delete: DeleteSuperseded,
+    dry_run: bool = False,
+) -> tuple[MergeReport, list[MergeRun]]:
+    """Merge ``tp``'s runs under claim ``epoch``; ``state`` is the fold's view of the partition,
+    current (it is asked again after each run). Raises FencedWriterError when the claim is lost."""
+    part = state()
+    report = MergeReport(tp, segments_before=len(part.finished()))
+    runs = plan_merges(part.finished(), limits, now_ms)
+    if dry_run:
+        return report, runs
+    leftovers = part.rewritten()
+    if leftovers:
+        errors = delete(tp, leftovers, epoch)
+        report.failed += errors
+        report.leftovers_deleted = len(leftovers) - len(errors)
+    for run in runs:
+        try:
+            sealed = build(run)
+        except ProcessorError as exc:  # a source that does not read back: left as it is, reported
+            log.error("%s: not merging %d..%d: %s", tp, run.start_offset, run.end_offset, exc)
+            report.failed.append(f"{run.start_offset}..{run.end_offset}: {exc}")
+            continue
+        ids = tuple(s.segment_id.id for s in run.segments)
+        merged = copier.copy(tp, sealed, epoch, supersedes=ids)
+        log.info(
+            "%s: merged %d segments (%d..%d, %d bytes) into %s",
+            tp,
+            len(run.segments),
+            run.start_offset,
+            run.end_offset,
+            run.size_bytes,
+            merged.segment_id,
+        )
+        report.runs += 1
+        report.merged_segments += len(run.segments)
+        report.merged_bytes += run.size_bytes
+        report.failed += delete(tp, state().rewritten(), epoch)
+    return report, runs

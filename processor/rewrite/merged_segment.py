@@ -1,0 +1,73 @@
+"""Reads a run of archived segments and seals them into one: the record batches as stored, one after
+the other, in new blocks under a new index (I/O: the storage reads; the assembling is the copier's
+own pure :class:`~processor.segment.segment_assembler.SegmentAssembler`).
+
+Every block is verified as any reader verifies it (CRC-32C of every batch, the index's offsets, the
+segment's data key where it is encrypted), and the result is checked against the sources' metadata
+(the same offsets covered, the same number of records) before anyone uploads it. The merged segment
+is held in memory whole: its size is bounded by the merge's target size.
+"""
+
+from __future__ import annotations
+
+from processor.errors import CorruptObjectError
+from processor.reader.segment_blocks import fetch_index, read_block_range_batches
+from processor.reader.segment_keys import SegmentDecryption
+from processor.rewrite.merge_plan import MergeRun
+from processor.segment.entries_v2 import parse_batch_header
+from processor.segment.object_keys import ObjectKeyFactory
+from processor.segment.sealed_segment import SealedSegment
+from processor.segment.segment_assembler import SegmentAssembler, compress_segment
+from processor.storage.chunk_storage import ChunkStorage
+
+
+def merged_segment(
+    storage: ChunkStorage,
+    keys: ObjectKeyFactory,
+    run: MergeRun,
+    decryption: SegmentDecryption,
+    block_bytes: int,
+    compression: str = "keep",
+) -> SealedSegment:
+    """The run's batches sealed as one segment covering ``run.start_offset..run.end_offset``. Raises
+    CorruptObjectError (a source that does not read back as its metadata says), SegmentKeyError."""
+    first = run.segments[0]
+    assembler = SegmentAssembler(first.segment_id.partition, run.start_offset, block_bytes, compression)
+    for source in run.segments:
+        name = str(source.segment_id)
+        cipher = decryption.cipher(source)
+        index = fetch_index(storage, keys, source, cipher=cipher)
+        records = 0
+        for content in read_block_range_batches(
+            storage, source.data_object_key, name, index.blocks, 0, cipher=cipher
+        ):
+            if content.records:
+                raise CorruptObjectError(
+                    "a block of records, not of batches (format 1): not merged",
+                    object_key=source.data_object_key,
+                    segment=name,
+                )
+            for batch in content.batches:
+                header = parse_batch_header(batch)
+                assembler.append(header, batch)
+                records += header.record_count
+        if records != source.record_count:
+            raise CorruptObjectError(
+                f"holds {records} records, its metadata says {source.record_count}",
+                object_key=source.data_object_key,
+                segment=name,
+            )
+        assembler.cover(source.end_offset)
+    sealed = assembler.seal()
+    if (sealed.start_offset, sealed.end_offset, sealed.record_count) != (
+        run.start_offset,
+        run.end_offset,
+        run.record_count,
+    ):
+        raise CorruptObjectError(
+            f"the merge covers {sealed.start_offset}..{sealed.end_offset} with {sealed.record_count} "
+            f"records, its sources {run.start_offset}..{run.end_offset} with {run.record_count}",
+            object_key=first.data_object_key,
+            segment=str(first.segment_id),
+        )
+    return compress_segment(sealed)

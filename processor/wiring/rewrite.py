@@ -1,0 +1,61 @@
+"""What `processor merge` runs with, built from the settings and a command's context: the source
+reader, the copier that publishes the merged segment under the command's claim (uploads
+rate-limited like the worker's) and the deleter of the superseded sources."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from processor.config import Settings
+from processor.kafka.partition import TopicPartition
+from processor.leader.segment_copier import SegmentCopier
+from processor.lifecycle.retention_policy import DeleteReason, RetentionPlan
+from processor.metadata.model import RemoteLogSegmentMetadata
+from processor.rewrite.merge_plan import MergeLimits, MergeRun
+from processor.rewrite.merged_segment import merged_segment
+from processor.segment.sealed_segment import SealedSegment
+from processor.storage.rate_limited import rate_limited
+from processor.wiring.deletion_context import DeletionContext
+from processor.wiring.encryption import segment_decryption, segment_encryption
+from processor.wiring.read_your_write import confirm_by_follower
+
+
+@dataclass
+class MergeTools:
+    build: Callable[[MergeRun], SealedSegment]
+    copier: SegmentCopier
+    delete: Callable[[TopicPartition, Sequence[RemoteLogSegmentMetadata], int], list[str]]
+
+
+def merge_limits(settings: Settings) -> MergeLimits:
+    return MergeLimits(settings.merge_target_bytes, settings.merge_small_bytes, settings.merge_min_age_ms)
+
+
+def merge_tools(settings: Settings, ctx: DeletionContext, topic_ids: dict[str, str]) -> MergeTools:
+    decryption = segment_decryption(settings)
+
+    def build(run: MergeRun) -> SealedSegment:
+        return merged_segment(
+            ctx.storage, ctx.keys, run, decryption, settings.block_bytes, settings.archive_compression
+        )
+
+    copier = SegmentCopier(
+        rate_limited(ctx.storage, settings.upload_bytes_per_second),
+        ctx.publisher,
+        ctx.keys,
+        ctx.writer_id,
+        topic_ids=topic_ids,
+        current_claim=ctx.follower.materializer.current_epoch,
+        confirm=confirm_by_follower(ctx.follower.materializer, ctx.metadata_partitions),
+        claim_id=ctx.follower.materializer.claim_id,
+        encryption=segment_encryption(settings),
+    )
+
+    def delete(tp: TopicPartition, sources: Sequence[RemoteLogSegmentMetadata], epoch: int) -> list[str]:
+        plan = RetentionPlan(expired=tuple((s, DeleteReason.REWRITTEN) for s in sources))
+        rewritten = frozenset(s.segment_id.id for s in sources)
+        outcome = ctx.deleter.execute(tp, plan, epoch, rewritten=rewritten)
+        return [f"{s.segment_id}: {error}" for s, error in outcome.failed]
+
+    return MergeTools(build, copier, delete)
