@@ -12,8 +12,9 @@ import concurrent.futures
 import contextlib
 import errno
 import logging
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -39,6 +40,8 @@ class GatewayServer:
     reader: RemoteReader
     gateway: Gateway
     web_app: web.Application
+    # set once every listener is open (an embedding waits on it; serve raises instead when one fails)
+    listening: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
     def build(cls, settings: Settings) -> GatewayServer:
@@ -75,18 +78,21 @@ class GatewayServer:
         await runner.setup()
         site = web.TCPSite(runner, self.settings.web_host, self.settings.web_port)
         settings = self.settings
-        with port_in_use_is_said("PROCESSOR_WEB_PORT", settings.web_host, settings.web_port):
-            await site.start()
-        ports = f"{settings.gateway_port} (or a broker's port after it: PROCESSOR_GATEWAY_NODE_IDS)"
-        with port_in_use_is_said("PROCESSOR_GATEWAY_PORT", settings.gateway_host, ports):
-            await self.gateway.start()
-        log.info(
-            "gateway serving Kafka clients on %s:%d (archive reads: %s)",
-            self.gateway.ports.host,
-            self.gateway.ports.port,
-            self.settings.gateway_archive_reads,
-        )
         try:
+            # a start that fails half way (a broker's port in use after the first one bound) closes
+            # what it opened: a listener nobody serves would leave clients waiting on their requests
+            with port_in_use_is_said("PROCESSOR_WEB_PORT", settings.web_host, settings.web_port):
+                await site.start()
+            ports = f"{settings.gateway_port} (or a broker's port after it: PROCESSOR_GATEWAY_NODE_IDS)"
+            with port_in_use_is_said("PROCESSOR_GATEWAY_PORT", settings.gateway_host, ports):
+                await self.gateway.start()
+            log.info(
+                "gateway serving Kafka clients on %s:%d (archive reads: %s)",
+                self.gateway.ports.host,
+                self.gateway.ports.port,
+                self.settings.gateway_archive_reads,
+            )
+            self.listening.set()
             await stop.wait()
         finally:
             await self.gateway.close()

@@ -1,7 +1,8 @@
 """``processor gateway`` in front of the local stack's broker with PROCESSOR_GATEWAY_NODE_IDS not
 holding the broker's node id (as the default 0-63 does not hold Tansu's 111): it refuses to start,
 exit code 2 and one line naming the setting and the range to set, instead of running and handing
-clients the broker's own address."""
+clients the broker's own address; a port held by another process is one line naming its setting,
+and a start that fails half way closes the ports it opened."""
 
 from __future__ import annotations
 
@@ -69,3 +70,39 @@ def test_a_port_held_by_another_process_is_one_line_naming_its_setting(
     lines = [line for line in result.stderr.splitlines() if setting in line]
     assert len(lines) == 1 and "is in use by another process" in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_start_that_fails_at_a_brokers_port_closes_the_ports_it_opened(
+    local_stack: StackInfo, tmp_path
+) -> None:
+    """The gateway bound its own port, then failed on a broker's port after it (held by another
+    process) and left its own port listening with nobody serving it: clients hung on their first
+    request instead of being refused."""
+    import asyncio
+    import socket
+
+    from processor.errors import ConfigError
+    from processor.wiring.gateway_server import GatewayServer
+    from tests.support.gateway_thread import loopback_gateway
+
+    brokers = new_admin(local_stack.bootstrap_servers, "t").list_topics(timeout=15).brokers
+    node = min(int(n) for n in brokers)
+    gateway = loopback_gateway(
+        {**local_stack.env(), "PROCESSOR_METADATA_TOPIC": "__remote_log_metadata_gw_half"},
+        tmp_path,
+        PROCESSOR_GATEWAY_NODE_IDS=f"{node}-{node + 3}",
+        PROCESSOR_WEB_AUTH="none",
+    )
+    port = gateway.settings.gateway_port
+    held = socket.create_server(("127.0.0.1", port + 1))  # the port of the stack's first broker
+    server = GatewayServer.build(gateway.settings)
+    try:
+        server.follower.materializer.catch_up()
+        with pytest.raises(ConfigError, match="PROCESSOR_GATEWAY_PORT"):
+            asyncio.run(server.serve(asyncio.Event()))
+        assert not server.listening.is_set()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    finally:
+        held.close()
+        server.close()

@@ -4,7 +4,9 @@ consume through it with real Kafka clients."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,32 +20,38 @@ if TYPE_CHECKING:
     from processor.devstack.stack import StackInfo
 
 
-def _serve(server: GatewayServer, ready: threading.Event, stop_box: list[Any]) -> None:
+def _serve(server: GatewayServer, box: list[Any], failure: list[BaseException]) -> None:
     async def main() -> None:
         stop = asyncio.Event()
-        stop_box.extend([asyncio.get_running_loop(), stop])
-        task = asyncio.create_task(server.serve(stop))
-        while not server.gateway.servers:
-            await asyncio.sleep(0.01)
-        ready.set()
-        await task
+        box.extend([asyncio.get_running_loop(), stop])
+        await server.serve(stop)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except BaseException as exc:  # a start that failed (a port in use): the test says it, not a hang
+        failure.append(exc)
 
 
 @contextmanager
 def gateway_running(server: GatewayServer) -> Iterator[GatewayServer]:
-    """Catch the server's follower up, serve until the block ends, then stop and close it."""
+    """Catch the server's follower up, serve until the block ends, then stop and close it. A gateway
+    that fails to start (or stops early) fails the test with its own error."""
     server.follower.materializer.catch_up()
     server.follower.materializer.start()
-    ready, box = threading.Event(), list[Any]()
-    thread = threading.Thread(target=_serve, args=(server, ready, box), daemon=True)
+    box, failure = list[Any](), list[BaseException]()
+    thread = threading.Thread(target=_serve, args=(server, box, failure), daemon=True)
     thread.start()
     try:
-        assert ready.wait(60), "gateway did not start"
+        deadline = time.monotonic() + 60
+        while not server.listening.wait(0.05):
+            if not thread.is_alive():
+                raise AssertionError(f"the gateway did not start: {failure[0] if failure else '?'}")
+            assert time.monotonic() < deadline, "the gateway did not start in 60 s"
         yield server
+        if failure:
+            raise AssertionError(f"the gateway stopped while the test ran: {failure[0]}") from failure[0]
     finally:
-        if box:
+        if box and thread.is_alive():
             loop, stop = box
             loop.call_soon_threadsafe(stop.set)
         thread.join(30)
@@ -63,7 +71,22 @@ def loopback_gateway(stack_env: dict[str, str], data_dir: Path, **overrides: str
     from processor.config import load_settings
     from processor.devstack.stack import free_port  # the local stack's: only where one runs
 
-    port, web = free_port(), free_port()
+    def free_port_run(count: int) -> int:
+        """A free port with the ``count - 1`` after it free as well: the gateway listens on its port
+        and one port per broker after it (PROCESSOR_GATEWAY_NODE_IDS)."""
+        while True:
+            port = free_port()
+            if port + count > 65536:
+                continue
+            try:
+                for p in range(port, port + count):
+                    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                        s.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+            return port
+
+    port, web = free_port_run(4), free_port()
     settings = load_settings(
         {
             **stack_env,
@@ -86,9 +109,24 @@ def tls_gateway_env(stack: StackInfo, data_dir: Path) -> tuple[dict[str, str], i
     the principal and the cluster's settings."""
     from processor.devstack.stack import free_port  # the local stack's: only where one runs
 
+    def free_port_run(count: int) -> int:
+        """A free port with the ``count - 1`` after it free as well: the gateway listens on its port
+        and one port per broker after it (PROCESSOR_GATEWAY_NODE_IDS)."""
+        while True:
+            port = free_port()
+            if port + count > 65536:
+                continue
+            try:
+                for p in range(port, port + count):
+                    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                        s.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+            return port
+
     secured = stack.secured
     assert secured is not None, "the secured stack"
-    port, web = free_port(), free_port()
+    port, web = free_port_run(4), free_port()
     env = {
         "PROCESSOR_DATA_DIR": str(data_dir),
         "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
