@@ -58,6 +58,24 @@ def gateway_running(server: GatewayServer) -> Iterator[GatewayServer]:
         server.close()
 
 
+def free_port_run(count: int) -> int:
+    """A free loopback port with the ``count - 1`` after it free as well: the gateway listens on its
+    port and one port per broker after it (PROCESSOR_GATEWAY_NODE_IDS)."""
+    from processor.devstack.stack import free_port  # the local stack's: only where one runs
+
+    while True:
+        port = free_port()
+        if port + count > 65536:
+            continue
+        try:
+            for p in range(port, port + count):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+
+
 @dataclass(frozen=True)
 class LoopbackGateway:
     settings: Settings
@@ -70,21 +88,6 @@ def loopback_gateway(stack_env: dict[str, str], data_dir: Path, **overrides: str
     choices), on free loopback ports, with a data directory of its own; ``overrides`` last."""
     from processor.config import load_settings
     from processor.devstack.stack import free_port  # the local stack's: only where one runs
-
-    def free_port_run(count: int) -> int:
-        """A free port with the ``count - 1`` after it free as well: the gateway listens on its port
-        and one port per broker after it (PROCESSOR_GATEWAY_NODE_IDS)."""
-        while True:
-            port = free_port()
-            if port + count > 65536:
-                continue
-            try:
-                for p in range(port, port + count):
-                    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                        s.bind(("127.0.0.1", p))
-            except OSError:
-                continue
-            return port
 
     port, web = free_port_run(4), free_port()
     settings = load_settings(
@@ -108,21 +111,6 @@ def tls_gateway_env(stack: StackInfo, data_dir: Path) -> tuple[dict[str, str], i
     broker's certificate (valid for 127.0.0.1); (settings, gateway port, web port). The caller adds
     the principal and the cluster's settings."""
     from processor.devstack.stack import free_port  # the local stack's: only where one runs
-
-    def free_port_run(count: int) -> int:
-        """A free port with the ``count - 1`` after it free as well: the gateway listens on its port
-        and one port per broker after it (PROCESSOR_GATEWAY_NODE_IDS)."""
-        while True:
-            port = free_port()
-            if port + count > 65536:
-                continue
-            try:
-                for p in range(port, port + count):
-                    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                        s.bind(("127.0.0.1", p))
-            except OSError:
-                continue
-            return port
 
     secured = stack.secured
     assert secured is not None, "the secured stack"
