@@ -378,27 +378,41 @@ class BatchProducer:
 
     async def _produce(self, tp: tuple[str, int], batch: bytearray) -> int:
         assert self._client is not None
-        node = await self._leader(tp)
-        request = requests.produce(
-            self.transactional_id, ACKS_ALL, self.request_timeout_ms, tp[0], tp[1], batch
-        )
-        result = requests.produce_result(await wire.send(self._client, node, request), *tp)
-        if result is None:
-            raise TxnAbortableError(f"producing to {tp[0]}[{tp[1]}]: the answer does not name the partition")
-        error_code, offset = result
-        kind = error_kind(error_code)
-        if kind is ErrorKind.NONE:
-            return offset
-        name = error_name(error_code)
-        if kind is ErrorKind.FENCED:
-            raise TxnFencedError(f"producing to {tp[0]}[{tp[1]}]: {name}")
-        if kind is ErrorKind.REJECTED:
-            raise TxnRejectedError(
-                f"{tp[0]}[{tp[1]}] refuses a batch of {len(batch)} bytes: {name}" + rejection_hint(error_code)
+        deadline = time.monotonic() + RETRY_FOR_S
+        delay = RETRY_FIRST_S
+        while True:
+            node = await self._leader(tp)
+            request = requests.produce(
+                self.transactional_id, ACKS_ALL, self.request_timeout_ms, tp[0], tp[1], batch
             )
-        if getattr(kafka_errors.for_code(error_code), "invalid_metadata", False):
-            await _awaited(self._client.force_metadata_update())
-        raise TxnAbortableError(f"producing to {tp[0]}[{tp[1]}]: {name}")
+            result = requests.produce_result(await wire.send(self._client, node, request), *tp)
+            if result is None:
+                raise TxnAbortableError(
+                    f"producing to {tp[0]}[{tp[1]}]: the answer does not name the partition"
+                )
+            error_code, offset = result
+            kind = error_kind(error_code)
+            if kind is ErrorKind.NONE:
+                return offset
+            name = error_name(error_code)
+            if kind is ErrorKind.FENCED:
+                raise TxnFencedError(f"producing to {tp[0]}[{tp[1]}]: {name}")
+            if kind is ErrorKind.REJECTED:
+                raise TxnRejectedError(
+                    f"{tp[0]}[{tp[1]}] refuses a batch of {len(batch)} bytes: {name}"
+                    + rejection_hint(error_code)
+                )
+            error = kafka_errors.for_code(error_code)
+            if getattr(error, "invalid_metadata", False):
+                await _awaited(self._client.force_metadata_update())
+            if not getattr(error, "retriable", False) or time.monotonic() > deadline:
+                raise TxnAbortableError(f"producing to {tp[0]}[{tp[1]}]: {name}")
+            # a leader that moved or is not elected yet (a topic just created), a request that timed
+            # out: the same batch again with its sequence, as Kafka's producer does (the broker
+            # keeps a batch it already appended once); bounded, with backoff and jitter
+            log.info("producing to %s[%d]: %s; asking again", tp[0], tp[1], name)
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            delay = min(delay * 2, RETRY_MAX_S)
 
     async def _end(self, commit: bool) -> None:
         what = "committing" if commit else "aborting"
