@@ -167,7 +167,9 @@ def plan_retention(
 
     new_start = max([target_start] + [s.end_offset + 1 for s, _ in expired])
     return RetentionPlan(
-        expired=(*expired, *((s, DeleteReason.REWRITTEN) for s in superseded)),
+        # superseded first: a view that lags the owner's own deletions of them makes the first one's
+        # conditional DELETE_SEGMENT_STARTED fail, which stops the pass before retention deleted any
+        expired=(*((s, DeleteReason.REWRITTEN) for s in superseded), *expired),
         requeue=requeue,
         dangling=tuple(dangling),
         new_log_start_offset=new_start if new_start > log_start_offset else None,

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Set
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -195,6 +195,16 @@ class SegmentDeleter:
             else:
                 out.failed.append((segment, error))
         return out
+
+    def delete_superseded(
+        self, tp: TopicPartition, sources: Sequence[RemoteLogSegmentMetadata], writer_epoch: int
+    ) -> list[str]:
+        """Delete segments a served rewrite supersedes (a merge's sources), by that proof; returns
+        what could not be deleted (queued on the deletion topic, retried by the owner's passes)."""
+        plan = RetentionPlan(expired=tuple((s, DeleteReason.REWRITTEN) for s in sources))
+        rewritten = frozenset(s.segment_id.id for s in sources)
+        outcome = self.execute(tp, plan, writer_epoch, rewritten=rewritten)
+        return [f"{s.segment_id}: {error}" for s, error in outcome.failed]
 
     def prove_deletion(
         self,

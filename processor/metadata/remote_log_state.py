@@ -98,22 +98,39 @@ class PartitionRemoteState:
         ]
 
     def rewrite_superseded(self) -> frozenset[uuid.UUID]:
-        """Known segments (any state) a served rewrite (a merge, an erase) names in ``supersedes`` and
-        covers: the owner's accepted rewrite is the proof that they are garbage. Only segments wholly
-        inside the rewrite's offsets count (the fold unserved exactly those)."""
+        """Known segments (any state) that an accepted rewrite (a merge, an erase) supersedes,
+        directly or through a rewrite it superseded in turn (a merge of a merge whose sources were
+        not deleted yet), that are not served: the owner's accepted rewrite is the proof that they are
+        garbage. A rewrite counts once readers accepted its FINISHED: in COPY_SEGMENT_FINISHED, or
+        being deleted from it (retention, or a forged delete its holder undoes: it holds every offset
+        of its sources either way); never a copy that did not finish. Only segments wholly inside the
+        rewrite's offsets count (the fold unserved exactly those)."""
         served = {s.segment_id.id for s in self.finished()}
-        out = set()
-        for rewrite in self.finished():
-            for sid in rewrite.supersedes:
+        out: set[uuid.UUID] = set()
+        for rewrite in self.segments.values():
+            if not rewrite.supersedes or not (
+                rewrite.state is _S.COPY_SEGMENT_FINISHED
+                or (
+                    rewrite.state is _S.DELETE_SEGMENT_STARTED
+                    and rewrite.replaces_state is _S.COPY_SEGMENT_FINISHED
+                )
+            ):
+                continue
+            todo = list(rewrite.supersedes)
+            while todo:
+                sid = todo.pop()
                 s = self.segments.get(sid)
                 if (
-                    s is not None
-                    and sid not in served
-                    and self.in_lineage(s)
-                    and rewrite.start_offset <= s.start_offset
-                    and s.end_offset <= rewrite.end_offset
+                    s is None
+                    or sid in out
+                    or sid in served
+                    or not self.in_lineage(s)
+                    or s.start_offset < rewrite.start_offset
+                    or s.end_offset > rewrite.end_offset
                 ):
-                    out.add(sid)
+                    continue
+                out.add(sid)
+                todo.extend(s.supersedes)
         return frozenset(out)
 
     def rewritten(self) -> list[RemoteLogSegmentMetadata]:

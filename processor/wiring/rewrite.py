@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from processor.config import Settings
 from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
-from processor.lifecycle.retention_policy import DeleteReason, RetentionPlan
 from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.rewrite.merge_plan import MergeLimits, MergeRun
 from processor.rewrite.merged_segment import merged_segment
@@ -52,10 +51,4 @@ def merge_tools(settings: Settings, ctx: DeletionContext, topic_ids: dict[str, s
         encryption=segment_encryption(settings),
     )
 
-    def delete(tp: TopicPartition, sources: Sequence[RemoteLogSegmentMetadata], epoch: int) -> list[str]:
-        plan = RetentionPlan(expired=tuple((s, DeleteReason.REWRITTEN) for s in sources))
-        rewritten = frozenset(s.segment_id.id for s in sources)
-        outcome = ctx.deleter.execute(tp, plan, epoch, rewritten=rewritten)
-        return [f"{s.segment_id}: {error}" for s, error in outcome.failed]
-
-    return MergeTools(build, copier, delete)
+    return MergeTools(build, copier, ctx.deleter.delete_superseded)

@@ -15,7 +15,6 @@ import pytest
 from processor.errors import ProcessorError
 from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
-from processor.lifecycle.retention_policy import DeleteReason, RetentionPlan
 from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.reader.segment_blocks import fetch_index, read_block_range_batches
 from processor.reader.segment_keys import SegmentDecryption
@@ -81,10 +80,7 @@ class Archive:
     def delete(
         self, tp: TopicPartition, sources: Sequence[RemoteLogSegmentMetadata], epoch: int
     ) -> list[str]:
-        plan = RetentionPlan(expired=tuple((s, DeleteReason.REWRITTEN) for s in sources))
-        rewritten = frozenset(s.segment_id.id for s in sources)
-        outcome = deleter(self.log, self.storage).execute(tp, plan, epoch, rewritten=rewritten)
-        return [str(error) for _s, error in outcome.failed]
+        return deleter(self.log, self.storage).delete_superseded(tp, sources, epoch)
 
     def merge(self, copier: Copier | None = None, delete: DeleteSuperseded | None = None) -> Merged:
         return merge_partition(

@@ -82,6 +82,8 @@ from processor.rebuild.inventory import take_inventory
 from processor.rebuild.manifests import read_manifests
 from processor.rebuild.publish import rebuilt_log_start
 from processor.rebuild.resolve import REBUILD_WRITER, plan_rebuild
+from processor.rewrite.merge_plan import MergeLimits, MergeRun
+from processor.rewrite.merge_runner import merge_partition
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import ChunkStorage
@@ -98,6 +100,16 @@ OWNERS = {"A0": TPS[0], "B0": TPS[0], "C0": TPS[0], "A1": TPS[1], "B1": TPS[1]}
 WRITERS = ("A", "B", "C")
 CHECK_CACHE = True
 HOSTILE = ["overlap", "huge", "garbage", "negative", "nul", "key", "outside"]
+# A model segment's size is 1 byte: a merge takes 2 to 4 adjacent ones, and a merged segment of two
+# is merged again (a rewrite of a rewrite).
+MERGE_LIMITS = MergeLimits(target_bytes=4, small_bytes=3, min_age_ms=0)
+# Where a merge's process dies: before its merged segment's FINISHED goes out, after it was accepted
+# and before any source was deleted, after the first source's deletion; or not at all.
+MERGE_CRASHES = (None, "before_finished", "after_finished", "mid_delete")
+
+
+class _Crash(BaseException):
+    """The merging process dies here (nothing of it runs after: no cleanup, no except clause)."""
 
 
 def _fields(seg: RemoteLogSegmentMetadata) -> dict[str, object]:
@@ -196,6 +208,9 @@ class OwnershipModel(RuleBasedStateMachine):
         # rejected records under a claim's key: offset -> (partition, offset by which it was neutralised)
         self.claim_hits: dict[int, tuple[TopicPartition, int | None]] = {}
         self.forged: dict[uuid.UUID, TopicPartition] = {}  # unserved by a forged delete of their claim
+        # a merge's source -> the merged segment that superseded it (acknowledged itself, so checked
+        # in its place: its offsets stay served, and the source's objects may go)
+        self.superseded: dict[uuid.UUID, uuid.UUID] = {}
         self._ids = 0
         self.cache_dir = Path(tempfile.mkdtemp(prefix="ownership-model-"))
         self.cache_applied = 0  # messages of the log the cache has applied
@@ -373,6 +388,95 @@ class OwnershipModel(RuleBasedStateMachine):
 
     def confirm_finished(self, name: str) -> None:
         self._step(name, "finished")
+
+    # -- merging small segments (processor/rewrite/), the process dying at any step ----------------
+
+    def merge(self, name: str, crash_at: str | None, copies: int) -> None:
+        """The owner merges runs of adjacent small segments as ``processor merge`` does (the real
+        planner, runner, copier and deleter), planning on what its follower shows (possibly stale: a
+        zombie), and its process may die at any of the merge's steps. First it copies ``copies``
+        small segments of new records (a quiet partition rolling by time), so there is something to
+        merge."""
+        owner = self.owners[name]
+        assert owner.epoch is not None and owner.copy is None
+        for _ in range(copies):
+            self.produce(owner.tp, 1)
+            self.copy_whole(name, 1)
+            if owner.epoch is None or owner.copy is not None:
+                return
+        tp, epoch = owner.tp, owner.epoch
+        model = self
+
+        planned = [False]
+
+        def state() -> PartitionRemoteState:
+            if planned[0]:  # after its first look, it reads back its own confirmed writes
+                owner.view_at = self.topic.next_offset
+            planned[0] = True
+            return self._state(tp, self._stale_fold(owner))
+
+        class Sink:
+            def publish(self, record: RemoteLogSegmentMetadata) -> int:
+                if (
+                    crash_at == "before_finished"
+                    and record.supersedes
+                    and record.state is S.COPY_SEGMENT_FINISHED
+                ):
+                    raise _Crash
+                return model.topic.publish(record)
+
+        copier = self._copier(owner, cast(ChunkStorage, self.bucket), Sink(), self.topic.confirm)
+
+        class Recording:
+            """The copier; a merged segment it returns is acknowledged (FINISHED confirmed accepted)."""
+
+            def copy(
+                self,
+                tp: TopicPartition,
+                segment: SealedSegment,
+                writer_epoch: int,
+                still_leader: object = None,
+                supersedes: tuple[uuid.UUID, ...] = (),
+            ) -> RemoteLogSegmentMetadata:
+                merged = copier.copy(tp, segment, writer_epoch, supersedes=supersedes)
+                model.acked[merged.segment_id.id] = merged
+                for sid in supersedes:
+                    model.superseded[sid] = merged.segment_id.id
+                return merged
+
+        deleter = self._deleter(owner)
+
+        def delete(tp: TopicPartition, sources: list[RemoteLogSegmentMetadata], ep: int) -> list[str]:
+            if crash_at == "after_finished":
+                raise _Crash
+            errors = deleter.delete_superseded(tp, sources[:1] if crash_at == "mid_delete" else sources, ep)
+            if crash_at == "mid_delete":
+                raise _Crash
+            return errors
+
+        def build(run: MergeRun) -> SealedSegment:
+            return SealedSegment(
+                tp.partition, run.start_offset, run.end_offset, [b"m" * run.size_bytes], [], run.record_count,
+                run.size_bytes, max(s.max_timestamp_ms for s in run.segments), [(0, run.start_offset)],
+            )  # fmt: skip
+
+        try:
+            merge_partition(
+                tp,
+                state,
+                epoch,
+                MERGE_LIMITS,
+                self.source_ends[tp],
+                build,
+                Recording(),
+                delete,  # type: ignore[arg-type]
+            )
+        except _Crash:
+            self.crash(name)
+        except FencedWriterError:
+            self._fenced(owner)  # taken over: a zombie's merge is refused by the readers
+        except StorageError:
+            pass  # a deletion failed: queued, the next pass retries it
 
     # -- retention and cleanup, through the real retention service ---------------------------
 
@@ -634,6 +738,7 @@ class OwnershipModel(RuleBasedStateMachine):
         deleting = {
             sid: tp for tp in TPS for sid, s in self.topic.live.partition(tp).segments.items()
             if s.state is S.DELETE_SEGMENT_STARTED and sid in self.acked and sid not in self.retention_deleted
+            and sid not in self.superseded  # a merge's source: its deletion is proved by the merge
         }  # fmt: skip
         self.forged = deleting
         for sid in [x for x in self.acked if x not in served and x not in deleting]:
@@ -911,6 +1016,8 @@ class OwnershipModel(RuleBasedStateMachine):
         for sid, seg in self.acked.items():
             if sid in served or sid in self.forged:  # a forged delete: until the holder's next pass
                 continue
+            if sid in self.superseded:  # merged: the merged segment (acknowledged) holds its offsets
+                continue
             assert sid in self.retention_deleted, (
                 f"acknowledged {seg.start_offset}..{seg.end_offset} unserved"
             )
@@ -961,7 +1068,7 @@ class OwnershipModel(RuleBasedStateMachine):
         """No object of an acknowledged segment is deleted but by the user's retention: not as
         dangling, orphan or unreferenced, whatever any owner's view said."""
         for sid, seg in {**self.acked, **self.retired_acked, **self.lost_acked}.items():
-            if sid in self.retention_deleted:
+            if sid in self.retention_deleted or sid in self.superseded:
                 continue
             manifest = manifest_key(seg.data_object_key)
             for key in (seg.data_object_key, seg.index_object_key, manifest):
@@ -1023,12 +1130,16 @@ def _can_start(name: str) -> object:
     )
 
 
+def _can_merge(name: str) -> object:
+    return lambda self: self.owners[name].epoch is not None and self.owners[name].copy is None
+
+
 def _register_owner_rules() -> None:
     """One rule per owner and step, each with its precondition, so hypothesis only draws steps that
     can happen (drawing an owner as an argument wasted most steps on no-ops)."""
     lengths = st.integers(1, 5)
     for n in OWNERS:
-        table: list[tuple[str, object | None, dict[str, st.SearchStrategy[int]]]] = [
+        table: list[tuple[str, object | None, dict[str, st.SearchStrategy[object]]]] = [
             ("claim", None, {}),
             ("crash", _holds(n), {}),
             ("follower_notices", None, {}),
@@ -1042,10 +1153,15 @@ def _register_owner_rules() -> None:
             ("retention_races_finish", _phase(n, "uploaded"), {"keep": st.integers(0, 12)}),
             ("cleanup", _holds(n), {}),
             ("confirm_times_out", _awaits_confirm(n), {}),
+            (
+                "merge",
+                _can_merge(n),
+                {"crash_at": st.sampled_from(MERGE_CRASHES), "copies": st.integers(0, 3)},
+            ),
         ]
         for step, pre, args in table:
 
-            def method(self: OwnershipModel, _step: str = step, _n: str = n, **kw: int) -> None:
+            def method(self: OwnershipModel, _step: str = step, _n: str = n, **kw: object) -> None:
                 getattr(self, _step)(_n, **kw)
 
             method.__name__ = f"{step}_{n}"

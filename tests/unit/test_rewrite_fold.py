@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits
+from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, plan_retention
 from processor.lifecycle.retention_service import clean_partition
 from processor.metadata.codec import decode_value
 from processor.metadata.fold_reasons import OVERLAP, UNSERVABLE
@@ -145,3 +145,54 @@ def test_a_rewrite_never_makes_a_segment_it_does_not_cover_garbage() -> None:
     assert ok
     assert served(log) == [(0, 9), (10, 19), (20, 29)]
     assert [s.segment_id for s in log.state().rewritten()] == [a.segment_id]
+
+
+def test_the_sources_of_a_merge_that_was_merged_again_are_still_garbage(tmp_path: Path) -> None:
+    """Found by the ownership model: a merge's sources whose deletion failed half way, then their
+    merge merged again; the next owner took them for forged deletes to undo (refused as overlaps:
+    its own records rejected) and they were never deleted."""
+    log = Log()
+    epoch, (a, b, c) = three(log)
+    _, first = rewrite(log, 0, 19, epoch, [a, b])
+    log.publish(a.deleting(5, "w", epoch))  # its deletion started, the objects failed to go
+    _, second = rewrite(log, 0, 29, epoch, [first, c])
+    storage = FilesystemChunkStorage(tmp_path)
+    for s in (a, b, first, c):
+        storage.create(s.data_object_key, [b"x"])
+        storage.create(s.index_object_key, [b"x"])
+    assert log.state().rewrite_superseded() == {s.segment_id.id for s in (a, b, first, c)}
+    nxt = log.claim("next")
+    _, outcome = clean_partition(
+        TP, log.state(), deleter(log, storage, "next"), nxt, RetentionLimits(), 10**12
+    )
+    assert {s.segment_id for s in outcome.deleted} == {s.segment_id for s in (a, b, first, c)}
+    assert all(log.accepted.values()) or log.fold.rejected == {}
+    assert served(log) == [(0, 29)] and second.segment_id in {s.segment_id for s in log.state().finished()}
+
+
+def test_a_forged_delete_of_a_merge_does_not_make_its_sources_servable_again(tmp_path: Path) -> None:
+    log = Log()
+    epoch, (a, b, _c) = three(log)
+    _, merged = rewrite(log, 0, 19, epoch, [a, b])
+    log.publish(merged.deleting(5, "w", epoch))  # forged with the holder's epoch: unserved for now
+    # the merge was accepted once: its sources stay garbage while the holder serves it again
+    assert log.state().rewrite_superseded() == {a.segment_id.id, b.segment_id.id}
+
+
+def test_superseded_segments_are_deleted_before_retention_deletes_anything() -> None:
+    """A pass on a view that lags its own deletions of superseded segments fails at the first one
+    (its condition no longer holds), before retention deleted a served segment it would not count."""
+    log = Log()
+    epoch, (a, b, _c) = three(log)
+    rewrite(log, 0, 19, epoch, [a, b])
+    part = log.state()
+    plan = plan_retention(
+        part.segments.values(),
+        RetentionLimits(retention_ms=1),
+        10**12,
+        served={s.segment_id.id for s in part.finished()},
+        current_epoch=epoch,
+        rewritten=part.rewrite_superseded(),
+    )
+    reasons = [r for _s, r in plan.expired]
+    assert reasons[:2] == [DeleteReason.REWRITTEN] * 2 and DeleteReason.TIME in reasons[2:]
