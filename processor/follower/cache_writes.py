@@ -203,6 +203,11 @@ class RocksFoldStore:
         for seg in change.unserve:
             batch.delete(offset_key(b"O", seg.topic_partition, seg.start_offset, seg.segment_id.id))
             served[seg.segment_id.id] = None
+        for seg in change.reserve:
+            key = offset_key(b"O", seg.topic_partition, seg.start_offset, seg.segment_id.id)
+            batch.put(key, O_VALUE.pack(seg.end_offset, seg.max_timestamp_ms))
+            served[seg.segment_id.id] = seg
+            self.served_adds.setdefault(tp, _ServedAdds()).add(seg)
         if change.dropped is not None:
             seg = change.dropped
             sid = seg.segment_id.id

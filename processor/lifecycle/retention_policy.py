@@ -54,6 +54,7 @@ class DeleteReason(StrEnum):
     RETRY = "retry"
     TOPIC_DELETED = "topic_deleted"
     REWRITTEN = "rewritten"  # superseded by a served rewrite (a merge, an erase)
+    UNREADABLE = "unreadable"  # a served rewrite whose objects are not in the bucket (forged)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from processor.kafka.partition import TopicPartition
 from processor.lifecycle.deletion_topic import DeletionTopic
 from processor.lifecycle.remote_log_gauges import RemoteLogGauges
 from processor.lifecycle.retention_config import RetentionConfig
-from processor.lifecycle.retention_policy import RetentionLimits, RetentionPlan, plan_retention
+from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, RetentionPlan, plan_retention
 from processor.lifecycle.segment_deleter import DeletionOutcome, SegmentDeleter
 from processor.lifecycle.sweep import (
     UNREFERENCED_MIN_AGE_MS,
@@ -95,6 +95,7 @@ def clean_partition(
     now_ms: int,
     in_flight: frozenset[uuid.UUID] = frozenset(),
     skip: frozenset[uuid.UUID] = frozenset(),
+    every_rewrite: bool = False,
 ) -> tuple[RetentionPlan, DeletionOutcome]:
     """One owner's pass over one partition, with the claim ``epoch`` it holds: re-publish what
     rejected records shadow, remove what rejected records left, forget (tombstone) the segments
@@ -116,6 +117,19 @@ def clean_partition(
     claim = part.header.claim
     assert claim is not None  # its epoch is this writer's
     deleter.claims[tp] = (epoch, claim.claim_id)
+    unreadable = deleter.unreadable_rewrites(part, epoch, every_rewrite)
+    if unreadable:
+        # a served rewrite without its objects (a record forged with the claim's epoch and writer id:
+        # readers cannot tell it from the holder's own): deleted, which serves again the segments it
+        # superseded; the rest of the pass waits for a view that shows it
+        out = DeletionOutcome()
+        for rewrite in unreadable:
+            error = deleter.delete_segment(rewrite, DeleteReason.UNREADABLE, epoch)
+            if error is None:
+                out.deleted.append(rewrite)
+            else:
+                out.failed.append((rewrite, error))
+        return RetentionPlan(), out
     repairs = part.repairs()
     log_start_shadowed = part.log_start_shadowed()
     if part.claim_shadowed():
@@ -143,7 +157,7 @@ def clean_partition(
             deleter.forget(segment)
     segments = [s for s in part.segments.values() if s.segment_id.id not in skip]
     served = {s.segment_id.id for s in part.finished()}
-    rewritten = part.rewrite_superseded()
+    rewritten = deleter.proven_superseded(part)
     # A remote log start offset is the owner's proof only where this process published it (a record
     # carrying the claim's epoch and writer id may be forged): below a start it did not publish,
     # readers stop serving, but only the user's time and size limits delete.
@@ -203,6 +217,8 @@ class RetentionService:
         self.caught_up = caught_up  # the ids of the copies the leader has in progress
         # partition -> the claim (epoch, id) its objects were swept under
         self._swept: dict[TopicPartition, tuple[int, uuid.UUID]] = {}
+        # partition -> the claim under which every served rewrite's objects were checked
+        self._rewrites_checked: dict[TopicPartition, tuple[int, uuid.UUID | None]] = {}
         # partition -> (claim, the storage's time at the first pass under it): the sweep deletes only
         # objects the storage wrote after that
         self._claim_seen: dict[TopicPartition, tuple[tuple[int, uuid.UUID], int]] = {}
@@ -264,6 +280,7 @@ class RetentionService:
                 listed: list[ChunkInfo] | None = None
                 if sweep is not None:
                     listed = list(self.deleter.storage.list(sweep_prefix(tp, first, self.deleter)))
+                claim_id = None if claim is None else claim.claim_id
                 in_flight = self.in_flight(tp)
                 part = self.view.state(tp)
                 in_flight |= self.in_flight(tp)
@@ -277,11 +294,13 @@ class RetentionService:
                         now,
                         in_flight,
                         frozenset(self._recently_deleted),
+                        every_rewrite=self._rewrites_checked.get(tp) != (epoch, claim_id),
                     )
                 except FencedWriterError as exc:
                     log.warning("retention pass: %s", exc)
                     result.fenced.append(tp)
                     continue
+                self._rewrites_checked[tp] = (epoch, claim_id)  # every served rewrite, once a claim
                 if sweep is not None and listed is not None and claim is not None and not outcome.failed:
                     if not self._sweep(tp, part, plan, sweep, listed, in_flight | self.in_flight(tp)):
                         result.sweeps_failed.append(tp)

@@ -50,6 +50,7 @@ from processor.metadata.model import (
     RemoteLogStartOffset,
     SegmentState,
 )
+from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.sink import Confirm
 from processor.segment.object_keys import ObjectKeyFactory, SegmentObjectKeys
 from processor.storage.chunk_storage import ChunkStorage
@@ -196,15 +197,73 @@ class SegmentDeleter:
                 out.failed.append((segment, error))
         return out
 
+    def unreadable_rewrites(
+        self, part: PartitionRemoteState, writer_epoch: int, every: bool
+    ) -> list[RemoteLogSegmentMetadata]:
+        """Served rewrites whose data or index object is not in the bucket: a rewrite's objects are
+        uploaded before its FINISHED is published, so one without them was forged (with the claim's
+        epoch and writer id) or lost its data. Those under this claim are checked on every pass, all
+        of them when ``every`` (once per claim: the ones of earlier claims, an operator's merge)."""
+        out = []
+        for rewrite in part.finished():
+            if not rewrite.supersedes or not (every or rewrite.writer_epoch == writer_epoch):
+                continue
+            if not self._has_objects(rewrite):
+                log.error(
+                    "served rewrite %s (%d..%d) has no objects in the bucket (a forged record, or "
+                    "its data was lost): deleting it, which serves again what it superseded",
+                    rewrite.segment_id,
+                    rewrite.start_offset,
+                    rewrite.end_offset,
+                )
+                out.append(rewrite)
+        return out
+
+    def proven_superseded(self, part: PartitionRemoteState) -> frozenset[uuid.UUID]:
+        """The segments an accepted rewrite supersedes (``part.rewrite_proofs``) whose rewrite has
+        its data and index objects in the bucket: the proof that they are garbage. A rewrite's
+        objects are uploaded before its FINISHED is published, so one without them was forged with
+        the claim's epoch and writer id (its holder deletes it: :meth:`unreadable_rewrites`), and
+        what it names is no garbage."""
+        proofs = part.rewrite_proofs()
+        readable: dict[uuid.UUID, bool] = {}
+        for rewrite in proofs.values():
+            rid = rewrite.segment_id.id
+            if rid not in readable:
+                readable[rid] = self._has_objects(rewrite)
+        return frozenset(sid for sid, rewrite in proofs.items() if readable[rewrite.segment_id.id])
+
+    def _has_objects(self, segment: RemoteLogSegmentMetadata) -> bool:
+        try:
+            keys = self.owned_objects(segment)
+        except InvalidNameError:
+            return False  # names objects that are not its own: nothing of it can be read
+        return all(self.storage.stat(key) is not None for key in (keys.data, keys.index))
+
     def delete_superseded(
-        self, tp: TopicPartition, sources: Sequence[RemoteLogSegmentMetadata], writer_epoch: int
+        self,
+        tp: TopicPartition,
+        sources: Sequence[RemoteLogSegmentMetadata],
+        writer_epoch: int,
+        part: PartitionRemoteState | None = None,
     ) -> list[str]:
-        """Delete segments a served rewrite supersedes (a merge's sources), by that proof; returns
-        what could not be deleted (queued on the deletion topic, retried by the owner's passes)."""
+        """Delete segments a rewrite supersedes; returns what could not be deleted (queued on the
+        deletion topic, retried by the owner's passes). ``part``: the view they were found in, whose
+        rewrites are checked (:meth:`proven_superseded`); None: the caller's own rewrite, just
+        confirmed accepted, supersedes them."""
+        unproven: list[str] = []
+        if part is not None:
+            proven = self.proven_superseded(part)
+            unproven = [
+                f"{s.segment_id}: kept, the rewrite that supersedes it has no objects in the bucket"
+                for s in sources
+                if s.segment_id.id not in proven
+            ]
+            sources = [s for s in sources if s.segment_id.id in proven]
         plan = RetentionPlan(expired=tuple((s, DeleteReason.REWRITTEN) for s in sources))
         rewritten = frozenset(s.segment_id.id for s in sources)
         outcome = self.execute(tp, plan, writer_epoch, rewritten=rewritten)
-        return [f"{s.segment_id}: {error}" for s, error in outcome.failed]
+        return unproven + [f"{s.segment_id}: {error}" for s, error in outcome.failed]
 
     def prove_deletion(
         self,

@@ -137,6 +137,38 @@ def _superseded(
     return overlapping
 
 
+def _served_again(
+    store: FoldStore, rewrite: RemoteLogSegmentMetadata
+) -> tuple[RemoteLogSegmentMetadata, ...]:
+    """A served rewrite being deleted (retention, its owner finding its objects gone, or a forged
+    delete its holder undoes): the segments it superseded that are still finished are served again,
+    where nothing else served overlaps them, so its offsets are not left unserved while they exist."""
+    tp = rewrite.topic_partition
+    served = store.served_overlapping(tp, rewrite.start_offset, rewrite.end_offset)
+    if not any(s.segment_id.id == rewrite.segment_id.id for s in served):
+        return ()  # not served: nothing taken over to give back
+    lineage = store.header(tp).lineage
+    again: list[RemoteLogSegmentMetadata] = []
+    for sid in rewrite.supersedes:
+        s = store.segment(sid)
+        if (
+            s is None
+            or s.state is not _FINISHED
+            or s.topic_partition != tp
+            or not lineage.serves(s.segment_id.topic_id, lineage.topic_id)
+            or s.start_offset < rewrite.start_offset
+            or s.end_offset > rewrite.end_offset
+            or any(
+                o.segment_id.id != rewrite.segment_id.id
+                for o in store.served_overlapping(tp, s.start_offset, s.end_offset)
+            )
+            or any(a.start_offset <= s.end_offset and s.start_offset <= a.end_offset for a in again)
+        ):
+            continue
+        again.append(s)
+    return tuple(again)
+
+
 def decide_segment(
     store: FoldStore,
     record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate,
@@ -189,6 +221,8 @@ def decide_segment(
         # only a served segment's deletion can be undone by its holder
         new = replace(new, replaces_state=current.state)
     change = Change(put_raw=raw if new is record else None)
+    if header.claimed and current is not None and current.supersedes and new.state in DELETE_STATES:
+        change.reserve = _served_again(store, current)
     if after is not header.lineage and after != header.lineage:
         change.header = replace(header, lineage=after)
         change.unserve = tuple(switch_unserves(store, tp, header.lineage, after))

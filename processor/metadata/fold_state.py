@@ -55,6 +55,7 @@ class Change:
     served: bool = False  # whether ``put`` is served
     dropped: RemoteLogSegmentMetadata | None = None  # a segment forgotten (its tombstone)
     unserve: tuple[RemoteLogSegmentMetadata, ...] = ()  # served ones that stop being served
+    reserve: tuple[RemoteLogSegmentMetadata, ...] = ()  # finished ones served again (a rewrite deleted)
     shadow: tuple[bytes, bool] | None = None  # key shadowed by a rejected record (True) or no more
     shadows: tuple[tuple[bytes, bool], ...] = ()  # more of them (a claim's records to re-publish)
     orphan: tuple[uuid.UUID, RemoteLogSegmentMetadata | None] | None = None  # rejected, of an unknown segment

@@ -95,6 +95,8 @@ class MemoryStore:
             part.header = change.header
         for seg in change.unserve:
             part.served.discard(seg.segment_id.id)
+        for seg in change.reserve:
+            part.served.add(seg.segment_id.id)
         if change.dropped is not None:
             sid = change.dropped.segment_id.id
             part.segments.pop(sid, None)

@@ -97,16 +97,18 @@ class PartitionRemoteState:
             if s.state is _S.COPY_SEGMENT_FINISHED and self.in_lineage(s) and s.segment_id.id not in served
         ]
 
-    def rewrite_superseded(self) -> frozenset[uuid.UUID]:
+    def rewrite_proofs(self) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
         """Known segments (any state) that an accepted rewrite (a merge, an erase) supersedes,
         directly or through a rewrite it superseded in turn (a merge of a merge whose sources were
-        not deleted yet), that are not served: the owner's accepted rewrite is the proof that they are
-        garbage. A rewrite counts once readers accepted its FINISHED: in COPY_SEGMENT_FINISHED, or
-        being deleted from it (retention, or a forged delete its holder undoes: it holds every offset
-        of its sources either way); never a copy that did not finish. Only segments wholly inside the
-        rewrite's offsets count (the fold unserved exactly those)."""
+        not deleted yet), and that are not served, each with the rewrite that holds its offsets now.
+        A rewrite counts once readers accepted its FINISHED: in COPY_SEGMENT_FINISHED, or being
+        deleted from it (retention, or a forged delete its holder undoes); never a copy that did not
+        finish. Only segments wholly inside the rewrite's offsets count (the fold unserved exactly
+        those). The record alone is no proof (it may be forged with the claim's epoch and writer id):
+        the deleter checks that the rewrite's objects are in the bucket
+        (:meth:`~processor.lifecycle.segment_deleter.SegmentDeleter.proven_superseded`)."""
         served = {s.segment_id.id for s in self.finished()}
-        out: set[uuid.UUID] = set()
+        out: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
         for rewrite in self.segments.values():
             if not rewrite.supersedes or not (
                 rewrite.state is _S.COPY_SEGMENT_FINISHED
@@ -129,9 +131,13 @@ class PartitionRemoteState:
                     or s.end_offset > rewrite.end_offset
                 ):
                     continue
-                out.add(sid)
+                out[sid] = rewrite
                 todo.extend(s.supersedes)
-        return frozenset(out)
+        return out
+
+    def rewrite_superseded(self) -> frozenset[uuid.UUID]:
+        """The ids :meth:`rewrite_proofs` names."""
+        return frozenset(self.rewrite_proofs())
 
     def rewritten(self) -> list[RemoteLogSegmentMetadata]:
         """Finished segments a served rewrite superseded: no longer served, to be deleted by the owner."""

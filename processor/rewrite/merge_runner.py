@@ -42,8 +42,11 @@ class Copier(Protocol):
     ) -> RemoteLogSegmentMetadata: ...
 
 
-# deletes superseded segments under the claim (epoch); returns the errors of those it could not delete
-DeleteSuperseded = Callable[[TopicPartition, Sequence[RemoteLogSegmentMetadata], int], list[str]]
+# deletes superseded segments under the claim (epoch); the view they were found in (their rewrites'
+# objects are checked first), or None for the caller's own rewrite; returns what it could not delete
+DeleteSuperseded = Callable[
+    [TopicPartition, Sequence[RemoteLogSegmentMetadata], int, PartitionRemoteState | None], list[str]
+]
 
 
 @dataclass
@@ -81,7 +84,7 @@ def merge_partition(
         return report, runs
     leftovers = part.rewritten()
     if leftovers:
-        errors = delete(tp, leftovers, epoch)
+        errors = delete(tp, leftovers, epoch, part)
         report.failed += errors
         report.leftovers_deleted = len(leftovers) - len(errors)
     for run in runs:
@@ -105,5 +108,6 @@ def merge_partition(
         report.runs += 1
         report.merged_segments += len(run.segments)
         report.merged_bytes += run.size_bytes
-        report.failed += delete(tp, state().rewritten(), epoch)
+        # its own sources: superseded by its own rewrite, just confirmed accepted
+        report.failed += delete(tp, run.segments, epoch, None)
     return report, runs

@@ -4,14 +4,13 @@ rate-limited like the worker's) and the deleter of the superseded sources."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from processor.config import Settings
-from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
-from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.rewrite.merge_plan import MergeLimits, MergeRun
+from processor.rewrite.merge_runner import DeleteSuperseded
 from processor.rewrite.merged_segment import merged_segment
 from processor.segment.sealed_segment import SealedSegment
 from processor.storage.rate_limited import rate_limited
@@ -24,7 +23,7 @@ from processor.wiring.read_your_write import confirm_by_follower
 class MergeTools:
     build: Callable[[MergeRun], SealedSegment]
     copier: SegmentCopier
-    delete: Callable[[TopicPartition, Sequence[RemoteLogSegmentMetadata], int], list[str]]
+    delete: DeleteSuperseded
 
 
 def merge_limits(settings: Settings) -> MergeLimits:

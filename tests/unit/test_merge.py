@@ -16,6 +16,7 @@ from processor.errors import ProcessorError
 from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.model import RemoteLogSegmentMetadata
+from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.reader.segment_blocks import fetch_index, read_block_range_batches
 from processor.reader.segment_keys import SegmentDecryption
 from processor.rewrite.merge_plan import MergeLimits, MergeRun, plan_merges
@@ -78,9 +79,13 @@ class Archive:
         return merged_segment(self.storage, KEYS, run, NO_KEYS, 512)
 
     def delete(
-        self, tp: TopicPartition, sources: Sequence[RemoteLogSegmentMetadata], epoch: int
+        self,
+        tp: TopicPartition,
+        sources: Sequence[RemoteLogSegmentMetadata],
+        epoch: int,
+        part: PartitionRemoteState | None,
     ) -> list[str]:
-        return deleter(self.log, self.storage).delete_superseded(tp, sources, epoch)
+        return deleter(self.log, self.storage).delete_superseded(tp, sources, epoch, part)
 
     def merge(self, copier: Copier | None = None, delete: DeleteSuperseded | None = None) -> Merged:
         return merge_partition(
@@ -132,7 +137,9 @@ def test_a_merge_serves_every_batch_byte_exact_from_fewer_segments_and_deletes_t
 def test_a_merge_killed_after_its_finished_record_is_completed_by_the_next_run(tmp_path: Path) -> None:
     arch = Archive(tmp_path)
 
-    def killed(tp: TopicPartition, sources: Sequence[RemoteLogSegmentMetadata], epoch: int) -> list[str]:
+    def killed(
+        tp: TopicPartition, sources: Sequence[RemoteLogSegmentMetadata], epoch: int, part: object
+    ) -> list[str]:
         raise KeyboardInterrupt  # the process dies before deleting anything
 
     with pytest.raises(KeyboardInterrupt):

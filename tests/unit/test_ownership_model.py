@@ -57,7 +57,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from processor.errors import FencedWriterError, StorageError
+from processor.errors import CorruptObjectError, FencedWriterError, StorageError
 from processor.follower.metadata_cache import MetadataCache
 from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import CopyCancelledError, SegmentCopier
@@ -211,6 +211,9 @@ class OwnershipModel(RuleBasedStateMachine):
         # a merge's source -> the merged segment that superseded it (acknowledged itself, so checked
         # in its place: its offsets stay served, and the source's objects may go)
         self.superseded: dict[uuid.UUID, uuid.UUID] = {}
+        # rewrites forged with the current claim's epoch and writer id (no objects): served until the
+        # holder's next pass deletes them; the segments they named are in ``forged`` meanwhile
+        self.forged_rewrites: dict[uuid.UUID, TopicPartition] = {}
         self._ids = 0
         self.cache_dir = Path(tempfile.mkdtemp(prefix="ownership-model-"))
         self.cache_applied = 0  # messages of the log the cache has applied
@@ -446,15 +449,24 @@ class OwnershipModel(RuleBasedStateMachine):
 
         deleter = self._deleter(owner)
 
-        def delete(tp: TopicPartition, sources: list[RemoteLogSegmentMetadata], ep: int) -> list[str]:
+        def delete(
+            tp: TopicPartition,
+            sources: list[RemoteLogSegmentMetadata],
+            ep: int,
+            part: PartitionRemoteState | None,
+        ) -> list[str]:
             if crash_at == "after_finished":
                 raise _Crash
-            errors = deleter.delete_superseded(tp, sources[:1] if crash_at == "mid_delete" else sources, ep)
+            todo = sources[:1] if crash_at == "mid_delete" else sources
+            errors = deleter.delete_superseded(tp, todo, ep, part)
             if crash_at == "mid_delete":
                 raise _Crash
             return errors
 
         def build(run: MergeRun) -> SealedSegment:
+            for source in run.segments:  # the real merge reads every source (processor/rewrite/)
+                if source.data_object_key not in self.bucket.objects:
+                    raise CorruptObjectError("missing", object_key=source.data_object_key)
             return SealedSegment(
                 tp.partition, run.start_offset, run.end_offset, [b"m" * run.size_bytes], [], run.record_count,
                 run.size_bytes, max(s.max_timestamp_ms for s in run.segments), [(0, run.start_offset)],
@@ -541,7 +553,10 @@ class OwnershipModel(RuleBasedStateMachine):
         finally:
             self._saw_own_writes(owner)
         after = self._state(owner.tp)
-        if up_to_date and after.current_epoch == owner.epoch:
+        dropped = {x.segment_id.id for x in result.outcome.deleted} & set(self.forged_rewrites)
+        for sid in dropped:
+            del self.forged_rewrites[sid]
+        if up_to_date and after.current_epoch == owner.epoch and not dropped:
             # a pass on a view that holds everything neutralises what it found: nothing it could
             # re-publish is left shadowed (else only min.compaction.lag.ms would stand between a
             # hostile record and readers of the compacted topic)
@@ -565,6 +580,8 @@ class OwnershipModel(RuleBasedStateMachine):
         # and the next pass retries them)
         out = result.outcome
         for seg in [*out.deleted, *(s for s, _error in out.failed)]:
+            if seg.segment_id.id in dropped or seg.segment_id.id in self.forged_rewrites:
+                continue  # a forged rewrite, deleted (its objects were never there)
             if seg.segment_id.id in self.forged:  # a forged deletion its own retention then proved
                 assert keep is not None, "a pass without retention finished a forged deletion"
                 assert seg.max_timestamp_ms <= cutoff, "a forged deletion finished inside the limit"
@@ -740,6 +757,12 @@ class OwnershipModel(RuleBasedStateMachine):
             if s.state is S.DELETE_SEGMENT_STARTED and sid in self.acked and sid not in self.retention_deleted
             and sid not in self.superseded  # a merge's source: its deletion is proved by the merge
         }  # fmt: skip
+        for rw, tp in list(self.forged_rewrites.items()):
+            part = self.topic.live.partition(tp)
+            if rw in part.served:
+                deleting.update({v: tp for v in part.segments[rw].supersedes if v in self.acked})
+            else:
+                del self.forged_rewrites[rw]  # lost with the tail
         self.forged = deleting
         for sid in [x for x in self.acked if x not in served and x not in deleting]:
             self.lost_acked[sid] = self.acked.pop(sid)
@@ -905,6 +928,37 @@ class OwnershipModel(RuleBasedStateMachine):
         )  # fmt: skip
         self.topic.publish(broken, forged=True)
 
+    @precondition(lambda self: self._held_with_served())
+    @rule(data=st.data())
+    def forged_rewrite(self, data: st.DataObject) -> None:
+        """A rewrite naming one to three adjacent served segments and covering exactly their offsets,
+        carrying the current claim's epoch and writer id, with no objects behind it: readers cannot
+        tell it from the holder's own and serve it in their place. The holder's next pass finds its
+        objects missing and deletes it, which serves the named segments again; nothing is deleted."""
+        tp = data.draw(st.sampled_from(self._held_with_served()), label="partition")
+        claim = self.topic.live.partition(tp).header.claim
+        assert claim is not None
+        served = self._state(tp).finished()
+        first = data.draw(st.integers(0, len(served) - 1), label="first")
+        victims = [served[first]]
+        for s in served[first + 1 : first + data.draw(st.integers(1, 3), label="count")]:
+            if s.start_offset != victims[-1].end_offset + 1:
+                break
+            victims.append(s)
+        sid = RemoteLogSegmentId(tp.topic, tp.partition, self._uuid(), self.topic_id)
+        start, end = victims[0].start_offset, victims[-1].end_offset
+        keys = KEYS.segment(tp.topic, tp.partition, start, sid.id, claim.epoch, self.topic_id)
+        forged = RemoteLogSegmentMetadata(
+            sid, start, end, end, 0, claim.writer_id, claim.epoch, ((0, start),), 1,
+            S.COPY_SEGMENT_FINISHED, keys.data, keys.index, 2, 1, 0, 1,
+            supersedes=tuple(v.segment_id.id for v in victims),
+        )  # fmt: skip
+        if self.topic.accepted[self.topic.publish(forged, forged=True)]:
+            self.forged_rewrites[sid.id] = tp
+            for v in victims:
+                if v.segment_id.id in self.acked:
+                    self.forged[v.segment_id.id] = tp
+
     @precondition(lambda self: self._claimed())
     @rule(
         kind=st.sampled_from(["overlap", "huge", "garbage", "negative", "nul", "key", "outside"]),
@@ -1027,13 +1081,25 @@ class OwnershipModel(RuleBasedStateMachine):
     def served_is_contiguous_and_disjoint(self) -> None:
         for tp in TPS:
             part = self._state(tp)
-            forged = [part.segments[x] for x in self.forged if x in part.segments]  # served again soon
+            covered = {  # named by a served forged rewrite, which holds their offsets meanwhile
+                v for rw in self.forged_rewrites if rw in part.served for v in part.segments[rw].supersedes
+            }
+            forged = [  # served again soon
+                part.segments[x] for x in self.forged if x in part.segments and x not in covered
+            ]
             # a segment the user's retention was deleting that a rebuild served again (its objects had
             # not gone yet: docs/restore-and-recovery.md) may stand apart from the rest until
             # retention deletes it again; overlaps are still checked for it
             again = {x for x in self.retention_deleted if x in part.served}
+            # a rewrite unserved by a forged delete gives its offsets back to its sources still there
+            # (processor/metadata/fold_rules.py) until the holder serves it again
+            given_back = {v for f in forged for v in f.supersedes}
             live = sorted(
-                (s for s in [*part.finished(), *forged] if s.end_offset >= part.log_start_offset),
+                (
+                    s
+                    for s in [*(x for x in part.finished() if x.segment_id.id not in given_back), *forged]
+                    if s.end_offset >= part.log_start_offset
+                ),
                 key=lambda s: s.start_offset,
             )
             for a, b in itertools.pairwise(live):
@@ -1055,11 +1121,13 @@ class OwnershipModel(RuleBasedStateMachine):
     @invariant()
     def only_the_claim_holder_writes(self) -> None:
         assert self.topic.foreign_accepted == []
-        assert self.topic.self_fenced == []
+        assert self.topic.self_fenced == [], self.topic.self_fenced
 
     @invariant()
     def served_objects_exist(self) -> None:
         for seg in (s for tp in TPS for s in self._state(tp).finished()):
+            if seg.segment_id.id in self.forged_rewrites:
+                continue  # forged: no objects ever, deleted by the holder's next pass
             assert seg.data_object_key in self.bucket.objects, f"served {seg.segment_id} lost its data"
             assert seg.index_object_key in self.bucket.objects
 

@@ -29,6 +29,12 @@ def rewrite(
     return log.confirm(finished, log.publish(finished)), finished
 
 
+def stored(storage: FilesystemChunkStorage, *segments: RemoteLogSegmentMetadata) -> None:
+    for s in segments:
+        storage.create(s.data_object_key, [b"x"])
+        storage.create(s.index_object_key, [b"x"])
+
+
 def served(log: Log) -> list[tuple[int, int]]:
     return [(s.start_offset, s.end_offset) for s in log.state().finished()]
 
@@ -103,10 +109,10 @@ def test_a_compacted_log_without_the_old_segments_serves_the_rewrite() -> None:
 def test_the_owner_deletes_what_its_rewrite_superseded_and_moves_no_start_offset(tmp_path: Path) -> None:
     log = Log()
     epoch, (a, b, _c) = three(log)
-    rewrite(log, 0, 19, epoch, [a, b])
-    plan, outcome = clean_partition(
-        TP, log.state(), deleter(log, FilesystemChunkStorage(tmp_path)), epoch, RetentionLimits(), 10**12
-    )
+    _, merged = rewrite(log, 0, 19, epoch, [a, b])
+    storage = FilesystemChunkStorage(tmp_path)
+    stored(storage, merged)
+    plan, outcome = clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 10**12)
     assert {(s.segment_id, r) for s, r in plan.expired} == {
         (a.segment_id, DeleteReason.REWRITTEN),
         (b.segment_id, DeleteReason.REWRITTEN),
@@ -121,12 +127,11 @@ def test_a_deletion_of_a_superseded_segment_left_half_way_is_finished_by_the_nex
 ) -> None:
     log = Log()
     epoch, (a, b, _c) = three(log)
-    rewrite(log, 0, 19, epoch, [a, b])
+    _, merged = rewrite(log, 0, 19, epoch, [a, b])
     log.publish(a.deleting(5, "w", epoch))  # the merger stopped after its first DELETE_SEGMENT_STARTED
     storage = FilesystemChunkStorage(tmp_path)
-    for s in (a, b):  # all objects still in place: without the rewrite's proof, "served again"
-        storage.create(s.data_object_key, [b"x"])
-        storage.create(s.index_object_key, [b"x"])
+    # all objects still in place: without the rewrite's proof, "served again"
+    stored(storage, a, b, merged)
     nxt = log.claim("next")
     _, outcome = clean_partition(
         TP, log.state(), deleter(log, storage, "next"), nxt, RetentionLimits(), 10**12
@@ -157,9 +162,7 @@ def test_the_sources_of_a_merge_that_was_merged_again_are_still_garbage(tmp_path
     log.publish(a.deleting(5, "w", epoch))  # its deletion started, the objects failed to go
     _, second = rewrite(log, 0, 29, epoch, [first, c])
     storage = FilesystemChunkStorage(tmp_path)
-    for s in (a, b, first, c):
-        storage.create(s.data_object_key, [b"x"])
-        storage.create(s.index_object_key, [b"x"])
+    stored(storage, a, b, first, c, second)
     assert log.state().rewrite_superseded() == {s.segment_id.id for s in (a, b, first, c)}
     nxt = log.claim("next")
     _, outcome = clean_partition(
@@ -170,12 +173,22 @@ def test_the_sources_of_a_merge_that_was_merged_again_are_still_garbage(tmp_path
     assert served(log) == [(0, 29)] and second.segment_id in {s.segment_id for s in log.state().finished()}
 
 
-def test_a_forged_delete_of_a_merge_does_not_make_its_sources_servable_again(tmp_path: Path) -> None:
+def test_a_merge_being_deleted_gives_its_offsets_back_to_the_sources_still_there(tmp_path: Path) -> None:
+    """A forged delete of a merge (the holder's epoch and writer id): readers serve the sources again
+    while they exist; the holder's next pass serves the merge again, and its sources are garbage."""
     log = Log()
     epoch, (a, b, _c) = three(log)
     _, merged = rewrite(log, 0, 19, epoch, [a, b])
-    log.publish(merged.deleting(5, "w", epoch))  # forged with the holder's epoch: unserved for now
-    # the merge was accepted once: its sources stay garbage while the holder serves it again
+    log.publish(merged.deleting(5, "w", epoch))
+    assert served(log) == [(0, 9), (10, 19), (20, 29)]
+    assert log.state().rewrite_superseded() == frozenset()
+    storage = FilesystemChunkStorage(tmp_path)
+    for s in (a, b, merged):
+        storage.create(s.data_object_key, [b"x"])
+        storage.create(s.index_object_key, [b"x"])
+    clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 10**12)
+    assert served(log) == [(0, 19), (20, 29)]
+    assert all(log.accepted.values()), "a record of the holder was rejected"
     assert log.state().rewrite_superseded() == {a.segment_id.id, b.segment_id.id}
 
 
@@ -196,3 +209,42 @@ def test_superseded_segments_are_deleted_before_retention_deletes_anything() -> 
     )
     reasons = [r for _s, r in plan.expired]
     assert reasons[:2] == [DeleteReason.REWRITTEN] * 2 and DeleteReason.TIME in reasons[2:]
+
+
+def test_a_forged_rewrite_is_undone_by_the_holders_next_pass(tmp_path: Path) -> None:
+    """A rewrite forged with the holder's epoch and writer id (no objects behind it) is accepted
+    like the holder's own and takes over what it names; the holder's next pass finds its objects
+    missing and deletes it, which serves the segments it named again. Nothing is deleted."""
+    log = Log()
+    epoch, (a, b, c) = three(log)
+    storage = FilesystemChunkStorage(tmp_path)
+    for s in (a, b, c):
+        storage.create(s.data_object_key, [b"x"])
+        storage.create(s.index_object_key, [b"x"])
+    ok, forged = rewrite(log, 0, 19, epoch, [a, b])
+    assert ok and served(log) == [(0, 19), (20, 29)]
+    plan, outcome = clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 10**12)
+    assert [(s.segment_id, s.start_offset) for s in outcome.deleted] == [(forged.segment_id, 0)]
+    assert served(log) == [(0, 9), (10, 19), (20, 29)]
+    assert all(storage.stat(s.data_object_key) is not None for s in (a, b, c))
+    # and the next pass finds nothing to undo or delete
+    plan, outcome = clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 10**12)
+    assert plan.empty and outcome.deleted == [] and served(log) == [(0, 9), (10, 19), (20, 29)]
+
+
+def test_a_rewrite_record_alone_proves_nothing_garbage(tmp_path: Path) -> None:
+    """Found by the ownership model: a forged rewrite (the claim's epoch and writer id, no objects)
+    made the next owner's first pass delete the acknowledged segment it named. Only a rewrite whose
+    objects are in the bucket proves its sources garbage."""
+    log = Log()
+    epoch, (a, b, _c) = three(log)
+    storage = FilesystemChunkStorage(tmp_path)
+    stored(storage, a, b)
+    _, forged = rewrite(log, 0, 19, epoch, [a, b])
+    assert log.state().rewrite_superseded() == {a.segment_id.id, b.segment_id.id}
+    assert deleter(log, storage).proven_superseded(log.state()) == frozenset()
+    errors = deleter(log, storage).delete_superseded(TP, [a, b], epoch, log.state())
+    assert len(errors) == 2 and all("kept" in e for e in errors)
+    assert all(storage.stat(s.data_object_key) is not None for s in (a, b))
+    stored(storage, forged)  # with its objects, the rewrite is a real one
+    assert deleter(log, storage).proven_superseded(log.state()) == {a.segment_id.id, b.segment_id.id}
