@@ -1,6 +1,7 @@
 """``processor merge`` on the real stack: a partition archived in many small segments is merged into
-a few, every record reads back byte-exact through ``fetch`` at its offset, the bucket holds fewer
-objects, and the same merge again changes nothing."""
+a few, every record reads back byte-exact through ``fetch`` and, once the broker deleted them,
+through the gateway to an unmodified consumer, the bucket holds fewer objects, and the same merge
+again changes nothing."""
 
 from __future__ import annotations
 
@@ -9,14 +10,18 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.devstack.stack import StackInfo
 from processor.kafka.admin import ensure_topic
 from processor.kafka.clients import new_admin
 from processor.kafka.partition import TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
+from processor.wiring.gateway_server import GatewayServer
 from tests.integration.lifecycle_support import produce, run_cli, view
 from tests.integration.test_deletion_commands import META, PREFIX, env_for, offload
+from tests.support.gateway_thread import gateway_running, loopback_gateway
 
 pytestmark = pytest.mark.integration
 
@@ -71,3 +76,28 @@ def test_small_segments_merge_into_few_and_every_record_reads_back_byte_exact(
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["partitions"][0]["runs"] == 0
     assert view(local_stack, META, tp, PREFIX).finished == after.finished
+
+    # the broker drops them; a consumer reads them through the gateway from the merged segments
+    admin = new_admin(local_stack.bootstrap_servers, "t")
+    for future in admin.delete_records([KafkaTP(tp.topic, 0, 200)]).values():
+        future.result(timeout=30)
+    archive_env = {**local_stack.env(), "PROCESSOR_METADATA_TOPIC": META, "PROCESSOR_S3_PREFIX": PREFIX}
+    gateway = loopback_gateway(archive_env, tmp_path / "gateway")
+    with gateway_running(GatewayServer.build(gateway.settings)):
+        consumer = Consumer(
+            {"bootstrap.servers": gateway.bootstrap, "group.id": "merged", "auto.offset.reset": "earliest",
+             "enable.auto.commit": False, "check.crcs": True}
+        )  # fmt: skip
+        try:
+            consumer.assign([KafkaTP(tp.topic, 0, 0)])
+            got: list[tuple[int, bytes | None, bytes | None]] = []
+            deadline = time.monotonic() + 60
+            while len(got) < 200 and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                assert msg.error() is None, msg.error()
+                got.append((msg.offset() or 0, msg.key(), msg.value()))
+        finally:
+            consumer.close()
+    assert got == [(i, f"k{i}".encode(), bytes([i % 251]) * 1024) for i in range(200)]
