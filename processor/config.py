@@ -168,6 +168,8 @@ class Settings(BaseSettings):
     merge_target_bytes: int = Field(default=64 * MiB, ge=1024, le=5 * 1024 * MiB)
     merge_small_bytes: int = Field(default=8 * MiB, ge=1, le=5 * 1024 * MiB)
     merge_min_age_ms: int = Field(default=3_600_000, ge=0)
+    # the worker merges its led partitions' small segments every this long (0: only `processor merge`)
+    merge_check_ms: int = Field(default=0, ge=0)
     # workers `processor offload` asks (comma-separated base URLs); default http://127.0.0.1:WEB_PORT
     worker_urls: Annotated[tuple[str, ...], NoDecode] = ()
     # "text" (human-readable lines) or "json" (one JSON object per line, for log pipelines).

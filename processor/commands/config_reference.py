@@ -185,6 +185,10 @@ MEANINGS: dict[str, str] = {
     "merge_target_bytes": "`processor merge`: a merged segment's size at most (the sum of its sources)",
     "merge_small_bytes": "`processor merge`: segments smaller than this are merged with their neighbours",
     "merge_min_age_ms": "`processor merge`: segments uploaded less than this long ago are left as they are",
+    "merge_check_ms": (
+        "the worker merges the small segments of the partitions it leads every this long, a few runs "
+        "at a time (`0`: only `processor merge` merges); every reader must know merged segments first"
+    ),
     "worker_urls": "workers `processor offload` asks (comma-separated)",
     "log_format": "`text`, or `json`: every line the process writes is one JSON object",
     "storage_probe_interval_ms": (

@@ -74,12 +74,14 @@ def merge_partition(
     copier: Copier,
     delete: DeleteSuperseded,
     dry_run: bool = False,
+    max_runs: int | None = None,
 ) -> tuple[MergeReport, list[MergeRun]]:
     """Merge ``tp``'s runs under claim ``epoch``; ``state`` is the fold's view of the partition,
-    current (it is asked again after each run). Raises FencedWriterError when the claim is lost."""
+    current (it is asked again after each run); ``max_runs``: at most that many runs now (a worker
+    merges a few at a time, between its other work). Raises FencedWriterError when the claim is lost."""
     part = state()
     report = MergeReport(tp, segments_before=len(part.finished()))
-    runs = plan_merges(part.finished(), limits, now_ms)
+    runs = plan_merges(part.finished(), limits, now_ms)[:max_runs]
     if dry_run:
         return report, runs
     leftovers = part.rewritten()

@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from processor.config import Settings
 from processor.errors import ProcessorError
@@ -40,6 +41,14 @@ LedPartitions = Callable[[], dict[TopicPartition, int]]
 InFlight = Callable[[TopicPartition], frozenset[uuid.UUID]]
 # Called with the partitions a pass found held by another claim: the worker stops writing them.
 OnFenced = Callable[[list[TopicPartition]], None]
+
+
+class Merges(Protocol):
+    """The worker's merges of small segments (processor/wiring/rewrite.py: WorkerMerges)."""
+
+    def due(self) -> bool: ...
+
+    def run_once(self, led: Mapping[TopicPartition, int]) -> object: ...
 
 
 def retention_config(settings: Settings) -> RetentionConfig:
@@ -134,6 +143,8 @@ class LifecycleTasks:
             settings, storage, metadata_partitions, cache, confirm, in_flight, caught_up=caught_up
         )
         self._last_sweep = -SWEEP_INTERVAL_S
+        # the worker's merges of small segments (processor/wiring/rewrite.py), after the pass
+        self.merges: Merges | None = None
 
     def sweep(self) -> None:
         self._last_sweep = time.monotonic()
@@ -166,6 +177,8 @@ class LifecycleTasks:
                 len(result.outcome.deleted),
                 len(result.outcome.failed),
             )
+        if self.merges is not None and self.merges.due():
+            self.merges.run_once({tp: e for tp, e in led.items() if tp not in result.fenced})
 
     def close(self) -> None:
         self.lifecycle.close()

@@ -1,22 +1,34 @@
-"""What `processor merge` runs with, built from the settings and a command's context: the source
-reader, the copier that publishes the merged segment under the command's claim (uploads
-rate-limited like the worker's) and the deleter of the superseded sources."""
+"""Merging small segments, built from the settings: what `processor merge` runs with under its
+operator claim (the source reader, a copier whose uploads are rate-limited like the worker's, the
+deleter of the superseded sources), and the worker's own merges of the partitions it leads
+(PROCESSOR_MERGE_CHECK_MS)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from processor.config import Settings
+from processor.errors import FencedWriterError, ProcessorError
+from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
+from processor.lifecycle.segment_deleter import SegmentDeleter
+from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.rewrite.merge_plan import MergeLimits, MergeRun
-from processor.rewrite.merge_runner import DeleteSuperseded
+from processor.rewrite.merge_runner import Copier, DeleteSuperseded, MergeReport, merge_partition
 from processor.rewrite.merged_segment import merged_segment
+from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
+from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.rate_limited import rate_limited
 from processor.wiring.deletion_context import DeletionContext
 from processor.wiring.encryption import segment_decryption, segment_encryption
 from processor.wiring.read_your_write import confirm_by_follower
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -51,3 +63,73 @@ def merge_tools(settings: Settings, ctx: DeletionContext, topic_ids: dict[str, s
     )
 
     return MergeTools(build, copier, ctx.deleter.delete_superseded)
+
+
+# At most this many runs per partition and pass: a worker merges between its retention passes, and a
+# partition with a year of small segments is merged over many passes, not in one that blocks the rest.
+MERGE_RUNS_PER_PASS = 4
+
+
+class WorkerMerges:
+    """The worker's automatic merges (PROCESSOR_MERGE_CHECK_MS > 0): the partitions it leads, under
+    the claims it holds, with the leader's own copier (its copies in flight are known to retention)
+    and the retention pass's deleter. Run on the retention timer after the pass, never beside it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        storage: ChunkStorage,
+        keys: ObjectKeyFactory,
+        state: Callable[[TopicPartition], PartitionRemoteState],
+        copier: Copier,
+        deleter: SegmentDeleter,
+        on_fenced: Callable[[list[TopicPartition]], None],
+    ) -> None:
+        self.limits = merge_limits(settings)
+        self.every_s = settings.merge_check_ms / 1000.0
+        decryption = segment_decryption(settings)
+        self.build: Callable[[MergeRun], SealedSegment] = lambda run: merged_segment(
+            storage, keys, run, decryption, settings.block_bytes, settings.archive_compression
+        )
+        self.state, self.copier, self.deleter, self.on_fenced = state, copier, deleter, on_fenced
+        self._last = time.monotonic()  # the first merges one interval after the start
+
+    def due(self) -> bool:
+        return self.every_s > 0 and time.monotonic() - self._last >= self.every_s
+
+    def run_once(self, led: Mapping[TopicPartition, int]) -> list[MergeReport]:
+        self._last = time.monotonic()
+        reports = []
+        for tp, epoch in sorted(led.items()):
+            if self.state(tp).current_epoch != epoch:
+                continue  # not (or no longer) this worker's: the retention pass says so
+            try:
+                report, _runs = merge_partition(
+                    tp,
+                    functools.partial(self.state, tp),
+                    epoch,
+                    self.limits,
+                    int(time.time() * 1000),
+                    self.build,
+                    self.copier,
+                    self.deleter.delete_superseded,
+                    max_runs=MERGE_RUNS_PER_PASS,
+                )
+            except FencedWriterError as exc:
+                log.warning("merging %s stopped: %s", tp, exc)
+                if self.state(tp).current_epoch != epoch:
+                    self.on_fenced([tp])
+                continue
+            except ProcessorError as exc:  # S3 or Kafka: the next pass tries again
+                log.warning("merging %s failed: %s", tp, exc)
+                continue
+            if report.runs or report.failed:
+                log.info(
+                    "%s: %d segments merged into %d (%d failed)",
+                    tp,
+                    report.merged_segments,
+                    report.runs,
+                    len(report.failed),
+                )
+            reports.append(report)
+        return reports

@@ -18,6 +18,7 @@ from processor.leader.leadership import Leadership
 from processor.leader.offload_engine import OffloadEngine
 from processor.logs import faust_logging_options
 from processor.probes import ReadinessWatch
+from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 from processor.wiring.faust_app import build_app
 from processor.wiring.faust_views import add_offload_view
@@ -27,6 +28,7 @@ from processor.wiring.lifecycle import LifecycleTasks
 from processor.wiring.read_your_write import caught_up_by_follower, confirm_by_follower
 from processor.wiring.readiness import build_readiness_watch
 from processor.wiring.resume import build_planner
+from processor.wiring.rewrite import WorkerMerges
 from processor.wiring.startup import check_worker, read_api_token, require_topics
 from processor.wiring.storage import build_storage
 from processor.wiring.timers import add_lifecycle_timers
@@ -79,6 +81,16 @@ class Worker:
             leadership.fence,
             caught_up_by_follower(materializer, metadata_partitions),
         )
+        if settings.merge_check_ms > 0:
+            lifecycle.merges = WorkerMerges(
+                settings,
+                storage,
+                ObjectKeyFactory(settings.s3_prefix),
+                follower.cache.remote_state,
+                engine.copier,
+                lifecycle.lifecycle.service.deleter,
+                leadership.fence,
+            )
         add_lifecycle_timers(app, lifecycle, settings.retention_check_ms)
         probe_storage = build_storage(settings, probe=True)
         watch = build_readiness_watch(settings, materializer, probe_storage)

@@ -5,6 +5,7 @@ again changes nothing."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.wiring.gateway_server import GatewayServer
 from tests.integration.lifecycle_support import produce, run_cli, view
 from tests.integration.test_deletion_commands import META, PREFIX, env_for, offload
+from tests.integration.worker_process import WorkerProcess
 from tests.support.gateway_thread import gateway_running, loopback_gateway
 
 pytestmark = pytest.mark.integration
@@ -101,3 +103,40 @@ def test_small_segments_merge_into_few_and_every_record_reads_back_byte_exact(
         finally:
             consumer.close()
     assert got == [(i, f"k{i}".encode(), bytes([i % 251]) * 1024) for i in range(200)]
+
+
+def test_the_worker_merges_the_partitions_it_leads(local_stack: StackInfo, tmp_path: Path) -> None:
+    """PROCESSOR_MERGE_CHECK_MS: the worker merges its own partitions' small segments after its
+    retention passes, under its own claim, while it goes on copying; every record reads back."""
+    tp = TopicPartition("merge-auto", 0)
+    ensure_topic(new_admin(local_stack.bootstrap_servers, "t"), tp.topic, 1, 1, {})
+    produce(local_stack.bootstrap_servers, tp.topic, 0, 150, int(time.time() * 1000))
+    env = env_for(
+        local_stack,
+        tmp_path,
+        tp.topic,
+        PROCESSOR_WORKER_ID="merge-auto-1",
+        PROCESSOR_RETENTION_CHECK_MS="500",
+        PROCESSOR_MERGE_CHECK_MS="500",
+        PROCESSOR_MERGE_TARGET_BYTES=str(64 * 1024),
+        PROCESSOR_MERGE_SMALL_BYTES=str(16 * 1024),
+        PROCESSOR_MERGE_MIN_AGE_MS="0",
+    )
+    worker = WorkerProcess(env, tmp_path / "worker.log")
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            part = view(local_stack, META, tp, PREFIX)
+            finished = part.finished
+            merged = [s for s in finished if s.supersedes]
+            if finished and finished[-1].end_offset >= 149 and merged and not part.part.rewritten():
+                break
+            assert worker.proc.poll() is None, worker.log()[-3000:]
+            assert time.monotonic() < deadline, f"no merge: {len(finished)} segments, {len(merged)} merged"
+            time.sleep(0.5)
+        assert coverage_gaps_and_overlaps(finished) == []
+    finally:
+        assert worker.stop() == 0
+    records = fetch_all(env, tp, 150)
+    expected = [(i, base64.b64encode(f"k{i}".encode()).decode()) for i in range(150)]
+    assert [(r["offset"], r["key"]) for r in records] == expected
