@@ -1,5 +1,5 @@
 """Run the benchmarks: ``python -m benchmarks [--only SECTION,...] [--broker kafka,tansu]``, sections:
-offload, memory, reads, gateway, follower, scale, spark, restore, rebuild, encryption. With more than
+offload, memory, reads, gateway, follower, scale, spark, restore, rebuild, encryption, merge. With more than
 one broker, every section but scale (which needs none) runs once per broker, each on a stack of its
 own, one after the other, in one run."""
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from benchmarks.encryption import bench_encryption
 from benchmarks.gateway import bench_gateway
+from benchmarks.merge import bench_merge
 from benchmarks.offload import bench_memory, bench_offload, load_topic
 from benchmarks.reads import bench_follower, bench_read_latency, bench_scale
 from benchmarks.rebuild import bench_rebuild
@@ -37,6 +38,7 @@ SECTIONS = (
     "restore",
     "rebuild",
     "encryption",
+    "merge",
 )
 MiB = 1024 * 1024
 
@@ -59,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         "--restore-records", type=int, default=1_000_000, help="records archived and restored"
     )
     parser.add_argument("--rebuild-segments", type=int, default=10_000, help="segments the rebuild reads")
+    parser.add_argument("--merge-segments", type=int, default=1000, help="small segments merged")
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -159,6 +162,8 @@ def run_sections(
         bench_restore(report, info, workdir, records=args.restore_records, rounds=restore_rounds)
     if "rebuild" in only:
         bench_rebuild(report, info, workdir, segments=args.rebuild_segments)
+    if "merge" in only:
+        bench_merge(report, info, workdir, segments=50 if args.smoke else args.merge_segments)
 
 
 if __name__ == "__main__":
