@@ -1081,9 +1081,16 @@ class OwnershipModel(RuleBasedStateMachine):
     def served_is_contiguous_and_disjoint(self) -> None:
         for tp in TPS:
             part = self._state(tp)
-            covered = {  # named by a served forged rewrite, which holds their offsets meanwhile
-                v for rw in self.forged_rewrites if rw in part.served for v in part.segments[rw].supersedes
-            }
+            # named by a served forged rewrite (or by one it named in turn), which holds their
+            # offsets meanwhile
+            covered: set[uuid.UUID] = set()
+            todo = [rw for rw in self.forged_rewrites if rw in part.served]
+            while todo:
+                named = part.segments.get(todo.pop())
+                for v in () if named is None else named.supersedes:
+                    if v not in covered:
+                        covered.add(v)
+                        todo.append(v)
             forged = [  # served again soon
                 part.segments[x] for x in self.forged if x in part.segments and x not in covered
             ]
