@@ -73,6 +73,8 @@ def test_small_segments_merge_into_few_and_every_record_reads_back_byte_exact(
     )
     assert len(after.objects) < len(before.objects)
     assert fetch_all(env, tp, 200) == records  # every record, byte-exact, at its offset
+    verified = run_cli(env, "verify", "--topic", tp.topic, "--json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr  # nothing missing, corrupt or left
 
     again = run_cli(merging, "merge", "--topic", tp.topic, "--json")
     assert again.returncode == 0, again.stderr
