@@ -152,8 +152,6 @@ def clean_partition(
         deleter.repair(segment, epoch)
     if log_start_shadowed:
         deleter.repair_log_start(tp, part.log_start_offset, epoch)
-    if deleter.serve_uncovered(part, epoch):
-        return RetentionPlan(), out  # the rest of the pass waits for a view that shows them served
     if not out.failed and not out.refused:
         for segment in part.deletion_finished():
             deleter.forget(segment)

@@ -219,30 +219,6 @@ class SegmentDeleter:
                 out.append(rewrite)
         return out
 
-    def serve_uncovered(
-        self, part: PartitionRemoteState, writer_epoch: int
-    ) -> list[RemoteLogSegmentMetadata]:
-        """Serve again, under this writer's claim, the finished segments nothing served covers
-        (``part.uncovered``) whose objects are in the bucket, the first of overlapping ones by offset;
-        returns those served again."""
-        again: list[RemoteLogSegmentMetadata] = []
-        for segment in part.uncovered():
-            start, end = segment.start_offset, segment.end_offset
-            if any(a.start_offset <= end and start <= a.end_offset for a in again):
-                continue  # overlaps one served again just now
-            if not self._has_objects(segment):
-                continue
-            log.error(
-                "%s (%d..%d) is not served and nothing served holds its offsets (a rewrite that "
-                "superseded it is gone): serving it again",
-                segment.segment_id,
-                segment.start_offset,
-                segment.end_offset,
-            )
-            self.repair(segment, writer_epoch)
-            again.append(segment)
-        return again
-
     def proven_superseded(self, part: PartitionRemoteState) -> frozenset[uuid.UUID]:
         """The segments an accepted rewrite supersedes (``part.rewrite_proofs``) whose rewrite has
         its data and index objects in the bucket: the proof that they are garbage. A rewrite's

@@ -147,20 +147,6 @@ class PartitionRemoteState:
             key=lambda s: (s.start_offset, str(s.segment_id.id)),
         )
 
-    def uncovered(self) -> list[RemoteLogSegmentMetadata]:
-        """Finished segments of the current history that are not served and whose offsets no served
-        segment covers: a rewrite that superseded them was deleted after the one it superseded in
-        turn (a forged rewrite of a forged rewrite), so the fold's giving back stopped short. Their
-        holder serves them again (where their objects are in the bucket), the first of overlapping
-        ones by offset; below the remote log start offset too, so retention's limits delete them."""
-        served = self.finished()
-        out = []
-        for s in sorted(self.superseded(), key=lambda s: (s.start_offset, str(s.segment_id.id))):
-            if any(x.start_offset <= s.end_offset and s.start_offset <= x.end_offset for x in served):
-                continue
-            out.append(s)
-        return out
-
     def highest_finished_offset(self) -> int | None:
         """The highest offset copied, or deliberately deleted below the remote log start offset:
         after retention deleted every segment, a resuming leader continues at the start offset

@@ -104,11 +104,11 @@ HOSTILE = ["overlap", "huge", "garbage", "negative", "nul", "key", "outside"]
 # A model segment's size is 1 byte: a merge takes 2 to 4 adjacent ones, and a merged segment of two
 # is merged again (a rewrite of a rewrite).
 MERGE_LIMITS = MergeLimits(target_bytes=4, small_bytes=3, min_age_ms=0)
-# Rewrites forged with the holder's epoch and writer id: drawn only with MODEL_FORGED_REWRITES=1. The
-# holder's defenses (processor/lifecycle/segment_deleter.py: unreadable rewrites, proof by objects,
-# serving uncovered segments again) are tested step by step in tests/unit/test_rewrite_fold.py; the
-# model with them still finds runs it reports (a holder's merge refused because a forged rewrite took
-# its sources, a pass per layer of forged rewrites, ...): ARCHITECTURE.md, Fencing.
+# Rewrites forged with the holder's epoch and writer id: drawn only with MODEL_FORGED_REWRITES=1.
+# The defenses (unreadable rewrites deleted, proof by objects, a deleted rewrite's sources served
+# again) are tested step by step in tests/unit/test_rewrite_fold.py; the model with forged rewrites
+# still finds runs (a holder's merge refused because a forged rewrite took its sources, layers of
+# forged rewrites, ...): ARCHITECTURE.md, Fencing.
 FORGED_REWRITES = os.environ.get("MODEL_FORGED_REWRITES") == "1"
 # Where a merge's process dies: before its merged segment's FINISHED goes out, after it was accepted
 # and before any source was deleted, after the first source's deletion; or not at all.
@@ -553,9 +553,6 @@ class OwnershipModel(RuleBasedStateMachine):
         )
         cutoff = self.source_ends[owner.tp] - (keep or 0)
         up_to_date = owner.pinned is None and owner.view_at >= self.topic.next_offset
-        # a pass that serves again what no rewrite covers stops there (the rest waits for a view
-        # that shows it): a rewrite of a rewrite takes a pass per layer
-        uncovered = bool(self._state(owner.tp).uncovered())
         try:
             result = service.run_pass({owner.tp: owner.epoch})
         except StorageError:
@@ -569,7 +566,7 @@ class OwnershipModel(RuleBasedStateMachine):
         dropped = touched & set(self.forged_rewrites)
         for sid in {x.segment_id.id for x in result.outcome.deleted} & dropped:
             del self.forged_rewrites[sid]
-        if up_to_date and after.current_epoch == owner.epoch and not dropped and not uncovered:
+        if up_to_date and after.current_epoch == owner.epoch and not dropped:
             # a pass on a view that holds everything neutralises what it found: nothing it could
             # re-publish is left shadowed (else only min.compaction.lag.ms would stand between a
             # hostile record and readers of the compacted topic)
@@ -888,8 +885,11 @@ class OwnershipModel(RuleBasedStateMachine):
         forged = victim.deleting(0, claim.writer_id, claim.epoch)
         if kind == "unconditional":
             forged = replace(forged, replaces_state=None)
-        if self.topic.accepted[self.topic.publish(forged, forged=True)]:
-            self.forged[victim.segment_id.id] = tp
+        if (
+            self.topic.accepted[self.topic.publish(forged, forged=True)]
+            and victim.segment_id.id not in self.superseded
+        ):
+            self.forged[victim.segment_id.id] = tp  # (a merge's source served again meanwhile: garbage)
 
     def _claim_keys(self, tp: TopicPartition) -> list[bytes]:
         head = f"{tp.topic}/{tp.partition}/claim/".encode()

@@ -248,24 +248,3 @@ def test_a_rewrite_record_alone_proves_nothing_garbage(tmp_path: Path) -> None:
     assert all(storage.stat(s.data_object_key) is not None for s in (a, b))
     stored(storage, forged)  # with its objects, the rewrite is a real one
     assert deleter(log, storage).proven_superseded(log.state()) == {a.segment_id.id, b.segment_id.id}
-
-
-def test_a_segment_whose_rewrites_are_all_gone_is_served_again(tmp_path: Path) -> None:
-    """Found by the ownership model: a forged rewrite of a forged rewrite, the inner one deleted
-    first (by a pass on a view that did not show the outer one yet), then the outer one: the fold
-    gives offsets back one rewrite deep, so the first segment stayed unserved with nothing holding
-    its offsets. The holder serves such a segment again."""
-    log = Log()
-    epoch, (a, _b, _c) = three(log)
-    storage = FilesystemChunkStorage(tmp_path)
-    stored(storage, a)
-    _, inner = rewrite(log, 0, 9, epoch, [a])
-    _, outer = rewrite(log, 0, 9, epoch, [inner])
-    log.publish(inner.deleting(5, "w", epoch))
-    log.publish(inner.deleting(5, "w", epoch).with_state(S.DELETE_SEGMENT_FINISHED, 6))
-    log.publish(outer.deleting(7, "w", epoch))
-    assert served(log) == [(10, 19), (20, 29)]
-    assert [s.segment_id for s in log.state().uncovered()] == [a.segment_id]
-    clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 10**12)
-    assert served(log) == [(0, 9), (10, 19), (20, 29)]
-    assert all(log.accepted.values()), "a record of the holder was rejected"
