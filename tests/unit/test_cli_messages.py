@@ -11,18 +11,21 @@ import pytest
 
 from processor.devstack.stack import free_port
 from processor.errors import ConfigError
+from processor.kafka.admin import BROKER_CHECK_TIMEOUT_S
 from processor.wiring.data_dir import DataDirLock
 from processor.wiring.faust_transport import ProcessorApp
 from tests.support.cli import run_cli
 
 
-def test_a_broker_that_refuses_at_once_is_reported_within_3_s() -> None:
+def test_a_broker_that_refuses_at_once_is_reported_without_waiting_for_the_timeout() -> None:
     port = free_port()  # nothing listens there: every connection is refused at once
     started = time.monotonic()
     result = run_cli({"PROCESSOR_BOOTSTRAP_SERVERS": f"127.0.0.1:{port}"}, "segments", "--topic", "orders")
     took = time.monotonic() - started
     assert result.returncode == 3, result.stderr
-    assert took < 3.0
+    # refused: reported after BROKER_REFUSED_S, not after the wait a broker that does not answer gets
+    # (the behaviour, not a speed: a loaded machine took 3.1 s for the 1 s)
+    assert took < BROKER_CHECK_TIMEOUT_S
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr  # no librdkafka FAIL lines, nor their count
     assert f"127.0.0.1:{port}" in lines[0] and "refused" in lines[0]

@@ -1,0 +1,167 @@
+"""Merging small segments: the time ``processor merge`` spends on N small archived segments of one
+partition (reading every source block back from S3, checking every batch's CRC, assembling, uploading
+the merged segments, deleting the sources), next to a plain copy of the same bytes as one segment in
+the same run (the upload alone: what the copier spends on a segment it rolled itself).
+
+Both go through the real copier and storage on the stack's S3; the metadata records go to a metadata
+fold in memory (the Kafka round trips, one confirmed record per state change, are the copy's own cost
+and the same for both)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchmarks.report import Figure, Report
+from processor.config import load_settings
+from processor.devstack import stack
+from processor.kafka.partition import TopicPartition
+from processor.leader.segment_copier import SegmentCopier
+from processor.lifecycle.segment_deleter import SegmentDeleter
+from processor.metadata.fold import MetadataFold
+from processor.metadata.model import ClaimKind, MetadataRecord, PartitionClaim, RemoteLogSegmentMetadata
+from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.reader.segment_keys import SegmentDecryption
+from processor.rewrite.merge_plan import MergeLimits, MergeRun
+from processor.rewrite.merge_runner import merge_partition
+from processor.rewrite.merged_segment import merged_segment
+from processor.segment.entries_v2 import parse_batch_header, records_as_batches
+from processor.segment.object_keys import ObjectKeyFactory
+from processor.segment.records import KafkaRecord, TimestampType
+from processor.segment.sealed_segment import SealedSegment
+from processor.segment.segment_assembler import SegmentAssembler
+from processor.wiring.storage import build_storage
+
+KiB = 1024
+MiB = 1024 * KiB
+SEGMENT_BYTES = 64 * KiB  # a quiet partition's minute
+BLOCK_BYTES = 1 * MiB
+
+
+class _Metadata:
+    """The metadata topic's fold in memory: what a publisher appends and its follower confirms."""
+
+    def __init__(self) -> None:
+        self.fold = MetadataFold()
+        self.accepted: dict[int, bool] = {}
+        self.offset = 0
+
+    def publish(self, record: MetadataRecord) -> int:
+        offset = self.offset
+        self.offset += 1
+        self.accepted[offset] = self.fold.apply_record(offset, record).accepted
+        return offset
+
+    def confirm(self, record: MetadataRecord, offset: int) -> bool:
+        return self.accepted.get(offset, False)
+
+    def tombstone(self, segment: RemoteLogSegmentMetadata) -> int:
+        return self.offset
+
+    def record_failed(self, segment: RemoteLogSegmentMetadata) -> None:
+        raise AssertionError(f"a deletion failed: {segment.segment_id}")
+
+    def resolve(self, segment: RemoteLogSegmentMetadata) -> None:
+        pass
+
+
+def _segment(partition: int, start: int, size: int) -> SealedSegment:
+    """About ``size`` bytes of 1 KiB records in 16 KiB batches, from offset ``start``."""
+    count = max(1, size // (KiB + 40))
+    records = [
+        KafkaRecord(o, 1_700_000_000_000 + o, TimestampType.CREATE_TIME, b"k%d" % o, bytes([o % 251]) * KiB)
+        for o in range(start, start + count)
+    ]
+    assembler = SegmentAssembler(partition, start, BLOCK_BYTES)
+    for batch in records_as_batches(records, 16 * KiB):
+        assembler.append(parse_batch_header(batch), batch)
+    return assembler.seal()
+
+
+def bench_merge(report: Report, info: stack.StackInfo, workdir: Path, segments: int) -> None:
+    tag = uuid.uuid4().hex[:8]
+    prefix = f"bench-merge-{tag}"
+    settings = load_settings(
+        {
+            **{k: v for k, v in info.env().items() if k.startswith("PROCESSOR_")},
+            "PROCESSOR_S3_PREFIX": prefix,
+            "PROCESSOR_S3_REGION": "us-east-1",
+        }
+    )
+    storage = build_storage(settings)
+    keys = ObjectKeyFactory(prefix)
+    tp = TopicPartition("bench-merge", 0)
+    meta = _Metadata()
+    epoch = meta.publish(PartitionClaim(tp, uuid.uuid4(), ClaimKind.LEAD, "bench", 0))
+    copier = SegmentCopier(storage, meta, keys, "bench", confirm=meta.confirm)
+    try:
+        print(f"[merge] copying {segments} segments of ~{SEGMENT_BYTES // KiB} KiB ...", flush=True)
+        start = 0
+        for _ in range(segments):
+            segment = _segment(tp.partition, start, SEGMENT_BYTES)
+            copier.copy(tp, segment, epoch)
+            start = segment.end_offset + 1
+
+        def state() -> PartitionRemoteState:
+            return PartitionRemoteState.of(meta.fold.partition(tp))
+
+        before = state().finished()
+        total = sum(s.segment_size_in_bytes for s in before)
+        deleter = SegmentDeleter(storage, meta, meta, meta, "bench", keys, meta.confirm)
+        limits = MergeLimits(target_bytes=64 * MiB, small_bytes=8 * MiB, min_age_ms=0)
+        decryption = SegmentDecryption({})
+        spent = {"read": 0.0, "delete": 0.0}
+
+        def build(run: MergeRun) -> SealedSegment:
+            t = time.perf_counter()
+            try:
+                return merged_segment(storage, keys, run, decryption, BLOCK_BYTES)
+            finally:
+                spent["read"] += time.perf_counter() - t
+
+        def delete(
+            tp: TopicPartition,
+            sources: Sequence[RemoteLogSegmentMetadata],
+            epoch: int,
+            part: PartitionRemoteState | None,
+        ) -> list[str]:
+            t = time.perf_counter()
+            try:
+                return deleter.delete_superseded(tp, sources, epoch, part)
+            finally:
+                spent["delete"] += time.perf_counter() - t
+
+        t0 = time.perf_counter()
+        merged, _runs = merge_partition(
+            tp, state, epoch, limits, int(time.time() * 1000), build, copier, delete
+        )
+        merge_s = time.perf_counter() - t0
+        assert not merged.failed and merged.segments_after < len(before), merged
+        # the same bytes as one plain copy: what the copier spends on a segment it rolled itself
+        plain = _segment(tp.partition, start, total)
+        t0 = time.perf_counter()
+        copier.copy(tp, plain, epoch)
+        copy_s = time.perf_counter() - t0
+    finally:
+        for info_ in storage.list(prefix + "/"):
+            storage.delete(info_.key)
+        storage.close()
+    mib = total / MiB
+    report.add(
+        Figure(
+            "merge",
+            f"merge {segments} segments of {SEGMENT_BYTES // KiB} KiB",
+            mib / merge_s,
+            "MiB/s",
+            "plain copy of the same bytes",
+            mib / copy_s,
+            (mib / merge_s) / (mib / copy_s),
+            "",
+            None,
+            f"{mib:.0f} MiB into {merged.segments_after} segments in {merge_s:.1f} s: sources read back "
+            f"and checked {spent['read']:.1f} s, deleted {spent['delete']:.1f} s (each a confirmed record "
+            f"and three objects), upload the rest; the plain copy {copy_s:.1f} s",
+        )
+    )
