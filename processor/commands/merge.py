@@ -19,8 +19,8 @@ from typing import Any
 from processor.config import Settings, load_settings
 from processor.errors import ConfigError, FencedWriterError, ProcessorError
 from processor.kafka.partition import TopicPartition
-from processor.rewrite.merge_plan import MergeLimits, MergeRun, plan_merges
-from processor.rewrite.merge_runner import MergeReport, merge_partition
+from processor.rewrite.merge_plan import MergeLimits, MergeRun
+from processor.rewrite.merge_runner import MergeReport, merge_partition, planned_runs
 from processor.segment.object_keys import validate_topic
 from processor.wiring.deletion_context import DeletionContext, open_context
 from processor.wiring.rewrite import merge_limits, merge_tools
@@ -89,7 +89,7 @@ def _merge(
 ) -> tuple[MergeReport, list[MergeRun]]:
     now = int(time.time() * 1000)
     state = ctx.state(tp)
-    runs = plan_merges(state.finished(), limits, now)
+    runs = planned_runs(state, limits, now)
     if dry_run or (not runs and not state.rewritten()):
         return MergeReport(tp, segments_before=len(state.finished())), runs
     epoch = ctx.claim(tp)  # workers leading tp stop writing it until the claim is released

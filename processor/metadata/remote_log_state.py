@@ -139,6 +139,19 @@ class PartitionRemoteState:
         """The ids :meth:`rewrite_proofs` names."""
         return frozenset(self.rewrite_proofs())
 
+    def named_by_deleting_rewrites(self) -> frozenset[uuid.UUID]:
+        """Segments named by a rewrite whose deletion started from COPY_SEGMENT_FINISHED and did not
+        finish (retention, or a forged delete its holder will undo by serving the rewrite again, which
+        takes these over once more): they are served meanwhile, and no new merge may take them."""
+        return frozenset(
+            sid
+            for r in self.segments.values()
+            if r.supersedes
+            and r.state is _S.DELETE_SEGMENT_STARTED
+            and r.replaces_state is _S.COPY_SEGMENT_FINISHED
+            for sid in r.supersedes
+        )
+
     def rewritten(self) -> list[RemoteLogSegmentMetadata]:
         """Finished segments a served rewrite superseded: no longer served, to be deleted by the owner."""
         ids = self.rewrite_superseded()

@@ -64,6 +64,13 @@ class MergeReport:
         return self.segments_before - self.merged_segments + self.runs
 
 
+def planned_runs(part: PartitionRemoteState, limits: MergeLimits, now_ms: int) -> list[MergeRun]:
+    """The runs to merge of a partition's served segments, but for the sources of a rewrite being
+    deleted (a forged delete's holder serves that rewrite again, which takes them over once more)."""
+    waiting = part.named_by_deleting_rewrites()
+    return plan_merges([s for s in part.finished() if s.segment_id.id not in waiting], limits, now_ms)
+
+
 def merge_partition(
     tp: TopicPartition,
     state: Callable[[], PartitionRemoteState],
@@ -81,7 +88,7 @@ def merge_partition(
     merges a few at a time, between its other work). Raises FencedWriterError when the claim is lost."""
     part = state()
     report = MergeReport(tp, segments_before=len(part.finished()))
-    runs = plan_merges(part.finished(), limits, now_ms)[:max_runs]
+    runs = planned_runs(part, limits, now_ms)[:max_runs]
     if dry_run:
         return report, runs
     leftovers = part.rewritten()

@@ -490,12 +490,14 @@ class OwnershipModel(RuleBasedStateMachine):
                 Recording(),
                 delete,  # type: ignore[arg-type]
             )
+            # its records were confirmed through its follower, which holds them now
+            self._saw_own_writes(owner)
         except _Crash:
             self.crash(name)
         except FencedWriterError:
             self._fenced(owner)  # taken over: a zombie's merge is refused by the readers
         except StorageError:
-            pass  # a deletion failed: queued, the next pass retries it
+            self._saw_own_writes(owner)  # a storage error: the next merge or pass retries
 
     # -- retention and cleanup, through the real retention service ---------------------------
 

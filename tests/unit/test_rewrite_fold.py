@@ -248,3 +248,20 @@ def test_a_rewrite_record_alone_proves_nothing_garbage(tmp_path: Path) -> None:
     assert all(storage.stat(s.data_object_key) is not None for s in (a, b))
     stored(storage, forged)  # with its objects, the rewrite is a real one
     assert deleter(log, storage).proven_superseded(log.state()) == {a.segment_id.id, b.segment_id.id}
+
+
+def test_no_merge_takes_the_sources_of_a_merge_whose_deletion_waits_to_be_undone() -> None:
+    """Found by the ownership model: a forged delete of a merge served its sources again; a new
+    merge took them; the holder's undoing of the forged delete was then refused as an overlap and the
+    first merge never left its limbo. Sources of a rewrite being deleted are not merged."""
+    from processor.rewrite.merge_plan import MergeLimits
+    from processor.rewrite.merge_runner import planned_runs
+
+    log = Log()
+    epoch, (a, b, c) = three(log)
+    _, merged = rewrite(log, 0, 19, epoch, [a, b])
+    log.publish(merged.deleting(5, "w", epoch))  # forged: the sources are served again meanwhile
+    part = log.state()
+    assert {s.segment_id for s in part.finished()} == {a.segment_id, b.segment_id, c.segment_id}
+    limits = MergeLimits(target_bytes=1000, small_bytes=500, min_age_ms=0)
+    assert planned_runs(part, limits, 10**12) == []  # a and b wait; c alone is no run
