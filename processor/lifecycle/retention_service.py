@@ -122,14 +122,8 @@ def clean_partition(
         # a served rewrite without its objects (a record forged with the claim's epoch and writer id:
         # readers cannot tell it from the holder's own): deleted, which serves again the segments it
         # superseded; the rest of the pass waits for a view that shows it
-        out = DeletionOutcome()
-        for rewrite in unreadable:
-            error = deleter.delete_segment(rewrite, DeleteReason.UNREADABLE, epoch)
-            if error is None:
-                out.deleted.append(rewrite)
-            else:
-                out.failed.append((rewrite, error))
-        return RetentionPlan(), out
+        drop = RetentionPlan(expired=tuple((r, DeleteReason.UNREADABLE) for r in unreadable))
+        return RetentionPlan(), deleter.execute(tp, drop, epoch)
     repairs = part.repairs()
     log_start_shadowed = part.log_start_shadowed()
     if part.claim_shadowed():

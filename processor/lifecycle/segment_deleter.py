@@ -297,9 +297,8 @@ class SegmentDeleter:
         if segment.end_offset < log_start_offset:
             return FINISH
         try:
-            keys = self.owned_objects(segment)
-            complete = all(self.storage.stat(key) is not None for key in (keys.data, keys.index))
-        except (StorageError, InvalidNameError):
+            complete = self._has_objects(segment)  # keys not its own: not complete
+        except StorageError:
             return FINISH  # deleting it fails (and is reported) the usual way
         if not complete:
             return FINISH

@@ -42,14 +42,18 @@ def merge_limits(settings: Settings) -> MergeLimits:
     return MergeLimits(settings.merge_target_bytes, settings.merge_small_bytes, settings.merge_min_age_ms)
 
 
-def merge_tools(settings: Settings, ctx: DeletionContext, topic_ids: dict[str, str]) -> MergeTools:
+def merge_builder(
+    settings: Settings, storage: ChunkStorage, keys: ObjectKeyFactory
+) -> Callable[[MergeRun], SealedSegment]:
+    """A run's sources read back and sealed as one segment, with the settings' blocks and compression."""
     decryption = segment_decryption(settings)
+    return lambda run: merged_segment(
+        storage, keys, run, decryption, settings.block_bytes, settings.archive_compression
+    )
 
-    def build(run: MergeRun) -> SealedSegment:
-        return merged_segment(
-            ctx.storage, ctx.keys, run, decryption, settings.block_bytes, settings.archive_compression
-        )
 
+def merge_tools(settings: Settings, ctx: DeletionContext, topic_ids: dict[str, str]) -> MergeTools:
+    build = merge_builder(settings, ctx.storage, ctx.keys)
     copier = SegmentCopier(
         rate_limited(ctx.storage, settings.upload_bytes_per_second),
         ctx.publisher,
@@ -87,10 +91,7 @@ class WorkerMerges:
     ) -> None:
         self.limits = merge_limits(settings)
         self.every_s = settings.merge_check_ms / 1000.0
-        decryption = segment_decryption(settings)
-        self.build: Callable[[MergeRun], SealedSegment] = lambda run: merged_segment(
-            storage, keys, run, decryption, settings.block_bytes, settings.archive_compression
-        )
+        self.build = merge_builder(settings, storage, keys)
         self.state, self.copier, self.deleter, self.on_fenced = state, copier, deleter, on_fenced
         self._last = time.monotonic()  # the first merges one interval after the start
 
