@@ -82,6 +82,11 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
         "merge",
         "merge a topic's small adjacent archived segments into bigger ones (resumable; --dry-run first)",
     ),
+    (
+        "erase",
+        "erase",
+        "erase records by key from a topic's archived segments (rewrites them; audited; --dry-run first)",
+    ),
     ("offload", "offload", "roll and copy a topic's open segments now, wait until copied"),
     # backup
     (

@@ -170,6 +170,11 @@ class Settings(BaseSettings):
     merge_min_age_ms: int = Field(default=3_600_000, ge=0)
     # the worker merges its led partitions' small segments every this long (0: only `processor merge`)
     merge_check_ms: int = Field(default=0, ge=0)
+    # Keys the per-segment key filters written at copy time (`processor erase` reads only the
+    # segments whose filter may hold a key) and the hashes of erased keys in the erasure audit trail.
+    # At least 16 characters (`openssl rand -hex 32`); a secret: never logged. Unset: no filters are
+    # written (erase scans every segment) and `processor erase` refuses to run.
+    erasure_secret: SecretStr | None = Field(default=None, min_length=16, max_length=1024)
     # workers `processor offload` asks (comma-separated base URLs); default http://127.0.0.1:WEB_PORT
     worker_urls: Annotated[tuple[str, ...], NoDecode] = ()
     # "text" (human-readable lines) or "json" (one JSON object per line, for log pipelines).

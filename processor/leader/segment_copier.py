@@ -4,7 +4,8 @@
    worker holds for the partition (:mod:`processor.metadata.fold_rules`), and confirm through the worker's
    follower that readers accepted it. Not accepted (another claim holds the partition), or not
    confirmed in time: upload nothing, stop (FencedWriterError).
-2. Upload the data object, then the index object (conditional creates: never overwrite).
+2. Upload the data object, then the index object (conditional creates: never overwrite), then, with
+   an erasure secret, the segment's key filter (``{data}-keys``, built from its plaintext blocks).
 3. Publish COPY_SEGMENT_FINISHED and confirm it the same way.
 4. Write the segment's manifest next to its objects (processor/metadata/manifest.py): only a segment
    the readers accepted gets one, so a rebuild from the bucket admits nothing a fenced writer left.
@@ -43,8 +44,10 @@ from processor.metadata.sink import Confirm, MetadataSink
 from processor.segment.blocks_v3 import encrypt_segment
 from processor.segment.index_format import encode_index, index_crc
 from processor.segment.index_sealing import seal_index
-from processor.segment.object_keys import ObjectKeyFactory
+from processor.segment.key_filter import FilterSecret
+from processor.segment.object_keys import KEY_FILTER_SUFFIX, ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
+from processor.segment.segment_key_filter import segment_key_filter
 from processor.storage.chunk_storage import ChunkStorage
 
 log = logging.getLogger(__name__)
@@ -76,6 +79,7 @@ class SegmentCopier:
         claim_id: ClaimId | None = None,
         new_id: Callable[[], uuid.UUID] = uuid.uuid4,
         encryption: KeyProvider | None = None,
+        key_filter_secret: FilterSecret | None = None,
     ) -> None:
         self.storage = storage
         self.sink = sink
@@ -95,6 +99,8 @@ class SegmentCopier:
         self.new_id = new_id
         # PROCESSOR_ENCRYPTION: each segment sealed under a fresh data key this provider wraps
         self.encryption = encryption
+        # PROCESSOR_ERASURE_SECRET: each segment gets a key filter keyed with it (None: no filters)
+        self.key_filter_secret = key_filter_secret
         self._in_flight: dict[TopicPartition, set[uuid.UUID]] = {}
         self._lock = threading.Lock()
 
@@ -149,6 +155,10 @@ class SegmentCopier:
             tp.topic, tp.partition, segment.start_offset, segment_id.id, writer_epoch, topic_id
         )
         format_version = segment.format_version
+        if self.key_filter_secret is not None:  # from the blocks in the clear, before they are sealed
+            segment = replace(
+                segment, key_filter=segment_key_filter(segment, self.key_filter_secret, segment_id.id)
+            )
         data_key = None
         if self.encryption is not None:
             context = EncryptionContext(tp.topic, topic_id or "", tp.partition, str(segment_id.id))
@@ -270,6 +280,8 @@ class SegmentCopier:
             if not still_leader():  # revoked during the data upload: do not go on
                 raise CopyCancelledError(f"{tp} was revoked during the copy of {started.segment_id}")
             self.storage.create(started.index_object_key, [index])
+            if segment.key_filter is not None:
+                self.storage.create(started.data_object_key + KEY_FILTER_SUFFIX, [segment.key_filter])
             if not still_leader():
                 raise CopyCancelledError(f"{tp} was revoked during the copy of {started.segment_id}")
             self.check_fence(tp, writer_epoch)

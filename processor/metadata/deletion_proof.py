@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from processor.metadata.manifest import manifest_key
 from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.metadata.remote_log_state import PartitionRemoteState
-from processor.segment.object_keys import MANIFEST_SUFFIX, ObjectKeyFactory
+from processor.segment.object_keys import KEY_FILTER_SUFFIX, MANIFEST_SUFFIX, ObjectKeyFactory
 
 # The reasons of processor_deletions_refused_total
 REFUSED_ACKNOWLEDGED = "acknowledged"  # not served by the view, but its manifest is in the bucket
@@ -92,7 +92,12 @@ def plan_sweep(
     referenced = {
         k
         for s in part.segments.values()
-        for k in (s.data_object_key, s.index_object_key, manifest_key(s.data_object_key))
+        for k in (
+            s.data_object_key,
+            s.index_object_key,
+            manifest_key(s.data_object_key),
+            s.data_object_key + KEY_FILTER_SUFFIX,
+        )
     }
     manifests = {o.key[: -len(MANIFEST_SUFFIX)] for o in listed if o.key.endswith(MANIFEST_SUFFIX)}
     plan = SweepPlan()

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from processor.segment.object_keys import INDEX_SUFFIX, MANIFEST_SUFFIX
+from processor.segment.object_keys import INDEX_SUFFIX, KEY_FILTER_SUFFIX, MANIFEST_SUFFIX
 
 _SEGMENT_NAME = re.compile(
     r"(?:^|/)\d{20}-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-e\d+\.log$"
@@ -34,6 +34,7 @@ class SegmentObjects:
     data_size: int | None = None
     index_size: int | None = None
     manifest_size: int | None = None
+    key_filter_size: int | None = None  # optional: a segment is complete without one
 
     @property
     def manifest_key(self) -> str:
@@ -61,6 +62,8 @@ def take_inventory(listing: Iterable[tuple[str, int]]) -> Inventory:
             base, slot = key[: -len(MANIFEST_SUFFIX)], "manifest_size"
         elif key.endswith(INDEX_SUFFIX):
             base, slot = key[: -len(INDEX_SUFFIX)], "index_size"
+        elif key.endswith(KEY_FILTER_SUFFIX):
+            base, slot = key[: -len(KEY_FILTER_SUFFIX)], "key_filter_size"
         else:
             base, slot = key, "data_size"
         if not _SEGMENT_NAME.search(base):

@@ -16,37 +16,17 @@ run of the command does first. Nothing acknowledged is unserved at any point.
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from processor.errors import ProcessorError
 from processor.kafka.partition import TopicPartition
-from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.rewrite.merge_plan import MergeLimits, MergeRun, plan_merges
+from processor.rewrite.ports import Copier, DeleteSuperseded, delete_leftovers
 from processor.segment.sealed_segment import SealedSegment
 
 log = logging.getLogger(__name__)
-
-
-class Copier(Protocol):
-    def copy(
-        self,
-        tp: TopicPartition,
-        segment: SealedSegment,
-        writer_epoch: int,
-        still_leader: Callable[[], bool] = ...,
-        supersedes: tuple[uuid.UUID, ...] = (),
-    ) -> RemoteLogSegmentMetadata: ...
-
-
-# deletes superseded segments under the claim (epoch); the view they were found in (their rewrites'
-# objects are checked first), or None for the caller's own rewrite; returns what it could not delete
-DeleteSuperseded = Callable[
-    [TopicPartition, Sequence[RemoteLogSegmentMetadata], int, PartitionRemoteState | None], list[str]
-]
 
 
 @dataclass
@@ -91,11 +71,8 @@ def merge_partition(
     runs = planned_runs(part, limits, now_ms)[:max_runs]
     if dry_run:
         return report, runs
-    leftovers = part.rewritten()
-    if leftovers:
-        errors = delete(tp, leftovers, epoch, part)
-        report.failed += errors
-        report.leftovers_deleted = len(leftovers) - len(errors)
+    report.leftovers_deleted, errors = delete_leftovers(tp, part, epoch, delete)
+    report.failed += errors
     for run in runs:
         try:
             sealed = build(run)

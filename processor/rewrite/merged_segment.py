@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from processor.errors import CorruptObjectError
 from processor.metadata.model import RemoteLogSegmentMetadata
-from processor.reader.segment_blocks import fetch_index, read_block_range_batches
 from processor.reader.segment_keys import SegmentDecryption
 from processor.rewrite.merge_plan import MergeRun
+from processor.rewrite.source_segment import read_source
 from processor.segment.entries_v2 import parse_batch_header
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
@@ -34,29 +34,16 @@ def _batches(
     source: RemoteLogSegmentMetadata,
     decryption: SegmentDecryption,
 ) -> list[memoryview]:
-    """One source's record batches as archived, verified (CRC-32C of each, the block checks, its
-    record count against its metadata)."""
-    name = str(source.segment_id)
-    cipher = decryption.cipher(source)
-    index = fetch_index(storage, keys, source, cipher=cipher)
-    batches: list[memoryview] = []
-    blocks = read_block_range_batches(storage, source.data_object_key, name, index.blocks, 0, cipher=cipher)
-    for content in blocks:
-        if content.records:
-            raise CorruptObjectError(
-                "a block of records, not of batches (format 1): not merged",
-                object_key=source.data_object_key,
-                segment=name,
-            )
-        batches += content.batches
-    records = sum(parse_batch_header(b).record_count for b in batches)
-    if records != source.record_count:
+    """One source's record batches as archived, verified (``read_source``); a segment of format 1
+    (records, not batches) is not merged."""
+    content = read_source(storage, keys, source, decryption)
+    if content.records:
         raise CorruptObjectError(
-            f"holds {records} records, its metadata says {source.record_count}",
+            "a block of records, not of batches (format 1): not merged",
             object_key=source.data_object_key,
-            segment=name,
+            segment=str(source.segment_id),
         )
-    return batches
+    return content.batches
 
 
 def merged_segment(

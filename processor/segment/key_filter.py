@@ -46,7 +46,8 @@ segment that holds the key). A version 2 would get a module of its own, dispatch
 Written here rather than taken from a Bloom filter library (PyPI's ``rbloom``, ``pyprobables``,
 ``pybloom-live``): none keys its hash with a secret, and their serialised forms are their own,
 undocumented and tied to their versions, while an archive keeps its filters for years: the layout
-above is the one this module owns. The filter itself is a bytearray and a loop.
+above is the one this module owns. The filter is built with numpy (its bits set for every key at
+once) and looked up with a loop (an erasure asks a few keys).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ import math
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from processor.errors import FormatError, ProcessorError
 from processor.segment.checksums import crc32
@@ -182,16 +185,41 @@ def build_key_filter(
         raise ValueError(f"a key filter salt has {SALT_LEN} bytes, not {len(salt)}")
     distinct = {key for key in keys if key is not None}
     m, k = filter_shape(len(distinct), fp_rate)
-    bits = bytearray(m // 8)
     base = secret.hasher(salt)
-    for key in distinct:
-        i, step = _start_step(base, key, m)
-        for _ in range(k):  # i runs through (h1 + j * h2) mod m, j = 0 .. k-1
-            bits[i >> 3] |= 1 << (i & 7)
-            i += step
-            if i >= m:
-                i -= m
-    return KeyFilter(k, secret.secret_id, bytes(salt), len(distinct), m, bytes(bits))
+    digests = b"".join([_digest(base, key) for key in distinct])
+    pairs = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
+    return KeyFilter(k, secret.secret_id, bytes(salt), len(distinct), m, _set_bits(pairs, m, k))
+
+
+# Keys whose bit indices are computed at once: bounds the temporary arrays (8 bytes an index).
+_CHUNK_KEYS = 1 << 16
+# Up to this many bits, bits are set in an array of one bool each, then packed (a plain fancy-index
+# assignment, ~4x faster than ``bitwise_or.at``); above it, in place, to bound the memory.
+_BOOL_BITS = 1 << 24
+
+
+def _set_bits(pairs: np.ndarray, m: int, k: int) -> bytes:
+    """The filter's bits for keys whose (h1, h2) are the rows of ``pairs``: bits (h1 + j * h2) mod m,
+    j = 0 .. k-1, exactly as :meth:`KeyFilter.might_contain_any` steps through them (h1, h2 < m
+    <= 2**29 and j < 32: nothing overflows 64 bits). Vectorised: a loop a key at a time in Python
+    cost more than the hashing itself (measured: 1,170 vs 490 ns a key)."""
+    m64 = np.uint64(m)
+    steps = np.arange(k, dtype=np.uint64)
+    as_bools = m <= _BOOL_BITS
+    flags = np.zeros(m if as_bools else 0, dtype=np.bool_)
+    bits = np.zeros(0 if as_bools else m // 8, dtype=np.uint8)
+    for at in range(0, len(pairs), _CHUNK_KEYS):
+        chunk = pairs[at : at + _CHUNK_KEYS]
+        h1 = chunk[:, 0] % m64
+        h2 = (chunk[:, 1] | np.uint64(1)) % m64
+        index = ((h1[:, None] + steps[None, :] * h2[:, None]) % m64).ravel()
+        if as_bools:
+            flags[index] = True
+        else:
+            np.bitwise_or.at(
+                bits, index >> np.uint64(3), np.left_shift(1, index & np.uint64(7)).astype(np.uint8)
+            )
+    return bytes(np.packbits(flags, bitorder="little").tobytes() if as_bools else bits.tobytes())
 
 
 def decode_key_filter(data: bytes | bytearray | memoryview, *, where: str = "key filter") -> KeyFilter:
@@ -218,9 +246,13 @@ def decode_key_filter(data: bytes | bytearray | memoryview, *, where: str = "key
     return KeyFilter(k, bytes(secret_id), bytes(salt), key_count, m, bytes(view[HEADER_LEN : -_CRC.size]))
 
 
-def _start_step(base: hashlib.blake2b, key: bytes, m: int) -> tuple[int, int]:
-    """``(h1 mod m, h2 mod m)`` of ``key``: its bits are ``(h1 + j * h2) mod m``, stepped by addition."""
+def _digest(base: hashlib.blake2b, key: bytes) -> bytes:
     hasher = base.copy()
     hasher.update(key)
-    digest = hasher.digest()
+    return hasher.digest()
+
+
+def _start_step(base: hashlib.blake2b, key: bytes, m: int) -> tuple[int, int]:
+    """``(h1 mod m, h2 mod m)`` of ``key``: its bits are ``(h1 + j * h2) mod m``, stepped by addition."""
+    digest = _digest(base, key)
     return int.from_bytes(digest[:8], "little") % m, (int.from_bytes(digest[8:], "little") | 1) % m

@@ -5,6 +5,11 @@ new id, so its objects never mix with the old topic's)::
 
     {prefix}/{topic}-{topic_id}/{partition}/{start_offset:020d}-{segment_uuid}-e{writer_epoch}.log
     {prefix}/{topic}-{topic_id}/{partition}/{start_offset:020d}-{segment_uuid}-e{writer_epoch}.log-index
+    {prefix}/{topic}-{topic_id}/{partition}/{start_offset:020d}-{segment_uuid}-e{writer_epoch}.log-manifest
+    {prefix}/{topic}-{topic_id}/{partition}/{start_offset:020d}-{segment_uuid}-e{writer_epoch}.log-keys
+
+(the manifest: processor/metadata/manifest.py; ``-keys``: the segment's key filter,
+processor/segment/key_filter.py, written only while an erasure secret is configured)
 
 ``topic_id`` is the broker's topic id as an RFC 4122 string. Keys written before topic ids were
 recorded (or when the broker reports none) have no ``-{topic_id}``: ``{prefix}/{topic}/{partition}/...``;
@@ -30,6 +35,8 @@ _DATA_NAME = re.compile(r"(\d{20})-([0-9a-f-]{36})-e(\d+)\.log")
 _TOPIC_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 INDEX_SUFFIX = "-index"
 MANIFEST_SUFFIX = "-manifest"  # the segment manifest (processor/metadata/manifest.py)
+KEY_FILTER_SUFFIX = "-keys"  # the segment's key filter (processor/segment/key_filter.py), optional
+_SUFFIXES = (INDEX_SUFFIX, MANIFEST_SUFFIX, KEY_FILTER_SUFFIX)
 
 
 def validate_topic(topic: str) -> str:
@@ -76,9 +83,14 @@ class SegmentObjectKeys:
     def manifest(self) -> str:
         return self.data + MANIFEST_SUFFIX
 
-    def in_delete_order(self) -> tuple[str, str, str]:
-        """The manifest first: a rebuild never brings back a segment whose deletion has begun."""
-        return (self.manifest, self.data, self.index)
+    @property
+    def key_filter(self) -> str:
+        return self.data + KEY_FILTER_SUFFIX
+
+    def in_delete_order(self) -> tuple[str, str, str, str]:
+        """The manifest first: a rebuild never brings back a segment whose deletion has begun. The
+        key filter last (a segment may have none: deleting a missing object is no error)."""
+        return (self.manifest, self.data, self.index, self.key_filter)
 
 
 class ObjectKeyFactory:
@@ -156,7 +168,7 @@ class ObjectKeyFactory:
     def is_project_key(self, key: str) -> bool:
         """Whether ``key`` is an object (or a multipart upload's key) of this project's layout under
         the prefix: ``{prefix}/{topic}[-{topic_id}]/{partition}/{start}-{uuid}-e{epoch}.log``, with
-        ``-index`` or ``-manifest`` after it or not."""
+        ``-index``, ``-manifest`` or ``-keys`` after it or not."""
         head = self._join("")
         if not key.startswith(head):
             return False
@@ -169,16 +181,18 @@ class ObjectKeyFactory:
             topic = folder[:-37]
         if not _TOPIC.fullmatch(topic) or topic in {".", ".."}:
             return False
-        for suffix in (INDEX_SUFFIX, MANIFEST_SUFFIX):
-            name = name[: -len(suffix)] if name.endswith(suffix) else name
+        for suffix in _SUFFIXES:
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
+                break
         return _DATA_NAME.fullmatch(name) is not None
 
     @staticmethod
     def segment_name(key: str) -> tuple[uuid.UUID, int, str] | None:
-        """(segment UUID, writer epoch, data object key) of a data, index or manifest object's key,
-        or None when its name is not one of this layout's."""
+        """(segment UUID, writer epoch, data object key) of a data, index, manifest or key filter
+        object's key, or None when its name is not one of this layout's."""
         data_key = key
-        for suffix in (INDEX_SUFFIX, MANIFEST_SUFFIX):
+        for suffix in _SUFFIXES:
             if data_key.endswith(suffix):
                 data_key = data_key[: -len(suffix)]
                 break

@@ -23,6 +23,7 @@ class SealedSegment:
     format_version: int = BLOCK_FORMAT_VERSION
     held_bytes: int = -1  # bytes the offload buffer counted for it (before archive compression)
     archive_compression: str = "keep"  # PROCESSOR_ARCHIVE_COMPRESSION, applied on the way to S3
+    key_filter: bytes | None = None  # the encoded key filter to upload beside it (the copier's)
 
     def __post_init__(self) -> None:
         if self.held_bytes < 0:

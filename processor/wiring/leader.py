@@ -19,6 +19,7 @@ from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.rate_limited import rate_limited
 from processor.wiring.encryption import segment_encryption
+from processor.wiring.erasure import key_filter_secret
 from processor.wiring.fetch_sizes import fetch_options
 from processor.wiring.read_your_write import confirm_by_follower
 from processor.wiring.resume import remote_state_loader
@@ -48,6 +49,7 @@ def build_engine(
         confirm=confirm_by_follower(materializer, metadata_partitions) if materializer else None,
         claim_id=materializer.claim_id if materializer is not None else None,
         encryption=segment_encryption(settings),
+        key_filter_secret=key_filter_secret(settings),
     )
     fetch = fetch_options(settings)
 

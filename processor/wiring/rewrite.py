@@ -1,31 +1,40 @@
-"""Merging small segments, built from the settings: what `processor merge` runs with under its
-operator claim (the source reader, a copier whose uploads are rate-limited like the worker's, the
-deleter of the superseded sources), and the worker's own merges of the partitions it leads
-(PROCESSOR_MERGE_CHECK_MS)."""
+"""Rewrites built from the settings: what `processor merge` and `processor erase` run with under
+their operator claims (the source reader, a copier whose uploads are rate-limited like the worker's,
+the deleter of the superseded sources, erase's key filter lookups), and the worker's own merges of
+the partitions it leads (PROCESSOR_MERGE_CHECK_MS)."""
 
 from __future__ import annotations
 
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from processor.config import Settings
-from processor.errors import FencedWriterError, ProcessorError
+from processor.errors import FencedWriterError, FormatError, ProcessorError
 from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
 from processor.lifecycle.segment_deleter import SegmentDeleter
+from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.rewrite.erased_segment import Erasure, erase_from
 from processor.rewrite.merge_plan import MergeLimits, MergeRun
-from processor.rewrite.merge_runner import Copier, DeleteSuperseded, MergeReport, merge_partition
+from processor.rewrite.merge_runner import MergeReport, merge_partition
 from processor.rewrite.merged_segment import merged_segment
-from processor.segment.object_keys import ObjectKeyFactory
+from processor.rewrite.ports import Copier, DeleteSuperseded
+from processor.rewrite.source_segment import read_source
+from processor.segment.batch_rewrite import KeyPredicate
+from processor.segment.key_filter import MAX_BITS as KEY_FILTER_MAX_BITS
+from processor.segment.key_filter import OVERHEAD as KEY_FILTER_OVERHEAD
+from processor.segment.key_filter import FilterSecret, KeyFilterSecretError, decode_key_filter
+from processor.segment.object_keys import KEY_FILTER_SUFFIX, ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.rate_limited import rate_limited
 from processor.wiring.deletion_context import DeletionContext
 from processor.wiring.encryption import segment_decryption, segment_encryption
+from processor.wiring.erasure import key_filter_secret
 from processor.wiring.read_your_write import confirm_by_follower
 
 log = logging.getLogger(__name__)
@@ -52,9 +61,10 @@ def merge_builder(
     )
 
 
-def merge_tools(settings: Settings, ctx: DeletionContext, topic_ids: dict[str, str]) -> MergeTools:
-    build = merge_builder(settings, ctx.storage, ctx.keys)
-    copier = SegmentCopier(
+def rewrite_copier(settings: Settings, ctx: DeletionContext, topic_ids: dict[str, str]) -> SegmentCopier:
+    """The copier an operator command's rewrites go through: uploads rate-limited like the worker's,
+    records confirmed by the command's own follower, sealed and filtered as the settings say."""
+    return SegmentCopier(
         rate_limited(ctx.storage, settings.upload_bytes_per_second),
         ctx.publisher,
         ctx.keys,
@@ -64,9 +74,67 @@ def merge_tools(settings: Settings, ctx: DeletionContext, topic_ids: dict[str, s
         confirm=confirm_by_follower(ctx.follower.materializer, ctx.metadata_partitions),
         claim_id=ctx.follower.materializer.claim_id,
         encryption=segment_encryption(settings),
+        key_filter_secret=key_filter_secret(settings),
     )
 
-    return MergeTools(build, copier, ctx.deleter.delete_superseded)
+
+def merge_tools(settings: Settings, ctx: DeletionContext, topic_ids: dict[str, str]) -> MergeTools:
+    build = merge_builder(settings, ctx.storage, ctx.keys)
+    return MergeTools(build, rewrite_copier(settings, ctx, topic_ids), ctx.deleter.delete_superseded)
+
+
+@dataclass
+class FilterStats:
+    """How the key filters answered during one erasure."""
+
+    missing: int = 0  # segments without a filter (written before filters or without a secret): read
+    unusable: int = 0  # filters that could not answer (corrupt, too big, another secret): read
+
+
+def key_filter_lookup(
+    storage: ChunkStorage, secret: FilterSecret | None, erased: Sequence[bytes], stats: FilterStats
+) -> Callable[[RemoteLogSegmentMetadata], bool]:
+    """Whether a segment may hold one of ``erased``, by its key filter object (``{data}-keys``). A
+    filter is bucket input: read only when its size is one a filter can have, decoded and checked in
+    one place (``decode_key_filter``); whenever it cannot answer, the answer is "maybe" (the segment is
+    read), never "no" (which would leave a key's records in it)."""
+    limit = KEY_FILTER_OVERHEAD + KEY_FILTER_MAX_BITS // 8
+
+    def may_hold(segment: RemoteLogSegmentMetadata) -> bool:
+        if secret is None:
+            stats.missing += 1
+            return True
+        key = segment.data_object_key + KEY_FILTER_SUFFIX
+        info = storage.stat(key)
+        if info is None:
+            stats.missing += 1
+            return True
+        try:
+            if info.size > limit:
+                raise FormatError(f"{key}: {info.size} bytes, more than a key filter has ({limit})")
+            found = decode_key_filter(storage.read(key, 0, info.size), where=key)
+            return found.might_contain_any(erased, secret)
+        except (FormatError, KeyFilterSecretError) as exc:
+            stats.unusable += 1
+            log.warning("key filter of %s cannot answer (%s): reading the segment", segment.segment_id, exc)
+            return True
+
+    return may_hold
+
+
+def erase_builder(
+    settings: Settings, storage: ChunkStorage, keys: ObjectKeyFactory, erase: KeyPredicate
+) -> Callable[[RemoteLogSegmentMetadata], Erasure]:
+    """A segment read back and rewritten without the erased keys' records, with the settings' blocks
+    and compression."""
+    decryption = segment_decryption(settings)
+    return lambda source: erase_from(
+        source,
+        read_source(storage, keys, source, decryption),
+        erase,
+        settings.block_bytes,
+        settings.archive_compression,
+    )
 
 
 # At most this many runs per partition and pass: a worker merges between its retention passes, and a

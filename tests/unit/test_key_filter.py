@@ -46,6 +46,18 @@ def test_round_trip_and_every_key_added_is_found() -> None:
     assert len(built.encode()) == OVERHEAD + decoded.bit_count // 8
 
 
+def test_big_filters_set_the_same_bits_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Filters above the bool-array bound set their bits with ``bitwise_or.at`` (bounded memory):
+    the same bits, over several chunks of keys."""
+    from processor.segment import key_filter
+
+    keys = [b"key-%d" % i for i in range(5000)]
+    small = build_key_filter(keys, SECRET, SALT)
+    monkeypatch.setattr(key_filter, "_BOOL_BITS", 0)
+    monkeypatch.setattr(key_filter, "_CHUNK_KEYS", 999)
+    assert build_key_filter(keys, SECRET, SALT) == small
+
+
 def test_null_keys_are_left_out_and_the_empty_key_is_a_key() -> None:
     decoded = decode_key_filter(small_filter())
     assert decoded.key_count == 3  # alice, bob, b"": duplicates once, None never

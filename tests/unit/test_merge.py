@@ -20,8 +20,9 @@ from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.reader.segment_blocks import fetch_index, read_block_range_batches
 from processor.reader.segment_keys import SegmentDecryption
 from processor.rewrite.merge_plan import MergeLimits, MergeRun, plan_merges
-from processor.rewrite.merge_runner import Copier, DeleteSuperseded, MergeReport, merge_partition
+from processor.rewrite.merge_runner import MergeReport, merge_partition
 from processor.rewrite.merged_segment import merged_segment
+from processor.rewrite.ports import Copier, DeleteSuperseded
 from processor.segment.entries_v2 import parse_batch_header, records_as_batches
 from processor.segment.records import KafkaRecord, TimestampType
 from processor.segment.sealed_segment import SealedSegment

@@ -49,6 +49,17 @@ def test_keys_sort_by_start_offset_and_carry_uuid_and_epoch() -> None:
     assert a < b and str(sid) in a and a.endswith("-e3.log") and a.startswith("t/0/")
 
 
+def test_a_segments_key_filter_is_its_object_and_deleted_last() -> None:
+    keys = ObjectKeyFactory("p")
+    sid = uuid.uuid4()
+    k = keys.segment("t", 1, 0, sid, 4)
+    assert k.key_filter == k.data + "-keys"
+    assert k.in_delete_order() == (k.manifest, k.data, k.index, k.key_filter)
+    assert keys.is_project_key(k.key_filter)
+    assert keys.segment_name(k.key_filter) == (sid, 4, k.data)
+    assert not keys.is_project_key(k.data + "-keys-index")
+
+
 def test_metadata_keys_are_checked_before_use() -> None:
     keys = ObjectKeyFactory("p")
     good = keys.segment("t", 1, 0, uuid.uuid4(), 0)

@@ -74,11 +74,14 @@ def test_inventory_and_manifests(tmp_path: Path) -> None:
     elsewhere = segment(1, 40, 49)
     store(storage, elsewhere, manifest=encode_manifest(SegmentManifest(good[0], None)))
     storage.create("pre/orders-x/restores/c/r/0/00000000000000000010.offsetmap", [b"map"])
+    storage.create(good[0].data_object_key + "-keys", [b"filter"])  # a key filter: optional, its own slot
 
     inventory = take_inventory((info.key, info.size) for info in storage.list("pre/"))
     assert [o.data_key for o in inventory.without_manifest] == [no_manifest.data_object_key]
     assert [o.data_key for o in inventory.manifest_without_objects] == [no_index.data_object_key]
     assert inventory.other_objects == 1
+    sizes = {o.data_key: o.key_filter_size for o in inventory.complete}
+    assert sizes[good[0].data_object_key] == 6 and sizes[good[1].data_object_key] is None
     manifests, problems = read_manifests(storage, KEYS, inventory.complete, threads=4)
     assert sorted(m.segment.segment_id.id for m in manifests) == sorted(s.segment_id.id for s in good)
     assert {p.key: p.what.split(":")[0].split(" (")[0] for p in problems} == {
