@@ -174,7 +174,7 @@ class Settings(BaseSettings):
     # segments whose filter may hold a key) and the hashes of erased keys in the erasure audit trail.
     # At least 16 characters (`openssl rand -hex 32`); a secret: never logged. Unset: no filters are
     # written (erase scans every segment) and `processor erase` refuses to run.
-    erasure_secret: SecretStr | None = Field(default=None, min_length=16, max_length=1024)
+    erasure_secret: SecretStr | None = None
     # workers `processor offload` asks (comma-separated base URLs); default http://127.0.0.1:WEB_PORT
     worker_urls: Annotated[tuple[str, ...], NoDecode] = ()
     # "text" (human-readable lines) or "json" (one JSON object per line, for log pipelines).
@@ -234,6 +234,16 @@ class Settings(BaseSettings):
             raise ValueError(
                 "is set but empty; give a token, or unset it and choose PROCESSOR_WEB_AUTH=none "
                 "(or a loopback PROCESSOR_WEB_HOST) to serve the read API without one"
+            )
+        return value
+
+    @field_validator("erasure_secret", mode="before")
+    @classmethod
+    def _long_enough_secret(cls, value: Any) -> Any:
+        raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(raw, str) and not 16 <= len(raw) <= 1024:
+            raise ValueError(
+                f"has {len(raw)} characters; give 16 to 1024 (say, the output of `openssl rand -hex 32`)"
             )
         return value
 
@@ -427,6 +437,9 @@ def _describe(error: Mapping[str, Any]) -> str:
     name = f"{ENV_PREFIX}{str(loc[0]).upper()}" if loc else "configuration"
     value = error.get("input")
     shown = "" if isinstance(value, dict) or value is None else f" (got {value!r})"
+    secret = Settings.model_fields.get(str(loc[0])) if loc else None
+    if secret is not None and "SecretStr" in str(secret.annotation):
+        shown = ""  # a secret's value is never printed, not even a wrong one
     kind, ctx = error.get("type"), error.get("ctx") or {}
     if kind == "string_pattern_mismatch":
         choices = _CHOICES.fullmatch(str(ctx.get("pattern", "")))

@@ -189,6 +189,11 @@ MEANINGS: dict[str, str] = {
         "the worker merges the small segments of the partitions it leads every this long, a few runs "
         "at a time (`0`: only `processor merge` merges); every reader must know merged segments first"
     ),
+    "erasure_secret": (
+        "keys each new segment's key filter (`{data}-keys`: `processor erase` reads only segments that "
+        "may hold a key) and the hashed keys of the erasure audit trail; at least 16 characters, the "
+        "same on every worker and wherever `processor erase` runs; unset: no filters, erase refuses"
+    ),
     "worker_urls": "workers `processor offload` asks (comma-separated)",
     "log_format": "`text`, or `json`: every line the process writes is one JSON object",
     "storage_probe_interval_ms": (

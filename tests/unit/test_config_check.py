@@ -215,3 +215,17 @@ def test_config_without_check_is_unchanged() -> None:
     result = run_cli(AWS, "config")  # no topics, no token: still printed, exit 0
     assert result.returncode == 0
     assert "PROCESSOR_SEGMENT_BYTES" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"PROCESSOR_ERASURE_SECRET": "tooshort-s3cr"}, "has 13 characters; give 16 to 1024"),
+        ({"PROCESSOR_WEB_TOKEN": "  "}, "is set but empty"),
+    ],
+)
+def test_a_wrong_secret_is_named_never_shown(env: dict[str, str], expected: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(env)
+    assert expected in str(err.value)
+    assert next(iter(env.values())) not in str(err.value) and "got" not in str(err.value)
