@@ -1,7 +1,7 @@
 """Run the benchmarks: ``python -m benchmarks [--only SECTION,...] [--broker kafka,tansu]``, sections:
-offload, memory, reads, gateway, follower, scale, spark, restore, rebuild, encryption, merge. With more than
-one broker, every section but scale (which needs none) runs once per broker, each on a stack of its
-own, one after the other, in one run."""
+offload, memory, reads, gateway, follower, scale, spark, restore, rebuild, encryption, merge, erase.
+With more than one broker, every section but scale (which needs none) runs once per broker, each on
+a stack of its own, one after the other, in one run."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from argparse import Namespace
 from pathlib import Path
 
 from benchmarks.encryption import bench_encryption
+from benchmarks.erase import bench_erase
 from benchmarks.gateway import bench_gateway
 from benchmarks.merge import bench_merge
 from benchmarks.offload import bench_memory, bench_offload, load_topic
@@ -39,6 +40,7 @@ SECTIONS = (
     "rebuild",
     "encryption",
     "merge",
+    "erase",
 )
 MiB = 1024 * 1024
 
@@ -62,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rebuild-segments", type=int, default=10_000, help="segments the rebuild reads")
     parser.add_argument("--merge-segments", type=int, default=1000, help="small segments merged")
+    parser.add_argument(
+        "--erase-gib",
+        type=float,
+        default=0.25,
+        help="size of the 100-byte-value topic the erase section offloads",
+    )
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -164,6 +172,8 @@ def run_sections(
         bench_rebuild(report, info, workdir, segments=args.rebuild_segments)
     if "merge" in only:
         bench_merge(report, info, workdir, segments=50 if args.smoke else args.merge_segments)
+    if "erase" in only:
+        bench_erase(report, info, workdir, int(args.erase_gib * 1024 * MiB))
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ pytestmark = pytest.mark.integration
 
 
 # Longer than the default 120 s: worker runs (each a process start, a group join and a stop; the
-# encryption section adds two, 60 s more allowed), a restore and a Spark JVM, all inside one child process.
-@pytest.mark.timeout(360)
+# encryption and erase sections add two each, 60 s more allowed for each), a restore and a Spark JVM,
+# all inside one child process.
+@pytest.mark.timeout(420)
 def test_every_bench_section_completes_and_reports_its_figures(
     local_stack: StackInfo, tmp_path: Path
 ) -> None:
@@ -49,6 +50,8 @@ def test_every_bench_section_completes_and_reports_its_figures(
             "2000",
             "--rebuild-segments",
             "20",
+            "--erase-gib",
+            "0.002",
             "--smoke",
             "--out",
             str(out),
@@ -56,7 +59,7 @@ def test_every_bench_section_completes_and_reports_its_figures(
         ],
         capture_output=True,
         text=True,
-        timeout=340,
+        timeout=400,
         cwd=Path(__file__).resolve().parents[2],
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
