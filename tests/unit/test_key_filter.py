@@ -189,3 +189,49 @@ def test_errors_name_the_object() -> None:
     raw[HEADER_LEN] ^= 0xFF
     with pytest.raises(FormatError, match=r"^segment 7: CRC-32 mismatch"):
         decode_key_filter(bytes(raw), where="segment 7")
+
+
+def _reference_digest(key: bytes, secret: bytes, salt: bytes) -> bytes:
+    """The digest as the module docstring writes it, a key at a time, in plain integers."""
+    import hashlib
+
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    mask = 2**64 - 1
+
+    def mix(x: int) -> int:
+        x ^= x >> 30
+        x = x * 0xBF58476D1CE4E5B9 & mask
+        x ^= x >> 27
+        x = x * 0x94D049BB133111EB & mask
+        return x ^ (x >> 31)
+
+    row = key if len(key) <= 32 else hashlib.blake2b(key, digest_size=32, person=b"ktp-kf-long").digest()
+    row = row.ljust(32, b"\0")
+    a = mix(len(key) ^ 0x243F6A8885A308D3)
+    for j in range(4):
+        a = mix(int.from_bytes(row[8 * j : 8 * j + 8], "little") ^ a)
+    b = mix(a ^ 0x13198A2E03707344)
+    filter_key = hashlib.blake2b(salt, digest_size=16, key=secret, person=b"ktp-key-filter").digest()
+    enc = Cipher(algorithms.AES(filter_key), modes.ECB()).encryptor()
+    return enc.update(a.to_bytes(8, "little") + b.to_bytes(8, "little")) + enc.finalize()
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.binary(max_size=80), max_size=40), st.binary(min_size=16, max_size=16))
+def test_property_the_digests_are_the_documented_ones(keys: list[bytes], salt: bytes) -> None:
+    secret = b"k" * 32
+    got = FilterSecret(secret).digests(keys, salt)
+    assert [bytes(row.tobytes()) for row in got] == [_reference_digest(k, secret, salt) for k in keys]
+
+
+def test_a_known_filter_never_changes() -> None:
+    """Filters stay in the bucket for years: a change to the hashing would make old filters answer
+    "certainly not" for keys they hold, and an erasure would skip their segments. This pins it."""
+    import hashlib
+
+    built = build_key_filter([b"alice", b"", b"x" * 33, b"k7", None], SECRET, SALT).encode()
+    assert (
+        hashlib.sha256(built).hexdigest()
+        == "82cc161244baccb79014620529da20809f85d344cd8cb49294bc82e4bea1fed2"
+    )
