@@ -18,7 +18,7 @@ from benchmarks.encryption import bench_encryption
 from benchmarks.erase import bench_erase
 from benchmarks.gateway import bench_gateway
 from benchmarks.merge import bench_merge
-from benchmarks.offload import bench_memory, bench_offload, load_topic
+from benchmarks.offload import EXTRA_WORKER_ENV, bench_memory, bench_offload, load_topic
 from benchmarks.reads import bench_follower, bench_read_latency, bench_scale
 from benchmarks.rebuild import bench_rebuild
 from benchmarks.report import Report
@@ -65,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rebuild-segments", type=int, default=10_000, help="segments the rebuild reads")
     parser.add_argument("--merge-segments", type=int, default=1000, help="small segments merged")
     parser.add_argument(
+        "--key-filters",
+        action="store_true",
+        help="every worker run with an erasure secret (key filters built at copy time), to compare "
+        "offloads with the code before filters",
+    )
+    parser.add_argument(
         "--erase-gib",
         type=float,
         default=0.25,
@@ -105,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     if attached is not None and brokers != [attached.broker]:
         parser.error(f"--broker {args.broker}: the stack of {args.stack} runs {attached.broker} only")
 
+    if args.key_filters:
+        EXTRA_WORKER_ENV["PROCESSOR_ERASURE_SECRET"] = "bench erasure secret, not a real one"
     tune_gc()  # as the worker and the CLI do
     workdir = Path(tempfile.mkdtemp(prefix="processor-bench-"))
     report = Report()

@@ -195,6 +195,11 @@ def read_archive(info: stack.StackInfo, topic: LoadedTopic, workdir: Path) -> di
     return env
 
 
+# Settings every worker this harness starts gets, under a section's own (``--key-filters``: the
+# erasure secret, so offloads are measured with the key filters the copier then builds).
+EXTRA_WORKER_ENV: dict[str, str] = {}
+
+
 def run_worker_offload(
     info: stack.StackInfo,
     topic: LoadedTopic,
@@ -215,7 +220,7 @@ def run_worker_offload(
         "PROCESSOR_FOLLOWER_ENABLED": "false",
     }
     # extra_env wins over the defaults above (a caller may name its own metadata topic or prefix).
-    env = info.worker_env(workdir / tag, topic.name, **{**overrides, **(extra_env or {})})
+    env = info.worker_env(workdir / tag, topic.name, **{**overrides, **EXTRA_WORKER_ENV, **(extra_env or {})})
     port = int(env["PROCESSOR_WEB_PORT"])
     log = (workdir / f"worker-{tag}.log").open("wb")
     servers = cpu.stack_pids(info)
