@@ -8,7 +8,7 @@ topic with a listing of the partition's prefix in the bucket and reports:
   alone could not rebuild it; the partition's owner writes missing manifests once per claim);
 - ``corrupt``: a finished segment whose index CRC differs from the metadata's, whose data blocks
   fail their CRCs or do not hold the recorded number of records, or whose manifest does not decode
-  or describes another segment;
+  or describes another segment, or whose key filter (``-keys``, optional) does not decode;
 - ``unreferenced``: objects under the partition's prefix that no live segment names (leftovers of
   failed copies or of deletions that did not finish: storage that costs and serves nobody).
 
@@ -32,7 +32,10 @@ from processor.metadata.manifest import decode_manifest, manifest_key
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
 from processor.reader.segment_check import check_segment
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentDecryption
-from processor.segment.object_keys import ObjectKeyFactory, validate_topic
+from processor.segment.key_filter import MAX_BITS as KEY_FILTER_MAX_BITS
+from processor.segment.key_filter import OVERHEAD as KEY_FILTER_OVERHEAD
+from processor.segment.key_filter import decode_key_filter
+from processor.segment.object_keys import KEY_FILTER_SUFFIX, ObjectKeyFactory, validate_topic
 from processor.storage.chunk_storage import ChunkStorage
 from processor.wiring.read_side import open_read_side
 
@@ -116,22 +119,50 @@ def verify_partition(
     advance: Any = None,
     decryption: SegmentDecryption = NO_DECRYPTION,
 ) -> None:
+    listed = {
+        info.key: info
+        for info in storage.list(keys.topic_listing_prefix(tp.topic))
+        if keys.partition_of(tp.topic, info.key) == tp.partition
+    }
     referenced: set[str] = set()
     for segment in segments:
         if segment.state == SegmentState.DELETE_SEGMENT_FINISHED:
             continue
+        key_filter = segment.data_object_key + KEY_FILTER_SUFFIX
         referenced.update(
-            (segment.data_object_key, segment.index_object_key, manifest_key(segment.data_object_key))
+            (
+                segment.data_object_key,
+                segment.index_object_key,
+                manifest_key(segment.data_object_key),
+                key_filter,
+            )
         )
         if segment.state == SegmentState.COPY_SEGMENT_FINISHED:
             check_finished(storage, keys, segment, report, decryption)
             check_manifest(storage, segment, report)
+            if key_filter in listed:
+                check_key_filter(storage, segment, key_filter, listed[key_filter].size, report)
             report.segments_checked += 1
             if advance is not None:
                 advance()
-    for info in storage.list(keys.topic_listing_prefix(tp.topic)):
-        if keys.partition_of(tp.topic, info.key) == tp.partition and info.key not in referenced:
-            report.unreferenced.append({"partition": tp.partition, "key": info.key, "size": info.size})
+    for key, info in listed.items():
+        if key not in referenced:
+            report.unreferenced.append({"partition": tp.partition, "key": key, "size": info.size})
+
+
+def check_key_filter(
+    storage: ChunkStorage, segment: RemoteLogSegmentMetadata, key: str, size: int, report: VerifyReport
+) -> None:
+    """A segment's key filter, where it has one, must decode: a corrupt one costs erasures a read of
+    the whole segment (they never trust it), so it is reported, not fatal to reads."""
+    base = {"partition": segment.segment_id.partition, "segment": str(segment.segment_id.id)}
+    try:
+        if size > KEY_FILTER_OVERHEAD + KEY_FILTER_MAX_BITS // 8:
+            raise FormatError(f"{size} bytes, more than a key filter has")
+        decode_key_filter(storage.read(key, 0, size), where=key)
+    except FormatError as exc:
+        problem = f"key filter: {exc} (erasure reads the segment whole)"
+        report.corrupt.append({**base, "key": key, "problem": problem})
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -131,6 +131,9 @@ def test_three_keys_erased_from_an_encrypted_archive_leave_every_other_record_by
     assert fetched.returncode == 0, fetched.stderr
     assert [json.loads(line)["offset"] for line in fetched.stdout.splitlines()] == [e[0] for e in expected]
 
+    verified = run_cli(env, "verify", "--topic", tp.topic, "--json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr  # filters referenced, all decode
+
     # the audit trail: started and finished, the keys by keyed hash only
     trail = [o.key for o in storage.list(f"{PREFIX}/erasures=audit/{tp.topic}/")]
     assert [k.rsplit("-", 1)[1] for k in sorted(trail)] == ["finished.json", "started.json"]

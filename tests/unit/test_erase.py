@@ -263,3 +263,21 @@ def test_a_segment_of_format_1_is_rewritten_as_batches_of_its_kept_records(tmp_p
     assert not report.failed and report.rewritten == 2 and stats.missing == 1  # format 1: no filter
     assert [r for r in arch.read() if r.offset >= PER] == [r for r in recs if r.key != b"user-1"]
     assert arch.served()[-1].segment_format_version == 2
+
+
+def test_verify_counts_key_filters_as_the_segments_own_and_reports_a_corrupt_one(tmp_path: Path) -> None:
+    from processor.commands.verify import VerifyReport, verify_partition
+
+    arch = Archive(tmp_path, segments=3)
+    segments = list(arch.log.state().segments.values())
+    report = VerifyReport(TP.topic)
+    verify_partition(arch.storage, TP, segments, KEYS, report)
+    assert report.segments_checked == 3 and report.clean, report
+    victim = arch.served()[1].data_object_key + KEY_FILTER_SUFFIX
+    body = arch.storage.read_all(victim)
+    arch.storage.delete(victim)
+    arch.storage.create(victim, [body[:-2]])
+    report = VerifyReport(TP.topic)
+    verify_partition(arch.storage, TP, segments, KEYS, report)
+    assert [c["key"] for c in report.corrupt] == [victim] and "key filter" in report.corrupt[0]["problem"]
+    assert report.unreferenced == []
