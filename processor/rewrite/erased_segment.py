@@ -15,6 +15,7 @@ offsets, its record count less the removed ones) before anyone uploads it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from processor.errors import CorruptObjectError, FormatError
@@ -85,4 +86,7 @@ def erase_from(
             object_key=source.data_object_key,
             segment=name,
         )
+    # the source's leader epochs, whole: an epoch whose every record was erased still began where
+    # it began (clients validate fetch positions against these)
+    sealed = dataclasses.replace(sealed, leader_epochs=list(source.segment_leader_epochs))
     return Erasure(compress_segment(sealed), records, removed)

@@ -137,6 +137,7 @@ def test_the_erased_keys_records_are_gone_and_every_other_record_reads_back_at_i
     assert [(s.start_offset, s.end_offset) for s in after] == [(s.start_offset, s.end_offset) for s in before]
     assert sum(s.record_count for s in after) == len(kept)
     assert report.rewritten == sum(1 for s in after if s.supersedes)
+    assert [s.segment_leader_epochs for s in after] == [s.segment_leader_epochs for s in before]
     # no object in the bucket holds an erased key's value bytes with its key any more
     data = arch.object_bytes()
     assert all(key not in data for key in erased)

@@ -49,6 +49,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
@@ -83,8 +84,11 @@ from processor.rebuild.inventory import take_inventory
 from processor.rebuild.manifests import read_manifests
 from processor.rebuild.publish import rebuilt_log_start
 from processor.rebuild.resolve import REBUILD_WRITER, plan_rebuild
+from processor.rewrite.erase_runner import erase_partition
+from processor.rewrite.erased_segment import Erasure
 from processor.rewrite.merge_plan import MergeLimits, MergeRun
 from processor.rewrite.merge_runner import merge_partition
+from processor.rewrite.ports import Copier, DeleteSuperseded
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import ChunkStorage
@@ -113,6 +117,7 @@ FORGED_REWRITES = os.environ.get("MODEL_FORGED_REWRITES") == "1"
 # Where a merge's process dies: before its merged segment's FINISHED goes out, after it was accepted
 # and before any source was deleted, after the first source's deletion; or not at all.
 MERGE_CRASHES = (None, "before_finished", "after_finished", "mid_delete")
+StateOf = Callable[[], PartitionRemoteState]
 
 
 class _Crash(BaseException):
@@ -407,6 +412,75 @@ class OwnershipModel(RuleBasedStateMachine):
         zombie), and its process may die at any of the merge's steps. First it copies ``copies``
         small segments of new records (a quiet partition rolling by time), so there is something to
         merge."""
+
+        def build(run: MergeRun) -> SealedSegment:
+            for source in run.segments:  # the real merge reads every source (processor/rewrite/)
+                self._readable(source)
+            return self._sealed(
+                run.start_offset, run.end_offset, run.record_count, run.size_bytes, run.segments
+            )
+
+        def run(
+            tp: TopicPartition,
+            state: Callable[[], PartitionRemoteState],
+            epoch: int,
+            copier: Copier,
+            delete: DeleteSuperseded,
+        ) -> None:
+            merge_partition(tp, state, epoch, MERGE_LIMITS, self.source_ends[tp], build, copier, delete)
+
+        self._rewrite(name, crash_at, copies, run)
+
+    def erase(self, name: str, crash_at: str | None, copies: int, holders: int) -> None:
+        """The owner erases keys as ``processor erase`` does (the real runner, copier and deleter):
+        each served segment its filter says may hold one (``holders`` picks which) is read back and
+        published again without a record, over the same offsets, naming the segment it replaces;
+        its process may die at any step, as a merge's."""
+
+        def may_hold(source: RemoteLogSegmentMetadata) -> bool:
+            return (source.segment_id.id.int + holders) % 3 == 0
+
+        def build(source: RemoteLogSegmentMetadata) -> Erasure:
+            self._readable(source)
+            records = max(source.record_count - 1, 0)
+            sealed = self._sealed(source.start_offset, source.end_offset, records, 1, [source])
+            return Erasure(sealed, source.record_count, source.record_count - records)
+
+        def run(
+            tp: TopicPartition,
+            state: Callable[[], PartitionRemoteState],
+            epoch: int,
+            copier: Copier,
+            delete: DeleteSuperseded,
+        ) -> None:
+            erase_partition(tp, state, epoch, may_hold, build, copier, delete)
+
+        self._rewrite(name, crash_at, copies, run)
+
+    def _readable(self, source: RemoteLogSegmentMetadata) -> None:
+        if source.data_object_key not in self.bucket.objects:
+            raise CorruptObjectError("missing", object_key=source.data_object_key)
+
+    @staticmethod
+    def _sealed(
+        start: int, end: int, records: int, size: int, sources: Sequence[RemoteLogSegmentMetadata]
+    ) -> SealedSegment:
+        return SealedSegment(
+            sources[0].segment_id.partition, start, end, [b"m" * size], [], records, size,
+            max(s.max_timestamp_ms for s in sources), [(0, start)],
+        )  # fmt: skip
+
+    def _rewrite(
+        self,
+        name: str,
+        crash_at: str | None,
+        copies: int,
+        run: Callable[
+            [TopicPartition, Callable[[], PartitionRemoteState], int, Copier, DeleteSuperseded], None
+        ],
+    ) -> None:
+        """A rewrite (merge or erasure) by the owner ``name``, planned on what its follower shows, the
+        process dying at ``crash_at``; first ``copies`` small segments of new records are copied."""
         owner = self.owners[name]
         assert owner.epoch is not None and owner.copy is None
         for _ in range(copies):
@@ -438,7 +512,7 @@ class OwnershipModel(RuleBasedStateMachine):
         copier = self._copier(owner, cast(ChunkStorage, self.bucket), Sink(), self.topic.confirm)
 
         class Recording:
-            """The copier; a merged segment it returns is acknowledged (FINISHED confirmed accepted)."""
+            """The copier; a rewrite it returns is acknowledged (FINISHED confirmed accepted)."""
 
             def copy(
                 self,
@@ -448,17 +522,17 @@ class OwnershipModel(RuleBasedStateMachine):
                 still_leader: object = None,
                 supersedes: tuple[uuid.UUID, ...] = (),
             ) -> RemoteLogSegmentMetadata:
-                merged = copier.copy(tp, segment, writer_epoch, supersedes=supersedes)
-                model.acked[merged.segment_id.id] = merged
+                rewrite = copier.copy(tp, segment, writer_epoch, supersedes=supersedes)
+                model.acked[rewrite.segment_id.id] = rewrite
                 for sid in supersedes:
-                    model.superseded[sid] = merged.segment_id.id
-                return merged
+                    model.superseded[sid] = rewrite.segment_id.id
+                return rewrite
 
         deleter = self._deleter(owner)
 
         def delete(
             tp: TopicPartition,
-            sources: list[RemoteLogSegmentMetadata],
+            sources: Sequence[RemoteLogSegmentMetadata],
             ep: int,
             part: PartitionRemoteState | None,
         ) -> list[str]:
@@ -470,34 +544,16 @@ class OwnershipModel(RuleBasedStateMachine):
                 raise _Crash
             return errors
 
-        def build(run: MergeRun) -> SealedSegment:
-            for source in run.segments:  # the real merge reads every source (processor/rewrite/)
-                if source.data_object_key not in self.bucket.objects:
-                    raise CorruptObjectError("missing", object_key=source.data_object_key)
-            return SealedSegment(
-                tp.partition, run.start_offset, run.end_offset, [b"m" * run.size_bytes], [], run.record_count,
-                run.size_bytes, max(s.max_timestamp_ms for s in run.segments), [(0, run.start_offset)],
-            )  # fmt: skip
-
         try:
-            merge_partition(
-                tp,
-                state,
-                epoch,
-                MERGE_LIMITS,
-                self.source_ends[tp],
-                build,
-                Recording(),
-                delete,  # type: ignore[arg-type]
-            )
+            run(tp, state, epoch, Recording(), delete)
             # its records were confirmed through its follower, which holds them now
             self._saw_own_writes(owner)
         except _Crash:
             self.crash(name)
         except FencedWriterError:
-            self._fenced(owner)  # taken over: a zombie's merge is refused by the readers
+            self._fenced(owner)  # taken over: a zombie's rewrite is refused by the readers
         except StorageError:
-            self._saw_own_writes(owner)  # a storage error: the next merge or pass retries
+            self._saw_own_writes(owner)  # a storage error: the next rewrite or pass retries
 
     # -- retention and cleanup, through the real retention service ---------------------------
 
@@ -1247,6 +1303,15 @@ def _register_owner_rules() -> None:
                 "merge",
                 _can_merge(n),
                 {"crash_at": st.sampled_from(MERGE_CRASHES), "copies": st.integers(0, 3)},
+            ),
+            (
+                "erase",
+                _can_merge(n),
+                {
+                    "crash_at": st.sampled_from(MERGE_CRASHES),
+                    "copies": st.integers(0, 2),
+                    "holders": st.integers(0, 2),
+                },
             ),
         ]
         for step, pre, args in table:
