@@ -2,8 +2,9 @@
 filters: three keys among 100,000 records in about 50 segments are erased; afterwards no object in
 the bucket holds a record of those keys (every data object decrypted and decoded), every other
 record reads back byte-exact at its offset through ``fetch`` and, once the broker deleted them,
-through the gateway to an unmodified consumer in order and through a restore; the key filters spared most segments a
-read; the audit trail names the keys by keyed hashes only; the same erasure again changes nothing."""
+through the gateway to an unmodified consumer in order and through a restore; the key filters
+spared most segments a read; the audit trail names the keys by keyed hashes only; the same erasure
+again changes nothing."""
 
 from __future__ import annotations
 
