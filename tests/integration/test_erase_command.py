@@ -26,11 +26,10 @@ from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
 from processor.reader.segment_blocks import fetch_index, read_block_range
 from processor.reader.segment_keys import SegmentDecryption
 from processor.segment.object_keys import KEY_FILTER_SUFFIX, ObjectKeyFactory
-from processor.wiring.gateway_server import GatewayServer
 from tests.integration.lifecycle_support import run_cli, storage_for, view
 from tests.integration.test_deletion_commands import DELETIONS, META, PREFIX, offload
 from tests.integration.worker_process import worker_env
-from tests.support.gateway_thread import gateway_running, loopback_gateway
+from tests.support.gateway_thread import consume_archive
 
 pytestmark = pytest.mark.integration
 
@@ -163,22 +162,7 @@ def test_three_keys_erased_from_an_encrypted_archive_leave_every_other_record_by
         "PROCESSOR_S3_PREFIX": PREFIX,
         "PROCESSOR_ENCRYPTION_KEYRING": str(keyring),
     }
-    gateway = loopback_gateway(archive_env, tmp_path / "gateway")
-    got: list[tuple[int, bytes | None, bytes | None]] = []
-    with gateway_running(GatewayServer.build(gateway.settings)):
-        consumer = Consumer(
-            {"bootstrap.servers": gateway.bootstrap, "group.id": "erased", "auto.offset.reset": "earliest",
-             "enable.auto.commit": False, "check.crcs": True}
-        )  # fmt: skip
-        try:
-            consumer.assign([KafkaTP(tp.topic, 0, 0)])
-            deadline = time.monotonic() + 120
-            while len(got) < len(expected) and time.monotonic() < deadline:
-                for msg in consumer.consume(1000, 0.5):
-                    assert msg.error() is None, msg.error()
-                    got.append((msg.offset() or 0, msg.key(), msg.value()))
-        finally:
-            consumer.close()
+    got = consume_archive(archive_env, tmp_path / "gateway", tp.topic, len(expected), "erased")
     assert got == expected
 
     # a restore replays the rest, in order, none of the erased keys

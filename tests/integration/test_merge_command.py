@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.devstack.stack import StackInfo
@@ -19,11 +18,10 @@ from processor.kafka.admin import ensure_topic
 from processor.kafka.clients import new_admin
 from processor.kafka.partition import TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
-from processor.wiring.gateway_server import GatewayServer
 from tests.integration.lifecycle_support import produce, run_cli, view
 from tests.integration.test_deletion_commands import META, PREFIX, env_for, offload
 from tests.integration.worker_process import WorkerProcess
-from tests.support.gateway_thread import gateway_running, loopback_gateway
+from tests.support.gateway_thread import consume_archive
 
 pytestmark = pytest.mark.integration
 
@@ -86,24 +84,7 @@ def test_small_segments_merge_into_few_and_every_record_reads_back_byte_exact(
     for future in admin.delete_records([KafkaTP(tp.topic, 0, 200)]).values():
         future.result(timeout=30)
     archive_env = {**local_stack.env(), "PROCESSOR_METADATA_TOPIC": META, "PROCESSOR_S3_PREFIX": PREFIX}
-    gateway = loopback_gateway(archive_env, tmp_path / "gateway")
-    with gateway_running(GatewayServer.build(gateway.settings)):
-        consumer = Consumer(
-            {"bootstrap.servers": gateway.bootstrap, "group.id": "merged", "auto.offset.reset": "earliest",
-             "enable.auto.commit": False, "check.crcs": True}
-        )  # fmt: skip
-        try:
-            consumer.assign([KafkaTP(tp.topic, 0, 0)])
-            got: list[tuple[int, bytes | None, bytes | None]] = []
-            deadline = time.monotonic() + 60
-            while len(got) < 200 and time.monotonic() < deadline:
-                msg = consumer.poll(0.5)
-                if msg is None:
-                    continue
-                assert msg.error() is None, msg.error()
-                got.append((msg.offset() or 0, msg.key(), msg.value()))
-        finally:
-            consumer.close()
+    got = consume_archive(archive_env, tmp_path / "gateway", tp.topic, 200, "merged")
     assert got == [(i, f"k{i}".encode(), bytes([i % 251]) * 1024) for i in range(200)]
 
 

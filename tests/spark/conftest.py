@@ -178,15 +178,7 @@ def archive(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) ->
         PROCESSOR_FOLLOWER_ENABLED="false",
     )
     worker = WorkerProcess(env, tmp / "worker.log")
-    options = {
-        "kafka.bootstrap.servers": local_stack.bootstrap_servers,
-        "metadata.topic": META,
-        "s3.endpoint": local_stack.s3_endpoint_url,
-        "s3.bucket": local_stack.bucket,
-        "s3.prefix": PREFIX,
-        "s3.region": "us-east-1",
-    }
-    archive = Archive(local_stack, worker, options)
+    archive = Archive(local_stack, worker, archive_options(local_stack, META, PREFIX))
     try:
         archive.produce(600)
         # 600 records of ~1 KiB in 64 KiB segments: every partition has several finished segments,
@@ -206,6 +198,18 @@ def as_tuple(row: Any) -> tuple[Any, ...]:
     key = None if row["key"] is None else bytes(row["key"])
     value = None if row["value"] is None else bytes(row["value"])
     return (key, value, headers, ms, row["timestampType"])
+
+
+def archive_options(info: StackInfo, meta: str, prefix: str) -> dict[str, str]:
+    """The Spark sources' options for an archive on the stack: its metadata topic and S3 prefix."""
+    return {
+        "kafka.bootstrap.servers": info.bootstrap_servers,
+        "metadata.topic": meta,
+        "s3.endpoint": info.s3_endpoint_url,
+        "s3.bucket": info.bucket,
+        "s3.prefix": prefix,
+        "s3.region": "us-east-1",
+    }
 
 
 def spark_options(archive: Archive, **extra: str) -> dict[str, str]:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.devstack.stack import StackInfo
@@ -19,10 +18,10 @@ from processor.kafka.admin import ensure_topic
 from processor.kafka.clients import new_admin, new_producer
 from processor.kafka.partition import TopicPartition
 from processor.metadata.remote_log_state import coverage_gaps_and_overlaps
-from processor.wiring.gateway_server import GatewayServer
 from tests.integration.lifecycle_support import run_cli, view
 from tests.integration.test_deletion_commands import META, PREFIX, env_for, offload
-from tests.support.gateway_thread import gateway_running, loopback_gateway
+from tests.spark.conftest import archive_options
+from tests.support.gateway_thread import consume_archive
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 
@@ -90,16 +89,7 @@ def test_a_thousand_small_segments_merge_near_the_target_and_read_back_everywher
     rows = [json.loads(line) for line in fetched.stdout.splitlines()]
     assert [r["offset"] for r in rows] == list(range(RECORDS))
 
-    options = {
-        "kafka.bootstrap.servers": local_stack.bootstrap_servers,
-        "metadata.topic": META,
-        "s3.endpoint": local_stack.s3_endpoint_url,
-        "s3.bucket": local_stack.bucket,
-        "s3.prefix": PREFIX,
-        "s3.region": "us-east-1",
-        "subscribe": tp.topic,
-        "endingOffsets": "latest",
-    }
+    options = {**archive_options(local_stack, META, PREFIX), "subscribe": tp.topic, "endingOffsets": "latest"}
     got = spark.read.format("tiered_records").options(**options).load().collect()
     assert sorted((r["offset"], bytes(r["key"]), bytes(r["value"])) for r in got) == expected
 
@@ -107,20 +97,4 @@ def test_a_thousand_small_segments_merge_near_the_target_and_read_back_everywher
     for future in admin.delete_records([KafkaTP(tp.topic, 0, RECORDS)]).values():
         future.result(timeout=30)
     archive_env = {**local_stack.env(), "PROCESSOR_METADATA_TOPIC": META, "PROCESSOR_S3_PREFIX": PREFIX}
-    gateway = loopback_gateway(archive_env, tmp_path / "gateway")
-    consumed: list[tuple[int, bytes | None, bytes | None]] = []
-    with gateway_running(GatewayServer.build(gateway.settings)):
-        consumer = Consumer(
-            {"bootstrap.servers": gateway.bootstrap, "group.id": "scale", "auto.offset.reset": "earliest",
-             "enable.auto.commit": False, "check.crcs": True}
-        )  # fmt: skip
-        try:
-            consumer.assign([KafkaTP(tp.topic, 0, 0)])
-            deadline = time.monotonic() + 120
-            while len(consumed) < RECORDS and time.monotonic() < deadline:
-                for msg in consumer.consume(1000, 0.5):
-                    assert msg.error() is None, msg.error()
-                    consumed.append((msg.offset() or 0, msg.key(), msg.value()))
-        finally:
-            consumer.close()
-    assert consumed == expected
+    assert consume_archive(archive_env, tmp_path / "gateway", tp.topic, RECORDS, "scale") == expected

@@ -17,6 +17,7 @@ from processor.kafka.clients import new_admin
 from processor.kafka.partition import TopicPartition
 from tests.integration.lifecycle_support import produce, run_cli, view
 from tests.integration.test_deletion_commands import META, PREFIX, env_for, offload
+from tests.spark.conftest import archive_options
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -50,16 +51,7 @@ def test_merged_and_erased_segments_read_back_through_spark(
     served = view(local_stack, META, tp, PREFIX).finished
     assert len(served) < before and any(s.supersedes for s in served)
 
-    options = {
-        "kafka.bootstrap.servers": local_stack.bootstrap_servers,
-        "metadata.topic": META,
-        "s3.endpoint": local_stack.s3_endpoint_url,
-        "s3.bucket": local_stack.bucket,
-        "s3.prefix": PREFIX,
-        "s3.region": "us-east-1",
-        "subscribe": tp.topic,
-        "endingOffsets": "latest",
-    }
+    options = {**archive_options(local_stack, META, PREFIX), "subscribe": tp.topic, "endingOffsets": "latest"}
     rows = spark.read.format("tiered_records").options(**options).load().collect()
     got = sorted((r["offset"], bytes(r["key"]), bytes(r["value"])) for r in rows)
     expected = [(i, f"k{i}".encode(), bytes([i % 251]) * 1024) for i in range(RECORDS) if i not in (5, 150)]

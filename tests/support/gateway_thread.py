@@ -127,3 +127,31 @@ def tls_gateway_env(stack: StackInfo, data_dir: Path) -> tuple[dict[str, str], i
         "PROCESSOR_WEB_PORT": str(web),
     }
     return env, port, web
+
+
+def consume_archive(
+    archive_env: dict[str, str], data_dir: Path, topic: str, count: int, group: str, timeout_s: float = 120
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of up to ``count`` records of ``topic``'s partition 0 from its first
+    offset, read by an unmodified confluent-kafka consumer through a gateway on ``archive_env``'s
+    archive (CRCs checked), in the order the consumer gets them."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaTP
+
+    gateway = loopback_gateway(archive_env, data_dir)
+    got: list[tuple[int, bytes | None, bytes | None]] = []
+    with gateway_running(GatewayServer.build(gateway.settings)):
+        consumer = Consumer(
+            {"bootstrap.servers": gateway.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+             "enable.auto.commit": False, "check.crcs": True}
+        )  # fmt: skip
+        try:
+            consumer.assign([KafkaTP(topic, 0, 0)])
+            deadline = time.monotonic() + timeout_s
+            while len(got) < count and time.monotonic() < deadline:
+                for msg in consumer.consume(1000, 0.5):
+                    assert msg.error() is None, msg.error()
+                    got.append((msg.offset() or 0, msg.key(), msg.value()))
+        finally:
+            consumer.close()
+    return got
