@@ -226,3 +226,12 @@ def test_values_schema_is_valid_json_schema():
     # The defaults pass the schema (so a bare `helm lint` passes); the required topics are refused
     # by the templates at install (test_source_topics_are_required).
     assert errors == []
+
+
+def test_the_erasure_secret_comes_from_its_secret_and_only_when_given(helm, all_docs):
+    docs = render(helm, *ALL_ON, "--set", "credentials.erasureSecret.existingSecret=erasure")
+    worker = by_kind(docs, "StatefulSet")[0]["spec"]["template"]["spec"]["containers"][0]
+    (erasure,) = [e for e in worker["env"] if e["name"] == "PROCESSOR_ERASURE_SECRET"]
+    assert erasure["valueFrom"]["secretKeyRef"] == {"name": "erasure", "key": "erasure-secret"}
+    assert "PROCESSOR_ERASURE_SECRET" not in config_map(docs)
+    assert "PROCESSOR_ERASURE_SECRET" not in rendered_setting_names(all_docs)

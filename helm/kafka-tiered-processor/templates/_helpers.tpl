@@ -225,6 +225,13 @@ PROCESSOR_SSL_KEYFILE: {{ printf "%s/%s" (include "ktp.kafkaClientDir" $) $k.tls
       name: {{ . }}
       key: {{ $.Values.credentials.webToken.key }}
 {{- end }}
+{{- with .Values.credentials.erasureSecret.existingSecret }}
+- name: PROCESSOR_ERASURE_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.credentials.erasureSecret.key }}
+{{- end }}
 {{- $sasl := .Values.kafka.sasl }}
 {{- if and (include "ktp.kafkaSasl" .) $sasl.existingSecret }}
 {{- if not $sasl.username }}
