@@ -35,20 +35,18 @@ PREFIX = "del"
 
 
 def env_for(info: StackInfo, tmp: Path, topics: str, **extra: str) -> dict[str, str]:
-    return worker_env(
-        info,
-        tmp / "data",
-        topics,
-        PROCESSOR_METADATA_TOPIC=META,
-        PROCESSOR_METADATA_PARTITIONS="2",
-        PROCESSOR_DELETION_TOPIC=DELETIONS,
-        PROCESSOR_SEGMENT_BYTES=str(8 * 1024),
-        PROCESSOR_BLOCK_BYTES="4096",
-        PROCESSOR_SEGMENT_MS="800",
-        PROCESSOR_BUFFER_BYTES=str(4 * 1024 * 1024),
-        PROCESSOR_S3_PREFIX=PREFIX,
-        **extra,
-    )
+    """A worker's (and the commands') settings on this module's archive; ``extra`` wins."""
+    defaults = {
+        "PROCESSOR_METADATA_TOPIC": META,
+        "PROCESSOR_METADATA_PARTITIONS": "2",
+        "PROCESSOR_DELETION_TOPIC": DELETIONS,
+        "PROCESSOR_SEGMENT_BYTES": str(8 * 1024),
+        "PROCESSOR_BLOCK_BYTES": "4096",
+        "PROCESSOR_SEGMENT_MS": "800",
+        "PROCESSOR_BUFFER_BYTES": str(4 * 1024 * 1024),
+        "PROCESSOR_S3_PREFIX": PREFIX,
+    }
+    return worker_env(info, tmp / "data", topics, **{**defaults, **extra})
 
 
 def offload(info: StackInfo, env: dict[str, str], ends: dict[TopicPartition, int], log: Path) -> None:

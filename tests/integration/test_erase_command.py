@@ -27,8 +27,7 @@ from processor.reader.segment_blocks import fetch_index, read_block_range
 from processor.reader.segment_keys import SegmentDecryption
 from processor.segment.object_keys import KEY_FILTER_SUFFIX, ObjectKeyFactory
 from tests.integration.lifecycle_support import run_cli, storage_for, view
-from tests.integration.test_deletion_commands import DELETIONS, META, PREFIX, offload
-from tests.integration.worker_process import worker_env
+from tests.integration.test_deletion_commands import META, PREFIX, env_for, offload
 from tests.support.gateway_thread import consume_archive
 
 pytestmark = pytest.mark.integration
@@ -65,16 +64,11 @@ def test_three_keys_erased_from_an_encrypted_archive_leave_every_other_record_by
     keyring = tmp_path / "keyring"
     keyring.mkdir()
     new_key(keyring)
-    env = worker_env(
+    env = env_for(
         local_stack,
-        tmp_path / "data",
+        tmp_path,
         tp.topic,
         PROCESSOR_WORKER_ID="erase-1",
-        PROCESSOR_METADATA_TOPIC=META,
-        PROCESSOR_METADATA_PARTITIONS="2",
-        PROCESSOR_DELETION_TOPIC=DELETIONS,
-        PROCESSOR_S3_PREFIX=PREFIX,
-        PROCESSOR_BUFFER_BYTES=str(4 * 1024 * 1024),
         PROCESSOR_SEGMENT_BYTES=str(96 * 1024),
         PROCESSOR_BLOCK_BYTES=str(16 * 1024),
         PROCESSOR_SEGMENT_MS="60000",
