@@ -64,19 +64,37 @@ class ApplyResult:
 
 
 class _ServedAdds:
-    """The served segments a batch added to one partition, by start offset (served segments never
-    overlap, so those overlapping a range are a run ending at the last start inside it)."""
+    """The segments a batch made served in one partition and that are still served, by start offset
+    (served segments never overlap, so those overlapping a range are a run ending at the last start
+    inside it). A segment the batch unserves again is taken out: left in, a rewrite's sources (each
+    inside the rewrite's range) would end the walk back before it reached the rewrite."""
 
     def __init__(self) -> None:
         self.starts: list[int] = []
         self.segments: list[RemoteLogSegmentMetadata] = []
-        self.max_end = -1
+        self.max_end = -1  # of every segment ever added: a bound, not exact
 
     def add(self, seg: RemoteLogSegmentMetadata) -> None:
+        self.remove(seg)
         self.max_end = max(self.max_end, seg.end_offset)
         i = bisect.bisect_right(self.starts, seg.start_offset)
         self.starts.insert(i, seg.start_offset)
         self.segments.insert(i, seg)
+
+    def remove(self, seg: RemoteLogSegmentMetadata) -> None:
+        """Take out the entry of ``seg``'s id, if there is one (looked up by its start offset first: a
+        batch that serves and unserves thousands stays linear, but for the lists' moves)."""
+        sid = seg.segment_id.id
+        i = bisect.bisect_left(self.starts, seg.start_offset)
+        while i < len(self.starts) and self.starts[i] == seg.start_offset:
+            if self.segments[i].segment_id.id == sid:
+                del self.starts[i], self.segments[i]
+                return
+            i += 1
+        for i, other in enumerate(self.segments):  # the same id under another start (a forged record)
+            if other.segment_id.id == sid:
+                del self.starts[i], self.segments[i]
+                return
 
     def overlapping(self, start: int, end: int) -> Iterator[RemoteLogSegmentMetadata]:
         i = bisect.bisect_right(self.starts, end) - 1
@@ -195,6 +213,11 @@ class RocksFoldStore:
 
     # -- writes ----------------------------------------------------------------------------------
 
+    def _no_longer_served(self, tp: TopicPartition, seg: RemoteLogSegmentMetadata) -> None:
+        adds = self.served_adds.get(tp)
+        if adds is not None:
+            adds.remove(seg)
+
     def commit(self, tp: TopicPartition, change: Change) -> None:
         # the partition's key first: a key that cannot be built fails here, before anything changes
         ptp = tp_key(tp)
@@ -203,6 +226,7 @@ class RocksFoldStore:
         for seg in change.unserve:
             batch.delete(offset_key(b"O", seg.topic_partition, seg.start_offset, seg.segment_id.id))
             served[seg.segment_id.id] = None
+            self._no_longer_served(tp, seg)
         for seg in change.reserve:
             key = offset_key(b"O", seg.topic_partition, seg.start_offset, seg.segment_id.id)
             batch.put(key, O_VALUE.pack(seg.end_offset, seg.max_timestamp_ms))
@@ -216,6 +240,7 @@ class RocksFoldStore:
             batch.delete(offset_key(b"L", seg.topic_partition, seg.start_offset, sid))
             self.segments[sid] = None
             served[sid] = None
+            self._no_longer_served(tp, seg)
         if change.put is not None:
             new = change.put
             sid = new.segment_id.id
@@ -233,6 +258,7 @@ class RocksFoldStore:
             else:
                 batch.delete(b"O" + suffix)
                 served[sid] = None
+                self._no_longer_served(tp, new)
             self.segments[sid] = new
         if change.header is not None:
             batch.put(b"E" + ptp, encode_header(change.header))

@@ -265,3 +265,28 @@ def test_no_merge_takes_the_sources_of_a_merge_whose_deletion_waits_to_be_undone
     assert {s.segment_id for s in part.finished()} == {a.segment_id, b.segment_id, c.segment_id}
     limits = MergeLimits(target_bytes=1000, small_bytes=500, min_age_ms=0)
     assert planned_runs(part, limits, 10**12) == []  # a and b wait; c alone is no run
+
+
+def test_the_cache_applying_a_rewrite_and_a_later_overlap_in_one_batch_agrees_with_the_fold(
+    tmp_path: Path,
+) -> None:
+    """A follower catching up (a rebuilt cache, a metadata partition that lost its tail) applies a
+    rewrite and what follows it in one batch: a FINISHED overlapping the rewrite's last offsets
+    must be refused there as the fold refuses it (the cache's in-batch index of served segments
+    kept the rewrite's sources, each inside its range, and stopped looking before the rewrite)."""
+    from processor.follower.cache_writes import RawMessage
+    from processor.follower.metadata_cache import MetadataCache
+
+    log = Log()
+    epoch, sources = three(log)
+    ok, merged = rewrite(log, 0, 29, epoch, sources)
+    assert ok
+    _ok, late = copy(log, 29, 29, epoch)  # overlaps the merge's last offset
+    assert served(log) == [(0, 29)]
+    cache = MetadataCache(tmp_path / "cache")
+    try:
+        cache.apply_batch([RawMessage(0, offset, key, value) for offset, key, value in log.messages])
+        assert [s.segment_id for s in cache.remote_state(TP).finished()] == [merged.segment_id]
+        assert late.segment_id not in {s.segment_id for s in cache.remote_state(TP).finished()}
+    finally:
+        cache.close()
