@@ -49,11 +49,13 @@ def env_for(info: StackInfo, tmp: Path, topics: str, **extra: str) -> dict[str, 
     return worker_env(info, tmp / "data", topics, **{**defaults, **extra})
 
 
-def offload(info: StackInfo, env: dict[str, str], ends: dict[TopicPartition, int], log: Path) -> None:
+def offload(
+    info: StackInfo, env: dict[str, str], ends: dict[TopicPartition, int], log: Path, timeout_s: float = 120
+) -> None:
     worker = WorkerProcess(env, log)
     try:
         with metadata_watch(info.bootstrap_servers, META) as watch:
-            watch.wait_offloaded(ends, 120, worker.proc)
+            watch.wait_offloaded(ends, timeout_s, worker.proc)
     finally:
         assert worker.stop() == 0
 
