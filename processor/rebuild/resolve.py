@@ -3,10 +3,17 @@
 A rebuild publishes, per partition, its own claim and then the FINISHED record of each manifested
 segment stamped with that claim's epoch. What readers will serve is what the metadata fold makes of
 exactly that log, so this module builds the same log in memory and asks the fold
-(:func:`fold_served`). Segments are offered in offset order (the earlier copy first where two
-overlap: the fold serves the first finished segment of a range); a segment of another topic id than
-the partition's current one (a topic deleted and re-created) is refused (``old_topic_id``), as is
-anything else the fold refuses.
+(:func:`fold_served`). Rewrites (merged or erased segments, which name the segments they replaced)
+are offered first, then the other segments, each group in offset order (the earlier copy first
+where two overlap: the fold serves the first finished segment of a range). Why rewrites first: a
+rewrite's manifest exists only if readers accepted its FINISHED, and the fold accepts it only if it
+named and covered every served segment it overlapped; so a manifested segment it overlaps is
+older and was not served when the rewrite was (a source whose deletion did not happen, or the
+source of a source the rewrite's own sources replaced, which it cannot name). Offered in offset
+order, such a leftover came first, was served, and the rewrite was refused as an overlap: the
+rebuild lost the newer data and served the older, and a gap where the rewrite reached further. A
+segment of another topic id than the partition's current one (a topic deleted and re-created) is
+refused (``old_topic_id``), as is anything else the fold refuses.
 """
 
 from __future__ import annotations
@@ -81,7 +88,12 @@ def plan_rebuild(
     out: dict[TopicPartition, PartitionRebuild] = {}
     for tp, found in sorted(by_tp.items()):
         found.sort(
-            key=lambda m: (m.segment.start_offset, m.segment.event_timestamp_ms, str(m.segment.segment_id.id))
+            key=lambda m: (
+                not m.segment.supersedes,  # rewrites first (the module docstring says why)
+                m.segment.start_offset,
+                m.segment.event_timestamp_ms,
+                str(m.segment.segment_id.id),
+            )
         )
         stamped = [
             replace(m.segment, writer_epoch=0, writer_id=REBUILD_WRITER, event_timestamp_ms=now_ms)

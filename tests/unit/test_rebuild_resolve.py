@@ -58,3 +58,22 @@ def test_only_the_current_topic_ids_segments_are_served() -> None:
     assert [(m.segment.segment_id.id, why) for m, why in part.not_served] == [
         (old.segment.segment_id.id, "old_topic_id")
     ]
+
+
+def test_a_rewrite_is_served_over_older_leftovers_it_covers_but_could_not_name() -> None:
+    """A merge of a merge: the bucket still holds the first merge's sources (a deletion that never
+    happened) but not the first merge itself; the second names only what it replaced. The rebuild
+    serves the newest rewrite, not the leftovers (which, first in offset order, were served and the
+    rewrite refused as an overlap: a gap where it reached further)."""
+    left_a, left_b = manifest(0, 0, 0, when=1), manifest(0, 1, 1, when=1)
+    rewrite = manifest(0, 0, 2, when=5)
+    rewrite = SegmentManifest(
+        replace(rewrite.segment, supersedes=(uuid.uuid4(), uuid.uuid4())), rewrite.claim_id
+    )
+    after = manifest(0, 3, 9, when=6)
+    part = plan_rebuild([left_a, left_b, rewrite, after], {}, now_ms=7)[TopicPartition("orders", 0)]
+    assert [(s.start_offset, s.end_offset) for s in part.served] == [(0, 2), (3, 9)]
+    assert sorted((m.segment.start_offset, why) for m, why in part.not_served) == [
+        (0, "overlap"),
+        (1, "overlap"),
+    ]
