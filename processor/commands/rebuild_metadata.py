@@ -72,6 +72,8 @@ class RebuildReport:
                     "partition": tp.partition,
                     "topic_id": p.topic_id,
                     "segments": len(p.served),
+                    # sources a served rewrite replaces: published superseded, for the owner to delete
+                    "superseded": len(p.superseded),
                     "start_offset": min((s.start_offset for s in p.served), default=None),
                     "end_offset": max((s.end_offset for s in p.served), default=None),
                     "claim_epoch": self.claims.get(tp),

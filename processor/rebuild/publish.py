@@ -1,6 +1,7 @@
 """Publish a rebuilt metadata topic: per partition an ``ADMIN`` claim, the served segments'
-COPY_SEGMENT_FINISHED records stamped with its epoch (and the remote log start offset where the first
-of them starts), then a ``RELEASE`` of the claim.
+COPY_SEGMENT_FINISHED records stamped with its epoch (each rewrite after the sources it replaces, which
+readers then hold superseded and the owner deletes; the remote log start offset where the first
+served one starts), then a ``RELEASE`` of the claim.
 
 Three rounds, each flushed before the next, so that in every metadata partition each source
 partition's claim comes before its segments and the release after them:
@@ -92,7 +93,7 @@ def publish_rebuild(
     segments = _Round(producer, topic, metadata_partitions)
     n = 0
     for tp, part in parts:
-        for segment in part.served:
+        for segment in part.published:
             segments.send(n, replace(segment, writer_epoch=epochs[tp], writer_id=REBUILD_WRITER))
             n += 1
         start = rebuilt_log_start(part)

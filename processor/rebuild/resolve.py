@@ -4,14 +4,18 @@ A rebuild publishes, per partition, its own claim and then the FINISHED record o
 segment stamped with that claim's epoch. What readers will serve is what the metadata fold makes of
 exactly that log, so this module builds the same log in memory and asks the fold
 (:func:`fold_served`). Rewrites (merged or erased segments, which name the segments they replaced)
-are offered first, then the other segments, each group in offset order (the earlier copy first
-where two overlap: the fold serves the first finished segment of a range). Why rewrites first: a
-rewrite's manifest exists only if readers accepted its FINISHED, and the fold accepts it only if it
-named and covered every served segment it overlapped; so a manifested segment it overlaps is
-older and was not served when the rewrite was (a source whose deletion did not happen, or the
-source of a source the rewrite's own sources replaced, which it cannot name). Offered in offset
-order, such a leftover came first, was served, and the rewrite was refused as an overlap: the
-rebuild lost the newer data and served the older, and a gap where the rewrite reached further. A
+are offered first, each right after the manifested segments it names, then the other segments,
+each group in offset order (the earlier copy first where two overlap: the fold serves the first
+finished segment of a range). The sources a rewrite names are published so that the fold records
+them superseded and the partition's owner deletes them with the rewrite's proof (unpublished, their
+objects stayed in the bucket for good, and came back in a later rebuild once retention had deleted
+the rewrite). Why rewrites before the rest: a rewrite's manifest exists only if readers accepted its
+FINISHED, and the fold accepts it only if it named and covered every served segment it overlapped;
+so another manifested segment it overlaps is older and was not served when the rewrite was (a
+source of a source, which it cannot name). Offered in offset order, such a leftover came first, was
+served, and the rewrite was refused as an overlap: the rebuild lost the newer data, and left a gap
+where the rewrite reached further. Such leftovers are refused (``overlap``) and stay in the bucket:
+nothing names them any more (open). A
 segment of another topic id than the partition's current one (a topic deleted and re-created) is
 refused (``old_topic_id``), as is anything else the fold refuses.
 """
@@ -36,6 +40,14 @@ class PartitionRebuild:
     topic_id: str | None
     served: list[RemoteLogSegmentMetadata] = field(default_factory=list)
     not_served: list[tuple[SegmentManifest, str]] = field(default_factory=list)  # with the reason
+    # what to publish, in order: the served segments and, each before the rewrite that names it, the
+    # sources a served rewrite replaces (published superseded: the owner deletes them with its proof)
+    published: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+
+    @property
+    def superseded(self) -> list[RemoteLogSegmentMetadata]:
+        served = {s.segment_id.id for s in self.served}
+        return [s for s in self.published if s.segment_id.id not in served]
 
 
 def current_topic_ids(
@@ -54,10 +66,11 @@ def current_topic_ids(
 
 def fold_served(
     tp: TopicPartition, topic_id: str | None, segments: list[RemoteLogSegmentMetadata]
-) -> tuple[set[int], dict[int, str]]:
+) -> tuple[set[int], dict[int, str], set[int]]:
     """The metadata fold's verdict on the log a rebuild publishes for ``tp``: one ``ADMIN`` claim
     (carrying the partition's current topic id), then ``segments`` in this order, each stamped with
-    the claim's epoch. Returns the indexes served and the reason each refused one was refused."""
+    the claim's epoch. Returns the indexes served, the reason each refused one was refused, and the
+    indexes accepted and then superseded by a served rewrite that names them."""
     fold = MetadataFold(frozenset({tp.topic}))
     claim = PartitionClaim(tp, uuid.uuid4(), ClaimKind.ADMIN, REBUILD_WRITER, 0, topic_id=topic_id)
     epoch = 0  # the offset the claim gets in this one-partition log
@@ -68,12 +81,43 @@ def fold_served(
         verdict = fold.append(replace(segment, writer_epoch=epoch))
         if not verdict.accepted:
             refused[i] = verdict.reason or "rejected"
-    served_ids = {s.segment_id.id for s in fold.partition(tp).finished()}
+    finished = fold.partition(tp).finished()
+    served_ids = {s.segment_id.id for s in finished}
+    named = {sid for s in finished for sid in s.supersedes}
     served = {i for i, s in enumerate(segments) if s.segment_id.id in served_ids}
+    superseded = {i for i, s in enumerate(segments) if i not in served and s.segment_id.id in named}
     for i in range(len(segments)):
-        if i not in served and i not in refused:  # accepted, then replaced by a later record
+        if i not in served and i not in refused and i not in superseded:  # replaced by a later record
             refused[i] = "not served"
-    return served, refused
+    return served, refused, superseded
+
+
+def _offer_order(found: list[SegmentManifest]) -> list[SegmentManifest]:
+    """Rewrites first, each right after the manifested segments it names (recursively: a rewrite of
+    a rewrite after the rewrite it names), then the other segments; each group in offset order."""
+    found = sorted(
+        found,
+        key=lambda m: (m.segment.start_offset, m.segment.event_timestamp_ms, str(m.segment.segment_id.id)),
+    )
+    by_id = {m.segment.segment_id.id: m for m in found}
+    named = {sid for m in found for sid in m.segment.supersedes if sid in by_id}
+    out: list[SegmentManifest] = []
+    placed: set[uuid.UUID] = set()
+
+    def place(m: SegmentManifest) -> None:
+        sid = m.segment.segment_id.id
+        if sid in placed:
+            return
+        placed.add(sid)  # before its sources: a cycle of forged names ends here
+        for source in sorted((by_id[x] for x in m.segment.supersedes if x in by_id), key=found.index):
+            place(source)
+        out.append(m)
+
+    for m in found:
+        if m.segment.supersedes and m.segment.segment_id.id not in named:
+            place(m)
+    out += [m for m in found if m.segment.segment_id.id not in placed]
+    return out
 
 
 def plan_rebuild(
@@ -87,24 +131,19 @@ def plan_rebuild(
         by_tp.setdefault(m.segment.topic_partition, []).append(m)
     out: dict[TopicPartition, PartitionRebuild] = {}
     for tp, found in sorted(by_tp.items()):
-        found.sort(
-            key=lambda m: (
-                not m.segment.supersedes,  # rewrites first (the module docstring says why)
-                m.segment.start_offset,
-                m.segment.event_timestamp_ms,
-                str(m.segment.segment_id.id),
-            )
-        )
+        found = _offer_order(found)
         stamped = [
             replace(m.segment, writer_epoch=0, writer_id=REBUILD_WRITER, event_timestamp_ms=now_ms)
             for m in found
         ]
-        served, refused = fold_served(tp, topic_ids[tp.topic], stamped)
+        served, refused, superseded = fold_served(tp, topic_ids[tp.topic], stamped)
         plan = PartitionRebuild(tp, topic_ids[tp.topic])
         for i, m in enumerate(found):
             if i in served:
                 plan.served.append(stamped[i])
-            else:
+            if i in served or i in superseded:
+                plan.published.append(stamped[i])
+            elif i not in superseded:
                 plan.not_served.append((m, refused[i]))
         out[tp] = plan
     return out

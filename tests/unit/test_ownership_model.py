@@ -878,7 +878,7 @@ class OwnershipModel(RuleBasedStateMachine):
             for tp, part in parts
         }
         for tp, part in parts:
-            for segment in part.served:
+            for segment in part.published:
                 self.topic.publish(replace(segment, writer_epoch=epochs[tp], writer_id=REBUILD_WRITER))
             start = rebuilt_log_start(part)
             if start is not None:

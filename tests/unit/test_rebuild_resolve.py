@@ -77,3 +77,19 @@ def test_a_rewrite_is_served_over_older_leftovers_it_covers_but_could_not_name()
         (0, "overlap"),
         (1, "overlap"),
     ]
+
+
+def test_the_sources_a_rewrite_names_are_published_before_it_to_be_deleted() -> None:
+    """A merge killed after its FINISHED left its sources in the bucket: the rebuild publishes them
+    first, then the merge, which takes them over (readers serve the merge; the owner deletes the
+    sources with the merge's proof). Unpublished, they stayed in the bucket for good and came back
+    in a later rebuild once retention had deleted the merge."""
+    a, b = manifest(0, 0, 4, when=1), manifest(0, 5, 9, when=1)
+    merged = manifest(0, 0, 9, when=5)
+    names = (a.segment.segment_id.id, b.segment.segment_id.id)
+    merged = SegmentManifest(replace(merged.segment, supersedes=names), merged.claim_id)
+    part = plan_rebuild([merged, b, a], {}, now_ms=7)[TopicPartition("orders", 0)]
+    assert [s.segment_id.id for s in part.served] == [merged.segment.segment_id.id]
+    assert [s.segment_id.id for s in part.published] == [*names, merged.segment.segment_id.id]
+    assert [s.segment_id.id for s in part.superseded] == list(names)
+    assert part.not_served == []
