@@ -16,7 +16,7 @@ from processor.lifecycle.retention_policy import RetentionLimits, plan_retention
 from processor.lifecycle.sweep import write_missing_manifests
 from processor.metadata.manifest import decode_manifest, manifest_key
 from processor.metadata.model import ClaimKind, PartitionClaim, RemoteLogSegmentMetadata, SegmentState
-from processor.segment.object_keys import ObjectKeyFactory
+from processor.segment.object_keys import KEY_FILTER_SUFFIX, ObjectKeyFactory
 from processor.storage.chunk_storage import Buffer, ChunkInfo
 from processor.storage.filesystem import FilesystemChunkStorage
 from tests.unit.test_segment_copier import TP, ListSink, segment
@@ -106,11 +106,13 @@ def test_a_deletion_removes_each_manifest_before_its_objects_once_its_delete_is_
     # each segment's manifest first (a rebuild never brings back a segment whose objects went), and
     # only once its DELETE_SEGMENT_STARTED was accepted: a pass stopped (fenced) before that leaves
     # the served segment its manifest, the proof that it was acknowledged
+    # (and its key filter last: a segment may have none, deleting a missing object is no error)
     for i, s in enumerate(segs):
-        assert storage.deleted[3 * i : 3 * i + 3] == [
+        assert storage.deleted[4 * i : 4 * i + 4] == [
             manifest_key(s.data_object_key),
             s.data_object_key,
             s.index_object_key,
+            s.data_object_key + KEY_FILTER_SUFFIX,
         ]
 
 
