@@ -72,6 +72,7 @@ class _ServedAdds:
     def __init__(self) -> None:
         self.starts: list[int] = []
         self.segments: list[RemoteLogSegmentMetadata] = []
+        self.start_of: dict[uuid.UUID, int] = {}  # where each listed segment is filed
         self.max_end = -1  # of every segment ever added: a bound, not exact
 
     def add(self, seg: RemoteLogSegmentMetadata) -> None:
@@ -80,21 +81,19 @@ class _ServedAdds:
         i = bisect.bisect_right(self.starts, seg.start_offset)
         self.starts.insert(i, seg.start_offset)
         self.segments.insert(i, seg)
+        self.start_of[seg.segment_id.id] = seg.start_offset
 
     def remove(self, seg: RemoteLogSegmentMetadata) -> None:
-        """Take out the entry of ``seg``'s id, if there is one (looked up by its start offset first: a
-        batch that serves and unserves thousands stays linear, but for the lists' moves)."""
+        """Take out the entry of ``seg``'s id, if there is one (filed under the start it was added
+        with: a record of the same id may state another)."""
         sid = seg.segment_id.id
-        i = bisect.bisect_left(self.starts, seg.start_offset)
-        while i < len(self.starts) and self.starts[i] == seg.start_offset:
-            if self.segments[i].segment_id.id == sid:
-                del self.starts[i], self.segments[i]
-                return
+        start = self.start_of.pop(sid, None)
+        if start is None:
+            return
+        i = bisect.bisect_left(self.starts, start)
+        while self.segments[i].segment_id.id != sid:
             i += 1
-        for i, other in enumerate(self.segments):  # the same id under another start (a forged record)
-            if other.segment_id.id == sid:
-                del self.starts[i], self.segments[i]
-                return
+        del self.starts[i], self.segments[i]
 
     def overlapping(self, start: int, end: int) -> Iterator[RemoteLogSegmentMetadata]:
         i = bisect.bisect_right(self.starts, end) - 1
