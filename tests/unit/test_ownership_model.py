@@ -420,16 +420,12 @@ class OwnershipModel(RuleBasedStateMachine):
                 run.start_offset, run.end_offset, run.record_count, run.size_bytes, run.segments
             )
 
-        def run(
-            tp: TopicPartition,
-            state: Callable[[], PartitionRemoteState],
-            epoch: int,
-            copier: Copier,
-            delete: DeleteSuperseded,
-        ) -> None:
-            merge_partition(tp, state, epoch, MERGE_LIMITS, self.source_ends[tp], build, copier, delete)
-
-        self._rewrite(name, crash_at, copies, run)
+        self._rewrite(
+            name, crash_at, copies,
+            lambda tp, state, epoch, copier, delete: merge_partition(
+                tp, state, epoch, MERGE_LIMITS, self.source_ends[tp], build, copier, delete
+            ),
+        )  # fmt: skip
 
     def erase(self, name: str, crash_at: str | None, copies: int, holders: int) -> None:
         """The owner erases keys as ``processor erase`` does (the real runner, copier and deleter):
@@ -446,16 +442,12 @@ class OwnershipModel(RuleBasedStateMachine):
             sealed = self._sealed(source.start_offset, source.end_offset, records, 1, [source])
             return Erasure(sealed, source.record_count, source.record_count - records)
 
-        def run(
-            tp: TopicPartition,
-            state: Callable[[], PartitionRemoteState],
-            epoch: int,
-            copier: Copier,
-            delete: DeleteSuperseded,
-        ) -> None:
-            erase_partition(tp, state, epoch, may_hold, build, copier, delete)
-
-        self._rewrite(name, crash_at, copies, run)
+        self._rewrite(
+            name, crash_at, copies,
+            lambda tp, state, epoch, copier, delete: erase_partition(
+                tp, state, epoch, may_hold, build, copier, delete
+            ),
+        )  # fmt: skip
 
     def _readable(self, source: RemoteLogSegmentMetadata) -> None:
         if source.data_object_key not in self.bucket.objects:
@@ -475,9 +467,7 @@ class OwnershipModel(RuleBasedStateMachine):
         name: str,
         crash_at: str | None,
         copies: int,
-        run: Callable[
-            [TopicPartition, Callable[[], PartitionRemoteState], int, Copier, DeleteSuperseded], None
-        ],
+        run: Callable[[TopicPartition, StateOf, int, Copier, DeleteSuperseded], object],
     ) -> None:
         """A rewrite (merge or erasure) by the owner ``name``, planned on what its follower shows, the
         process dying at ``crash_at``; first ``copies`` small segments of new records are copied."""
