@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import signal
@@ -133,7 +134,32 @@ def default_broker() -> str:
     return TANSU if jars.java_tools_missing() else KAFKA
 
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _listen_ports() -> range:
+    """Ports outside the kernel's ephemeral range: the kernel never gives one of those to a
+    connecting socket as its source port. A port from ``bind(0)`` (inside that range) could be taken
+    by any client connection (Kafka's, S3's) between the moment it was found free and the moment the
+    stack or worker bound it: ``address already in use`` under load."""
+    low, high = 32768, 60999  # Linux's default
+    with contextlib.suppress(OSError, ValueError):
+        low, high = (int(x) for x in _EPHEMERAL_RANGE.read_text().split())
+    return range(10000, low) if low > 12000 else range(high + 1, 65536)
+
+
 def free_port() -> int:
+    """A free loopback port to listen on, outside the ephemeral range where one can be found (a
+    random one checked free: parallel callers rarely pick the same), else any the kernel gives."""
+    ports = _listen_ports()
+    for _ in range(64):
+        port = random.choice(ports)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
