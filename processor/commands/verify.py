@@ -30,11 +30,9 @@ from processor.kafka.admin import check_broker, partition_counts
 from processor.kafka.partition import TopicPartition
 from processor.metadata.manifest import decode_manifest, manifest_key
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
+from processor.reader.segment_blocks import fetch_key_filter
 from processor.reader.segment_check import check_segment
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentDecryption
-from processor.segment.key_filter import MAX_BITS as KEY_FILTER_MAX_BITS
-from processor.segment.key_filter import OVERHEAD as KEY_FILTER_OVERHEAD
-from processor.segment.key_filter import decode_key_filter
 from processor.segment.object_keys import KEY_FILTER_SUFFIX, ObjectKeyFactory, validate_topic
 from processor.storage.chunk_storage import ChunkStorage
 from processor.wiring.read_side import open_read_side
@@ -157,9 +155,7 @@ def check_key_filter(
     the whole segment (they never trust it), so it is reported, not fatal to reads."""
     base = {"partition": segment.segment_id.partition, "segment": str(segment.segment_id.id)}
     try:
-        if size > KEY_FILTER_OVERHEAD + KEY_FILTER_MAX_BITS // 8:
-            raise FormatError(f"{size} bytes, more than a key filter has")
-        decode_key_filter(storage.read(key, 0, size), where=key)
+        fetch_key_filter(storage, segment.data_object_key, size)
     except FormatError as exc:
         problem = f"key filter: {exc} (erasure reads the segment whole)"
         report.corrupt.append({**base, "key": key, "problem": problem})

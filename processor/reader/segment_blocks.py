@@ -31,7 +31,10 @@ from processor.segment.blocks import block_payload, decode_block, decode_block_h
 from processor.segment.blocks_v2 import block_batches
 from processor.segment.entries_v2 import check_batch_crc
 from processor.segment.index_format import SegmentIndex, decode_index
-from processor.segment.object_keys import ObjectKeyFactory
+from processor.segment.key_filter import MAX_BITS as KEY_FILTER_MAX_BITS
+from processor.segment.key_filter import OVERHEAD as KEY_FILTER_OVERHEAD
+from processor.segment.key_filter import KeyFilter, decode_key_filter
+from processor.segment.object_keys import KEY_FILTER_SUFFIX, ObjectKeyFactory
 from processor.segment.records import KafkaRecord
 from processor.storage.chunk_storage import ChunkStorage
 
@@ -53,6 +56,24 @@ def _get(storage: ChunkStorage, segment_name: str, key: str, start: int, length:
 
 def _where(segment: RemoteLogSegmentMetadata, key: str) -> dict[str, str]:
     return {"object_key": key, "segment": str(segment.segment_id)}
+
+
+def fetch_key_filter(
+    storage: ChunkStorage, data_object_key: str, size: int | None = None
+) -> KeyFilter | None:
+    """A segment's key filter object (``{data}-keys``), None when it has none. Bucket input: read only
+    if its size (``size``: as listed; else asked) is one a filter can have, and decoded with every
+    check of its format. Raises FormatError when it is not a filter this reader can use."""
+    key = data_object_key + KEY_FILTER_SUFFIX
+    if size is None:
+        info = storage.stat(key)
+        if info is None:
+            return None
+        size = info.size
+    limit = KEY_FILTER_OVERHEAD + KEY_FILTER_MAX_BITS // 8
+    if size > limit:
+        raise FormatError(f"{key}: {size} bytes, more than a key filter has ({limit})")
+    return decode_key_filter(storage.read(key, 0, size), where=key)
 
 
 def fetch_index(

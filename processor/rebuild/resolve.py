@@ -100,6 +100,7 @@ def _offer_order(found: list[SegmentManifest]) -> list[SegmentManifest]:
         key=lambda m: (m.segment.start_offset, m.segment.event_timestamp_ms, str(m.segment.segment_id.id)),
     )
     by_id = {m.segment.segment_id.id: m for m in found}
+    position = {m.segment.segment_id.id: i for i, m in enumerate(found)}
     named = {sid for m in found for sid in m.segment.supersedes if sid in by_id}
     out: list[SegmentManifest] = []
     placed: set[uuid.UUID] = set()
@@ -109,8 +110,8 @@ def _offer_order(found: list[SegmentManifest]) -> list[SegmentManifest]:
         if sid in placed:
             return
         placed.add(sid)  # before its sources: a cycle of forged names ends here
-        for source in sorted((by_id[x] for x in m.segment.supersedes if x in by_id), key=found.index):
-            place(source)
+        for source_id in sorted((x for x in m.segment.supersedes if x in by_id), key=position.__getitem__):
+            place(by_id[source_id])
         out.append(m)
 
     for m in found:

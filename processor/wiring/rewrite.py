@@ -18,6 +18,7 @@ from processor.leader.segment_copier import SegmentCopier
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.reader.segment_blocks import fetch_key_filter
 from processor.rewrite.erased_segment import Erasure, erase_from
 from processor.rewrite.merge_plan import MergeLimits, MergeRun
 from processor.rewrite.merge_runner import MergeReport, merge_partition
@@ -25,10 +26,8 @@ from processor.rewrite.merged_segment import merged_segment
 from processor.rewrite.ports import Copier, DeleteSuperseded
 from processor.rewrite.source_segment import read_source
 from processor.segment.batch_rewrite import KeyPredicate
-from processor.segment.key_filter import MAX_BITS as KEY_FILTER_MAX_BITS
-from processor.segment.key_filter import OVERHEAD as KEY_FILTER_OVERHEAD
-from processor.segment.key_filter import FilterSecret, KeyFilterSecretError, decode_key_filter
-from processor.segment.object_keys import KEY_FILTER_SUFFIX, ObjectKeyFactory
+from processor.segment.key_filter import FilterSecret, KeyFilterSecretError, summarise
+from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.rate_limited import rate_limited
@@ -98,22 +97,18 @@ def key_filter_lookup(
     filter is bucket input: read only when its size is one a filter can have, decoded and checked in
     one place (``decode_key_filter``); whenever it cannot answer, the answer is "maybe" (the segment is
     read), never "no" (which would leave a key's records in it)."""
-    limit = KEY_FILTER_OVERHEAD + KEY_FILTER_MAX_BITS // 8
+    summaries = summarise(list(erased))  # once: only the sealing depends on a filter's salt
 
     def may_hold(segment: RemoteLogSegmentMetadata) -> bool:
         if secret is None:
             stats.missing += 1
             return True
-        key = segment.data_object_key + KEY_FILTER_SUFFIX
-        info = storage.stat(key)
-        if info is None:
-            stats.missing += 1
-            return True
         try:
-            if info.size > limit:
-                raise FormatError(f"{key}: {info.size} bytes, more than a key filter has ({limit})")
-            found = decode_key_filter(storage.read(key, 0, info.size), where=key)
-            return found.might_contain_any(erased, secret)
+            found = fetch_key_filter(storage, segment.data_object_key)
+            if found is None:
+                stats.missing += 1
+                return True
+            return found.might_contain_summarised(summaries, secret)
         except (FormatError, KeyFilterSecretError) as exc:
             stats.unusable += 1
             log.warning("key filter of %s cannot answer (%s): reading the segment", segment.segment_id, exc)
