@@ -47,7 +47,15 @@ def bench_erase(report: Report, info: stack.StackInfo, workdir: Path, total_byte
     topic = load_topic(info, f"bench-erase-{int(time.time())}", 100, total_bytes)
     mb = topic.payload_bytes / 1e6
     plain_env = archive_env(info, topic, "erase-plain")
-    plain = run_worker_offload(info, topic, workdir, 256 * MiB, SEGMENT_BYTES, extra_env=plain_env)
+    plain = run_worker_offload(
+        info,
+        topic,
+        workdir,
+        256 * MiB,
+        SEGMENT_BYTES,
+        extra_env=plain_env,
+        unset=("PROCESSOR_ERASURE_SECRET",),
+    )
     filtered_env = {**archive_env(info, topic, "erase"), "PROCESSOR_ERASURE_SECRET": SECRET}
     filtered = run_worker_offload(info, topic, workdir, 256 * MiB, SEGMENT_BYTES, extra_env=filtered_env)
     report.add(

@@ -207,6 +207,7 @@ def run_worker_offload(
     buffer_bytes: int,
     segment_bytes: int,
     extra_env: dict[str, str] | None = None,
+    unset: tuple[str, ...] = (),
 ) -> OffloadRun:
     tag = uuid.uuid4().hex[:8]
     overrides = {
@@ -221,6 +222,8 @@ def run_worker_offload(
     }
     # extra_env wins over the defaults above (a caller may name its own metadata topic or prefix).
     env = info.worker_env(workdir / tag, topic.name, **{**overrides, **EXTRA_WORKER_ENV, **(extra_env or {})})
+    for name in unset:  # a section's baseline without a harness-wide setting (--key-filters)
+        env.pop(name, None)
     port = int(env["PROCESSOR_WEB_PORT"])
     log = (workdir / f"worker-{tag}.log").open("wb")
     servers = cpu.stack_pids(info)
