@@ -65,7 +65,7 @@ from processor.segment.entries_v2 import (
     BATCH_HEADER,
     BATCH_HEADER_LEN,
     BATCH_LOG_OVERHEAD,
-    batch_record_views,
+    batch_keys_unchecked,
 )
 
 KeyPredicate = Callable[[bytes | None], bool]  # True: erase the record with this key (None: null key)
@@ -164,7 +164,7 @@ def batch_keys(batch: bytes | bytearray | memoryview, *, where: str = "batch") -
     if header.attributes & ATTR_CONTROL:
         return []
     try:
-        return [record.key for record in batch_record_views(view)]
+        return batch_keys_unchecked(view)
     except Exception as exc:  # aiokafka raises its own errors (and struct/codec ones) for bad bytes
         raise FormatError(f"{_at(where, header)}: records do not decode: {exc!r}") from exc
 

@@ -213,6 +213,14 @@ def batch_record_views(batch: bytes | bytearray | memoryview) -> list[Any]:
     return [] if decoded.is_control_batch else list(decoded)
 
 
+def batch_keys_unchecked(batch: bytes | bytearray | memoryview) -> list[bytes | None]:
+    """The keys of a data batch's records, in order, by aiokafka's C reader; the caller has checked
+    the batch (CRC, not a control batch). Each record is dropped as soon as its key is read: a
+    batch's records held in a list cost the cyclic garbage collector a traversal of each of them
+    (measured: 370 vs 130 ns a record for a batch of 2,000)."""
+    return [record.key for record in DefaultRecordBatch(batch)]
+
+
 def records_as_batches(records: list[KafkaRecord], max_batch_bytes: int = 1 << 20) -> list[bytes]:
     """Record batches (message format v2, uncompressed) holding ``records`` at their own offsets:
     for serving format 1 blocks (one entry per record) to a Kafka client as a broker would. A batch

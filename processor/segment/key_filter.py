@@ -17,7 +17,7 @@ Byte layout (format version 1, big-endian)::
      8   8  secret_id    the first 8 bytes of BLAKE2b(person "ktp-kf-secretid", key secret) of the
                          empty string: which secret keyed the filter, without revealing it
     16  16  salt         this filter's own 16 bytes (the segment's id, say)
-    32   8  key_count    u64  distinct keys added
+    32   8  key_count    u64  distinct keys added (as counted when built: see Sizing)
     40   4  bit_count    u32  m, a multiple of 8, MIN_BITS..MAX_BITS
     44 m/8  bits         bit i is bit (i & 7) of byte (i >> 3), least significant first
    end   4  crc32        u32  CRC-32 (zlib polynomial) of every byte before it
@@ -42,7 +42,7 @@ filter's salt: without the secret the bits say nothing about the keys, and the s
 different bits in different segments. Why not a keyed hash of each key (BLAKE2b with the secret, a
 call a key): in Python that is ~0.5 us a key and, with the rest of a key-at-a-time build, made the
 filter cost 1.2 us a key on the offload path (measured: a worker's CPU 4x at 100-byte records);
-this computes all of a segment's keys at once (numpy, one AES call over every summary), 0.35 us.
+this computes all of a segment's keys at once (numpy, one AES call over every summary), 0.15 us.
 
 Sizing (n distinct keys, m bits, k hashes): the false-positive rate is p ~ (1 - e^(-k*n/m))^k,
 smallest at k = (m/n) * ln 2, where p = 2^-k; so m = -n * ln(p) / (ln 2)^2 and k = -log2(p). At the
@@ -52,6 +52,11 @@ them for 3 keys); 0.1 % would cost 1.8 bytes a key (1.5x the filter) to save rea
 segments per erased key, while the filter adds 1.2 % to a segment of 100-byte records and 0.1 % to
 one of 1 KiB records. A filter is at most MAX_BITS (64 MiB, ~56 million keys at 1 %); a segment with
 more distinct keys gets a filter of that size and a higher rate (``KeyFilter.false_positive_rate``).
+The builder counts distinct keys by linear counting over their digests (Whang, Vander-Zanden and
+Taylor, 1990): each digest marks one of T slots, T a power of two from 4n (at least 2^20, at most
+2^24), and n = -T ln(1 - marked / T), a standard error of about n / sqrt(2T) (0.07 % of n at most
+up to 2^18 keys, less above; measured: 561,274 for 561,288), at 8 ns a key where sorting the
+digests cost 50. The count only sizes the filter and estimates its rate.
 
 Decoding (``decode_key_filter``) takes untrusted bytes from the bucket and checks them in one
 place before anything uses them: length, magic, version, flags, hash count and bit count ranges,
@@ -180,8 +185,8 @@ class KeyFilter:
             )
         bits = np.frombuffer(self.bits, dtype=np.uint8)
         for index in _bit_indices(secret.seal(summaries, self.salt), self.bit_count, self.hash_count):
-            found = (bits[index >> np.uint64(3)] >> (index & np.uint64(7)).astype(np.uint8)) & 1
-            if found.all(axis=1).any():
+            found = (bits[index >> np.uint32(3)] >> (index & np.uint32(7)).astype(np.uint8)) & 1
+            if found.all(axis=0).any():
                 return True
         return False
 
@@ -209,13 +214,28 @@ def build_key_filter(
         raise ValueError(f"a key filter salt has {SALT_LEN} bytes, not {len(salt)}")
     present = [key for key in keys if key is not None]
     pairs = secret.digests(present, salt)
-    # distinct keys counted by their digest's first half (two keys sharing those 64 bits: a filter
-    # sized for one key fewer, nothing more), cheaper than a set of the keys; a key added twice sets
-    # the same bits twice
-    first = np.sort(pairs[:, 0])
-    distinct = int(np.count_nonzero(first[1:] != first[:-1])) + 1 if len(first) else 0
+    distinct = _count_distinct(pairs[:, 0])  # a key added twice sets the same bits twice
     m, k = filter_shape(distinct, fp_rate)
     return KeyFilter(k, secret.secret_id, bytes(salt), distinct, m, _set_bits(pairs, m, k))
+
+
+_MIN_SLOTS = 1 << 20
+_MAX_SLOTS = 1 << 24
+
+
+def _count_distinct(first: np.ndarray) -> int:
+    """The number of distinct values among ``first`` (u64 digests, uniformly spread), by linear
+    counting (module docstring: Sizing); never more than ``len(first)``, at least 1 if any."""
+    n = len(first)
+    if n == 0:
+        return 0
+    slots = min(max(_MIN_SLOTS, 1 << (4 * n - 1).bit_length()), _MAX_SLOTS)
+    marked = np.zeros(slots, dtype=np.bool_)
+    marked[first & np.uint64(slots - 1)] = True
+    empty = slots - int(np.count_nonzero(marked))
+    if empty == 0:  # every slot marked: far more keys than slots (a filter that big is capped anyway)
+        return n
+    return max(1, min(n, round(-slots * math.log(empty / slots))))
 
 
 # Keys whose bit indices are computed at once: bounds the temporary arrays (8 bytes an index).
@@ -227,15 +247,23 @@ _BOOL_BITS = 1 << 24
 
 def _bit_indices(pairs: np.ndarray, m: int, k: int) -> Iterator[np.ndarray]:
     """The bit indices of keys whose (h1, h2) are the rows of ``pairs``, a chunk of keys at a time,
-    one row of k indices a key: (h1 + j * h2) mod m for j = 0 .. k-1, with h1 = h1 mod m and
-    h2 = (h2 | 1) mod m (h1, h2 < m <= 2**29 and j < 32: nothing overflows 64 bits)."""
-    m64 = np.uint64(m)
-    steps = np.arange(k, dtype=np.uint64)
+    one column of k indices a key (row j holds index j of every key): (h1 + j * h2) mod m for
+    j = 0 .. k-1, with h1 = h1 mod m and h2 = (h2 | 1) mod m. Computed as a running sum reduced
+    once a step, in 32 bits: for x < 2m (h1, h2 < m <= 2**29), x mod m = min(x, x - m), the
+    subtraction wrapping above x when x < m. Two SIMD passes a step rather than a 64-bit modulo for
+    each of the k indices (measured: 11 vs 46 ns a key at k = 7)."""
+    m64, m32 = np.uint64(m), np.uint32(m)
     for at in range(0, len(pairs), _CHUNK_KEYS):
         chunk = pairs[at : at + _CHUNK_KEYS]
-        h1 = chunk[:, 0] % m64
-        h2 = (chunk[:, 1] | np.uint64(1)) % m64
-        yield (h1[:, None] + steps[None, :] * h2[:, None]) % m64
+        rows = np.empty((k, len(chunk)), dtype=np.uint32)
+        rows[0] = chunk[:, 0] % m64
+        h2 = ((chunk[:, 1] | np.uint64(1)) % m64).astype(np.uint32)
+        less_m = np.empty(len(chunk), dtype=np.uint32)
+        for j in range(1, k):
+            np.add(rows[j - 1], h2, out=rows[j])
+            np.subtract(rows[j], m32, out=less_m)
+            np.minimum(rows[j], less_m, out=rows[j])
+        yield rows
 
 
 def _set_bits(pairs: np.ndarray, m: int, k: int) -> bytes:
@@ -251,7 +279,7 @@ def _set_bits(pairs: np.ndarray, m: int, k: int) -> bytes:
             flags[index] = True
         else:
             np.bitwise_or.at(
-                bits, index >> np.uint64(3), np.left_shift(1, index & np.uint64(7)).astype(np.uint8)
+                bits, index >> np.uint32(3), np.left_shift(1, index & np.uint32(7)).astype(np.uint8)
             )
     return bytes(np.packbits(flags, bitorder="little").tobytes() if as_bools else bits.tobytes())
 
@@ -305,11 +333,9 @@ def summarise(keys: Sequence[bytes]) -> np.ndarray:
             key if len(key) <= _ROW else hashlib.blake2b(key, digest_size=_ROW, person=_LONG_PERSON).digest()
             for key in keys
         ]
-    used = np.minimum(lengths, np.uint64(_ROW)).astype(np.int64)
-    padded = np.zeros((n, _ROW), dtype=np.uint8)
-    # the row-major True cells of the mask are the joined bytes, in order
-    padded[np.arange(_ROW)[None, :] < used[:, None]] = np.frombuffer(b"".join(rows), dtype=np.uint8)
-    words = padded.view("<u8")
+    # numpy's fixed-width bytes type zero-pads each row to 32 bytes in one C loop (measured: 19 ns a
+    # key, against 90 for joining the keys and scattering them through a mask)
+    words = np.fromiter(rows, dtype=f"S{_ROW}", count=n).view("<u8").reshape(n, _ROW // 8)
     out = np.empty((n, 2), dtype="<u8")
     with np.errstate(over="ignore"):
         h = _mix(lengths ^ _SEED_A)

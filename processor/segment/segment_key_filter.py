@@ -13,7 +13,6 @@ nothing else, and erasure scans a segment without one.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 from processor.segment.batch_rewrite import batch_keys
 from processor.segment.block_header import BLOCK_FORMAT_V2
@@ -23,13 +22,15 @@ from processor.segment.key_filter import FilterSecret, build_key_filter
 from processor.segment.sealed_segment import SealedSegment
 
 
-def segment_record_keys(segment: SealedSegment) -> Iterator[bytes | None]:
+def segment_record_keys(segment: SealedSegment) -> list[bytes | None]:
     """Every data record's key in the segment's blocks, in offset order (None for a null key)."""
+    keys: list[bytes | None] = []
     for number, block in enumerate(segment.blocks):
         where = f"segment block {number}"
         _header, payload = block_payload(block, where=where)
         for batch in iter_batch_entries(payload, where=where):
-            yield from batch_keys(batch, where=where)
+            keys += batch_keys(batch, where=where)
+    return keys
 
 
 def segment_key_filter(segment: SealedSegment, secret: FilterSecret, segment_id: uuid.UUID) -> bytes | None:
