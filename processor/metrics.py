@@ -120,6 +120,10 @@ MANIFEST_WRITE_FAILURES = Counter(
     "processor_manifest_write_failures_total",
     "Segment manifests that could not be written after their copy (the owner writes them later)",
 )
+KEY_FILTER_FAILURES = Counter(
+    "processor_key_filter_failures_total",
+    "Segments copied without a key filter: their records' framing did not check (erasures read them whole)",
+)
 MANIFESTS_BACKFILLED = Counter(
     "processor_manifests_backfilled_total",
     "Missing segment manifests the partition's owner wrote for served segments",

@@ -82,3 +82,28 @@ def expected_records(
                 )
             )
     return out
+
+
+def resigned(buf: bytearray) -> bytes:
+    """The batch with its CRC-32C computed again (a forged batch a CRC check lets through)."""
+    struct.pack_into(">I", buf, 17, calc_crc32c(bytes(memoryview(buf)[21:])))
+    return bytes(buf)
+
+
+def varint(value: int) -> bytes:
+    """Kafka's zigzag varint of ``value``."""
+    zigzag, out = (value << 1) ^ (value >> 63), bytearray()
+    while zigzag > 0x7F:
+        out.append(zigzag & 0x7F | 0x80)
+        zigzag >>= 7
+    return bytes([*out, zigzag])
+
+
+def batch_with_section(records_section: bytes, count: int, last_delta: int = 5) -> bytes:
+    """An uncompressed batch at offset 0 holding ``records_section`` as its records, saying it has
+    ``count`` of them, with a good CRC: records framed any way a test wants."""
+    buf = bytearray(make_batch(0, [(1000, b"k", b"v", [])])[:61] + records_section)
+    struct.pack_into(">i", buf, 8, len(buf) - 12)
+    struct.pack_into(">i", buf, 23, last_delta)
+    struct.pack_into(">i", buf, 57, count)
+    return resigned(buf)

@@ -33,7 +33,7 @@ from dataclasses import replace
 
 from processor import metrics
 from processor.crypto.keys import EncryptionContext, KeyProvider
-from processor.errors import FencedWriterError, ObjectExistsError, ProcessorError, StorageError
+from processor.errors import FencedWriterError, FormatError, ObjectExistsError, ProcessorError, StorageError
 from processor.kafka.partition import TopicPartition
 from processor.leader.ports import ClaimId, CurrentClaim
 from processor.logs import segment_fields
@@ -156,9 +156,7 @@ class SegmentCopier:
         )
         format_version = segment.format_version
         if self.key_filter_secret is not None:  # from the blocks in the clear, before they are sealed
-            segment = replace(
-                segment, key_filter=segment_key_filter(segment, self.key_filter_secret, segment_id.id)
-            )
+            segment = replace(segment, key_filter=self._key_filter(tp, segment, segment_id.id))
         data_key = None
         if self.encryption is not None:
             context = EncryptionContext(tp.topic, topic_id or "", tp.partition, str(segment_id.id))
@@ -202,6 +200,25 @@ class SegmentCopier:
                 custom_metadata=data_key.wrapped.encode(),
             )
         return metadata, index, segment
+
+    def _key_filter(self, tp: TopicPartition, segment: SealedSegment, segment_id: uuid.UUID) -> bytes | None:
+        """The segment's key filter, or None when its records do not frame: the segment is still
+        archived as the broker served it (its batches passed their CRC checks), and an erasure
+        reads a segment without a filter whole. A filter never blocks an offload."""
+        assert self.key_filter_secret is not None
+        try:
+            return segment_key_filter(segment, self.key_filter_secret, segment_id)
+        except FormatError as exc:
+            metrics.KEY_FILTER_FAILURES.inc()
+            log.warning(
+                "%s: segment %s (offsets %d..%d) is copied without a key filter: %s",
+                tp,
+                segment_id,
+                segment.start_offset,
+                segment.end_offset,
+                exc,
+            )
+            return None
 
     def copy(
         self,

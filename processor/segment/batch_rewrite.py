@@ -179,6 +179,21 @@ def record_spans(batch: bytes | bytearray | memoryview, *, where: str = "batch")
     return _skim(_section(view, header, where), header, where)
 
 
+def data_section(
+    batch: bytes | bytearray | memoryview, *, where: str = "batch"
+) -> tuple[int, int, bytes | memoryview] | None:
+    """(base offset, record count, records section decompressed) of a checked data batch; None for
+    a control batch. An uncompressed section is a view of ``batch``, not a copy. What the key
+    filter's compiled walk reads (``key_scan``)."""
+    view = memoryview(batch)
+    header = _checked_header(view, where)
+    if header.attributes & ATTR_CONTROL:
+        return None
+    if header.attributes & ATTR_CODEC_MASK == 0:
+        return header.base_offset, header.record_count, view[BATCH_HEADER_LEN:]
+    return header.base_offset, header.record_count, _section(view, header, where)
+
+
 def decompressed_section(batch: bytes | bytearray | memoryview, *, where: str = "batch") -> bytes:
     """A checked batch's records section, decompressed."""
     view = memoryview(batch)

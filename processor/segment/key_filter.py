@@ -210,10 +210,19 @@ def build_key_filter(
 ) -> KeyFilter:
     """The filter of ``keys`` (null keys left out, duplicates counted once), sized for their
     number at ``fp_rate``, keyed with ``secret`` and salted with ``salt`` (16 bytes)."""
+    return build_summarised_key_filter(
+        summarise([key for key in keys if key is not None]), secret, salt, fp_rate=fp_rate
+    )
+
+
+def build_summarised_key_filter(
+    summaries: np.ndarray, secret: FilterSecret, salt: bytes, *, fp_rate: float = DEFAULT_FP_RATE
+) -> KeyFilter:
+    """:func:`build_key_filter` of keys already summarised (:func:`summarise`,
+    :func:`summarise_rows`): a segment's keys are summarised from its blocks (``key_scan``)."""
     if len(salt) != SALT_LEN:
         raise ValueError(f"a key filter salt has {SALT_LEN} bytes, not {len(salt)}")
-    present = [key for key in keys if key is not None]
-    pairs = secret.digests(present, salt)
+    pairs = secret.seal(summaries, salt)
     distinct = _count_distinct(pairs[:, 0])  # a key added twice sets the same bits twice
     m, k = filter_shape(distinct, fp_rate)
     return KeyFilter(k, secret.secret_id, bytes(salt), distinct, m, _set_bits(pairs, m, k))
@@ -308,7 +317,7 @@ def decode_key_filter(data: bytes | bytearray | memoryview, *, where: str = "key
     return KeyFilter(k, bytes(secret_id), bytes(salt), key_count, m, bytes(view[HEADER_LEN : -_CRC.size]))
 
 
-_ROW = 32  # a key's bytes in its summary; a longer key is summarised by its BLAKE2b-256
+ROW_BYTES = 32  # a key's bytes in its summary; a longer key is summarised by its BLAKE2b-256
 _LONG_PERSON = b"ktp-kf-long"
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _SEED_A, _SEED_B = np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344)
@@ -323,23 +332,33 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return np.asarray(x ^ (x >> np.uint64(31)))
 
 
+def long_key_row(key: bytes) -> bytes:
+    """The 32-byte row that stands for a key longer than 32 bytes in its summary."""
+    return hashlib.blake2b(key, digest_size=ROW_BYTES, person=_LONG_PERSON).digest()
+
+
 def summarise(keys: Sequence[bytes]) -> np.ndarray:
     """Each key's 16-byte summary ``a || b`` (module docstring), as rows of two little-endian u64."""
     n = len(keys)
     lengths = np.fromiter(map(len, keys), dtype=np.uint64, count=n)
     rows: Sequence[bytes] = keys
-    if n and int(lengths.max()) > _ROW:
-        rows = [
-            key if len(key) <= _ROW else hashlib.blake2b(key, digest_size=_ROW, person=_LONG_PERSON).digest()
-            for key in keys
-        ]
+    if n and int(lengths.max()) > ROW_BYTES:
+        rows = [key if len(key) <= ROW_BYTES else long_key_row(key) for key in keys]
     # numpy's fixed-width bytes type zero-pads each row to 32 bytes in one C loop (measured: 19 ns a
     # key, against 90 for joining the keys and scattering them through a mask)
-    words = np.fromiter(rows, dtype=f"S{_ROW}", count=n).view("<u8").reshape(n, _ROW // 8)
+    padded = np.fromiter(rows, dtype=f"S{ROW_BYTES}", count=n).view(np.uint8).reshape(n, ROW_BYTES)
+    return summarise_rows(padded, lengths)
+
+
+def summarise_rows(rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """:func:`summarise` of keys given as their rows (n x 32 bytes, C-contiguous: the key
+    zero-padded, or :func:`long_key_row` of a longer one) and their lengths (n, u64)."""
+    n = len(lengths)
+    words = rows.view("<u8").reshape(n, ROW_BYTES // 8)
     out = np.empty((n, 2), dtype="<u8")
     with np.errstate(over="ignore"):
         h = _mix(lengths ^ _SEED_A)
-        for j in range(_ROW // 8):
+        for j in range(ROW_BYTES // 8):
             h = _mix(words[:, j] ^ h)
         out[:, 0] = h
         out[:, 1] = _mix(h ^ _SEED_B)

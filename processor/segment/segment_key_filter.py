@@ -5,32 +5,18 @@ The copier calls :func:`segment_key_filter` for every segment it uploads while a
 configured (PROCESSOR_ERASURE_SECRET), so offloads, merges and erasures all leave one filter object
 ``{data object key}-keys`` beside the index. It reads the blocks as stored: a block that archive
 compression turned into one zstd frame is decompressed (cheap next to the upload), and each batch's
-keys are read by aiokafka's C reader (``batch_rewrite.batch_keys``: CRC-32C checked, control
-batches skipped). Only format 2 segments (whole Kafka batches) get a filter: the leader writes
-nothing else, and erasure scans a segment without one.
+keys are read by a compiled walk (``key_scan``: CRC-32C checked, control batches skipped). Only
+format 2 segments (whole Kafka batches) get a filter: the leader writes nothing else, and erasure
+scans a segment without one.
 """
 
 from __future__ import annotations
 
 import uuid
 
-from processor.segment.batch_rewrite import batch_keys
 from processor.segment.block_header import BLOCK_FORMAT_V2
-from processor.segment.blocks import block_payload
-from processor.segment.entries_v2 import iter_batch_entries
-from processor.segment.key_filter import FilterSecret, build_key_filter
+from processor.segment.key_filter import FilterSecret, build_summarised_key_filter, summarise_rows
 from processor.segment.sealed_segment import SealedSegment
-
-
-def segment_record_keys(segment: SealedSegment) -> list[bytes | None]:
-    """Every data record's key in the segment's blocks, in offset order (None for a null key)."""
-    keys: list[bytes | None] = []
-    for number, block in enumerate(segment.blocks):
-        where = f"segment block {number}"
-        _header, payload = block_payload(block, where=where)
-        for batch in iter_batch_entries(payload, where=where):
-            keys += batch_keys(batch, where=where)
-    return keys
 
 
 def segment_key_filter(segment: SealedSegment, secret: FilterSecret, segment_id: uuid.UUID) -> bytes | None:
@@ -38,4 +24,8 @@ def segment_key_filter(segment: SealedSegment, secret: FilterSecret, segment_id:
     not of format 2 (nothing to build it from without decoding records another way)."""
     if segment.format_version != BLOCK_FORMAT_V2:
         return None
-    return build_key_filter(segment_record_keys(segment), secret, segment_id.bytes).encode()
+    # numba comes with key_scan: loaded by the first filter a process builds, never without one
+    from processor.segment.key_scan import segment_key_rows
+
+    rows, lengths = segment_key_rows(segment)
+    return build_summarised_key_filter(summarise_rows(rows, lengths), secret, segment_id.bytes).encode()

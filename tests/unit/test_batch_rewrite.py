@@ -28,7 +28,16 @@ from processor.segment.batch_rewrite import (
 from processor.segment.checksums import batch_crc_ok, crc32c_of
 from processor.segment.entries_v2 import BATCH_HEADER, batch_records
 from processor.segment.records import KafkaRecord
-from tests.batch_samples import CODECS, Rec, control_batch, expected_records, make_batch
+from tests.batch_samples import (
+    CODECS,
+    Rec,
+    batch_with_section,
+    control_batch,
+    expected_records,
+    make_batch,
+    resigned,
+    varint,
+)
 
 KAFKA_PYTHON_CODECS = ("none", "gzip")  # kafka-python decodes the others only with extra packages
 
@@ -46,11 +55,6 @@ def set_last_offset_delta(batch: bytes, delta: int) -> bytes:
     """The batch as a broker's cleaner leaves it when it removed the batch's last records."""
     buf = bytearray(batch)
     struct.pack_into(">i", buf, 23, delta)
-    struct.pack_into(">I", buf, 17, crc32c_of(memoryview(buf)[21:]))
-    return bytes(buf)
-
-
-def resigned(buf: bytearray) -> bytes:
     struct.pack_into(">I", buf, 17, crc32c_of(memoryview(buf)[21:]))
     return bytes(buf)
 
@@ -223,22 +227,6 @@ def test_corrupt_batches_are_refused_never_resigned() -> None:
         rewrite_batch(batch[:40], lambda key: True)
 
 
-def plain_with(records_section: bytes, count: int, last_delta: int = 5) -> bytes:
-    buf = bytearray(make_batch(0, RECS[:1])[:61] + records_section)
-    struct.pack_into(">i", buf, 8, len(buf) - 12)
-    struct.pack_into(">i", buf, 23, last_delta)
-    struct.pack_into(">i", buf, 57, count)
-    return resigned(buf)
-
-
-def varint(value: int) -> bytes:
-    zigzag, out = (value << 1) ^ (value >> 63), bytearray()
-    while zigzag > 0x7F:
-        out.append(zigzag & 0x7F | 0x80)
-        zigzag >>= 7
-    return bytes([*out, zigzag])
-
-
 def record(timestamp_delta: int) -> bytes:
     """A record with a null key and value and no headers (offset delta 0)."""
     body = b"\x00" + varint(timestamp_delta) + varint(0) + varint(-1) + varint(-1) + varint(0)
@@ -246,16 +234,18 @@ def record(timestamp_delta: int) -> bytes:
 
 
 def test_bad_record_framing_is_refused_even_under_a_good_crc() -> None:
-    assert rewrite_batch(plain_with(record(-5), 1), lambda key: False).records == 1  # the helper is sound
+    assert (
+        rewrite_batch(batch_with_section(record(-5), 1), lambda key: False).records == 1
+    )  # the helper is sound
     good = decompressed_section(make_batch(0, RECS[:2]))
     first_len = good[0] >> 1  # zigzag varint, small: one byte
     cases = {
-        "overruns the section": plain_with(b"\xe8\x07" + good[1:], 2),  # length 500
-        "after its 1 records": plain_with(good, 1),
-        "varint at byte": plain_with(good, 3),
-        "offset delta 1 after -1": plain_with(good[first_len + 1 :], 1, last_delta=0),
-        "longer than 10 bytes": plain_with(b"\xff" * 11, 1),
-        "leaves the int64 range": plain_with(record(2**63 - 1), 1),
+        "overruns the section": batch_with_section(b"\xe8\x07" + good[1:], 2),  # length 500
+        "after its 1 records": batch_with_section(good, 1),
+        "varint at byte": batch_with_section(good, 3),
+        "offset delta 1 after -1": batch_with_section(good[first_len + 1 :], 1, last_delta=0),
+        "longer than 10 bytes": batch_with_section(b"\xff" * 11, 1),
+        "leaves the int64 range": batch_with_section(record(2**63 - 1), 1),
     }
     for message, batch in cases.items():
         assert batch_crc_ok(batch)
@@ -265,7 +255,7 @@ def test_bad_record_framing_is_refused_even_under_a_good_crc() -> None:
             with pytest.raises(FormatError, match="records do not decode"):
                 batch_keys(batch)
     with pytest.raises(FormatError, match="gzip records section does not decompress"):
-        buf = bytearray(plain_with(good, 2))
+        buf = bytearray(batch_with_section(good, 2))
         struct.pack_into(">h", buf, 21, 1)
         rewrite_batch(resigned(buf), lambda key: False)
 

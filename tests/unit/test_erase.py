@@ -7,11 +7,13 @@ segment or its rewrite served, never neither."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from processor import metrics
 from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.model import RemoteLogSegmentMetadata
@@ -30,6 +32,7 @@ from processor.segment.records import KafkaRecord, TimestampType
 from processor.segment.segment_assembler import SegmentAssembler
 from processor.storage.filesystem import FilesystemChunkStorage
 from processor.wiring.rewrite import FilterStats, key_filter_lookup
+from tests.batch_samples import batch_with_section
 from tests.support.segment_v1_writer import SegmentBuilder
 from tests.unit.test_claims import KEYS, TP, Log, deleter
 
@@ -250,6 +253,23 @@ def test_the_copier_writes_each_segments_key_filter_beside_it(tmp_path: Path) ->
     assert not (tmp_path / "plain").exists()
     plain = Archive(tmp_path / "plain", segments=1, secret=None)
     assert all(not o.key.endswith(KEY_FILTER_SUFFIX) for o in plain.storage.list(""))
+
+
+def test_a_segment_whose_records_do_not_frame_is_copied_without_a_filter(tmp_path: Path) -> None:
+    """A batch that passed its CRC check but whose records do not frame (no broker writes one; a
+    forged or buggy producer's through a broker that does not validate) is archived as served: the
+    key filter is left out and counted, never the offload blocked."""
+    arch = Archive(tmp_path, segments=1)
+    forged = bytearray(batch_with_section(b"\x00" * 14, 2, last_delta=1))  # two records of length 0
+    struct.pack_into(">q", forged, 0, PER)  # the base offset (outside the CRC): the next segment's
+    assembler = SegmentAssembler(TP.partition, PER, 300)
+    assembler.append(parse_batch_header(forged), forged)
+    before = metrics.KEY_FILTER_FAILURES._value.get()
+    copied = arch.copier.copy(TP, assembler.seal(), arch.epoch)
+    assert metrics.KEY_FILTER_FAILURES._value.get() == before + 1
+    assert arch.storage.read_all(copied.data_object_key)  # archived, served
+    assert copied in arch.served()
+    assert not arch.storage.exists(copied.data_object_key + KEY_FILTER_SUFFIX)
 
 
 def test_a_segment_of_format_1_is_rewritten_as_batches_of_its_kept_records(tmp_path: Path) -> None:
