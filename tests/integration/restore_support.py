@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.config import load_settings
@@ -145,13 +145,27 @@ def produce_transactional(bootstrap: str, topic: str, count: int, partitions: in
             producer.commit_transaction(30)
 
 
-def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[TopicPartition, int]:
+def high_watermarks(
+    bootstrap: str, topic: str, partitions: int, timeout_s: float = 60
+) -> dict[TopicPartition, int]:
+    """Each partition's high watermark, asked again while the broker answers with an error (a topic
+    the restore just created: a client's first metadata can name no leader yet, NOT_LEADER)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "restore-test-hw"})
+    deadline = time.monotonic() + timeout_s
     try:
-        return {
-            TopicPartition(topic, p): consumer.get_watermark_offsets(KafkaTP(topic, p), timeout=10)[1]
-            for p in range(partitions)
-        }
+        ends: dict[TopicPartition, int] = {}
+        for p in range(partitions):
+            while True:
+                try:
+                    ends[TopicPartition(topic, p)] = consumer.get_watermark_offsets(
+                        KafkaTP(topic, p), timeout=10
+                    )[1]
+                    break
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        return ends
     finally:
         consumer.close()
 
