@@ -184,7 +184,7 @@ def data_section(
 ) -> tuple[int, int, bytes | memoryview] | None:
     """(base offset, record count, records section decompressed) of a checked data batch; None for
     a control batch. An uncompressed section is a view of ``batch``, not a copy. What the key
-    filter's compiled walk reads (``key_scan``)."""
+    filter's compiled walk reads (``key_kernels``)."""
     view = memoryview(batch)
     header = _checked_header(view, where)
     if header.attributes & ATTR_CONTROL:

@@ -8,10 +8,11 @@ in the bucket does not reveal the keys: without the secret, nobody can test whet
 is in a segment, and the same key sets different bits in different segments, so filters do not
 show which segments share keys.
 
-Byte layout (format version 1, big-endian)::
+Byte layout (format versions 1 and 2, big-endian; they differ only in the summary of a key longer
+than 32 bytes, below)::
 
      0   4  magic        b"KTKF"
-     4   2  version      u16  1
+     4   2  version      u16  2 (this module writes 2, reads 1 and 2)
      6   1  hash_count   u8   k, 1..MAX_HASH_COUNT
      7   1  flags        u8   0 (reserved: a reader refuses any other value)
      8   8  secret_id    the first 8 bytes of BLAKE2b(person "ktp-kf-secretid", key secret) of the
@@ -26,14 +27,22 @@ A key's bits, from a 16-byte digest ``d`` of it: ``h1 = d[0:8]``, ``h2 = d[8:16]
 u64), bits ``(h1 + i * h2) mod m`` for ``i = 0 .. k-1`` (Kirsch and Mitzenmacher's double hashing: two
 hashes give k indices with the same false-positive rate asymptotically). The digest::
 
-    row  = the key zero-padded to 32 bytes if it has at most 32, else BLAKE2b-256(key, person
-           "ktp-kf-long"); w0..w3 its four little-endian u64 words; L the key's length
+    row  = version 2: the key, zero-padded to a multiple of 8 bytes and to at least 32;
+           version 1: the key zero-padded to 32 bytes if it has at most 32, else BLAKE2b-256(key,
+           person "ktp-kf-long") (the same row as version 2 for a key of up to 32 bytes)
+    w0..w(c-1) the row's little-endian u64 words; L the key's length
     mix(x) = splitmix64's finaliser: x ^= x >> 30; x *= 0xBF58476D1CE4E5B9; x ^= x >> 27;
              x *= 0x94D049BB133111EB; x ^= x >> 31 (mod 2**64)
-    a = mix(w3 ^ mix(w2 ^ mix(w1 ^ mix(w0 ^ mix(L ^ 0x243F6A8885A308D3)))))
+    a = mix(w(c-1) ^ ... mix(w1 ^ mix(w0 ^ mix(L ^ 0x243F6A8885A308D3))))
     b = mix(a ^ 0x13198A2E03707344)
     d = AES-128(a || b), the 16 bytes little-endian, under the filter's key
         BLAKE2b(salt, digest_size 16, key secret, person "ktp-key-filter")
+
+Version 2 summarises a long key by the same chain over all its words, where version 1 hashed it
+first: one BLAKE2b call a key in Python (~0.5 us, the interpreter lock held) for every key of 33
+bytes or more, a 36-character UUID string among them, the commonest key there is; the chain runs in
+the compiled walk (``key_kernels``, ~10 ns for such a key). Version 1 filters are read as written:
+a lookup summarises the keys it asks for by the filter's version.
 
 ``a || b`` is a public, non-cryptographic summary of the key, 64 bits of it independent (two keys
 with the same summary only add a false "maybe": ~n^2 / 2^65 of them among n keys); the secret
@@ -42,7 +51,8 @@ filter's salt: without the secret the bits say nothing about the keys, and the s
 different bits in different segments. Why not a keyed hash of each key (BLAKE2b with the secret, a
 call a key): in Python that is ~0.5 us a key and, with the rest of a key-at-a-time build, made the
 filter cost 1.2 us a key on the offload path (measured: a worker's CPU 4x at 100-byte records);
-this computes all of a segment's keys at once (numpy, one AES call over every summary), 0.15 us.
+here the summaries are computed in compiled code and sealed by one AES call over all of a
+segment's, the bits set with numpy: ~0.1 us a key, most of it off the interpreter lock.
 
 Sizing (n distinct keys, m bits, k hashes): the false-positive rate is p ~ (1 - e^(-k*n/m))^k,
 smallest at k = (m/n) * ln 2, where p = 2^-k; so m = -n * ln(p) / (ln 2)^2 and k = -log2(p). At the
@@ -62,7 +72,8 @@ Decoding (``decode_key_filter``) takes untrusted bytes from the bucket and check
 place before anything uses them: length, magic, version, flags, hash count and bit count ranges,
 exact length, CRC. Every failure is a ``FormatError`` saying what is wrong; a filter keyed with
 another secret is a ``KeyFilterSecretError`` on lookup (answering "certainly not" would skip a
-segment that holds the key). A version 2 would get a module of its own, dispatched on the version.
+segment that holds the key). A decoded filter carries its version, and a lookup summarises the keys
+it asks for by that version (:func:`summarise`).
 
 Written here rather than taken from a Bloom filter library (PyPI's ``rbloom``, ``pyprobables``,
 ``pybloom-live``): none keys its hash with a secret, and their serialised forms are their own,
@@ -86,7 +97,8 @@ from processor.errors import FormatError, ProcessorError
 from processor.segment.checksums import crc32
 
 MAGIC = b"KTKF"
-KEY_FILTER_VERSION = 1
+KEY_FILTER_VERSION = 2  # what this module writes
+READABLE_VERSIONS = (1, 2)
 DEFAULT_FP_RATE = 0.01
 MIN_BITS = 64
 MAX_BITS = 64 * 8 * 1024 * 1024  # 64 MiB of bits
@@ -123,14 +135,14 @@ class FilterSecret:
             digest_size=SECRET_ID_LEN, key=self._secret, person=_ID_PERSON
         ).digest()
 
-    def digests(self, keys: Sequence[bytes], salt: bytes) -> np.ndarray:
-        """The 16-byte digests (see the module docstring) of ``keys`` for one filter's salt, as rows
-        of two little-endian u64 (h1, h2 before reduction)."""
-        return self.seal(summarise(keys), salt)
+    def digests(self, keys: Sequence[bytes], salt: bytes, version: int = KEY_FILTER_VERSION) -> np.ndarray:
+        """The 16-byte digests (see the module docstring) of ``keys`` for one filter's salt and
+        version, as rows of two little-endian u64 (h1, h2 before reduction)."""
+        return self.seal(summarise(keys, version), salt)
 
     def seal(self, summaries: np.ndarray, salt: bytes) -> np.ndarray:
         """:meth:`digests` of keys already summarised (:func:`summarise`): an erasure summarises its
-        keys once and seals them for each segment's salt."""
+        keys once a version and seals them for each segment's salt."""
         filter_key = hashlib.blake2b(salt, digest_size=16, key=self._secret, person=_PERSON).digest()
         encryptor = Cipher(algorithms.AES(filter_key), modes.ECB()).encryptor()
         sealed = encryptor.update(summaries.tobytes()) + encryptor.finalize()
@@ -163,6 +175,7 @@ class KeyFilter:
     key_count: int
     bit_count: int
     bits: bytes = field(repr=False)
+    version: int = KEY_FILTER_VERSION  # how its keys were summarised (module docstring)
 
     @property
     def false_positive_rate(self) -> float:
@@ -175,10 +188,11 @@ class KeyFilter:
 
     def might_contain_any(self, keys: Iterable[bytes], secret: FilterSecret) -> bool:
         """False only when none of ``keys`` was added (what an erasure of several keys asks)."""
-        return self.might_contain_summarised(summarise(list(keys)), secret)
+        return self.might_contain_summarised(summarise(list(keys), self.version), secret)
 
     def might_contain_summarised(self, summaries: np.ndarray, secret: FilterSecret) -> bool:
-        """:meth:`might_contain_any` of keys already summarised (:func:`summarise`)."""
+        """:meth:`might_contain_any` of keys already summarised for this filter's version
+        (``summarise(keys, filter.version)``)."""
         if secret.secret_id != self.secret_id:
             raise KeyFilterSecretError(
                 f"key filter keyed with secret {self.secret_id.hex()}, not {secret.secret_id.hex()}"
@@ -193,7 +207,7 @@ class KeyFilter:
     def encode(self) -> bytes:
         head = _HEAD.pack(
             MAGIC,
-            KEY_FILTER_VERSION,
+            self.version,
             self.hash_count,
             0,
             self.secret_id,
@@ -218,8 +232,8 @@ def build_key_filter(
 def build_summarised_key_filter(
     summaries: np.ndarray, secret: FilterSecret, salt: bytes, *, fp_rate: float = DEFAULT_FP_RATE
 ) -> KeyFilter:
-    """:func:`build_key_filter` of keys already summarised (:func:`summarise`,
-    :func:`summarise_rows`): a segment's keys are summarised from its blocks (``key_scan``)."""
+    """:func:`build_key_filter` of keys already summarised for this module's version
+    (:func:`summarise`): a segment's keys are summarised from its blocks (``key_kernels``)."""
     if len(salt) != SALT_LEN:
         raise ValueError(f"a key filter salt has {SALT_LEN} bytes, not {len(salt)}")
     pairs = secret.seal(summaries, salt)
@@ -301,8 +315,8 @@ def decode_key_filter(data: bytes | bytearray | memoryview, *, where: str = "key
     magic, version, k, flags, secret_id, salt, key_count, m = _HEAD.unpack_from(view)
     if magic != MAGIC:
         raise FormatError(f"{where}: bad magic {magic!r}, not a key filter")
-    if version != KEY_FILTER_VERSION:
-        raise FormatError(f"{where}: format version {version} is not known (this reader knows 1)")
+    if version not in READABLE_VERSIONS:
+        raise FormatError(f"{where}: format version {version} is not known (this reader knows 1 and 2)")
     if flags != 0:
         raise FormatError(f"{where}: reserved flags {flags:#04x} are set")
     if not 1 <= k <= MAX_HASH_COUNT:
@@ -314,52 +328,32 @@ def decode_key_filter(data: bytes | bytearray | memoryview, *, where: str = "key
     (stored,) = _CRC.unpack_from(view, len(view) - _CRC.size)
     if crc32(view[: -_CRC.size]) != stored:
         raise FormatError(f"{where}: CRC-32 mismatch")
-    return KeyFilter(k, bytes(secret_id), bytes(salt), key_count, m, bytes(view[HEADER_LEN : -_CRC.size]))
+    return KeyFilter(
+        k, bytes(secret_id), bytes(salt), key_count, m, bytes(view[HEADER_LEN : -_CRC.size]), version
+    )
 
 
-ROW_BYTES = 32  # a key's bytes in its summary; a longer key is summarised by its BLAKE2b-256
+ROW_BYTES = 32  # version 1: a key's bytes in its summary; a longer key is summarised by its BLAKE2b-256
 _LONG_PERSON = b"ktp-kf-long"
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_SEED_A, _SEED_B = np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser, on every element (wrapping u64 arithmetic)."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * _M1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _M2
-    return np.asarray(x ^ (x >> np.uint64(31)))
 
 
 def long_key_row(key: bytes) -> bytes:
-    """The 32-byte row that stands for a key longer than 32 bytes in its summary."""
+    """Version 1: the 32-byte row that stands for a key longer than 32 bytes in its summary."""
     return hashlib.blake2b(key, digest_size=ROW_BYTES, person=_LONG_PERSON).digest()
 
 
-def summarise(keys: Sequence[bytes]) -> np.ndarray:
-    """Each key's 16-byte summary ``a || b`` (module docstring), as rows of two little-endian u64."""
+def summarise(keys: Sequence[bytes], version: int = KEY_FILTER_VERSION) -> np.ndarray:
+    """Each key's 16-byte summary ``a || b`` (module docstring) by ``version``'s rule, as rows of
+    two little-endian u64. Computed by the compiled chain (``key_kernels``, imported here: numba
+    loads with the first summary a process computes) over the keys laid end to end."""
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"key filter version {version} is not known")
+    from processor.segment.key_kernels import summarise_spans
+
+    rows = keys if version == 2 else [key if len(key) <= ROW_BYTES else long_key_row(key) for key in keys]
     n = len(keys)
-    lengths = np.fromiter(map(len, keys), dtype=np.uint64, count=n)
-    rows: Sequence[bytes] = keys
-    if n and int(lengths.max()) > ROW_BYTES:
-        rows = [key if len(key) <= ROW_BYTES else long_key_row(key) for key in keys]
-    # numpy's fixed-width bytes type zero-pads each row to 32 bytes in one C loop (measured: 19 ns a
-    # key, against 90 for joining the keys and scattering them through a mask)
-    padded = np.fromiter(rows, dtype=f"S{ROW_BYTES}", count=n).view(np.uint8).reshape(n, ROW_BYTES)
-    return summarise_rows(padded, lengths)
-
-
-def summarise_rows(rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """:func:`summarise` of keys given as their rows (n x 32 bytes, C-contiguous: the key
-    zero-padded, or :func:`long_key_row` of a longer one) and their lengths (n, u64)."""
-    n = len(lengths)
-    words = rows.view("<u8").reshape(n, ROW_BYTES // 8)
-    out = np.empty((n, 2), dtype="<u8")
-    with np.errstate(over="ignore"):
-        h = _mix(lengths ^ _SEED_A)
-        for j in range(ROW_BYTES // 8):
-            h = _mix(words[:, j] ^ h)
-        out[:, 0] = h
-        out[:, 1] = _mix(h ^ _SEED_B)
-    return out
+    sizes = np.fromiter(map(len, rows), dtype=np.int64, count=n)
+    starts = np.zeros(n, dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+    return summarise_spans(b"".join(rows), starts, sizes, lengths)

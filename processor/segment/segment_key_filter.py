@@ -5,7 +5,8 @@ The copier calls :func:`segment_key_filter` for every segment it uploads while a
 configured (PROCESSOR_ERASURE_SECRET), so offloads, merges and erasures all leave one filter object
 ``{data object key}-keys`` beside the index. It reads the blocks as stored: a block that archive
 compression turned into one zstd frame is decompressed (cheap next to the upload), and each batch's
-keys are read by a compiled walk (``key_scan``: CRC-32C checked, control batches skipped). Only
+keys are read and summarised by a compiled walk (``key_kernels``: CRC-32C checked, control batches
+skipped). Only
 format 2 segments (whole Kafka batches) get a filter: the leader writes nothing else, and erasure
 scans a segment without one.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import uuid
 
 from processor.segment.block_header import BLOCK_FORMAT_V2
-from processor.segment.key_filter import FilterSecret, build_summarised_key_filter, summarise_rows
+from processor.segment.key_filter import FilterSecret, build_summarised_key_filter
 from processor.segment.sealed_segment import SealedSegment
 
 
@@ -24,8 +25,15 @@ def segment_key_filter(segment: SealedSegment, secret: FilterSecret, segment_id:
     not of format 2 (nothing to build it from without decoding records another way)."""
     if segment.format_version != BLOCK_FORMAT_V2:
         return None
-    # numba comes with key_scan: loaded by the first filter a process builds, never without one
-    from processor.segment.key_scan import segment_key_rows
+    # numba comes with key_kernels: loaded by the first filter a process builds, never without one
+    from processor.segment.key_kernels import segment_key_summaries
 
-    rows, lengths = segment_key_rows(segment)
-    return build_summarised_key_filter(summarise_rows(rows, lengths), secret, segment_id.bytes).encode()
+    return build_summarised_key_filter(segment_key_summaries(segment), secret, segment_id.bytes).encode()
+
+
+def warm_up_key_filters() -> None:
+    """Load numba and compile the filter's kernels (~1.5 s) ahead of the first segment: a worker
+    with an erasure secret calls it on a thread of its own at start."""
+    from processor.segment.key_kernels import warm_up
+
+    warm_up()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 
 from processor import metrics
 from processor.config import Settings
@@ -16,6 +18,7 @@ from processor.leader.resume import ResumePlanner
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.topic_io import MetadataPublisher
 from processor.segment.object_keys import ObjectKeyFactory
+from processor.segment.segment_key_filter import warm_up_key_filters
 from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.rate_limited import rate_limited
 from processor.wiring.encryption import segment_encryption
@@ -24,10 +27,22 @@ from processor.wiring.fetch_sizes import fetch_options
 from processor.wiring.read_your_write import confirm_by_follower
 from processor.wiring.resume import remote_state_loader
 
+log = logging.getLogger(__name__)
+
 # Faust's broker_rebalance_timeout; a revocation waits at most 80 % of it for running copies.
 REBALANCE_TIMEOUT_S = 5.0
 # How often the source partitions' high watermarks are asked of the brokers for the copy lag.
 HIGH_WATERMARK_INTERVAL_S = 5.0
+
+
+def _warm_up_key_filters() -> None:
+    """Compile the key filter's kernels while the worker joins its group (the first copy would
+    otherwise wait ~1.5 s for them). A failure here is logged; the first copy meets it again and
+    reports it as a copy failure."""
+    try:
+        warm_up_key_filters()
+    except Exception:  # logged, not swallowed: the copy path raises the same error where it counts
+        log.exception("compiling the key filter's kernels failed; copies will report it")
 
 
 def build_engine(
@@ -38,6 +53,9 @@ def build_engine(
     materializer: Materializer | None = None,
 ) -> OffloadEngine:
     publisher = MetadataPublisher(settings.kafka, settings.metadata_topic, metadata_partitions)
+    filter_secret = key_filter_secret(settings)
+    if filter_secret is not None:
+        threading.Thread(target=_warm_up_key_filters, name="key-filter-warm-up", daemon=True).start()
     uploads = rate_limited(storage, settings.upload_bytes_per_second)  # PROCESSOR_UPLOAD_BYTES_PER_SECOND
     copier = SegmentCopier(
         uploads,
@@ -49,7 +67,7 @@ def build_engine(
         confirm=confirm_by_follower(materializer, metadata_partitions) if materializer else None,
         claim_id=materializer.claim_id if materializer is not None else None,
         encryption=segment_encryption(settings),
-        key_filter_secret=key_filter_secret(settings),
+        key_filter_secret=filter_secret,
     )
     fetch = fetch_options(settings)
 

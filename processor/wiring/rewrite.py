@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from processor.config import Settings
 from processor.errors import FencedWriterError, FormatError, ProcessorError
 from processor.kafka.partition import TopicPartition
@@ -97,7 +99,9 @@ def key_filter_lookup(
     filter is bucket input: read only when its size is one a filter can have, decoded and checked in
     one place (``decode_key_filter``); whenever it cannot answer, the answer is "maybe" (the segment is
     read), never "no" (which would leave a key's records in it)."""
-    summaries = summarise(list(erased))  # once: only the sealing depends on a filter's salt
+    wanted = list(erased)
+    # once a filter version: only the sealing depends on a filter's salt
+    summaries: dict[int, np.ndarray] = {}
 
     def may_hold(segment: RemoteLogSegmentMetadata) -> bool:
         if secret is None:
@@ -108,7 +112,9 @@ def key_filter_lookup(
             if found is None:
                 stats.missing += 1
                 return True
-            return found.might_contain_summarised(summaries, secret)
+            if found.version not in summaries:
+                summaries[found.version] = summarise(wanted, found.version)
+            return found.might_contain_summarised(summaries[found.version], secret)
         except (FormatError, KeyFilterSecretError) as exc:
             stats.unusable += 1
             log.warning("key filter of %s cannot answer (%s): reading the segment", segment.segment_id, exc)

@@ -1,8 +1,9 @@
-"""The compiled walk that reads a segment's keys for its key filter (``processor.segment.key_scan``):
-the same keys as aiokafka's reader for any batch (every codec, null, empty and long keys, headers,
-control batches, compaction gaps), and a FormatError naming the batch for framing that does not
-check, under a good CRC (never a shorter key list: a filter missing a key lets an erasure skip a
-segment that holds it)."""
+"""The key filter's compiled code (``processor.segment.key_kernels``): the walk summarises the same
+keys as aiokafka's reader reads for any batch (every codec, null, empty and long keys, headers,
+control batches, compaction gaps), and refuses framing that does not check under a good CRC with a
+FormatError naming the batch (never a shorter key list: a filter missing a key lets an erasure skip
+a segment that holds it). The summary itself is checked against the documented one in
+test_key_filter."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from processor.errors import FormatError
 from processor.segment.batch_rewrite import batch_keys, decompressed_section
 from processor.segment.blocks import block_payload
 from processor.segment.entries_v2 import iter_batch_entries, parse_batch_header
-from processor.segment.key_filter import FilterSecret, build_key_filter, long_key_row
-from processor.segment.key_scan import segment_key_rows
+from processor.segment.key_filter import FilterSecret, build_key_filter, summarise
+from processor.segment.key_kernels import segment_key_summaries
 from processor.segment.sealed_segment import SealedSegment
 from processor.segment.segment_assembler import SegmentAssembler, compress_segment
 from processor.segment.segment_key_filter import segment_key_filter
@@ -43,11 +44,6 @@ def reference_keys(segment: SealedSegment) -> list[bytes]:
         for batch in iter_batch_entries(payload, where="test"):
             keys += [key for key in batch_keys(batch) if key is not None]
     return keys
-
-
-def expected_rows(keys: list[bytes]) -> tuple[bytes, list[int]]:
-    rows = b"".join((key if len(key) <= 32 else long_key_row(key)).ljust(32, b"\0") for key in keys)
-    return rows, [len(key) for key in keys]
 
 
 key_st = st.one_of(st.none(), st.binary(max_size=70))
@@ -83,26 +79,24 @@ def test_property_the_walk_reads_the_keys_aiokafka_reads(
         offset += 1
     segment = segment_of(raw, archive)
     keys = reference_keys(segment)
-    rows, lengths = segment_key_rows(segment)
-    assert (rows.tobytes(), lengths.tolist()) == expected_rows(keys)
+    assert segment_key_summaries(segment).tolist() == summarise(keys).tolist()
     salt = uuid.UUID(int=len(keys))
     assert segment_key_filter(segment, SECRET, salt) == build_key_filter(keys, SECRET, salt.bytes).encode()
 
 
 def test_a_segment_of_control_batches_and_null_keys_has_no_keys() -> None:
     segment = segment_of([make_batch(0, [(1, None, b"v", [])] * 3), control_batch(3, 7, commit=False)])
-    rows, lengths = segment_key_rows(segment)
-    assert rows.shape == (0, 32) and lengths.dtype == np.uint64 and len(lengths) == 0
+    summaries = segment_key_summaries(segment)
+    assert summaries.shape == (0, 2) and summaries.dtype == np.uint64
 
 
 def test_many_batches_grow_the_rows_past_the_first_guess() -> None:
-    """The rows are sized by the segment's record count first; batches holding more keys than that
-    (a count the segment does not vouch for) grow them, nothing is lost."""
+    """The summaries are sized by the segment's record count first; batches holding more keys than
+    that (a count the segment does not vouch for) grow them, nothing is lost."""
     batches = [make_batch(100 * i, [(1, b"k%d-%d" % (i, j), b"", []) for j in range(100)]) for i in range(30)]
     segment = segment_of(batches)
     for candidate in (segment, dataclasses.replace(segment, record_count=1)):
-        rows, lengths = segment_key_rows(candidate)
-        assert (rows.tobytes(), lengths.tolist()) == expected_rows(reference_keys(segment))
+        assert segment_key_summaries(candidate).tolist() == summarise(reference_keys(segment)).tolist()
 
 
 def body(key: bytes) -> bytes:
@@ -138,11 +132,11 @@ def test_framing_that_does_not_check_is_refused_under_a_good_crc(
     assert decompressed_section(batch_with_section(GOOD, 2)) == GOOD  # the helper is sound
     batch = batch_with_section(section, count)
     with pytest.raises(FormatError, match=f"segment block 0: record batch at offset 0: .*{message}"):
-        segment_key_rows(segment_of([batch]))
+        segment_key_summaries(segment_of([batch]))
 
 
 def test_a_batch_that_fails_its_crc_is_refused() -> None:
     flipped = bytearray(make_batch(0, [(1, b"alice", b"v", [])]))
     flipped[-3] ^= 0x01
     with pytest.raises(FormatError, match="fails its CRC-32C"):
-        segment_key_rows(segment_of([bytes(flipped)]))
+        segment_key_summaries(segment_of([bytes(flipped)]))
