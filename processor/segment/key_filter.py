@@ -29,7 +29,7 @@ hashes give k indices with the same false-positive rate asymptotically). The dig
 
     row  = version 2: the key, zero-padded to a multiple of 8 bytes and to at least 32;
            version 1: the key zero-padded to 32 bytes if it has at most 32, else BLAKE2b-256(key,
-           person "ktp-kf-long") (the same row as version 2 for a key of up to 32 bytes)
+           person "ktp-kf-long") (the same row as version 2 for a key of up to 32 bytes; ``key_filter_v1``)
     w0..w(c-1) the row's little-endian u64 words; L the key's length
     mix(x) = splitmix64's finaliser: x ^= x >> 30; x *= 0xBF58476D1CE4E5B9; x ^= x >> 27;
              x *= 0x94D049BB133111EB; x ^= x >> 31 (mod 2**64)
@@ -94,6 +94,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from processor.errors import FormatError, ProcessorError
+from processor.segment import key_filter_v1
 from processor.segment.checksums import crc32
 
 MAGIC = b"KTKF"
@@ -333,15 +334,6 @@ def decode_key_filter(data: bytes | bytearray | memoryview, *, where: str = "key
     )
 
 
-ROW_BYTES = 32  # version 1: a key's bytes in its summary; a longer key is summarised by its BLAKE2b-256
-_LONG_PERSON = b"ktp-kf-long"
-
-
-def long_key_row(key: bytes) -> bytes:
-    """Version 1: the 32-byte row that stands for a key longer than 32 bytes in its summary."""
-    return hashlib.blake2b(key, digest_size=ROW_BYTES, person=_LONG_PERSON).digest()
-
-
 def summarise(keys: Sequence[bytes], version: int = KEY_FILTER_VERSION) -> np.ndarray:
     """Each key's 16-byte summary ``a || b`` (module docstring) by ``version``'s rule, as rows of
     two little-endian u64. Computed by the compiled chain (``key_kernels``, imported here: numba
@@ -350,7 +342,7 @@ def summarise(keys: Sequence[bytes], version: int = KEY_FILTER_VERSION) -> np.nd
         raise ValueError(f"key filter version {version} is not known")
     from processor.segment.key_kernels import summarise_spans
 
-    rows = keys if version == 2 else [key if len(key) <= ROW_BYTES else long_key_row(key) for key in keys]
+    rows = keys if version == 2 else key_filter_v1.summary_rows(keys)
     n = len(keys)
     sizes = np.fromiter(map(len, rows), dtype=np.int64, count=n)
     starts = np.zeros(n, dtype=np.int64)
