@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 
 from processor import metrics
 from processor.config import Settings
@@ -39,10 +40,13 @@ def _warm_up_key_filters() -> None:
     """Compile the key filter's kernels while the worker joins its group (the first copy would
     otherwise wait ~1.5 s for them). A failure here is logged; the first copy meets it again and
     reports it as a copy failure."""
+    started = time.monotonic()
     try:
         warm_up_key_filters()
     except Exception:  # logged, not swallowed: the copy path raises the same error where it counts
         log.exception("compiling the key filter's kernels failed; copies will report it")
+        return
+    log.info("key filter kernels compiled in %.1f s", time.monotonic() - started)
 
 
 def build_engine(
