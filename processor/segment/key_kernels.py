@@ -24,9 +24,10 @@ end. A check that fails ends the walk with the failing record's number, and the 
 ``FormatError`` naming the batch: never a partial key list (a filter missing a key would let an
 erasure skip a segment that holds it). Array accesses are bounds-checked besides (``boundscheck``).
 
-numba is imported with this module, which ``segment_key_filter`` and ``key_filter.summarise`` import
-where they need it (importing numba takes ~0.5 s, compiling these functions ~1 s, once a process):
-commands and workers that neither build nor look up a filter never load it.
+numba is imported, and the kernels compiled for their one signature each, with this module, which
+``segment_key_filter`` and ``key_filter.summarise`` import where they need it (importing numba
+takes ~0.5 s, compiling the kernels ~1 s, once a process): commands and workers that neither build
+nor look up a filter never load it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 
 import numba
 import numpy as np
+from numba import types
 
 from processor.errors import FormatError
 from processor.segment.batch_rewrite import data_section
@@ -50,10 +52,18 @@ MIN_WORDS = 4  # a key's summary mixes at least 4 words: a key of up to 32 bytes
 _VARINT_BYTES = 5
 _VARLONG_BYTES = 10
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+# Each kernel is compiled for these types only, when this module is imported (numba's eager
+# compilation): a call with other types is a TypeError, never a compile in the middle of a copy
+# (a writable byte array, a view of a block's bytearray, converts to the read-only type).
+_BYTES = types.Array(types.uint8, 1, "C", readonly=True)
+_INTS = types.Array(types.int64, 1, "C", readonly=True)
+_SUMMARIES = types.Array(types.uint64, 2, "C")
+# numba's type constructors carry no annotations
+_INT_PAIR = types.UniTuple(types.int64, 2)  # type: ignore[no-untyped-call]
 _SEED_A, _SEED_B = np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344)
 
 
-@numba.njit(nogil=True, cache=False)
+@numba.njit(types.uint64(types.uint64), nogil=True, cache=False)
 def _mix(x: Any) -> Any:
     """splitmix64's finaliser (wrapping u64 arithmetic)."""
     x ^= x >> np.uint64(30)
@@ -63,7 +73,12 @@ def _mix(x: Any) -> Any:
     return x ^ (x >> np.uint64(31))
 
 
-@numba.njit(nogil=True, boundscheck=True, cache=False)
+@numba.njit(
+    types.none(_BYTES, types.int64, types.int64, types.int64, _SUMMARIES, types.int64),
+    nogil=True,
+    boundscheck=True,
+    cache=False,
+)
 def _summarise(data: Any, start: int, size: int, length: int, out: Any, row: int) -> None:
     """Write to ``out[row]`` the summary (a, b) of the ``size`` bytes at ``data[start:]`` standing
     for a key of ``length`` bytes: a = mix(... mix(w1 ^ mix(w0 ^ mix(length ^ SEED_A)))) over the
@@ -81,13 +96,18 @@ def _summarise(data: Any, start: int, size: int, length: int, out: Any, row: int
     out[row, 1] = _mix(h ^ _SEED_B)
 
 
-@numba.njit(nogil=True, boundscheck=True, cache=False)
+@numba.njit(types.none(_BYTES, _INTS, _INTS, _INTS, _SUMMARIES), nogil=True, boundscheck=True, cache=False)
 def _summarise_spans(data: Any, starts: Any, sizes: Any, lengths: Any, out: Any) -> None:
     for row in range(len(starts)):
         _summarise(data, starts[row], sizes[row], lengths[row], out, row)
 
 
-@numba.njit(nogil=True, boundscheck=True, cache=False)
+@numba.njit(
+    _INT_PAIR(_BYTES, types.int64, types.int64, types.int64),
+    nogil=True,
+    boundscheck=True,
+    cache=False,
+)
 def _varint(data: Any, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
     """(value, position after it) of the zigzag varint at ``data[pos:end]``; position -1 if it
     runs past ``end`` or is longer than ``max_bytes``."""
@@ -104,7 +124,9 @@ def _varint(data: Any, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
     return 0, -1
 
 
-@numba.njit(nogil=True, boundscheck=True, cache=False)
+@numba.njit(
+    types.int64(_BYTES, types.int64, _SUMMARIES, types.int64), nogil=True, boundscheck=True, cache=False
+)
 def _walk(section: Any, count: int, out: Any, at: int) -> int:
     """Read ``count`` records of a records section, writing each non-null key's summary to the
     next row of ``out`` from row ``at``. Returns the number of keys written, or -(i + 1) for a
@@ -184,13 +206,3 @@ class _Summaries:
                 else f"{where}: record {failed} of {count} does not frame (a length, varint or key overruns)"
             )
         self.count += keys
-
-
-def warm_up() -> None:
-    """Compile the kernels now (~1 s), for the argument types the copier and a lookup pass them
-    (read-only byte arrays: sections and joined keys are bytes), so that the first segment's copy
-    does not wait for the compiler."""
-    nothing = np.frombuffer(b"", dtype=np.uint8)
-    no_spans = np.zeros(0, dtype=np.int64)
-    _walk(nothing, 0, np.empty((1, 2), dtype=np.uint64), 0)
-    _summarise_spans(nothing, no_spans, no_spans, no_spans, np.empty((0, 2), dtype=np.uint64))

@@ -32,8 +32,6 @@ def segment_key_filter(segment: SealedSegment, secret: FilterSecret, segment_id:
 
 
 def warm_up_key_filters() -> None:
-    """Load numba and compile the filter's kernels (~1.5 s) ahead of the first segment: a worker
-    with an erasure secret calls it on a thread of its own at start."""
-    from processor.segment.key_kernels import warm_up
-
-    warm_up()
+    """Load numba and compile the filter's kernels (~1.5 s of CPU) ahead of the first segment: a
+    worker with an erasure secret calls it before it takes a record."""
+    import processor.segment.key_kernels  # noqa: F401  (compiled as it is imported)
