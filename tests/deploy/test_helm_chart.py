@@ -193,6 +193,9 @@ def test_memory_derived_from_the_buffer_bound(helm):
     small = render(helm, *BASE, "--set", "worker.bufferMiB=32")
     c = by_kind(small, "StatefulSet")[0]["spec"]["template"]["spec"]["containers"][0]
     assert c["resources"]["requests"]["memory"] == f"{32 + 16 + 256}Mi"
+    filters = render(helm, *BASE, "--set", "credentials.erasureSecret.existingSecret=erasure")
+    c = by_kind(filters, "StatefulSet")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert c["resources"]["requests"]["memory"] == f"{256 + 64 + 256 + 128}Mi"  # + the key filters' code
 
 
 def test_monitoring_objects(all_docs):

@@ -44,13 +44,15 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/*
 Memory of a worker in MiB, from the buffer bound (see worker.bufferMiB in values.yaml):
-request = buffer + prefetch + overhead, prefetch = buffer / 4 clamped to 16..64 (as processor/app.py
-sizes librdkafka's queue); limit = request * (100 + headroom) / 100.
+request = buffer + prefetch + overhead (+ keyFilterMiB with an erasure secret: the key filter's
+compiled code), prefetch = buffer / 4 clamped to 16..64 (as processor/app.py sizes librdkafka's
+queue); limit = request * (100 + headroom) / 100.
 */}}
 {{- define "ktp.workerMemoryRequestMiB" -}}
 {{- $buffer := int .Values.worker.bufferMiB }}
 {{- $prefetch := min 64 (max 16 (div $buffer 4)) }}
-{{- add $buffer $prefetch (int .Values.worker.overheadMiB) }}
+{{- $filters := ternary (int .Values.worker.keyFilterMiB) 0 (ne .Values.credentials.erasureSecret.existingSecret "") }}
+{{- add $buffer $prefetch (int .Values.worker.overheadMiB) $filters }}
 {{- end }}
 
 {{- define "ktp.workerMemoryLimitMiB" -}}
