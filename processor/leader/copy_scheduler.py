@@ -209,7 +209,8 @@ class CopyScheduler:
             self._copy_with_retries(lane, segment)
 
     def _copy_with_retries(self, lane: Lane, segment: SealedSegment) -> None:
-        stored = compress_segment(segment)  # archive compression, here on the pool's threads
+        # keys read for the filter before archive compression; then compressed, on the pool's threads
+        stored = compress_segment(self._copier.summarise_keys(segment))
         attempt = 0
         blocked = False
         while not lane.cancelled.is_set() and not self._stopping.is_set():

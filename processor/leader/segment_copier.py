@@ -47,7 +47,7 @@ from processor.segment.index_sealing import seal_index
 from processor.segment.key_filter import FilterSecret
 from processor.segment.object_keys import KEY_FILTER_SUFFIX, ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
-from processor.segment.segment_key_filter import segment_key_filter
+from processor.segment.segment_key_filter import segment_key_filter, with_key_summaries
 from processor.storage.chunk_storage import ChunkStorage
 
 log = logging.getLogger(__name__)
@@ -200,6 +200,18 @@ class SegmentCopier:
                 custom_metadata=data_key.wrapped.encode(),
             )
         return metadata, index, segment
+
+    def summarise_keys(self, segment: SealedSegment) -> SealedSegment:
+        """``segment`` with its keys' summaries when this copier builds key filters: the copy
+        scheduler calls it before archive compression (the filter is then built without
+        decompressing the blocks). Unchanged otherwise, or when its records do not frame: the copy
+        reads them again, and leaves the filter out saying why."""
+        if self.key_filter_secret is None or segment.archive_compression != "zstd":
+            return segment
+        try:
+            return with_key_summaries(segment)
+        except FormatError:
+            return segment
 
     def _key_filter(self, tp: TopicPartition, segment: SealedSegment, segment_id: uuid.UUID) -> bytes | None:
         """The segment's key filter, or None when its records do not frame: the segment is still

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from processor.segment.block_header import BLOCK_FORMAT_VERSION, BlockInfo
 
@@ -24,6 +26,9 @@ class SealedSegment:
     held_bytes: int = -1  # bytes the offload buffer counted for it (before archive compression)
     archive_compression: str = "keep"  # PROCESSOR_ARCHIVE_COMPRESSION, applied on the way to S3
     key_filter: bytes | None = None  # the encoded key filter to upload beside it (the copier's)
+    # its keys' summaries (n x 2 u64), read before archive compression so that the copier builds
+    # the key filter without decompressing the blocks again (segment_key_filter.with_key_summaries)
+    key_summaries: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.held_bytes < 0:

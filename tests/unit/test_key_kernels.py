@@ -23,7 +23,7 @@ from processor.segment.key_filter import FilterSecret, build_key_filter, summari
 from processor.segment.key_kernels import segment_key_summaries
 from processor.segment.sealed_segment import SealedSegment
 from processor.segment.segment_assembler import SegmentAssembler, compress_segment
-from processor.segment.segment_key_filter import segment_key_filter
+from processor.segment.segment_key_filter import segment_key_filter, with_key_summaries
 from tests.batch_samples import CODECS, Rec, batch_with_section, control_batch, make_batch, varint
 
 SECRET = FilterSecret(b"s" * 32)
@@ -140,3 +140,21 @@ def test_a_batch_that_fails_its_crc_is_refused() -> None:
     flipped[-3] ^= 0x01
     with pytest.raises(FormatError, match="fails its CRC-32C"):
         segment_key_summaries(segment_of([bytes(flipped)]))
+
+
+def test_keys_read_before_archive_compression_make_the_same_filter() -> None:
+    """The copy scheduler reads the keys before zstd archive compression; the copier then builds the
+    filter from them rather than decompressing: the same filter either way."""
+    batches = [
+        make_batch(50 * i, [(1, b"key-%d" % (j % 13), b"v" * 90, []) for j in range(50)]) for i in range(9)
+    ]
+    asm = SegmentAssembler(0, 0, 4096, "zstd")
+    for raw in batches:
+        asm.append(parse_batch_header(raw), raw)
+    sealed = asm.seal()
+    salt = uuid.uuid4()
+    early = compress_segment(with_key_summaries(sealed))
+    late = compress_segment(sealed)
+    assert early.key_summaries is not None and late.key_summaries is None
+    assert early.blocks == late.blocks and early.blocks != sealed.blocks  # compressed either way
+    assert segment_key_filter(early, SECRET, salt) == segment_key_filter(late, SECRET, salt)
