@@ -262,11 +262,8 @@ def _count_distinct(first: np.ndarray) -> int:
     return max(1, min(n, round(-slots * math.log(empty / slots))))
 
 
-# Keys whose bit indices are computed at once: bounds the temporary arrays (8 bytes an index).
+# Keys whose bit indices a lookup computes at once: bounds the temporary arrays (4 bytes an index).
 _CHUNK_KEYS = 1 << 16
-# Up to this many bits, bits are set in an array of one bool each, then packed (a plain fancy-index
-# assignment, ~4x faster than ``bitwise_or.at``); above it, in place, to bound the memory.
-_BOOL_BITS = 1 << 24
 
 
 def _bit_indices(pairs: np.ndarray, m: int, k: int) -> Iterator[np.ndarray]:
@@ -291,21 +288,11 @@ def _bit_indices(pairs: np.ndarray, m: int, k: int) -> Iterator[np.ndarray]:
 
 
 def _set_bits(pairs: np.ndarray, m: int, k: int) -> bytes:
-    """The filter's bits for keys whose (h1, h2) are the rows of ``pairs`` (:func:`_bit_indices`).
-    Vectorised, as the lookup: a loop a key at a time in Python cost more than the hashing itself
-    (measured: 1,170 vs 490 ns a key)."""
-    as_bools = m <= _BOOL_BITS
-    flags = np.zeros(m if as_bools else 0, dtype=np.bool_)
-    bits = np.zeros(0 if as_bools else m // 8, dtype=np.uint8)
-    for rows in _bit_indices(pairs, m, k):
-        index = rows.ravel()
-        if as_bools:
-            flags[index] = True
-        else:
-            np.bitwise_or.at(
-                bits, index >> np.uint32(3), np.left_shift(1, index & np.uint32(7)).astype(np.uint8)
-            )
-    return bytes(np.packbits(flags, bitorder="little").tobytes() if as_bools else bits.tobytes())
+    """The filter's bits for keys whose (h1, h2) are the rows of ``pairs`` (:func:`_bit_indices`),
+    set by compiled code (``key_kernels``, imported here as by :func:`summarise`)."""
+    from processor.segment.key_kernels import filter_bits
+
+    return filter_bits(pairs, m, k)
 
 
 def decode_key_filter(data: bytes | bytearray | memoryview, *, where: str = "key filter") -> KeyFilter:

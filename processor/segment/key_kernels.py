@@ -58,6 +58,8 @@ _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _BYTES = types.Array(types.uint8, 1, "C", readonly=True)
 _INTS = types.Array(types.int64, 1, "C", readonly=True)
 _SUMMARIES = types.Array(types.uint64, 2, "C")
+_DIGESTS = types.Array(types.uint64, 2, "C", readonly=True)
+_BITS = types.Array(types.uint8, 1, "C")
 # numba's type constructors carry no annotations
 _INT_PAIR = types.UniTuple(types.int64, 2)  # type: ignore[no-untyped-call]
 _SEED_A, _SEED_B = np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344)
@@ -156,6 +158,32 @@ def _walk(section: Any, count: int, out: Any, at: int) -> int:
     if pos != end:
         return -(count + 1)
     return keys
+
+
+@numba.njit(types.none(_DIGESTS, types.int64, types.int64, _BITS), nogil=True, boundscheck=True, cache=False)
+def _set_bits(digests: Any, m: int, k: int, bits: Any) -> None:
+    """Set in ``bits`` (m / 8 bytes) the k bits of each key whose (h1, h2) is a row of ``digests``:
+    (h1 + j * h2) mod m for j = 0 .. k-1, h1 = h1 mod m, h2 = (h2 | 1) mod m, as a running sum
+    (``key_filter``'s module docstring; its lookup computes the same indices with numpy)."""
+    mm = np.uint64(m)
+    for row in range(digests.shape[0]):
+        index = digests[row, 0] % mm
+        step = (digests[row, 1] | np.uint64(1)) % mm
+        for _ in range(k):
+            bits[index >> np.uint64(3)] |= np.uint8(1 << (index & np.uint64(7)))
+            index += step
+            if index >= mm:
+                index -= mm
+
+
+def filter_bits(digests: np.ndarray, m: int, k: int) -> bytes:
+    """The m bits (m / 8 bytes, bit i = bit (i & 7) of byte (i >> 3)) of a filter of k hashes
+    holding the keys whose digests are the rows of ``digests``. One pass a key, in machine code,
+    writing straight into the packed bytes: numpy's bool array of m flags was 5 MB for half a
+    million keys, written at random (measured: 36 ns a key, here ~10)."""
+    bits = np.zeros(m // 8, dtype=np.uint8)
+    _set_bits(digests, m, k, bits)
+    return bits.tobytes()
 
 
 def summarise_spans(data: bytes, starts: np.ndarray, sizes: np.ndarray, lengths: np.ndarray) -> np.ndarray:
