@@ -209,7 +209,7 @@ class CopyScheduler:
             self._copy_with_retries(lane, segment)
 
     def _copy_with_retries(self, lane: Lane, segment: SealedSegment) -> None:
-        # keys read for the filter before archive compression; then compressed, on the pool's threads
+        # keys read for the key filter once, before archive compression; both on the pool's threads
         stored = compress_segment(self._copier.summarise_keys(segment))
         attempt = 0
         blocked = False

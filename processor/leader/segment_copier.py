@@ -203,10 +203,10 @@ class SegmentCopier:
 
     def summarise_keys(self, segment: SealedSegment) -> SealedSegment:
         """``segment`` with its keys' summaries when this copier builds key filters: the copy
-        scheduler calls it before archive compression (the filter is then built without
-        decompressing the blocks). Unchanged otherwise, or when its records do not frame: the copy
-        reads them again, and leaves the filter out saying why."""
-        if self.key_filter_secret is None or segment.archive_compression != "zstd":
+        scheduler calls it once a segment, before archive compression (each attempt then only
+        seals them, and never decompresses the blocks). Unchanged otherwise, or when its records
+        do not frame: the copy reads them again, and leaves the filter out saying why."""
+        if self.key_filter_secret is None:
             return segment
         try:
             return with_key_summaries(segment)

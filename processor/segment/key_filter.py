@@ -52,7 +52,7 @@ different bits in different segments. Why not a keyed hash of each key (BLAKE2b 
 call a key): in Python that is ~0.5 us a key and, with the rest of a key-at-a-time build, made the
 filter cost 1.2 us a key on the offload path (measured: a worker's CPU 4x at 100-byte records);
 here the summaries are computed in compiled code and sealed by one AES call over all of a
-segment's, the bits set with numpy: ~0.1 us a key, most of it off the interpreter lock.
+segment's, the bits set by compiled code too: ~0.1 us a key, most of it off the interpreter lock.
 
 Sizing (n distinct keys, m bits, k hashes): the false-positive rate is p ~ (1 - e^(-k*n/m))^k,
 smallest at k = (m/n) * ln 2, where p = 2^-k; so m = -n * ln(p) / (ln 2)^2 and k = -log2(p). At the
@@ -78,8 +78,8 @@ it asks for by that version (:func:`summarise`).
 Written here rather than taken from a Bloom filter library (PyPI's ``rbloom``, ``pyprobables``,
 ``pybloom-live``): none keys its hash with a secret, and their serialised forms are their own,
 undocumented and tied to their versions, while an archive keeps its filters for years: the layout
-above is the one this module owns. The filter is built and looked up with numpy and one AES call
-(every key of a segment, or of an erasure, at once).
+above is the one this module owns. The filter is built by compiled code (``key_kernels``) and
+looked up with numpy, each after one AES call over all its keys (a segment's, or an erasure's).
 """
 
 from __future__ import annotations

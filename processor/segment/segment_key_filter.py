@@ -6,9 +6,10 @@ configured (PROCESSOR_ERASURE_SECRET), so offloads, merges and erasures all leav
 ``{data object key}-keys`` beside the index. It reads the blocks as stored: a block that archive
 compression turned into one zstd frame is decompressed (cheap next to the upload), and each batch's
 keys are read and summarised by a compiled walk (``key_kernels``: CRC-32C checked, control batches
-skipped). Only
-format 2 segments (whole Kafka batches) get a filter: the leader writes nothing else, and erasure
-scans a segment without one.
+skipped). The copy scheduler has the keys summarised before archive compression
+(:func:`with_key_summaries`), once a segment whatever its copy attempts; a merge or an erasure hands
+the copier blocks as stored. Only format 2 segments (whole Kafka batches) get a filter: the leader
+writes nothing else, and erasure scans a segment without one.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def segment_key_filter(segment: SealedSegment, secret: FilterSecret, segment_id:
 def with_key_summaries(segment: SealedSegment) -> SealedSegment:
     """``segment`` carrying its keys' summaries, read from its blocks as they are now: called
     before archive compression, it spares the filter a decompression of every block (measured:
-    ~1.7 CPU-s per GB of 1 KiB records). Raises FormatError as ``segment_key_filter`` does."""
+    ~1.7 CPU-s per GB of 1 KiB records), and the copy's retries a second walk. Raises FormatError
+    as ``segment_key_filter`` does."""
     if segment.format_version != BLOCK_FORMAT_V2:
         return segment
     from processor.segment.key_kernels import segment_key_summaries  # numba: see segment_key_filter
