@@ -16,7 +16,7 @@ segments with a transaction index are left as they are.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from processor.metadata.model import RemoteLogSegmentMetadata
 
@@ -95,3 +95,46 @@ def plan_merges(
         size += segment.segment_size_in_bytes
     close()
     return runs
+
+
+@dataclass(frozen=True, slots=True)
+class LeftAlone:
+    """Why a partition's served segments are in no run, by reason (each segment counted once, under
+    the first of these that keeps it out): what a dry run that merges little tells its user."""
+
+    other_format: int = 0  # block format 1 (records re-encoded by earlier versions): never merged
+    transactional: int = 0  # with a transaction index: never merged
+    big: int = 0  # at least ``small_bytes``: big enough already
+    young: int = 0  # small, but uploaded less than ``min_age_ms`` ago
+    single: int = 0  # mergeable, but no mergeable neighbour to merge with (a run needs two)
+    # how long ago the oldest of the young ones was uploaded (None: no young one)
+    oldest_young_age_ms: int | None = field(default=None)
+
+    @property
+    def total(self) -> int:
+        return self.other_format + self.transactional + self.big + self.young + self.single
+
+
+def left_alone(
+    served: Iterable[RemoteLogSegmentMetadata], runs: Iterable[MergeRun], limits: MergeLimits, now_ms: int
+) -> LeftAlone:
+    """Why each of ``served`` that is in none of ``runs`` (as :func:`plan_merges` made them) stays."""
+    planned = {s.segment_id.id for run in runs for s in run.segments}
+    counts = dict.fromkeys(("other_format", "transactional", "big", "young", "single"), 0)
+    oldest: int | None = None
+    for segment in {s.segment_id.id: s for s in served}.values():
+        if segment.segment_id.id in planned:
+            continue
+        age = now_ms - segment.event_timestamp_ms
+        if segment.segment_format_version != BATCH_FORMAT:
+            counts["other_format"] += 1
+        elif not segment.txn_index_empty:
+            counts["transactional"] += 1
+        elif segment.segment_size_in_bytes >= limits.small_bytes:
+            counts["big"] += 1
+        elif age < limits.min_age_ms:
+            counts["young"] += 1
+            oldest = age if oldest is None else max(oldest, age)
+        else:
+            counts["single"] += 1
+    return LeftAlone(**counts, oldest_young_age_ms=oldest)
