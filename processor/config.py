@@ -170,6 +170,12 @@ class Settings(BaseSettings):
     merge_min_age_ms: int = Field(default=3_600_000, ge=0)
     # the worker merges its led partitions' small segments every this long (0: only `processor merge`)
     merge_check_ms: int = Field(default=0, ge=0)
+    # snapshots of the folded metadata in the bucket (processor/follower/snapshots.py): a follower
+    # cache that never read a metadata partition starts from its newest valid snapshot and folds
+    # only the topic's tail; workers write them every this long (0: only `processor snapshot`)
+    snapshot_interval_ms: int = Field(default=3_600_000, ge=0)
+    snapshots_kept: int = Field(default=3, ge=1, le=1000)
+    snapshot_load: bool = True
     # Keys the per-segment key filters written at copy time (`processor erase` reads only the
     # segments whose filter may hold a key) and the hashes of erased keys in the erasure audit trail.
     # At least 16 characters (`openssl rand -hex 32`); a secret: never logged. Unset: no filters are

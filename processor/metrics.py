@@ -301,3 +301,23 @@ GATEWAY_PREFETCH = Counter(
     "Archived answers of the gateway's Fetch requests, by whether a read-ahead had them ready (hit, miss)",
     ["result"],
 )
+
+# -- snapshots of the folded metadata (processor/follower/snapshots.py) -------------------------------
+
+SNAPSHOTS_WRITTEN = Counter(
+    "processor_metadata_snapshots_written_total", "Snapshots of the folded metadata written to the bucket"
+)
+SNAPSHOTS_LOADED = Counter(
+    "processor_metadata_snapshots_loaded_total",
+    "Snapshots a follower cache started from (one per metadata partition) instead of the topic's start",
+)
+SNAPSHOTS_REFUSED = Counter(
+    "processor_metadata_snapshots_refused_total",
+    "Snapshots not loaded, by reason (corrupt, foreign, truncated, gone, diverged, unreadable): the "
+    "next older one or the topic was read instead",
+    ["reason"],
+)
+SNAPSHOT_FAILURES = Counter(
+    "processor_metadata_snapshot_failures_total",
+    "Scheduled snapshot writes that failed (the next one is tried at the next interval)",
+)

@@ -189,6 +189,15 @@ MEANINGS: dict[str, str] = {
         "the worker merges the small segments of the partitions it leads every this long, a few runs "
         "at a time (`0`: only `processor merge` merges); every reader must know merged segments first"
     ),
+    "snapshot_interval_ms": (
+        "workers write a snapshot of the folded metadata of the metadata partitions they follow to the "
+        "bucket every this long (jittered; `0`: only `processor snapshot` writes them)"
+    ),
+    "snapshots_kept": "snapshots kept per metadata partition; older ones are deleted after each write",
+    "snapshot_load": (
+        "a follower cache that never read a metadata partition starts from its newest valid snapshot "
+        "and reads only the topic after it (`false`: always the topic from its start)"
+    ),
     "erasure_secret": (
         "keys each new segment's key filter (`{data}-keys`: `processor erase` reads only segments that "
         "may hold a key) and the hashed keys of the erasure audit trail; at least 16 characters, the "

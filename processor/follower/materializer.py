@@ -47,6 +47,43 @@ class FollowerState:
 
 
 @dataclass
+class ConsumerPeek:
+    """What a snapshot is checked against, asked of the metadata topic (snapshots.TopicPeek)."""
+
+    def __init__(self, consumer: Consumer, factory: Callable[[], Consumer], topic: str) -> None:
+        self.consumer, self.factory, self.topic = consumer, factory, topic
+
+    def watermarks(self, partition: int) -> tuple[int, int]:
+        try:
+            low, high = self.consumer.get_watermark_offsets(KafkaTP(self.topic, partition), timeout=10)
+        except KafkaException as exc:
+            raise MetadataTopicError(f"watermarks of {self.topic} [{partition}]: {exc.args[0]}") from None
+        return int(low), int(high)
+
+    def record_from(
+        self, partition: int, offset: int, timeout_s: float = 15.0
+    ) -> tuple[int, bytes | None, bytes | None] | None:
+        """The first record at or after ``offset`` (None: none within ``timeout_s``)."""
+        consumer = self.factory()
+        try:
+            consumer.assign([KafkaTP(self.topic, partition, offset)])
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.fatal():
+                        raise MetadataTopicError(f"reading {self.topic} [{partition}]: {err}")
+                    continue
+                return int(msg.offset() or 0), msg.key(), msg.value()
+            return None
+        finally:
+            consumer.close()
+
+
+@dataclass
 class MaterializerStats:
     consumed: int = 0  # messages read from the topic by this process
     applied: int = 0
@@ -86,10 +123,17 @@ class Materializer:
         self._applied: dict[int, int] = {}
         self._applied_cv = threading.Condition()
         self._last_active: dict[TopicPartition, float] = {}
+        # a new cache's start: loads snapshots of the metadata partitions it never consumed
+        # (processor/follower/snapshots.py; the wiring sets it), then the topic's tail is read
+        self.bootstrap: Callable[[ConsumerPeek, list[int]], object] | None = None
 
     def _open(self) -> Consumer:
         consumer = self._consumer_factory()
         stored = self.cache.consumed_offsets()
+        never = [p for p in self.partitions if p not in stored]
+        if never and self.bootstrap is not None:
+            self.bootstrap(ConsumerPeek(consumer, self._consumer_factory, self.topic), never)
+            stored = self.cache.consumed_offsets()
         consumer.assign(
             [
                 KafkaTP(self.topic, p, stored[p] if p in stored else self._first_offset(consumer, p))

@@ -16,7 +16,7 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
-from rocksdict import BlockBasedOptions, Options, Rdict
+from rocksdict import BlockBasedOptions, IngestExternalFileOptions, Options, Rdict, RdictIter
 
 from processor.errors import ProcessorError
 from processor.follower.cache_keys import CACHE_VERSION, ORIGIN_KEY, VERSION_KEY
@@ -99,6 +99,30 @@ class MetadataCache(CacheQueries):
 
     def close(self) -> None:
         self._db.close()
+
+    # -- snapshots (processor/follower/snapshots.py) ---------------------------------------------
+
+    def consistent_iterator(self) -> RdictIter:
+        """An iterator over the whole cache as one applied batch left it (see ``remote_state``)."""
+        return self._db.iter()
+
+    def sst_options(self) -> Options:
+        """The options an SST file for :meth:`ingest` is written with (raw keys, as the cache's)."""
+        return self._options
+
+    def ingest(self, path: Path) -> None:
+        """Bulk-load a sorted SST file (a snapshot's keys and its consumed offset) in one step: no
+        memtable, no write-ahead log, no put per key. What the cache remembered of any partition is
+        forgotten, so every later read sees the loaded state."""
+        options = IngestExternalFileOptions()
+        options.set_move_files(True)
+        try:
+            self._db.ingest_external_file([str(path)], options)
+        except Exception as exc:  # rocksdict raises plain Exception
+            raise ProcessorError(f"loading {path} into the metadata cache at {self.path}: {exc}") from None
+        self._headers.clear()
+        self._bookkeeping.clear()
+        self._served_end_bounds.clear()
 
     def apply_batch(
         self, messages: Iterable[RawMessage], topics: frozenset[str] | None = None

@@ -115,7 +115,7 @@ def open_context(settings: Settings, topic: str) -> DeletionContext:
     scoped = settings.model_copy(
         update={"follow_metadata_partitions": tuple(followed), "follow_topics": (topic,)}
     )
-    follower = build_follower(scoped, parts, cache_dir=Path(cache_dir.name))
+    follower = build_follower(scoped, parts, cache_dir=Path(cache_dir.name), storage=storage)
     try:
         follower.materializer.catch_up()
         follower.materializer.start()

@@ -8,13 +8,15 @@ from pathlib import Path
 
 from processor.config import Settings
 from processor.errors import ConfigError
-from processor.follower.materializer import Materializer
+from processor.follower.materializer import ConsumerPeek, Materializer
 from processor.follower.metadata_cache import MetadataCache
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
+from processor.follower.snapshots import SnapshotStore, load_snapshots
 from processor.kafka.admin import partition_counts, topic_ids
 from processor.kafka.clients import new_admin, new_consumer
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import metadata_partition_for
+from processor.metadata.topic_io import MIN_COMPACTION_LAG_MS
 from processor.reader.block_cache import BlockCache
 from processor.reader.remote_reader import RemoteReader
 from processor.segment.object_keys import ObjectKeyFactory
@@ -66,11 +68,16 @@ class Follower:
 
 
 def build_follower(
-    settings: Settings, metadata_partitions: int, cache_dir: Path | None = None, own_topics: bool = False
+    settings: Settings,
+    metadata_partitions: int,
+    cache_dir: Path | None = None,
+    own_topics: bool = False,
+    storage: ChunkStorage | None = None,
 ) -> Follower:
     """The follower; ``own_topics`` (a worker): it also keeps the worker's own source topics. A cache
     on disk built from another metadata topic, or from an earlier incarnation of this one, is rebuilt
-    (its records are not this topic's: acting on them could lead and delete by another view)."""
+    (its records are not this topic's: acting on them could lead and delete by another view). With
+    ``storage``, a metadata partition the cache never read starts from its newest valid snapshot."""
     with contextlib.ExitStack() as undo:  # what was opened is closed again if a step fails
         # The data directory's cache is this process's alone: refused with the setting to change
         # when another worker or follower holds it.
@@ -79,7 +86,8 @@ def build_follower(
             undo.callback(lock.release)
         cache = MetadataCache(cache_dir or settings.data_dir / "metadata-cache")
         undo.callback(cache.close)
-        cache.ensure_origin(metadata_origin(settings))
+        origin = metadata_origin(settings)
+        cache.ensure_origin(origin)
         kept = frozenset(settings.follow_topics) or None
         if own_topics and kept is not None:
             kept |= frozenset(settings.topics)
@@ -90,6 +98,15 @@ def build_follower(
             followed_partitions(settings, metadata_partitions, own_topics),
             kept,
         )
+        if storage is not None and settings.snapshot_load:
+            store = SnapshotStore(storage, settings.s3_prefix, origin)
+
+            def bootstrap(peek: ConsumerPeek, never: list[int]) -> object:
+                return load_snapshots(
+                    cache, store, peek, never, metadata_partitions, kept, MIN_COMPACTION_LAG_MS
+                )
+
+            materializer.bootstrap = bootstrap
         undo.pop_all()
     return Follower(cache, materializer, RemoteLogMetadataManager(cache), lock)
 

@@ -42,7 +42,7 @@ class FollowerServer:
         started = check_shared(settings)
         storage = started.storage
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        follower = build_follower(settings, started.metadata_partitions)
+        follower = build_follower(settings, started.metadata_partitions, storage=storage)
         reader = build_reader(settings, storage, follower.rlmm)
         probe_storage = build_storage(settings, probe=True)
         watch = build_readiness_watch(settings, follower.materializer, probe_storage)

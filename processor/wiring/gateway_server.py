@@ -50,7 +50,7 @@ class GatewayServer:
         token = read_api_token(settings)
         started = check_shared(settings, read_threads=ARCHIVE_READ_THREADS)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        follower = build_follower(settings, started.metadata_partitions)
+        follower = build_follower(settings, started.metadata_partitions, storage=started.storage)
         cache = (
             BlockCache(settings.data_dir / "block-cache", settings.gateway_cache_bytes)
             if settings.gateway_cache_bytes > 0

@@ -61,7 +61,7 @@ def open_read_side(settings: Settings, topic: str, partition: int | None) -> Rea
         scoped = settings.model_copy(
             update={"follow_metadata_partitions": tuple(wanted) or (0,), "follow_topics": (topic,)}
         )
-        follower = build_follower(scoped, meta_parts, cache_dir=Path(cache_dir.name))
+        follower = build_follower(scoped, meta_parts, cache_dir=Path(cache_dir.name), storage=storage)
         undo.callback(follower.close)
         follower.materializer.catch_up()
         side = ReadSide(follower, build_reader(settings, storage, follower.rlmm), cache_dir)

@@ -62,7 +62,7 @@ class Worker:
         storage, metadata_partitions = started.storage, started.metadata_partitions
         # Every worker follows the metadata of its own source topics: it reads its claims and
         # records back through it (PROCESSOR_FOLLOWER_ENABLED only decides whether it serves reads).
-        follower = build_follower(settings, metadata_partitions, own_topics=True)
+        follower = build_follower(settings, metadata_partitions, own_topics=True, storage=storage)
         reader = build_reader(settings, storage, follower.rlmm) if settings.follower_enabled else None
         materializer = follower.materializer
         planner = build_planner(settings, metadata_partitions, materializer, storage)

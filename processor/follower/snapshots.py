@@ -1,0 +1,474 @@
+"""Snapshots of the folded metadata in the bucket: taken from a follower cache, chosen and checked,
+and bulk-loaded into a new cache, which then folds only the topic's tail.
+
+Where they live: ``{prefix}/snapshots=metadata/{metadata topic}-{its topic id}/{partition:05d}/
+{next_offset:020d}-{written_ms:013d}-{nonce}.snap`` (a folder name no topic can have; the format is
+:mod:`processor.follower.snapshot_format`). Each object is written once, by a conditional create,
+under a name of its own: two processes that snapshot the same partition at once write two valid
+snapshots, never one torn one. The newest is tried first.
+
+A snapshot is loaded only when every check holds (:func:`load_snapshots`), else the next older one
+is tried, then the topic from its start; each refusal is logged with its reason and counted in
+``processor_metadata_snapshots_refused_total{reason}``:
+
+- its format (magic, version, CRCs, counts, key order): ``corrupt``;
+- it was taken from this metadata topic (name and topic id), under this partition count and the
+  cache layout this code reads: ``foreign``;
+- the topic still holds what it was taken after: ``low watermark <= next_offset <= high
+  watermark`` (``truncated``: the topic lost records the snapshot reflects; ``gone``: records after
+  it were deleted, so its tail cannot be read), and the record at ``last_offset`` is the one it was
+  taken after (same CRC of key and value; ``diverged``: a topic that lost its tail and was written
+  again). A record that is no longer there was compacted away, which the topic's
+  ``min.compaction.lag.ms`` allows only once the record is that old; a younger one missing is
+  ``diverged`` too.
+
+The loaded state is the fold's own (the cache keys as the fold wrote them), so every fencing rule
+holds as it held for the process that took the snapshot. What a snapshot cannot prove is who wrote
+it: anyone who may write the bucket's prefix can plant one, as they can delete the archive itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import IO, Protocol
+
+from rocksdict import Options, SstFileWriter
+
+from processor import metrics
+from processor.errors import ProcessorError, StorageError
+from processor.follower.cache_keys import CACHE_VERSION, I64, U32, tp_of_key
+from processor.follower.metadata_cache import MetadataCache
+from processor.follower.snapshot_format import (
+    ByteSource,
+    SnapshotEncoder,
+    SnapshotFormatError,
+    SnapshotHeader,
+    SnapshotReader,
+    record_crc,
+)
+from processor.kafka.partition import TopicPartition
+from processor.metadata.codec import metadata_partition_for
+from processor.storage.chunk_storage import ChunkInfo, ChunkStorage
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_FOLDER = "snapshots=metadata"
+READ_BYTES = 8 << 20  # one ranged GET of a snapshot being loaded
+_TP_PREFIXES = frozenset(b"EHLOX")  # keys whose tp follows the prefix byte
+
+
+def snapshot_folder(prefix: str, origin: str, partition: int) -> str:
+    """The folder of one metadata partition's snapshots (``origin``: ``name/topic id``)."""
+    name, _, topic_id = origin.partition("/")
+    folder = f"{SNAPSHOT_FOLDER}/{name}-{topic_id}/{partition:05d}/"
+    return f"{prefix}/{folder}" if prefix else folder
+
+
+def snapshot_key(prefix: str, origin: str, partition: int, next_offset: int, written_ms: int) -> str:
+    nonce = uuid.uuid4().hex[:12]
+    return f"{snapshot_folder(prefix, origin, partition)}{next_offset:020d}-{written_ms:013d}-{nonce}.snap"
+
+
+def _sort_key(info: ChunkInfo) -> tuple[int, int, str]:
+    name = info.key.rsplit("/", 1)[-1]
+    try:
+        offset, written = name.split("-")[:2]
+        return int(offset), int(written), name
+    except ValueError:
+        return -1, -1, name
+
+
+# -- the segment's partition from its stored record (S keys hold no partition) ------------------------
+
+
+def _varint(raw: bytes, at: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        byte = raw[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (value >> 1) ^ -(value & 1), at  # Avro's zigzag
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def segment_partition(raw: bytes) -> TopicPartition:
+    """The partition of a segment record as the cache stores it (``[1][0][Avro body]``, the body
+    starting with the segment id's topic, optional topic id and partition): read without decoding
+    the record (a snapshot of millions of segments reads every one)."""
+    if raw[:2] != b"\x01\x00":
+        raise ValueError("not a segment record")
+    length, at = _varint(raw, 2)
+    topic = raw[at : at + length].decode()
+    at += length
+    branch, at = _varint(raw, at)
+    if branch == 1:
+        length, at = _varint(raw, at)
+        at += length
+    partition, at = _varint(raw, at)
+    return TopicPartition(topic, partition)
+
+
+# -- taking snapshots ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LastRecord:
+    """The record a snapshot was taken after, as the topic holds it (see the module's checks)."""
+
+    offset: int
+    crc: int
+    timestamp_ms: int
+
+
+@dataclass
+class TakenSnapshot:
+    header: SnapshotHeader
+    path: Path  # the encoded snapshot, in a temporary file of the caller's
+    entries: int
+    size: int
+
+
+def take_snapshots(
+    cache: MetadataCache,
+    partitions: list[int],
+    metadata_partitions: int,
+    origin: str,
+    last_records: Callable[[int, int], LastRecord | None],
+    workdir: Path,
+) -> dict[int, TakenSnapshot]:
+    """Encode the cache's state of each metadata partition in ``partitions`` into a file of
+    ``workdir``, from one consistent view of the cache (one iterator: what one applied batch left).
+    ``last_records(partition, next_offset)`` names the topic's record at ``next_offset - 1``; a
+    partition the cache never consumed, or whose last record the topic does not give, is left out.
+    Two passes over the view: the partitions of the keys first, then the encoding in key order."""
+    wanted = set(partitions)
+    it = cache.consistent_iterator()
+    offsets: dict[int, int] = {}
+    it.seek(b"C")
+    while it.valid() and it.key()[:1] == b"C":
+        p = U32.unpack(it.key()[1:])[0]
+        if p in wanted:
+            offsets[p] = I64.unpack(it.value())[0]
+        it.next()
+
+    @lru_cache(maxsize=1 << 16)
+    def owner(tp: TopicPartition) -> int:
+        return metadata_partition_for(tp, metadata_partitions)
+
+    def entries() -> Iterator[tuple[int, TopicPartition, bytes, bytes]]:
+        it.seek(b"E")
+        while it.valid():
+            key = it.key()
+            kind = key[0]
+            if kind in _TP_PREFIXES:
+                tp = tp_of_key(key[1:])
+            elif kind == ord("S"):
+                tp = segment_partition(it.value())
+            else:  # M, V and anything after: not the fold's state
+                it.next()
+                continue
+            p = owner(tp)
+            if p in offsets:
+                yield p, tp, key, it.value()
+            it.next()
+
+    members: dict[int, set[TopicPartition]] = {p: set() for p in offsets}
+    for p, tp, _key, _value in entries():
+        members[p].add(tp)
+    taken: dict[int, TakenSnapshot] = {}
+    encoders: dict[int, tuple[SnapshotEncoder, IO[bytes]]] = {}
+    now_ms = int(time.time() * 1000)
+    try:
+        for p, next_offset in offsets.items():
+            last = last_records(p, next_offset) if next_offset > 0 else LastRecord(-1, 0, -1)
+            if last is None:
+                log.info("metadata partition %d: its last record is not readable; no snapshot this time", p)
+                continue
+            header = SnapshotHeader(
+                metadata_partition=p,
+                metadata_partitions=metadata_partitions,
+                next_offset=next_offset,
+                origin=origin,
+                partitions=tuple(sorted(members[p])),
+                last_offset=last.offset,
+                last_record_crc=last.crc,
+                last_timestamp_ms=last.timestamp_ms,
+                written_ms=now_ms,
+                cache_layout=CACHE_VERSION,
+            )
+            path = workdir / f"{p:05d}.snap"
+            handle: IO[bytes] = path.open("wb")
+            encoder = SnapshotEncoder(header)
+            for piece in encoder.take():
+                handle.write(piece)
+            encoders[p] = (encoder, handle)
+            taken[p] = TakenSnapshot(header, path, 0, 0)
+        for p, tp, key, value in entries():
+            if p in encoders:
+                encoder, handle = encoders[p]
+                for piece in encoder.add(tp, key, value):
+                    handle.write(piece)
+        for p, (encoder, handle) in encoders.items():
+            for piece in encoder.finish():
+                handle.write(piece)
+            handle.close()
+            taken[p].entries = encoder.entries
+            taken[p].size = taken[p].path.stat().st_size
+    finally:
+        for _encoder, handle in encoders.values():
+            handle.close()
+    return taken
+
+
+# -- the bucket ---------------------------------------------------------------------------------------
+
+
+class _RangedSource(ByteSource):
+    """A snapshot object read front to back in ranged GETs of ``READ_BYTES`` (bounded memory)."""
+
+    def __init__(self, storage: ChunkStorage, key: str, size: int) -> None:
+        self.storage, self.key, self.size = storage, key, size
+        self._buffer = b""
+        self._at = 0  # object offset of the buffer's end
+
+    def read(self, n: int) -> bytes:
+        while len(self._buffer) < n and self._at < self.size:
+            length = min(READ_BYTES, self.size - self._at)
+            self._buffer += self.storage.read(self.key, self._at, length)
+            self._at += length
+        out, self._buffer = self._buffer[:n], self._buffer[n:]
+        return out
+
+
+class SnapshotStore:
+    """One metadata topic's snapshots in the bucket."""
+
+    def __init__(self, storage: ChunkStorage, prefix: str, origin: str) -> None:
+        self.storage, self.prefix, self.origin = storage, prefix, origin
+
+    def listed(self, partition: int) -> list[ChunkInfo]:
+        """The partition's snapshots, newest (highest next offset) first."""
+        found = [
+            info
+            for info in self.storage.list(snapshot_folder(self.prefix, self.origin, partition))
+            if info.key.endswith(".snap")
+        ]
+        return sorted(found, key=_sort_key, reverse=True)
+
+    def put(self, taken: TakenSnapshot) -> str:
+        header = taken.header
+        key = snapshot_key(
+            self.prefix, self.origin, header.metadata_partition, header.next_offset, header.written_ms
+        )
+        with taken.path.open("rb") as handle:
+            if taken.size == 0:
+                self.storage.create(key, [b""])
+            else:
+                with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                    view = memoryview(mapped)
+                    try:
+                        self.storage.create(key, [view])
+                    finally:
+                        view.release()
+        return key
+
+    def open(self, info: ChunkInfo) -> SnapshotReader:
+        return SnapshotReader.open(_RangedSource(self.storage, info.key, info.size))
+
+    def prune(self, partition: int, keep: int) -> list[str]:
+        """Delete all but the ``keep`` newest snapshots of ``partition``; returns the deleted keys."""
+        old = self.listed(partition)[max(keep, 1) :]
+        for info in old:
+            self.storage.delete(info.key)
+        return [info.key for info in old]
+
+
+# -- loading ------------------------------------------------------------------------------------------
+
+
+class TopicPeek(Protocol):
+    """What the loader asks the metadata topic (the follower's consumer answers)."""
+
+    def watermarks(self, partition: int) -> tuple[int, int]:
+        """(low, high) watermarks of a metadata partition."""
+        ...
+
+    def record_from(self, partition: int, offset: int) -> tuple[int, bytes | None, bytes | None] | None:
+        """The first record at or after ``offset``: (its offset, key, value); None when there is none."""
+        ...
+
+
+@dataclass(frozen=True)
+class LoadOutcome:
+    partition: int
+    key: str | None  # the snapshot loaded, None: none (the topic from its start)
+    next_offset: int | None
+    entries: int
+    refused: tuple[tuple[str, str, str], ...]  # (snapshot key, reason, detail) of each skipped
+    seconds: float
+
+
+class SnapshotRefused(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+def check_against_topic(
+    header: SnapshotHeader, peek: TopicPeek, min_compaction_lag_ms: int, now_ms: int
+) -> None:
+    """Raise :class:`SnapshotRefused` unless the topic holds what ``header`` was taken after."""
+    low, high = peek.watermarks(header.metadata_partition)
+    if header.next_offset > high:
+        raise SnapshotRefused(
+            "truncated", f"taken at offset {header.next_offset}, the topic ends at {high} (it lost records)"
+        )
+    if header.next_offset < low:
+        raise SnapshotRefused(
+            "gone", f"taken at offset {header.next_offset}, the topic starts at {low} (its tail was deleted)"
+        )
+    if header.last_offset < 0:
+        return  # taken of an empty partition: nothing to compare
+    found = peek.record_from(header.metadata_partition, header.last_offset)
+    if found is None:  # the topic reaches past it (checked above): not read in time
+        raise SnapshotRefused("unreadable", f"the record at offset {header.last_offset} was not read in time")
+    if found[0] == header.last_offset:
+        if record_crc(found[1], found[2]) != header.last_record_crc:
+            raise SnapshotRefused(
+                "diverged",
+                f"the record at offset {header.last_offset} is not the one it was taken after",
+            )
+        return
+    age_ms = now_ms - header.last_timestamp_ms
+    if age_ms < min_compaction_lag_ms:
+        raise SnapshotRefused(
+            "diverged",
+            f"the record at offset {header.last_offset} is gone though younger ({age_ms} ms) than the "
+            f"topic's min.compaction.lag.ms ({min_compaction_lag_ms})",
+        )
+
+
+def _build_sst(reader: SnapshotReader, path: Path, topics: frozenset[str] | None, options: Options) -> int:
+    """The snapshot's entries (of ``topics`` only, when given) and its consumed-offsets key in one
+    sorted SST file; returns the entries written. Fails whole (SnapshotFormatError) on a bad block."""
+    writer = SstFileWriter(options=options)
+    writer.open(str(path))
+    header = reader.header
+    writer[b"C" + U32.pack(header.metadata_partition)] = I64.pack(header.next_offset)  # sorts first
+    written = 0
+    for tp, key, value in reader.entries():
+        if key[:1] not in (b"E", b"H", b"L", b"O", b"S", b"X"):
+            raise SnapshotFormatError(f"snapshot entry under a key that is not the fold's state: {key[:1]!r}")
+        if topics is None or tp.topic in topics:
+            writer[key] = value
+            written += 1
+    writer.finish()
+    return written
+
+
+def load_snapshots(
+    cache: MetadataCache,
+    store: SnapshotStore,
+    peek: TopicPeek,
+    partitions: list[int],
+    metadata_partitions: int,
+    topics: frozenset[str] | None,
+    min_compaction_lag_ms: int,
+) -> dict[int, LoadOutcome]:
+    """Load the newest valid snapshot of each of ``partitions`` (metadata partitions the cache has
+    never consumed) into the cache; each partition's state and its consumed offset go in with one
+    ingestion, so a crash leaves a partition either loaded or not. A partition without a valid
+    snapshot is left for the topic from its start. Never raises for a snapshot: a bucket that
+    cannot be listed or read is logged and the topic is read instead (slower, the same result)."""
+    outcomes: dict[int, LoadOutcome] = {}
+    for p in partitions:
+        started = time.monotonic()
+        refused: list[tuple[str, str, str]] = []
+        loaded: tuple[str, int, int] | None = None
+        try:
+            listed = store.listed(p)
+        except StorageError as exc:
+            log.warning(
+                "metadata partition %d: snapshots not listed (%s); reading the topic from its start", p, exc
+            )
+            metrics.SNAPSHOTS_REFUSED.labels("unreadable").inc()
+            listed = []
+        for info in listed:
+            try:
+                loaded = _load_one(
+                    cache, store, peek, info, p, metadata_partitions, topics, min_compaction_lag_ms
+                )
+                break
+            except SnapshotRefused as exc:
+                refused.append((info.key, exc.reason, exc.detail))
+            except SnapshotFormatError as exc:
+                refused.append((info.key, "corrupt", str(exc)))
+            except (StorageError, ProcessorError) as exc:
+                refused.append((info.key, "unreadable", str(exc)))
+            reason, detail = refused[-1][1:]
+            metrics.SNAPSHOTS_REFUSED.labels(reason).inc()
+            log.warning("metadata snapshot %s not loaded (%s): %s", info.key, reason, detail)
+        seconds = time.monotonic() - started
+        if loaded is not None:
+            key, next_offset, entries = loaded
+            metrics.SNAPSHOTS_LOADED.inc()
+            log.info(
+                "metadata partition %d: loaded snapshot %s (%d entries, the topic from offset %d) in %.2f s",
+                p,
+                key,
+                entries,
+                next_offset,
+                seconds,
+            )
+            outcomes[p] = LoadOutcome(p, key, next_offset, entries, tuple(refused), seconds)
+        else:
+            outcomes[p] = LoadOutcome(p, None, None, 0, tuple(refused), seconds)
+    return outcomes
+
+
+def _load_one(
+    cache: MetadataCache,
+    store: SnapshotStore,
+    peek: TopicPeek,
+    info: ChunkInfo,
+    partition: int,
+    metadata_partitions: int,
+    topics: frozenset[str] | None,
+    min_compaction_lag_ms: int,
+) -> tuple[str, int, int]:
+    reader = store.open(info)
+    header = reader.header
+    if header.origin != store.origin:
+        raise SnapshotRefused("foreign", f"taken of {header.origin}, not {store.origin}")
+    if header.metadata_partition != partition or header.metadata_partitions != metadata_partitions:
+        raise SnapshotRefused(
+            "foreign",
+            f"taken of metadata partition {header.metadata_partition} of {header.metadata_partitions}, "
+            f"not {partition} of {metadata_partitions}",
+        )
+    if header.cache_layout != CACHE_VERSION:
+        raise SnapshotRefused(
+            "foreign", f"cache layout {header.cache_layout}, this code reads {CACHE_VERSION}"
+        )
+    check_against_topic(header, peek, min_compaction_lag_ms, int(time.time() * 1000))
+    fd, name = tempfile.mkstemp(suffix=".sst", dir=cache.path.parent)
+    os.close(fd)
+    path = Path(name)
+    try:
+        entries = _build_sst(reader, path, topics, cache.sst_options())
+        cache.ingest(path)
+    finally:
+        path.unlink(missing_ok=True)
+    return info.key, header.next_offset, entries
