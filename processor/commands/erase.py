@@ -24,6 +24,7 @@ import base64
 import binascii
 import dataclasses
 import json
+import logging
 import time
 import uuid
 from pathlib import Path
@@ -40,6 +41,8 @@ from processor.segment.object_keys import validate_topic
 from processor.wiring.deletion_context import DeletionContext, open_context
 from processor.wiring.erasure import audit_key, key_filter_secret
 from processor.wiring.rewrite import FilterStats, erase_builder, key_filter_lookup, rewrite_copier
+
+log = logging.getLogger(__name__)
 
 HELP = "erase records by key from a topic's archived segments (rewrites them; audited; --dry-run first)"
 
@@ -192,6 +195,12 @@ def erase_one(
         # every filter says no: nothing to rewrite, no claim taken (the workers are not paused)
         return EraseReport(tp, segments=len(served), skipped_by_filter=len(served))
     epoch = ctx.claim(tp)  # workers leading tp stop writing it until the claim is released
+    log.info(
+        "%s: taken from the worker leading it with an operator claim (epoch %d) for this erasure; "
+        "handed back when it is done",
+        tp,
+        epoch,
+    )
     try:
         lineage = ctx.state(tp).lineage
         copier = rewrite_copier(settings, ctx, {tp.topic: lineage.topic_id} if lineage.topic_id else {})
@@ -202,6 +211,7 @@ def erase_one(
         return EraseReport(tp, failed=[str(exc)])
     finally:
         ctx.release(tp)
+        log.info("%s: operator claim %d released: the worker Faust assigns it claims it again", tp, epoch)
 
 
 def _audit(

@@ -13,9 +13,12 @@ never needs a new claim: its claim stays current until someone else claims.)
 The worker's follower reports the current claim of every partition a batch changed: when a
 partition this worker leads shows another claim, another worker (or an operator command) holds it
 now, and it is revoked at once (``processor_fenced_revocations_total``), its copy lag gauges kept so
-alerts see the lag grow. While Faust still assigns it here, :meth:`Leadership.reclaim` claims it
-again once the other claim was released or has been quiet for ``reclaim_after_s`` (a worker that
-lost its assignment without noticing, an operator command that crashed).
+alerts see the lag grow. An operator command's claim (``ADMIN``: merge, erase, delete-before ...)
+is a planned hand-over, logged at INFO with the command's writer and claim (the command logs the
+same claim); another worker's claim is a fence, logged as a warning. While Faust still assigns it
+here, :meth:`Leadership.reclaim` claims it again once the other claim was released or has been
+quiet for ``reclaim_after_s`` (a worker that lost its assignment without noticing, an operator
+command that crashed).
 """
 
 from __future__ import annotations
@@ -32,12 +35,25 @@ from processor.kafka.partition import TopicPartition
 from processor.leader.offload_engine import OffloadEngine
 from processor.leader.ports import AppliedBatch
 from processor.leader.resume import ResumePlanner
+from processor.metadata.fold_state import PartitionHeader
+from processor.metadata.model import ClaimKind
 
 log = logging.getLogger(__name__)
 
 
+class ClaimHeaders(Protocol):
+    def header(self, tp: TopicPartition) -> PartitionHeader:
+        """The fold's state of a partition: its current claim, its kind and who holds it."""
+        ...
+
+
 class ClaimView(Protocol):
     """What leadership asks the worker's follower about a partition's claim."""
+
+    @property
+    def cache(self) -> ClaimHeaders:
+        """The follower's cache (read on the follower's thread, after it applied a batch)."""
+        ...
 
     def current_epoch(self, tp: TopicPartition) -> int | None: ...
 
@@ -108,19 +124,48 @@ class Leadership:
 
     def on_metadata(self, result: AppliedBatch) -> None:
         """Follower callback (its thread; must not block): revoke partitions another claim holds."""
-        fenced = []
+        lost = []
         with self._lock:
             for tp, claim in result.claims.items():
                 held = self.leading.get(tp)
                 if held is not None and claim != held:
-                    log.warning(
-                        "%s: the metadata shows claim %s, not this worker's %d: stopping at once",
-                        tp,
-                        claim,
-                        held,
-                    )
-                    fenced.append(tp)
-        self.fence(fenced)
+                    lost.append((tp, claim, held))
+        for tp, claim, held in lost:
+            self._log_lost(tp, claim, held)
+        self.fence([tp for tp, _, _ in lost])
+
+    def _log_lost(self, tp: TopicPartition, claim: int | None, held: int) -> None:
+        """Say why ``tp`` stops here: a planned hand-over to an operator command (INFO), or another
+        worker's claim (a fence: WARNING)."""
+        current = None
+        if self.claims is not None and claim is not None:
+            current = self.claims.cache.header(tp).claim
+        if claim is None:  # only an operator command releases a claim: it came and went already
+            log.info(
+                "%s: an operator command took it from this worker's claim %d and released it again: "
+                "stopping, then claiming it again",
+                tp,
+                held,
+            )
+        elif current is not None and current.epoch == claim and current.kind is ClaimKind.ADMIN:
+            log.info(
+                "%s: handed over to an operator command (%s, claim %d; this worker's was %d): "
+                "stopping until the command releases it",
+                tp,
+                current.writer_id,
+                claim,
+                held,
+            )
+        else:
+            holder = f" of {current.writer_id}" if current is not None and current.epoch == claim else ""
+            log.warning(
+                "%s: the metadata shows claim %s%s, not this worker's %d: another writer holds it; "
+                "stopping at once",
+                tp,
+                claim,
+                holder,
+                held,
+            )
 
     def fence(self, tps: Iterable[TopicPartition]) -> None:
         """Stop writing ``tps`` now (another claim holds them); keep their lag gauges."""
