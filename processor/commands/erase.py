@@ -9,8 +9,9 @@ with its line. Per partition the command takes an ``ADMIN`` claim (workers leadi
 pause their copies until it is released, as for merge), deletes what an earlier run left (resumable
 after a kill), then rewrites. It writes an audit trail to the bucket (processor/rewrite/erase_audit.py:
 keyed hashes of the keys, never the keys) and reports segments rewritten and records removed.
-Idempotent: a second run changes nothing. ``--dry-run`` reads and counts, writes nothing, and needs
-no erasure secret.
+Idempotent: a second run changes nothing. ``--dry-run`` reads and counts and writes nothing; like
+the erasure it refuses to run without the erasure secret (PROCESSOR_ERASURE_SECRET): it previews the
+erasure, which needs it, and without it no key filter can be used, so every segment would be read.
 
 Only archived segments are erased: records the broker still holds are the broker's (a compacted
 topic's tombstone, DeleteRecords, its retention); records of the keys it copies later are archived
@@ -112,6 +113,12 @@ def cmd_erase(args: argparse.Namespace) -> int:
     settings = load_settings()
     topic = validate_topic(args.topic)
     keys = read_keys(args.key or [], args.key_file, args.key_encoding)
+    if args.dry_run and settings.erasure_secret is None:
+        raise ConfigError(
+            "PROCESSOR_ERASURE_SECRET is not set: the erasure refuses to run without it, and so does its "
+            "dry run (without it no key filter can be used: every archived segment would be read); "
+            "set the workers' value here"
+        )
     hash_key = None if args.dry_run else audit_key(settings)  # no secret: refused before any work
     ctx = open_context(settings, topic)
     stats = FilterStats()
@@ -248,6 +255,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--key-encoding", choices=ENCODINGS, default="utf-8", help="how keys are written (default utf-8)"
     )
     p.add_argument("--partition", type=int, help="only this partition (default: every one)")
-    p.add_argument("--dry-run", action="store_true", help="count what would be erased; write nothing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="count what would be erased; write nothing (needs the secret too)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON report on stdout")
     p.set_defaults(func=cmd_erase)
