@@ -104,6 +104,11 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
         "rebuild_metadata",
         "rebuild the metadata topic from the bucket's segment manifests",
     ),
+    (
+        "snapshot",
+        "snapshot",
+        "write a snapshot of the folded metadata to the bucket now (new followers start from it)",
+    ),
     # encryption at rest
     ("keyring", "keyring", "manage a local key ring for encryption at rest"),
     ("rekey", "rekey", "re-wrap a topic's data keys under its current key (no data rewritten; resumable)"),

@@ -50,19 +50,23 @@ class FollowerState:
 class ConsumerPeek:
     """What a snapshot is checked against, asked of the metadata topic (snapshots.TopicPeek)."""
 
-    def __init__(self, consumer: Consumer, factory: Callable[[], Consumer], topic: str) -> None:
+    def __init__(self, consumer: Consumer | None, factory: Callable[[], Consumer], topic: str) -> None:
         self.consumer, self.factory, self.topic = consumer, factory, topic
 
     def watermarks(self, partition: int) -> tuple[int, int]:
+        consumer = self.consumer if self.consumer is not None else self.factory()
         try:
-            low, high = self.consumer.get_watermark_offsets(KafkaTP(self.topic, partition), timeout=10)
+            low, high = consumer.get_watermark_offsets(KafkaTP(self.topic, partition), timeout=10)
         except KafkaException as exc:
             raise MetadataTopicError(f"watermarks of {self.topic} [{partition}]: {exc.args[0]}") from None
+        finally:
+            if consumer is not self.consumer:
+                consumer.close()
         return int(low), int(high)
 
     def record_from(
         self, partition: int, offset: int, timeout_s: float = 15.0
-    ) -> tuple[int, bytes | None, bytes | None] | None:
+    ) -> tuple[int, bytes | None, bytes | None, int] | None:
         """The first record at or after ``offset`` (None: none within ``timeout_s``)."""
         consumer = self.factory()
         try:
@@ -77,7 +81,8 @@ class ConsumerPeek:
                     if err.fatal():
                         raise MetadataTopicError(f"reading {self.topic} [{partition}]: {err}")
                     continue
-                return int(msg.offset() or 0), msg.key(), msg.value()
+                _kind, timestamp_ms = msg.timestamp()
+                return int(msg.offset() or 0), msg.key(), msg.value(), int(timestamp_ms)
             return None
         finally:
             consumer.close()
@@ -236,6 +241,10 @@ class Materializer:
             raise MetadataTopicError(f"reading {self.topic}: {exc.args[0]}") from None
         finally:
             consumer.close()
+
+    def peek(self) -> ConsumerPeek:
+        """The metadata topic, asked what snapshots are checked against and taken after."""
+        return ConsumerPeek(None, self._consumer_factory, self.topic)
 
     def wait_caught_up(self, partitions: list[int], timeout_s: float = 10.0) -> bool:
         """While running as a service: wait until the cache holds every record the given metadata

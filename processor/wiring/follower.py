@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from processor.config import Settings
-from processor.errors import ConfigError
+from processor.errors import ConfigError, ProcessorError
 from processor.follower.materializer import ConsumerPeek, Materializer
 from processor.follower.metadata_cache import MetadataCache
 from processor.follower.remote_log_metadata_manager import RemoteLogMetadataManager
+from processor.follower.snapshot_writer import (
+    SnapshotSchedule,
+    WrittenSnapshot,
+    due_partitions,
+    write_snapshots,
+)
 from processor.follower.snapshots import SnapshotStore, load_snapshots
 from processor.kafka.admin import partition_counts, topic_ids
 from processor.kafka.clients import new_admin, new_consumer
@@ -59,6 +66,32 @@ class Follower:
     materializer: Materializer
     rlmm: RemoteLogMetadataManager
     data_dir_lock: DataDirLock | None = None  # held while the cache in PROCESSOR_DATA_DIR is open
+    snapshots: SnapshotStore | None = None  # the metadata snapshots in the bucket (with a storage)
+    metadata_partitions: int = 0
+    # it keeps every topic of the partitions it follows: its state is whole, it may write snapshots
+    whole: bool = True
+
+    def write_snapshots(self, partitions: list[int], keep: int) -> list[WrittenSnapshot]:
+        """Snapshots of ``partitions`` (of those it follows) from this follower's cache."""
+        if self.snapshots is None or not self.whole:
+            raise ProcessorError("this follower keeps some topics only: its snapshots would be partial")
+        followed = [p for p in partitions if p in self.materializer.partitions]
+        return write_snapshots(
+            self.cache, self.snapshots, self.materializer.peek(), followed, self.metadata_partitions, keep
+        )
+
+    def snapshot_schedule(self, interval_ms: int, keep: int) -> SnapshotSchedule | None:
+        """A worker's snapshots every ``interval_ms``, once caught up (None: it may not write them)."""
+        if self.snapshots is None or not self.whole or interval_ms <= 0:
+            return None
+        store, partitions, materializer = self.snapshots, self.materializer.partitions, self.materializer
+
+        def due() -> list[int]:
+            if not materializer.wait_caught_up(partitions, timeout_s=60):
+                return []
+            return due_partitions(self.cache, store, partitions, interval_ms, int(time.time() * 1000))
+
+        return SnapshotSchedule(lambda ps: self.write_snapshots(ps, keep), due, interval_ms / 1000)
 
     def close(self) -> None:
         self.materializer.stop()
@@ -98,8 +131,8 @@ def build_follower(
             followed_partitions(settings, metadata_partitions, own_topics),
             kept,
         )
-        if storage is not None and settings.snapshot_load:
-            store = SnapshotStore(storage, settings.s3_prefix, origin)
+        store = SnapshotStore(storage, settings.s3_prefix, origin) if storage is not None else None
+        if store is not None and settings.snapshot_load:
 
             def bootstrap(peek: ConsumerPeek, never: list[int]) -> object:
                 return load_snapshots(
@@ -108,7 +141,9 @@ def build_follower(
 
             materializer.bootstrap = bootstrap
         undo.pop_all()
-    return Follower(cache, materializer, RemoteLogMetadataManager(cache), lock)
+    return Follower(
+        cache, materializer, RemoteLogMetadataManager(cache), lock, store, metadata_partitions, kept is None
+    )
 
 
 def metadata_origin(settings: Settings) -> str:

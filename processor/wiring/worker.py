@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import faust
 
 from processor.config import Settings
+from processor.follower.snapshot_writer import SnapshotSchedule
 from processor.leader.leadership import Leadership
 from processor.leader.offload_engine import OffloadEngine
 from processor.logs import faust_logging_options
@@ -52,6 +53,7 @@ class Worker:
     lifecycle: LifecycleTasks
     probe_storage: ChunkStorage
     watch: ReadinessWatch
+    snapshots: SnapshotSchedule | None = None  # writes the metadata snapshots of what it follows
 
     @classmethod
     def build(cls, settings: Settings) -> Worker:
@@ -94,14 +96,19 @@ class Worker:
         add_lifecycle_timers(app, lifecycle, settings.retention_check_ms)
         probe_storage = build_storage(settings, probe=True)
         watch = build_readiness_watch(settings, materializer, probe_storage)
-        return cls(settings, storage, follower, engine, app, lifecycle, probe_storage, watch)
+        snapshots = follower.snapshot_schedule(settings.snapshot_interval_ms, settings.snapshots_kept)
+        return cls(settings, storage, follower, engine, app, lifecycle, probe_storage, watch, snapshots)
 
     def start(self) -> None:
         self.engine.start()
         self.follower.materializer.start()
         self.watch.start()
+        if self.snapshots is not None:
+            self.snapshots.start()
 
     def close(self) -> None:
+        if self.snapshots is not None:
+            self.snapshots.stop()
         self.watch.stop()
         self.probe_storage.close()
         self.engine.stop()
