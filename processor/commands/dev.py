@@ -34,7 +34,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         print(f"local stack running from {info.dir}")
         broker = "Apache Kafka" if info.broker == stack.KAFKA else "Tansu"
         if secured is None:
-            print(f"  Kafka ({broker}):{' ' * (11 - len(broker))}{info.bootstrap_servers}")
+            print(f"  Kafka:             {info.bootstrap_servers}  ({broker})")
         else:
             mechanisms = "SCRAM-SHA-512/256, PLAIN, OAUTHBEARER"
             print(f"  Kafka SASL_SSL:    {secured.sasl_ssl.bootstrap_servers}  ({mechanisms})")
