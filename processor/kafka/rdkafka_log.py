@@ -1,8 +1,13 @@
-"""librdkafka's log lines, through Python logging: repeats folded into one line and a count.
+"""librdkafka's log lines, through Python logging: retriable ones in the project's words, repeats
+folded into one line and a count.
 
-Every client :mod:`processor.kafka.clients` builds logs to the ``librdkafka`` logger, which folds
-repeated lines (:class:`RepeatFolder`); the broker check (:func:`processor.kafka.admin.check_broker`)
-keeps a client's FAIL lines as reasons for its error instead (:func:`reasons_logger`).
+Every client :mod:`processor.kafka.clients` builds logs to the ``librdkafka`` logger. Warnings about
+what librdkafka retries by itself (a coordinator still loading after a broker start: "Failed to
+acquire idempotence PID ... Coordinator load in progress: retrying") are not written as librdkafka's
+lines: at debug level in ours, and once in ours when the condition lasts (:class:`RetriableWarnings`).
+Repeated lines are folded (:class:`RepeatFolder`); the broker check
+(:func:`processor.kafka.admin.check_broker`) keeps a client's FAIL lines as reasons for its error
+instead (:func:`reasons_logger`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 
 RDKAFKA_LOG = logging.getLogger("librdkafka")
+log = logging.getLogger(__name__)
 
 
 # Parts of a librdkafka line that change between repeats of the same event (how long the attempt
@@ -110,6 +116,81 @@ class RepeatFolder(logging.Filter):
             self.target.handle(summary)
 
 
+# librdkafka warnings about a condition it retries by itself and that resolves without us: a group or
+# transaction coordinator loading its state after a broker (re)start, a coordinator or partition
+# leader moving. librdkafka ends the lines it retries with ": retrying".
+_RETRIABLE = re.compile(
+    r": retrying$|Coordinator load in progress|Coordinator not available|Not coordinator"
+    r"|Leader not available|Not leader for partition"
+)
+_THREAD = re.compile(r"^\[thrd:[^\]]*\]: ")  # librdkafka's thread, in front of a message
+# How long a retried condition may last before it is said (once a window, in the project's words),
+# and how long without one of its lines ends it.
+RETRIABLE_LASTING_S = 30.0
+RETRIABLE_QUIET_S = 30.0
+
+
+class _Episode:
+    __slots__ = ("said", "seen", "since")
+
+    def __init__(self, now: float) -> None:
+        self.since = now  # the first line of the condition
+        self.seen = now  # its latest line
+        self.said: float | None = None  # when it was last said
+
+
+class RetriableWarnings(logging.Filter):
+    """Keeps librdkafka's lines about what it retries by itself out of the log: each goes to the
+    project's logger at debug level instead. A condition whose lines keep coming for ``lasting_s``
+    (with no gap of ``quiet_s``) is said once in the project's words at warning level, with
+    librdkafka's reason, and again each ``window_s`` while it lasts."""
+
+    def __init__(
+        self,
+        lasting_s: float = RETRIABLE_LASTING_S,
+        quiet_s: float = RETRIABLE_QUIET_S,
+        window_s: float = FOLD_WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.lasting_s, self.quiet_s, self.window_s = lasting_s, quiet_s, window_s
+        self.clock = clock
+        self._episodes: dict[tuple[str, str], _Episode] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if not isinstance(args, tuple) or len(args) != 3:  # confluent-kafka: (facility, client, message)
+            return True
+        facility, client, message = (str(a) for a in args)
+        if not _RETRIABLE.search(message):
+            return True
+        reason = _THREAD.sub("", message).removesuffix(": retrying")
+        log.debug("Kafka client %s retries (librdkafka %s): %s", client, facility, reason)
+        now = self.clock()
+        key = (client, _VARYING.sub("", reason))
+        with self._lock:
+            episode = self._episodes.get(key)
+            if episode is None or now - episode.seen > self.quiet_s:
+                episode = self._episodes[key] = _Episode(now)
+            episode.seen = now
+            lasting = now - episode.since
+            due = lasting >= self.lasting_s and (episode.said is None or now - episode.said >= self.window_s)
+            if due:
+                episode.said = now
+        if due:
+            log.warning(
+                "Kafka client %s has been retrying for %.0f s (librdkafka retries it by itself; if it "
+                "lasts, look at the broker): %s",
+                client,
+                lasting,
+                reason,
+            )
+        return False
+
+
+RDKAFKA_RETRIABLE = RetriableWarnings()
+RDKAFKA_LOG.addFilter(RDKAFKA_RETRIABLE)  # first: a retried line is never folded or written
 RDKAFKA_FOLD = RepeatFolder(RDKAFKA_LOG)
 RDKAFKA_LOG.addFilter(RDKAFKA_FOLD)
 atexit.register(RDKAFKA_FOLD.flush)
