@@ -8,7 +8,9 @@ secret setting (a ``SecretStr``) shows ``***``, and so does the password inside 
 ``--check``: a pre-flight check instead. The worker's own start-up validation (commands/worker.py
 START_UP_CHECKS), each problem printed, exit 2 where ``processor worker`` would exit 2; with
 ``--connect`` it also reaches the broker and the bucket (read-only: nothing is created) and exits 3
-when either is unreachable or refuses, as the worker would.
+when either is unreachable or refuses, as the worker would. It asks the broker what the worker's
+principal may do (the ACLs docs/security.md lists for a worker, :func:`worker_permissions`) and
+names each missing one: a worker without one of them stops within seconds of its start.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
@@ -28,6 +30,9 @@ from processor.config import ENV_PREFIX, Settings, load_settings
 from processor.errors import ConfigError, ServiceUnavailableError, StorageError
 from processor.logs import MASK, mask_url_password, setup_logging
 from processor.units import format_duration_ms, format_size
+
+if TYPE_CHECKING:
+    from processor.kafka.admin import Permission
 
 AWS_VARIABLES = (
     "AWS_ACCESS_KEY_ID",
@@ -98,11 +103,58 @@ def describe(settings: Settings, environ: Mapping[str, str]) -> dict[str, Any]:
     return {"settings": rows, "aws": aws}
 
 
+# What a worker does on each resource (docs/security.md, "Kafka ACLs each role needs")
+_WORKER_TOPIC = ("CREATE", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "READ", "WRITE")
+SECURITY_DOC = "docs/security.md#kafka-acls-each-role-needs"
+
+
+def worker_permissions(settings: Settings) -> list[Permission]:
+    """The ACLs a worker's principal needs, as docs/security.md lists them (the optional
+    DescribeConfigs on the cluster left out: without it the worker skips one check and says so)."""
+    from processor.kafka.admin import Permission  # deferred: confluent_kafka, only with --connect
+
+    return [
+        *(
+            Permission(
+                "topic", t, ("READ", "DESCRIBE"), "PROCESSOR_TOPICS: fetching the records, their offsets"
+            )
+            for t in settings.topics
+        ),
+        Permission(
+            "topic",
+            settings.metadata_topic,
+            _WORKER_TOPIC,
+            "PROCESSOR_METADATA_TOPIC: the claims and segment records",
+            True,
+        ),
+        Permission(
+            "topic",
+            settings.deletion_topic,
+            _WORKER_TOPIC,
+            "PROCESSOR_DELETION_TOPIC: deletions to retry",
+            True,
+        ),
+        Permission(
+            "topic",
+            f"{settings.app_id}-__assignor-__leader",
+            ("CREATE", "DESCRIBE", "READ", "WRITE"),
+            "Faust's group assignor topic",
+            True,
+        ),
+        Permission(
+            "group",
+            settings.app_id,
+            ("READ",),
+            "PROCESSOR_APP_ID: the consumer group whose assignment is leadership",
+        ),
+    ]
+
+
 def _reach(settings: Settings, timeout_s: float) -> tuple[list[str], list[str], list[str]]:
     """(what was reached, configuration problems, unreachable services): the broker with the checks
     the worker starts with (processor.kafka.admin.check_broker), then the bucket with a HeadBucket
     on the readiness probe's client (short timeouts, no retries). Nothing is created."""
-    from processor.kafka.admin import BROKER_REFUSED_S, check_broker, partition_counts
+    from processor.kafka.admin import BROKER_REFUSED_S, check_broker, missing_permissions, partition_counts
     from processor.wiring.storage import build_storage
 
     reached: list[str] = []
@@ -130,6 +182,21 @@ def _reach(settings: Settings, timeout_s: float) -> tuple[list[str], list[str], 
             f"kafka: ok ({settings.bootstrap_servers}; source topics found: {sources} of "
             f"{len(settings.topics)}; metadata topic {settings.metadata_topic}: {metadata})"
         )
+        needs = worker_permissions(settings)
+        try:
+            missing, notes = missing_permissions(admin, needs, timeout_s)
+        except Exception as exc:  # confluent_kafka's KafkaException: this module may not import it
+            missing, notes = [], [f"not checked: {exc}"]
+        who = settings.kafka.security.describe()
+        for lack in missing:
+            unreachable.append(
+                f"the worker's Kafka principal ({who}) lacks {lack.describe()}: the worker would stop "
+                f"(what a worker needs: {SECURITY_DOC})"
+            )
+        if not missing:
+            checked = "checked" if not notes else "checked but for the notes below"
+            reached.append(f"kafka ACLs: ok (the worker's {len(needs)} permissions {checked})")
+        reached += [f"kafka ACLs: {note}" for note in notes]
     storage = build_storage(settings, probe=True)
     try:
         storage.check_bucket()
