@@ -112,6 +112,13 @@ DELETIONS_REFUSED = Counter(
     "manifest that its view does not serve, objects another writer or topic id wrote), by reason",
     ["reason"],
 )
+DELETION_PROOFS_FAILED = Counter(
+    "processor_deletion_proofs_failed_total",
+    "Deletions left for the next pass because their proof could not be read (a storage error, a "
+    "rewrite's or source's index missing or not verifying, a rewrite that does not cover its source), "
+    "by reason",
+    ["reason"],
+)
 DELETE_FAILURES = Counter(
     "processor_remote_delete_failures_total",
     "Failed attempts to delete a remote segment's objects (each is retried)",

@@ -26,6 +26,11 @@ Failures: a storage error leaves the segment in DELETE_SEGMENT_STARTED, is count
 (``processor_remote_delete_failures_total``) and is published to the deletion topic, from where the
 next pass retries it; the pass goes on with the other segments. A metadata topic error is raised:
 without its records the deletion cannot be made visible, and the next pass starts over.
+
+Fail closed: an error while reading a proof (a HEAD or GET that fails, an index that does not read
+or verify) never counts as proof. The deletion is left as it is for the next pass, counted
+(``processor_deletion_proofs_failed_total{reason}``, :mod:`processor.lifecycle.rewrite_proof`) and
+logged.
 """
 
 from __future__ import annotations
@@ -38,9 +43,23 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from processor import metrics
-from processor.errors import FencedWriterError, InvalidNameError, StorageError
+from processor.errors import (
+    CorruptObjectError,
+    FencedWriterError,
+    InvalidNameError,
+    InvalidRangeError,
+    SegmentKeyError,
+    StorageError,
+)
 from processor.kafka.partition import TopicPartition
 from processor.lifecycle.retention_policy import DeleteReason, RetentionPlan
+from processor.lifecycle.rewrite_proof import (
+    PROOF_STORAGE_ERROR,
+    PROOF_UNREADABLE,
+    NotProven,
+    RewriteProofs,
+    proof_failed,
+)
 from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED, acknowledged
 from processor.metadata.fold_state import Claim
 from processor.metadata.model import (
@@ -52,6 +71,8 @@ from processor.metadata.model import (
 )
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.sink import Confirm
+from processor.reader.segment_blocks import fetch_index
+from processor.reader.segment_keys import NO_DECRYPTION, SegmentDecryption
 from processor.segment.object_keys import ObjectKeyFactory, SegmentObjectKeys
 from processor.storage.chunk_storage import ChunkStorage
 
@@ -77,6 +98,7 @@ class FailedDeletions(Protocol):
 FINISH = "finish"  # prove_deletion: the deletion may be finished
 RESTORED = "restored"  # prove_deletion: not proven; the segment is served again
 LEFT = "left"  # prove_deletion: not proven, of a history the partition does not serve: left alone
+UNPROVEN = "unproven"  # prove_deletion: the proof could not be read (a storage error): the next pass
 
 
 def _now_ms() -> int:
@@ -109,8 +131,12 @@ class SegmentDeleter:
         keys: ObjectKeyFactory,
         confirm: Confirm,
         clock_ms: Callable[[], int] = _now_ms,
+        decryption: SegmentDecryption = NO_DECRYPTION,
     ) -> None:
         self.storage = storage
+        # opens the indexes of encrypted rewrites and their sources (their proofs are read); without
+        # the key an encrypted rewrite proves nothing, and its sources are kept
+        self.decryption = decryption
         self.metadata = metadata
         self.tombstones = tombstones
         self.failed = failed
@@ -180,7 +206,10 @@ class SegmentDeleter:
                 out.refused.append((segment, proof))
         dangling = []
         for segment in plan.dangling:
-            if self.acknowledged(segment):
+            found = self._acknowledged_or_unknown(segment)
+            if found is None:
+                continue  # could not be asked: the next pass
+            if found:
                 out.refused.append((segment, REFUSED_ACKNOWLEDGED))
             else:
                 dangling.append(segment)
@@ -203,35 +232,74 @@ class SegmentDeleter:
         """Served rewrites whose data or index object is not in the bucket: a rewrite's objects are
         uploaded before its FINISHED is published, so one without them was forged (with the claim's
         epoch and writer id) or lost its data. Those under this claim are checked on every pass, all
-        of them when ``every`` (once per claim: the ones of earlier claims, an operator's merge)."""
+        of them when ``every`` (once per claim: the ones of earlier claims, an operator's merge).
+
+        A rewrite whose objects are there but whose index does not verify against its metadata (junk
+        or another segment's objects at its keys) is one too, when every segment it names is still
+        FINISHED: deleting it then serves them again and loses nothing (the index is read only then).
+        A storage error, or an encrypted index whose key cannot be had, proves nothing: the rewrite
+        stays, counted, and is checked again at the next pass."""
         out = []
         for rewrite in part.finished():
             if not rewrite.supersedes or not (every or rewrite.writer_epoch == writer_epoch):
                 continue
-            if not self._has_objects(rewrite):
+            try:
+                present = self._has_objects(rewrite)
+                corrupt = present and self._corrupt_with_sources_kept(rewrite, part)
+            except StorageError as exc:
+                proof_failed(PROOF_STORAGE_ERROR, f"checking served rewrite {rewrite.segment_id}", exc)
+                continue
+            if not present or corrupt is not None:
                 log.error(
-                    "served rewrite %s (%d..%d) has no objects in the bucket (a forged record, or "
-                    "its data was lost): deleting it, which serves again what it superseded",
+                    "served rewrite %s (%d..%d) %s (a forged record, or its data was lost): deleting it, "
+                    "which serves again what it superseded",
                     rewrite.segment_id,
                     rewrite.start_offset,
                     rewrite.end_offset,
+                    "has no objects in the bucket" if not present else f"does not read back ({corrupt})",
                 )
                 out.append(rewrite)
         return out
 
+    def _corrupt_with_sources_kept(
+        self, rewrite: RemoteLogSegmentMetadata, part: PartitionRemoteState
+    ) -> str | None:
+        """Why ``rewrite``'s index does not verify, when every segment it names is still FINISHED
+        (None: it verifies, or something it names is gone, or its key cannot be had). Raises
+        StorageError."""
+        named = [part.segments.get(sid) for sid in rewrite.supersedes]
+        if any(s is None or s.state is not _S.COPY_SEGMENT_FINISHED for s in named):
+            return None
+        try:
+            fetch_index(self.storage, self.keys, rewrite, cipher=self.decryption.cipher(rewrite))
+        except (CorruptObjectError, InvalidRangeError) as exc:  # shorter than its metadata says: corrupt
+            return str(exc)
+        except SegmentKeyError as exc:
+            proof_failed(PROOF_UNREADABLE, f"checking served rewrite {rewrite.segment_id}", exc)
+        return None
+
     def proven_superseded(self, part: PartitionRemoteState) -> frozenset[uuid.UUID]:
-        """The segments an accepted rewrite supersedes (``part.rewrite_proofs``) whose rewrite has
-        its data and index objects in the bucket: the proof that they are garbage. A rewrite's
-        objects are uploaded before its FINISHED is published, so one without them was forged with
-        the claim's epoch and writer id (its holder deletes it: :meth:`unreadable_rewrites`), and
-        what it names is no garbage."""
+        """The segments an accepted rewrite supersedes (``part.rewrite_proofs``) that the rewrite is
+        shown to hold: its index read and verified against its metadata, the source's too, and every
+        block of the source covered (:mod:`processor.lifecycle.rewrite_proof`). The record alone
+        proves nothing (it may be forged with the claim's epoch and writer id), nor do objects at
+        its keys; a rewrite that cannot be read, or an error while reading, proves nothing either:
+        the source is kept, counted, and asked again at the next pass."""
         proofs = part.rewrite_proofs()
-        readable: dict[uuid.UUID, bool] = {}
-        for rewrite in proofs.values():
-            rid = rewrite.segment_id.id
-            if rid not in readable:
-                readable[rid] = self._has_objects(rewrite)
-        return frozenset(sid for sid, rewrite in proofs.items() if readable[rewrite.segment_id.id])
+        if not proofs:
+            return frozenset()
+        reader = RewriteProofs(self.storage, self.keys, self.decryption)
+        proven = set()
+        for sid, rewrite in proofs.items():
+            source = part.segments[sid]
+            try:
+                reader.covers(rewrite, source, part.segments)
+            except NotProven as exc:
+                what = f"{source.segment_id}, superseded by {rewrite.segment_id}"
+                proof_failed(exc.reason, what, exc.detail)
+                continue
+            proven.add(sid)
+        return frozenset(proven)
 
     def _has_objects(self, segment: RemoteLogSegmentMetadata) -> bool:
         try:
@@ -247,19 +315,21 @@ class SegmentDeleter:
         writer_epoch: int,
         part: PartitionRemoteState | None = None,
     ) -> list[str]:
-        """Delete segments a rewrite supersedes; returns what could not be deleted (queued on the
-        deletion topic, retried by the owner's passes). ``part``: the view they were found in, whose
-        rewrites are checked (:meth:`proven_superseded`); None: the caller's own rewrite, just
-        confirmed accepted, supersedes them."""
-        unproven: list[str] = []
-        if part is not None:
-            proven = self.proven_superseded(part)
-            unproven = [
-                f"{s.segment_id}: kept, the rewrite that supersedes it has no objects in the bucket"
-                for s in sources
-                if s.segment_id.id not in proven
-            ]
-            sources = [s for s in sources if s.segment_id.id in proven]
+        """Delete segments a rewrite supersedes; returns what could not be deleted (kept for want of
+        proof, or queued on the deletion topic; retried by the owner's passes). ``part``: the view
+        they were found in, read after the rewrite's FINISHED was confirmed (a merge's or erasure's
+        own sources too), whose rewrites must prove each of them garbage by content
+        (:meth:`proven_superseded`): a source the view serves (its rewrite's deletion started, a
+        forged one say) is no garbage. None: no view, so no proof: nothing is deleted."""
+        proven = frozenset() if part is None else self.proven_superseded(part)
+        unproven = [
+            f"{s.segment_id}: kept, no rewrite the metadata serves is shown to hold its records"
+            for s in sources
+            if s.segment_id.id not in proven
+        ]
+        sources = [s for s in sources if s.segment_id.id in proven]
+        if not sources:
+            return unproven
         plan = RetentionPlan(expired=tuple((s, DeleteReason.REWRITTEN) for s in sources))
         rewritten = frozenset(s.segment_id.id for s in sources)
         outcome = self.execute(tp, plan, writer_epoch, rewritten=rewritten)
@@ -285,11 +355,15 @@ class SegmentDeleter:
         again (``RESTORED``; when the readers do not accept that, ``LEFT``). One of a segment the
         partition would not serve (a retired topic id's: ``processor delete-topic`` deletes those),
         or any when ``servable`` is not given (the caller does not know the partition's history), is
-        left as it is (``LEFT``)."""
+        left as it is (``LEFT``). A storage error while asking (a HEAD that fails) proves nothing:
+        ``UNPROVEN``, the deletion waits for the next pass."""
         if self.started.get(segment.segment_id.id) == (segment.writer_epoch, segment.event_timestamp_ms):
             return FINISH
         if segment.replaces_state is _S.COPY_SEGMENT_STARTED:
-            return REFUSED_ACKNOWLEDGED if self.acknowledged(segment) else FINISH
+            found = self._acknowledged_or_unknown(segment)
+            if found is None:
+                return UNPROVEN
+            return REFUSED_ACKNOWLEDGED if found else FINISH
         if segment.segment_id.id in rewritten:
             return FINISH  # a served rewrite supersedes it: its offsets are read from the rewrite
         if servable is None or not servable(segment):
@@ -298,8 +372,9 @@ class SegmentDeleter:
             return FINISH
         try:
             complete = self._has_objects(segment)  # keys not its own: not complete
-        except StorageError:
-            return FINISH  # deleting it fails (and is reported) the usual way
+        except StorageError as exc:  # no answer is no proof: a failed HEAD never finishes a deletion
+            proof_failed(PROOF_STORAGE_ERROR, f"the deletion of {segment.segment_id}", exc)
+            return UNPROVEN
         if not complete:
             return FINISH
         log.error(
@@ -315,6 +390,14 @@ class SegmentDeleter:
             log.error("%s stays unserved: %s", segment.segment_id, exc)
             return LEFT
         return RESTORED
+
+    def _acknowledged_or_unknown(self, segment: RemoteLogSegmentMetadata) -> bool | None:
+        """:meth:`acknowledged`, or None (counted, logged) when the storage could not say."""
+        try:
+            return self.acknowledged(segment)
+        except StorageError as exc:
+            proof_failed(PROOF_STORAGE_ERROR, f"the manifest of {segment.segment_id}", exc)
+            return None
 
     def acknowledged(self, segment: RemoteLogSegmentMetadata) -> bool:
         """Whether ``segment`` (not served by the view a deletion was planned on) has a manifest:
@@ -413,13 +496,17 @@ class SegmentDeleter:
         """Tombstone a segment whose DELETE_SEGMENT_FINISHED the owner's view shows, so compaction
         forgets its keys (the fold accepts a segment's tombstone only once its deletion finished).
         A deletion this deleter did not finish whose data or index is still in the bucket (a forged
-        record) is not forgotten: its keys and objects stay, reported; returns False then."""
+        record), or whose objects the storage could not be asked about, is not forgotten: its keys
+        and objects stay, reported; returns False then."""
         if self.finished.get(segment.segment_id.id) != segment.event_timestamp_ms:
             try:
                 keys = self.owned_objects(segment)
                 left = [key for key in (keys.data, keys.index) if self.storage.stat(key) is not None]
-            except (StorageError, InvalidNameError):
-                left = []
+            except InvalidNameError:
+                left = []  # names no object of its own: nothing of it can be in the bucket
+            except StorageError as exc:  # no answer is no proof: forgotten at a later pass
+                proof_failed(PROOF_STORAGE_ERROR, f"forgetting {segment.segment_id}", exc)
+                return False
             if left:
                 metrics.DELETIONS_REFUSED.labels(REFUSED_ACKNOWLEDGED).inc()
                 log.error(
@@ -443,7 +530,10 @@ class SegmentDeleter:
         (an overlap with a served segment whose key a rejected record shadows), a reader of the
         compacted topic may have served it; the deletion unserves it there before anything the
         owner re-publishes after it."""
-        if self.acknowledged(segment):
+        found = self._acknowledged_or_unknown(segment)
+        if found is None:
+            return "its manifest could not be asked for"
+        if found:
             return REFUSED_ACKNOWLEDGED
         try:
             keys = self.owned_objects(segment)
@@ -485,6 +575,8 @@ class SegmentDeleter:
             state = known(entry)
             if state is not None and state.state is _S.DELETE_SEGMENT_STARTED:
                 proof = self.prove_deletion(state, writer_epoch, log_start_offset, servable)
+                if proof == UNPROVEN:
+                    continue  # the entry stays for the next pass
                 if proof != FINISH:
                     if proof == REFUSED_ACKNOWLEDGED:
                         out.refused.append((state, proof))

@@ -10,7 +10,8 @@ segment, in offset order:
    one that holds none of them is left as it is;
 3. the rewrite is copied like any segment, COPY_SEGMENT_FINISHED naming the source in
    ``supersedes`` (readers switch from the source to the rewrite in one step: never both, never
-   neither), then the source is deleted by that proof.
+   neither), then the source is deleted once the view read after that FINISHED shows it superseded
+   and the rewrite's index, read back and verified, covers its offsets (as anyone deletes it).
 
 Killed anywhere, the rules of a merge hold (processor/rewrite/merge_runner.py): before 3's FINISHED
 the source is served and the attempt is a dangling copy; after it the rewrite is served and the
@@ -99,5 +100,6 @@ def erase_partition(
             source.end_offset,
             rewrite.segment_id,
         )
-        report.failed += delete(tp, [source], epoch, None)
+        # by the proof anyone deletes it by: the view after the FINISHED, the rewrite read back
+        report.failed += delete(tp, [source], epoch, state())
     return report

@@ -5,7 +5,11 @@ operator command's ``ADMIN`` claim). Per run, in this order:
 2. copy it like any segment: COPY_SEGMENT_STARTED, data and index objects, COPY_SEGMENT_FINISHED
    naming the sources in ``supersedes``, confirmed accepted by the readers (from that record on
    they read the merged segment, in one step), then its manifest;
-3. delete the sources by that proof (conditional DELETE_SEGMENT_STARTED, objects, FINISHED).
+3. delete the sources by the proof anyone deletes them by: in the view read after that FINISHED, a
+   served merge names them and its index, read back and verified, covers each of them
+   (:meth:`~processor.lifecycle.segment_deleter.SegmentDeleter.proven_superseded`); then a
+   conditional DELETE_SEGMENT_STARTED, objects, FINISHED. A source the view serves again (the
+   merge's deletion started meanwhile: retention, or a forged record its holder undoes) is kept.
 
 Killed anywhere: before 2's FINISHED is accepted, the sources are still served and the attempt is a
 dangling copy the owner removes; after it, the merged segment is served and the sources are
@@ -94,6 +98,8 @@ def merge_partition(
         report.runs += 1
         report.merged_segments += len(run.segments)
         report.merged_bytes += run.size_bytes
-        # its own sources: superseded by its own rewrite, just confirmed accepted
-        report.failed += delete(tp, run.segments, epoch, None)
+        # its own sources, by the same proof as anyone's: the view after its FINISHED was confirmed
+        # (a source the view serves again, its merge's deletion started meanwhile, is no garbage) and
+        # the merged segment's content read back from the bucket
+        report.failed += delete(tp, run.segments, epoch, state())
     return report, runs

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from processor.errors import ObjectNotFoundError, StorageError
+from processor.errors import InvalidRangeError, ObjectNotFoundError, StorageError
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import delete_key, encode_value, record_key, segment_key
 from processor.metadata.fold import MetadataFold
@@ -46,6 +46,9 @@ class Bucket:
         self.now = 1_000_000  # the storage's clock: its own, whatever the workers' clocks say
         self.failing = False  # deletes fail (S3 down): the deleter queues them for retry
         self.manifests_fail = False  # manifest writes fail: a copy is acknowledged without one
+        # HEADs and reads of segments' data and index objects fail (a 503 after the client's
+        # retries): what a deletion's proof asks of the bucket
+        self.proofs_fail = False
 
     def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
         if self.manifests_fail and key.endswith("-manifest"):
@@ -55,8 +58,22 @@ class Bucket:
         self.written[key] = self.now
         return ChunkInfo(key, len(self.objects[key]), self.now)
 
+    def _asked(self, key: str) -> None:
+        if self.proofs_fail and (key.endswith(".log") or key.endswith("-index")):
+            raise StorageError(f"injected: cannot ask for {key}")
+
     def stat(self, key: str) -> ChunkInfo | None:
+        self._asked(key)
         return ChunkInfo(key, len(self.objects[key]), self.written[key]) if key in self.objects else None
+
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        self._asked(key)
+        if key not in self.objects:
+            raise ObjectNotFoundError(key)
+        data = self.objects[key]
+        if offset < 0 or length < 0 or offset + length > len(data):
+            raise InvalidRangeError(key, f"{offset}+{length} outside {len(data)} bytes")
+        return data[offset : offset + length]
 
     def read_all(self, key: str) -> bytes:
         if key not in self.objects:

@@ -89,6 +89,7 @@ from processor.rewrite.erased_segment import Erasure
 from processor.rewrite.merge_plan import MergeLimits, MergeRun
 from processor.rewrite.merge_runner import merge_partition
 from processor.rewrite.ports import Copier, DeleteSuperseded
+from processor.segment.block_header import BLOCK_HEADER_LEN, BlockInfo
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
 from processor.storage.chunk_storage import ChunkStorage
@@ -105,9 +106,11 @@ OWNERS = {"A0": TPS[0], "B0": TPS[0], "C0": TPS[0], "A1": TPS[1], "B1": TPS[1]}
 WRITERS = ("A", "B", "C")
 CHECK_CACHE = True
 HOSTILE = ["overlap", "huge", "garbage", "negative", "nul", "key", "outside"]
-# A model segment's size is 1 byte: a merge takes 2 to 4 adjacent ones, and a merged segment of two
-# is merged again (a rewrite of a rewrite).
-MERGE_LIMITS = MergeLimits(target_bytes=4, small_bytes=3, min_age_ms=0)
+# A model segment is one block of the smallest size the index format allows (its index is a real one,
+# which a rewrite's proof reads): a merge takes 2 to 4 adjacent ones, and a merged segment of two is
+# merged again (a rewrite of a rewrite).
+BLOCK = BLOCK_HEADER_LEN
+MERGE_LIMITS = MergeLimits(target_bytes=4 * BLOCK, small_bytes=3 * BLOCK, min_age_ms=0)
 # Rewrites forged with the holder's epoch and writer id: drawn only with MODEL_FORGED_REWRITES=1.
 # The defenses (unreadable rewrites deleted, proof by objects, a deleted rewrite's sources served
 # again) are tested step by step in tests/unit/test_rewrite_fold.py; the model with forged rewrites
@@ -346,9 +349,11 @@ class OwnershipModel(RuleBasedStateMachine):
             return
         start = owner.next_offset
         end = min(source_end - 1, start + length - 1)
+        # a segment's time is its end offset
         segment = SealedSegment(
-            owner.tp.partition, start, end, [b"d"], [], end - start + 1, 1, end, [(0, start)]
-        )  # a segment's time is its end offset
+            owner.tp.partition, start, end, [b"d" * BLOCK], [BlockInfo(0, BLOCK, start, end, end, end)],
+            end - start + 1, BLOCK, end, [(0, start)],
+        )  # fmt: skip
         epoch = owner.epoch
         owner.copy = SteppedCopy(
             lambda storage, sink, confirm: self._copier(owner, storage, sink, confirm),
@@ -439,7 +444,7 @@ class OwnershipModel(RuleBasedStateMachine):
         def build(source: RemoteLogSegmentMetadata) -> Erasure:
             self._readable(source)
             records = max(source.record_count - 1, 0)
-            sealed = self._sealed(source.start_offset, source.end_offset, records, 1, [source])
+            sealed = self._sealed(source.start_offset, source.end_offset, records, BLOCK, [source])
             return Erasure(sealed, source.record_count, source.record_count - records)
 
         self._rewrite(
@@ -457,9 +462,10 @@ class OwnershipModel(RuleBasedStateMachine):
     def _sealed(
         start: int, end: int, records: int, size: int, sources: Sequence[RemoteLogSegmentMetadata]
     ) -> SealedSegment:
+        ts = max(s.max_timestamp_ms for s in sources)
         return SealedSegment(
-            sources[0].segment_id.partition, start, end, [b"m" * size], [], records, size,
-            max(s.max_timestamp_ms for s in sources), [(0, start)],
+            sources[0].segment_id.partition, start, end, [b"m" * size],
+            [BlockInfo(0, size, start, end, ts, ts)], records, size, ts, [(0, start)],
         )  # fmt: skip
 
     def _rewrite(
@@ -600,7 +606,10 @@ class OwnershipModel(RuleBasedStateMachine):
             RetentionLimits() if keep is None else RetentionLimits(retention_ms=keep)
         )
         cutoff = self.source_ends[owner.tp] - (keep or 0)
-        up_to_date = owner.pinned is None and owner.view_at >= self.topic.next_offset
+        # a pass whose proofs could not be read leaves what they would have undone for the next one
+        up_to_date = (
+            owner.pinned is None and owner.view_at >= self.topic.next_offset and not self.bucket.proofs_fail
+        )
         try:
             result = service.run_pass({owner.tp: owner.epoch})
         except StorageError:
@@ -679,6 +688,12 @@ class OwnershipModel(RuleBasedStateMachine):
     @rule(failing=st.booleans())
     def storage_fails(self, failing: bool) -> None:
         self.bucket.failing = failing
+
+    @rule(failing=st.booleans())
+    def proofs_fail(self, failing: bool) -> None:
+        """HEADs and reads of segments' data and index objects fail: every proof a deletion reads
+        from the bucket (a forged delete's objects, a rewrite's index) fails, and must prove nothing."""
+        self.bucket.proofs_fail = failing
 
     @rule(failing=st.booleans())
     def manifest_writes_fail(self, failing: bool) -> None:

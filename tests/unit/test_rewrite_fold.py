@@ -14,6 +14,7 @@ from processor.metadata.fold_reasons import OVERLAP, UNSERVABLE
 from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.metadata.remote_log_state import RemoteLogState
 from processor.storage.filesystem import FilesystemChunkStorage
+from tests.support.indexed_segments import indexed, put
 from tests.unit.test_claims import TP, Log, S, copy, deleter, segment
 
 
@@ -21,7 +22,7 @@ def rewrite(
     log: Log, start: int, end: int, epoch: int, supersedes: list[RemoteLogSegmentMetadata]
 ) -> tuple[bool, RemoteLogSegmentMetadata]:
     started = dataclasses.replace(
-        segment(start, end, epoch, S.COPY_SEGMENT_STARTED),
+        indexed(segment(start, end, epoch, S.COPY_SEGMENT_STARTED)),
         supersedes=tuple(s.segment_id.id for s in supersedes),
     )
     log.publish(started)
@@ -30,9 +31,17 @@ def rewrite(
 
 
 def stored(storage: FilesystemChunkStorage, *segments: RemoteLogSegmentMetadata) -> None:
+    """Their real objects: an index that verifies against the metadata (what a rewrite's proof reads)."""
     for s in segments:
-        storage.create(s.data_object_key, [b"x"])
-        storage.create(s.index_object_key, [b"x"])
+        put(storage, s)
+
+
+def copy_indexed(log: Log, start: int, end: int, epoch: int) -> RemoteLogSegmentMetadata:
+    started = indexed(segment(start, end, epoch, S.COPY_SEGMENT_STARTED))
+    log.publish(started)
+    finished = started.with_state(S.COPY_SEGMENT_FINISHED, 2)
+    assert log.confirm(finished, log.publish(finished))
+    return finished
 
 
 def served(log: Log) -> list[tuple[int, int]]:
@@ -41,7 +50,7 @@ def served(log: Log) -> list[tuple[int, int]]:
 
 def three(log: Log) -> tuple[int, list[RemoteLogSegmentMetadata]]:
     epoch = log.claim("w")
-    return epoch, [copy(log, i * 10, i * 10 + 9, epoch)[1] for i in range(3)]
+    return epoch, [copy_indexed(log, i * 10, i * 10 + 9, epoch) for i in range(3)]
 
 
 def test_a_merge_takes_over_the_segments_it_names_in_one_step() -> None:
@@ -111,7 +120,7 @@ def test_the_owner_deletes_what_its_rewrite_superseded_and_moves_no_start_offset
     epoch, (a, b, _c) = three(log)
     _, merged = rewrite(log, 0, 19, epoch, [a, b])
     storage = FilesystemChunkStorage(tmp_path)
-    stored(storage, merged)
+    stored(storage, a, b, merged)
     plan, outcome = clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 10**12)
     assert {(s.segment_id, r) for s, r in plan.expired} == {
         (a.segment_id, DeleteReason.REWRITTEN),
@@ -183,9 +192,7 @@ def test_a_merge_being_deleted_gives_its_offsets_back_to_the_sources_still_there
     assert served(log) == [(0, 9), (10, 19), (20, 29)]
     assert log.state().rewrite_superseded() == frozenset()
     storage = FilesystemChunkStorage(tmp_path)
-    for s in (a, b, merged):
-        storage.create(s.data_object_key, [b"x"])
-        storage.create(s.index_object_key, [b"x"])
+    stored(storage, a, b, merged)
     clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 10**12)
     assert served(log) == [(0, 19), (20, 29)]
     assert all(log.accepted.values()), "a record of the holder was rejected"
@@ -218,9 +225,7 @@ def test_a_forged_rewrite_is_undone_by_the_holders_next_pass(tmp_path: Path) -> 
     log = Log()
     epoch, (a, b, c) = three(log)
     storage = FilesystemChunkStorage(tmp_path)
-    for s in (a, b, c):
-        storage.create(s.data_object_key, [b"x"])
-        storage.create(s.index_object_key, [b"x"])
+    stored(storage, a, b, c)
     ok, forged = rewrite(log, 0, 19, epoch, [a, b])
     assert ok and served(log) == [(0, 19), (20, 29)]
     plan, outcome = clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 10**12)
