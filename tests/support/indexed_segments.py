@@ -94,6 +94,9 @@ class FailingStorage(ChunkStorage):
     def list(self, prefix: str) -> Iterator[ChunkInfo]:
         return iter(self.inner.list(prefix))
 
+    def check_bucket(self) -> None:
+        self.inner.check_bucket()
+
     def list_multipart_uploads(self, prefix: str) -> builtins.list[MultipartUpload]:
         return self.inner.list_multipart_uploads(prefix)
 
