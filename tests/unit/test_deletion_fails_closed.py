@@ -33,6 +33,7 @@ from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.filesystem import FilesystemChunkStorage
 from tests.support.indexed_segments import FailingStorage, index_bytes, indexed, put
 from tests.unit.test_claims import KEYS, TP, Log, S, segment
+from tests.unit.test_erase import Archive as EraseArchive
 from tests.unit.test_merge import Archive
 
 LIMITS = RetentionLimits()  # unlimited: only proofs delete
@@ -237,11 +238,11 @@ def test_a_merges_index_must_hold_every_block_of_each_source(tmp_path: Path) -> 
 # -- 3. the merge deletes its own sources by the same proof ---------------------------------------
 
 
-class ForgesADeleteAfterTheMerge:
-    """The real copier; right after a merge's FINISHED is confirmed, someone who may write the
+class ForgesADeleteAfterTheRewrite:
+    """The real copier; right after a rewrite's FINISHED is confirmed, someone who may write the
     metadata topic publishes a DELETE_SEGMENT_STARTED of it with the holder's epoch and writer id."""
 
-    def __init__(self, arch: Archive) -> None:
+    def __init__(self, arch: Archive | EraseArchive) -> None:
         self.arch = arch
         self.forged: list[RemoteLogSegmentMetadata] = []
 
@@ -267,7 +268,7 @@ def test_a_merge_never_deletes_sources_the_fold_serves_again(tmp_path: Path) -> 
     asks the view after its FINISHED and deletes only what a served merge's index proves garbage."""
     arch = Archive(tmp_path, segments=4)
     before = [(s.start_offset, s.end_offset) for s in arch.served()]
-    forging = ForgesADeleteAfterTheMerge(arch)
+    forging = ForgesADeleteAfterTheRewrite(arch)
     copier: Copier = forging
     report, runs = arch.merge(copier=copier)
     assert runs and forging.forged
@@ -288,6 +289,29 @@ def test_a_merge_never_deletes_sources_the_fold_serves_again(tmp_path: Path) -> 
     assert not served_ids & {s.segment_id.id for s in sources}
     assert all(arch.storage.stat(s.data_object_key) is None for s in sources)
     assert arch.read_batches() == arch.batches
+
+
+def test_an_erasure_never_deletes_a_source_the_fold_serves_again(tmp_path: Path) -> None:
+    """The erasure deletes its source by the same proof: after a forged delete of the just-accepted
+    rewrite the fold serves the source again, and it is kept; the holder's passes then serve the
+    rewrite again and delete the source (the erased records go with it)."""
+    arch = EraseArchive(tmp_path, segments=3)
+    forging = ForgesADeleteAfterTheRewrite(arch)
+    copier: Copier = forging
+    report, _stats = arch.erase([b"user-3"], copier=copier)
+    assert report.rewritten and forging.forged and report.failed
+    rewrites = {m.segment_id.id for m in forging.forged}
+    sources = [s for s in arch.log.state().segments.values() if s.segment_id.id not in rewrites]
+    assert all(arch.storage.stat(s.data_object_key) is not None for s in sources), (
+        "an erasure deleted a source the fold serves again"
+    )
+    assert {s.segment_id.id for s in arch.served()} == {s.segment_id.id for s in sources}
+    for _ in range(2):
+        clean_partition(TP, arch.log.state(), deleter(arch.log, arch.storage), arch.epoch, LIMITS, NOW)
+    assert rewrites <= {s.segment_id.id for s in arch.served()}
+    assert not any(r.key == b"user-3" for r in arch.read())
+    erased = [s for s in sources if s.segment_id.id in {x for m in forging.forged for x in m.supersedes}]
+    assert erased and all(arch.storage.stat(s.data_object_key) is None for s in erased)
 
 
 def test_an_index_a_reader_cannot_verify_is_no_proof(tmp_path: Path) -> None:
