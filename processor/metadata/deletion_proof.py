@@ -7,7 +7,16 @@ topic) is never proof. The proofs, by path:
 - **Retention** (a served COPY_SEGMENT_FINISHED past the user's limits): the owner's conditional
   DELETE_SEGMENT_STARTED, confirmed accepted by its follower (the fold accepts it only while the
   segment is still in the state the pass planned on).
-- **A deletion in progress** (DELETE_SEGMENT_STARTED accepted): that record is the owner's word.
+- **A deletion in progress** (DELETE_SEGMENT_STARTED accepted): finished only by the process that
+  started it, below a remote log start offset it published, or once the segment's data or index is
+  gone; any other is undone (processor/lifecycle/segment_deleter.py ``prove_deletion``).
+- **A segment a rewrite superseded** (a merge, an erasure): only once the rewrite's index was read,
+  verified against its metadata, and shown to cover every block of the segment's own verified index
+  (processor/lifecycle/rewrite_proof.py), whoever deletes it (the merge or erasure itself, the
+  holder's pass, a new owner). The rewrite's record alone, or objects at its keys, prove nothing.
+- **Fail closed**: a proof that cannot be read (a storage error on a HEAD or GET, an index that does
+  not verify, a key that cannot be had) proves nothing; the deletion waits for the next pass,
+  counted (``processor_deletion_proofs_failed_total{reason}``).
 - **A copy that can never finish** (COPY_SEGMENT_STARTED of an older claim, or of this claim and not
   in flight), **an orphan** (a rejected copy record of a segment nobody accepted): only if the
   segment has no manifest. A manifest is written only after the segment's COPY_SEGMENT_FINISHED was
