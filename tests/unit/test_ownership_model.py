@@ -1008,9 +1008,11 @@ class OwnershipModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def forged_rewrite(self, data: st.DataObject) -> None:
         """A rewrite naming one to three adjacent served segments and covering exactly their offsets,
-        carrying the current claim's epoch and writer id, with no objects behind it: readers cannot
-        tell it from the holder's own and serve it in their place. The holder's next pass finds its
-        objects missing and deletes it, which serves the named segments again; nothing is deleted."""
+        carrying the current claim's epoch and writer id, with no objects behind it or with junk
+        objects at its keys (the forger may write the bucket too): readers cannot tell it from the
+        holder's own and serve it in their place. The holder's next pass finds its objects missing,
+        or its index not verifying, and deletes it, which serves the named segments again; nothing
+        they hold is deleted (a rewrite's proof reads its index)."""
         tp = data.draw(st.sampled_from(self._held_with_served()), label="partition")
         claim = self.topic.live.partition(tp).header.claim
         assert claim is not None
@@ -1029,6 +1031,9 @@ class OwnershipModel(RuleBasedStateMachine):
             S.COPY_SEGMENT_FINISHED, keys.data, keys.index, 2, 1, 0, 1,
             supersedes=tuple(v.segment_id.id for v in victims),
         )  # fmt: skip
+        if data.draw(st.booleans(), label="junk objects"):
+            self.bucket.create(keys.data, [b"junk" * BLOCK])
+            self.bucket.create(keys.index, [b"junk" * BLOCK])
         if self.topic.accepted[self.topic.publish(forged, forged=True)]:
             self.forged_rewrites[sid.id] = tp
             for v in victims:
