@@ -153,6 +153,8 @@ def report_lines(topic: str, reports: list[dict[str, Any]], limits: MergeLimits,
                 f"  under operator claim {r['operator_claim']}: taken from the worker leading it, "
                 "handed back when done"
             )
+        if r["leftovers_deleted"]:
+            lines.append(f"  {_plural(r['leftovers_deleted'], 'segment')} an earlier merge replaced: deleted")
         for problem in r["failed"]:
             lines.append(f"  failed: {problem}")
         for reason in why_left_alone(LeftAlone(**r["left_alone"]), limits):
