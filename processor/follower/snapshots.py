@@ -52,11 +52,11 @@ from processor.follower.snapshot_format import (
     SnapshotReader,
     record_crc,
 )
+from processor.segment.object_keys import SNAPSHOT_FOLDER
 from processor.storage.chunk_storage import ChunkInfo, ChunkStorage
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_FOLDER = "snapshots=metadata"
 READ_BYTES = 8 << 20  # one ranged GET of a snapshot being loaded
 _TP_PREFIXES = frozenset(b"EHLOX")  # keys whose tp follows the prefix byte
 

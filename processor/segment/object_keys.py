@@ -37,6 +37,12 @@ INDEX_SUFFIX = "-index"
 MANIFEST_SUFFIX = "-manifest"  # the segment manifest (processor/metadata/manifest.py)
 KEY_FILTER_SUFFIX = "-keys"  # the segment's key filter (processor/segment/key_filter.py), optional
 _SUFFIXES = (INDEX_SUFFIX, MANIFEST_SUFFIX, KEY_FILTER_SUFFIX)
+# The project's folders beside the topics' (names no topic can have): snapshots of the folded metadata
+# (processor/follower/snapshots.py) and the erasure audit trail (processor/rewrite/erase_audit.py).
+# Neither holds segments: no segment record references their objects, and none is an orphan.
+SNAPSHOT_FOLDER = "snapshots=metadata"
+ERASURE_AUDIT_FOLDER = "erasures=audit"
+SIDE_FOLDERS = (SNAPSHOT_FOLDER, ERASURE_AUDIT_FOLDER)
 
 
 def validate_topic(topic: str) -> str:
@@ -164,6 +170,12 @@ class ObjectKeyFactory:
                 f"in {folder!r}"
             )
         return SegmentObjectKeys(data_key, index_key)
+
+    def in_side_folder(self, key: str) -> bool:
+        """Whether ``key`` is under one of the project's folders that hold no segments
+        (:data:`SIDE_FOLDERS`): metadata snapshots, the erasure audit trail."""
+        head = self._join("")
+        return key.startswith(head) and key[len(head) :].split("/", 1)[0] in SIDE_FOLDERS
 
     def is_project_key(self, key: str) -> bool:
         """Whether ``key`` is an object (or a multipart upload's key) of this project's layout under

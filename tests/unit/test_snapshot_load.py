@@ -372,3 +372,18 @@ def test_the_crc_a_snapshot_names_is_of_the_last_record(tmp_path: Path) -> None:
     _o, key, value = h.messages[-1]
     assert reader.header.last_record_crc == record_crc(key, value)
     assert reader.header.last_offset == len(h.messages) - 1
+
+
+def test_snapshots_and_audit_trails_are_no_topic_s_and_no_orphans() -> None:
+    from processor.segment.object_keys import ObjectKeyFactory
+    from processor.spark.audit.storage import orphan_findings
+
+    keys = ObjectKeyFactory("archive")
+    side = [
+        "archive/snapshots=metadata/meta-ID/00001/00000000000000000042-0000000000001-abc.snap",
+        "archive/erasures=audit/orders/0000000000001-e1-started.json",
+    ]
+    stray = "archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/stray"
+    assert all(keys.in_side_folder(k) and not keys.is_project_key(k) for k in side)
+    assert not keys.in_side_folder(stray) and not keys.in_side_folder("other/snapshots=metadata/x")
+    assert [f.object_key for f in orphan_findings(keys, [*side, stray], [])] == [stray]

@@ -91,7 +91,7 @@ def orphan_findings(
     }
     out: list[Finding] = []
     for key in listed:
-        if key not in referenced:
+        if key not in referenced and not keys.in_side_folder(key):
             tp = _tp_of(keys, key)
             out.append(
                 Finding(
