@@ -25,7 +25,9 @@ from pathlib import Path
 from processor.errors import MetadataTopicError, ProcessorError, ServiceUnavailableError
 from processor.follower.materializer import Materializer
 from processor.follower.metadata_cache import MetadataCache
+from processor.follower.snapshots import SnapshotStore, load_snapshots
 from processor.kafka.partition import TopicPartition
+from processor.metadata.topic_io import MIN_COMPACTION_LAG_MS
 from processor.spark.connection import Connection
 from processor.spark.fold_adapter import PartitionArchive, partition_archive
 
@@ -110,12 +112,22 @@ class MaterializedMetadata:
                     shutil.rmtree(self.path, ignore_errors=True)
                     cache = MetadataCache(self.path)
                 if partitions:
-                    Materializer(
+                    materializer = Materializer(
                         cache,
                         lambda: self.conn.consumer("processor-spark-metadata"),
                         self.conn.metadata_topic,
                         partitions,
-                    ).catch_up(CATCH_UP_TIMEOUT_S)
+                    )
+                    # a partition this cache never read starts from its newest valid snapshot
+                    store = SnapshotStore(
+                        self.conn.shared_storage(),
+                        self.conn.s3_prefix,
+                        f"{self.conn.metadata_topic}/{incarnation}",
+                    )
+                    materializer.bootstrap = lambda peek, never: load_snapshots(
+                        cache, store, peek, never, len(partitions), None, MIN_COMPACTION_LAG_MS
+                    )
+                    materializer.catch_up(CATCH_UP_TIMEOUT_S)
                 return {
                     tp: partition_archive(tp, cache.remote_state(tp))
                     for tp in cache.topic_partitions()

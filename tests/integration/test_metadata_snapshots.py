@@ -29,7 +29,7 @@ from processor.wiring.follower import build_follower
 from processor.wiring.follower_server import FollowerServer
 from processor.wiring.gateway_server import GatewayServer
 from processor.wiring.storage import build_storage
-from tests.support.archive import PARTITIONS, PREFIX, TOPIC, OffloadedArchive
+from tests.support.archive import META, PARTITIONS, PREFIX, TOPIC, OffloadedArchive
 from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.integration
@@ -234,3 +234,24 @@ def test_snapshot_loading_can_be_turned_off(
     env = {**offloaded_archive.cli_env, "PROCESSOR_SNAPSHOT_LOAD": "false"}
     assert _segments(env) == _segments(offloaded_archive.cli_env)
     assert _loaded() == loaded + len({metadata_partition_for(tp, 4) for tp in TPS})  # the second call only
+
+
+def test_spark_planning_starts_from_snapshots(
+    offloaded_archive: OffloadedArchive, storage: ChunkStorage, tmp_path: Path
+) -> None:
+    """The metadata view Spark's sources and the audit plan from (no Spark session needed)."""
+    from processor.kafka.security import KafkaConnection
+    from processor.spark.connection import Connection
+    from processor.spark.metadata_view import MaterializedMetadata
+
+    info = offloaded_archive.info
+    conn = Connection(
+        KafkaConnection(info.bootstrap_servers), META, info.s3_endpoint_url, info.bucket, PREFIX, "us-east-1"
+    )
+    wanted = lambda tp: tp.topic == TOPIC  # noqa: E731
+    from_topic = MaterializedMetadata(conn, tmp_path / "from-topic").read(wanted)
+    assert run_cli(offloaded_archive.cli_env, "snapshot").returncode == 0
+    loaded = _loaded()
+    from_snapshots = MaterializedMetadata(conn, tmp_path / "from-snapshots").read(wanted)
+    assert _loaded() == loaded + len(_snapshot_keys(storage))
+    assert from_snapshots == from_topic and set(from_topic) == set(TPS)
