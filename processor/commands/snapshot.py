@@ -56,7 +56,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    snap = sub.add_parser("snapshot", help="write a snapshot of the folded metadata to the bucket now")
+    snap = sub.add_parser(
+        "snapshot",
+        help="write a snapshot of the folded metadata to the bucket now (new followers start from it)",
+    )
     snap.add_argument(
         "--partition", type=int, action="append", help="a metadata partition (repeatable; default: all)"
     )
