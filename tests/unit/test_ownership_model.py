@@ -654,7 +654,14 @@ class OwnershipModel(RuleBasedStateMachine):
                 assert seg.max_timestamp_ms <= cutoff, "a forged deletion finished inside the limit"
                 self.retention_deleted[seg.segment_id.id] = cutoff
                 del self.forged[seg.segment_id.id]
-            if seg.state is S.COPY_SEGMENT_FINISHED and seg.segment_id.id in part.served:
+            rewrite = self.superseded.get(seg.segment_id.id)
+            expired_with = None if rewrite is None else self.retention_deleted.get(rewrite)
+            if expired_with is not None:
+                # a rewrite's source its proof could not delete (the reads failed), served again
+                # once retention deleted the rewrite: its offsets expired with the rewrite's
+                assert seg.max_timestamp_ms <= expired_with, "a rewrite's source deleted inside the limit"
+                self.retention_deleted[seg.segment_id.id] = expired_with
+            elif seg.state is S.COPY_SEGMENT_FINISHED and seg.segment_id.id in part.served:
                 assert keep is not None, "a pass without retention deleted a served segment"
                 assert seg.max_timestamp_ms <= cutoff, "retention deleted a segment inside its limit"
                 self.retention_deleted[seg.segment_id.id] = cutoff
