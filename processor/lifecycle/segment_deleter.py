@@ -278,14 +278,18 @@ class SegmentDeleter:
             proof_failed(PROOF_UNREADABLE, f"checking served rewrite {rewrite.segment_id}", exc)
         return None
 
-    def proven_superseded(self, part: PartitionRemoteState) -> frozenset[uuid.UUID]:
+    def proven_superseded(
+        self, part: PartitionRemoteState, only: Set[uuid.UUID] | None = None
+    ) -> frozenset[uuid.UUID]:
         """The segments an accepted rewrite supersedes (``part.rewrite_proofs``) that the rewrite is
         shown to hold: its index read and verified against its metadata, the source's too, and every
         block of the source covered (:mod:`processor.lifecycle.rewrite_proof`). The record alone
         proves nothing (it may be forged with the claim's epoch and writer id), nor do objects at
         its keys; a rewrite that cannot be read, or an error while reading, proves nothing either:
-        the source is kept, counted, and asked again at the next pass."""
+        the source is kept, counted, and asked again at the next pass. ``only``: just these."""
         proofs = part.rewrite_proofs()
+        if only is not None:
+            proofs = {sid: rewrite for sid, rewrite in proofs.items() if sid in only}
         if not proofs:
             return frozenset()
         reader = RewriteProofs(self.storage, self.keys, self.decryption)
@@ -321,7 +325,8 @@ class SegmentDeleter:
         own sources too), whose rewrites must prove each of them garbage by content
         (:meth:`proven_superseded`): a source the view serves (its rewrite's deletion started, a
         forged one say) is no garbage. None: no view, so no proof: nothing is deleted."""
-        proven = frozenset() if part is None else self.proven_superseded(part)
+        wanted = {s.segment_id.id for s in sources}
+        proven = frozenset() if part is None else self.proven_superseded(part, wanted)
         unproven = [
             f"{s.segment_id}: kept, no rewrite the metadata serves is shown to hold its records"
             for s in sources
