@@ -1,6 +1,7 @@
 """Run the benchmarks: ``python -m benchmarks [--only SECTION,...] [--broker kafka,tansu]``, sections:
-offload, memory, reads, gateway, follower, scale, spark, restore, rebuild, encryption, merge, erase.
-With more than one broker, every section but scale (which needs none) runs once per broker, each on
+offload, memory, reads, gateway, follower, scale, snapshots, spark, restore, rebuild, encryption,
+merge, erase. With more than one broker, every section but scale and snapshots (which need none) runs
+once per broker, each on
 a stack of its own, one after the other, in one run."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from benchmarks.rebuild import bench_rebuild
 from benchmarks.report import Report
 from benchmarks.restore import ROUNDS as RESTORE_ROUNDS
 from benchmarks.restore import bench_restore
+from benchmarks.scale import bench_snapshots
 from benchmarks.spark import RUNS, bench_spark
 from processor.devstack import stack
 from processor.runtime import tune_gc
@@ -35,6 +37,7 @@ SECTIONS = (
     "gateway",
     "follower",
     "scale",
+    "snapshots",
     "spark",
     "restore",
     "rebuild",
@@ -57,6 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--scale-partitions", type=int, default=1000)
     parser.add_argument("--scale-segments", type=int, default=1000, help="finished segments per partition")
+    parser.add_argument(
+        "--snapshot-partitions", type=int, default=2_000, help="partitions of the snapshots section"
+    )
+    parser.add_argument(
+        "--snapshot-segments",
+        type=int,
+        default=100,
+        help="segments per partition of the snapshots section (10,000 x 1,000: the 10 M-segment run)",
+    )
     parser.add_argument("--reads", type=int, default=200, help="random remote reads in the reads section")
     parser.add_argument("--follower-records", type=int, default=200_000, help="metadata records applied")
     parser.add_argument(
@@ -118,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     report = Report()
     t0 = time.perf_counter()
     try:
-        for broker in brokers if only - {"scale"} else []:
+        for broker in brokers if only - {"scale", "snapshots"} else []:
             report.broker = broker
             if attached is not None:
                 run_sections(report, attached, workdir, args, only)
@@ -133,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         report.broker = ""
         if "scale" in only:
             bench_scale(report, workdir, args.scale_partitions, args.scale_segments)
+        if "snapshots" in only:
+            bench_snapshots(report, workdir, args.snapshot_partitions, args.snapshot_segments)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         report.write(Path(args.out))  # what was measured, even when a section failed

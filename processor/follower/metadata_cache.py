@@ -16,7 +16,14 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
-from rocksdict import BlockBasedOptions, IngestExternalFileOptions, Options, Rdict, RdictIter
+from rocksdict import (
+    BlockBasedOptions,
+    DBCompressionType,
+    IngestExternalFileOptions,
+    Options,
+    Rdict,
+    RdictIter,
+)
 
 from processor.errors import ProcessorError
 from processor.follower.cache_keys import CACHE_VERSION, ORIGIN_KEY, VERSION_KEY
@@ -106,20 +113,24 @@ class MetadataCache(CacheQueries):
         """An iterator over the whole cache as one applied batch left it (see ``remote_state``)."""
         return self._db.iter()
 
-    def sst_options(self) -> Options:
-        """The options an SST file for :meth:`ingest` is written with (raw keys, as the cache's)."""
-        return self._options
+    @staticmethod
+    def sst_options() -> Options:
+        """The options a table file for :meth:`ingest` is written with: raw keys, as the cache's,
+        and zstd blocks (a snapshot's table is stored and read as it is written)."""
+        options = Options(raw_mode=True)
+        options.set_compression_type(DBCompressionType.zstd())
+        return options
 
-    def ingest(self, path: Path) -> None:
-        """Bulk-load a sorted SST file (a snapshot's keys and its consumed offset) in one step: no
-        memtable, no write-ahead log, no put per key. What the cache remembered of any partition is
-        forgotten, so every later read sees the loaded state."""
+    def ingest(self, paths: list[Path]) -> None:
+        """Bulk-load sorted table files (a snapshot's keys and its consumed offset) in one atomic
+        step: no memtable, no write-ahead log, no put per key (the files are moved in). What the
+        cache remembered of any partition is forgotten, so every later read sees the loaded state."""
         options = IngestExternalFileOptions()
         options.set_move_files(True)
         try:
-            self._db.ingest_external_file([str(path)], options)
+            self._db.ingest_external_file([str(p) for p in paths], options)
         except Exception as exc:  # rocksdict raises plain Exception
-            raise ProcessorError(f"loading {path} into the metadata cache at {self.path}: {exc}") from None
+            raise ProcessorError(f"loading {paths} into the metadata cache at {self.path}: {exc}") from None
         self._headers.clear()
         self._bookkeeping.clear()
         self._served_end_bounds.clear()

@@ -15,55 +15,23 @@ import random
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-from typing import IO
+
+import crc32c
 
 from processor import metrics
 from processor.errors import ProcessorError
-from processor.follower.cache_keys import CACHE_VERSION, I64, U32, tp_of_key
+from processor.follower.cache_keys import CACHE_VERSION
 from processor.follower.metadata_cache import MetadataCache
-from processor.follower.snapshot_format import SnapshotEncoder, SnapshotHeader, record_crc
+from processor.follower.snapshot_format import SnapshotHeader, record_crc
+from processor.follower.snapshot_tables import partitions_of, write_tables
 from processor.follower.snapshots import LastRecord, SnapshotStore, TakenSnapshot, TopicPeek
-from processor.kafka.partition import TopicPartition
-from processor.metadata.codec import metadata_partition_for
 
 log = logging.getLogger(__name__)
 
-_TP_PREFIXES = frozenset(b"EHLOX")  # keys whose tp follows the prefix byte
 # -- the segment's partition from its stored record (S keys hold no partition) ------------------------
-
-
-def _varint(raw: bytes, at: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        byte = raw[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (value >> 1) ^ -(value & 1), at  # Avro's zigzag
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def segment_partition(raw: bytes) -> TopicPartition:
-    """The partition of a segment record as the cache stores it (``[1][0][Avro body]``, the body
-    starting with the segment id's topic, optional topic id and partition): read without decoding
-    the record (a snapshot of millions of segments reads every one)."""
-    if raw[:2] != b"\x01\x00":
-        raise ValueError("not a segment record")
-    length, at = _varint(raw, 2)
-    topic = raw[at : at + length].decode()
-    at += length
-    branch, at = _varint(raw, at)
-    if branch == 1:
-        length, at = _varint(raw, at)
-        at += length
-    partition, at = _varint(raw, at)
-    return TopicPartition(topic, partition)
 
 
 def take_snapshots(
@@ -74,88 +42,48 @@ def take_snapshots(
     last_records: Callable[[int, int], LastRecord | None],
     workdir: Path,
 ) -> dict[int, TakenSnapshot]:
-    """Encode the cache's state of each metadata partition in ``partitions`` into a file of
-    ``workdir``, from one consistent view of the cache (one iterator: what one applied batch left).
-    ``last_records(partition, next_offset)`` names the topic's record at ``next_offset - 1``; a
-    partition the cache never consumed, or whose last record the topic does not give, is left out.
-    Two passes over the view: the partitions of the keys first, then the encoding in key order."""
-    wanted = set(partitions)
-    it = cache.consistent_iterator()
-    offsets: dict[int, int] = {}
-    it.seek(b"C")
-    while it.valid() and it.key()[:1] == b"C":
-        p = U32.unpack(it.key()[1:])[0]
-        if p in wanted:
-            offsets[p] = I64.unpack(it.value())[0]
-        it.next()
-
-    @lru_cache(maxsize=1 << 16)
-    def owner(tp: TopicPartition) -> int:
-        return metadata_partition_for(tp, metadata_partitions)
-
-    def entries() -> Iterator[tuple[int, TopicPartition, bytes, bytes]]:
-        it.seek(b"E")
-        while it.valid():
-            key = it.key()
-            kind = key[0]
-            if kind in _TP_PREFIXES:
-                tp = tp_of_key(key[1:])
-            elif kind == ord("S"):
-                tp = segment_partition(it.value())
-            else:  # M, V and anything after: not the fold's state
-                it.next()
-                continue
-            p = owner(tp)
-            if p in offsets:
-                yield p, tp, key, it.value()
-            it.next()
-
-    members: dict[int, set[TopicPartition]] = {p: set() for p in offsets}
-    for p, tp, _key, _value in entries():
-        members[p].add(tp)
-    taken: dict[int, TakenSnapshot] = {}
-    encoders: dict[int, tuple[SnapshotEncoder, IO[bytes]]] = {}
+    """The cache's state of each metadata partition in ``partitions``, as table files in
+    ``workdir`` with their headers, from one consistent view of the cache. ``last_records(partition,
+    next_offset)`` names the topic's record at ``next_offset - 1``; a partition the cache never
+    consumed, or whose last record the topic does not give, is left out."""
+    offsets, tables = write_tables(cache, set(partitions), metadata_partitions, workdir)
     now_ms = int(time.time() * 1000)
-    try:
-        for p, next_offset in offsets.items():
-            last = last_records(p, next_offset) if next_offset > 0 else LastRecord(-1, 0, -1)
-            if last is None:
-                log.info("metadata partition %d: its last record is not readable; no snapshot this time", p)
-                continue
-            header = SnapshotHeader(
-                metadata_partition=p,
-                metadata_partitions=metadata_partitions,
-                next_offset=next_offset,
-                origin=origin,
-                partitions=tuple(sorted(members[p])),
-                last_offset=last.offset,
-                last_record_crc=last.crc,
-                last_timestamp_ms=last.timestamp_ms,
-                written_ms=now_ms,
-                cache_layout=CACHE_VERSION,
-            )
-            path = workdir / f"{p:05d}.snap"
-            handle: IO[bytes] = path.open("wb")
-            encoder = SnapshotEncoder(header)
-            for piece in encoder.take():
-                handle.write(piece)
-            encoders[p] = (encoder, handle)
-            taken[p] = TakenSnapshot(header, path, 0, 0)
-        for p, tp, key, value in entries():
-            if p in encoders:
-                encoder, handle = encoders[p]
-                for piece in encoder.add(tp, key, value):
-                    handle.write(piece)
-        for p, (encoder, handle) in encoders.items():
-            for piece in encoder.finish():
-                handle.write(piece)
-            handle.close()
-            taken[p].entries = encoder.entries
-            taken[p].size = taken[p].path.stat().st_size
-    finally:
-        for _encoder, handle in encoders.values():
-            handle.close()
+    taken: dict[int, TakenSnapshot] = {}
+    for p, next_offset in sorted(offsets.items()):
+        last = last_records(p, next_offset) if next_offset > 0 else LastRecord(-1, 0, -1)
+        if last is None:
+            log.info("metadata partition %d: its last record is not readable; no snapshot this time", p)
+            continue
+        table = tables[p]
+        written = table.writer is not None
+        payload_len, payload_crc = (0, 0) if not written else _file_crc(table.path)
+        header = SnapshotHeader(
+            metadata_partition=p,
+            metadata_partitions=metadata_partitions,
+            next_offset=next_offset,
+            origin=origin,
+            partitions=partitions_of(table),
+            last_offset=last.offset,
+            last_record_crc=last.crc,
+            last_timestamp_ms=last.timestamp_ms,
+            written_ms=now_ms,
+            cache_layout=CACHE_VERSION,
+            entries=table.entries,
+            payload_len=payload_len,
+            payload_crc=payload_crc,
+        )
+        taken[p] = TakenSnapshot(header, table.path if written else None)
     return taken
+
+
+def _file_crc(path: Path) -> tuple[int, int]:
+    crc = 0
+    size = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(8 << 20):
+            crc = int(crc32c.crc32c(chunk, crc))
+            size += len(chunk)
+    return size, crc
 
 
 def last_record_of(peek: TopicPeek) -> Callable[[int, int], LastRecord | None]:
@@ -210,13 +138,19 @@ def write_snapshots(
                 "metadata partition %d: snapshot %s written (%d entries, %d bytes, the topic from offset %d)",
                 p,
                 key,
-                snapshot.entries,
+                snapshot.header.entries,
                 snapshot.size,
                 snapshot.header.next_offset,
             )
             out.append(
                 WrittenSnapshot(
-                    p, key, snapshot.header.next_offset, snapshot.entries, snapshot.size, seconds, len(pruned)
+                    p,
+                    key,
+                    snapshot.header.next_offset,
+                    snapshot.header.entries,
+                    snapshot.size,
+                    seconds,
+                    len(pruned),
                 )
             )
     return out

@@ -11,7 +11,8 @@ A snapshot is loaded only when every check holds (:func:`load_snapshots`), else 
 is tried, then the topic from its start; each refusal is logged with its reason and counted in
 ``processor_metadata_snapshots_refused_total{reason}``:
 
-- its format (magic, version, CRCs, counts, key order): ``corrupt``;
+- its format (magic, version, CRCs, lengths) and what its table holds (only the fold's state, only
+  partitions of this metadata partition: :mod:`processor.follower.snapshot_tables`): ``corrupt``;
 - it was taken from this metadata topic (name and topic id), under this partition count and the
   cache layout this code reads: ``foreign``;
 - the topic still holds what it was taken after: ``low watermark <= next_offset <= high
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import mmap
-import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -39,26 +40,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from rocksdict import Options, SstFileWriter
-
 from processor import metrics
 from processor.errors import ProcessorError, StorageError
-from processor.follower.cache_keys import CACHE_VERSION, I64, U32
+from processor.follower.cache_keys import CACHE_VERSION
 from processor.follower.metadata_cache import MetadataCache
 from processor.follower.snapshot_format import (
     ByteSource,
     SnapshotFormatError,
     SnapshotHeader,
-    SnapshotReader,
+    check_trailer,
+    decode_header,
+    encode_header,
+    encode_trailer,
     record_crc,
 )
+from processor.follower.snapshot_tables import filtered_table, offsets_table, open_table
+from processor.segment.checksums import crc32c_of
 from processor.segment.object_keys import SNAPSHOT_FOLDER
 from processor.storage.chunk_storage import ChunkInfo, ChunkStorage
 
 log = logging.getLogger(__name__)
 
 READ_BYTES = 8 << 20  # one ranged GET of a snapshot being loaded
-_TP_PREFIXES = frozenset(b"EHLOX")  # keys whose tp follows the prefix byte
 
 
 def snapshot_folder(prefix: str, origin: str, partition: int) -> str:
@@ -96,10 +99,12 @@ class LastRecord:
 
 @dataclass
 class TakenSnapshot:
-    header: SnapshotHeader
-    path: Path  # the encoded snapshot, in a temporary file of the caller's
-    entries: int
-    size: int
+    header: SnapshotHeader  # payload_len and payload_crc of the table
+    table: Path | None  # the table file (None: no keys), in a temporary folder of the caller's
+
+    @property
+    def size(self) -> int:
+        return len(encode_header(self.header)) + self.header.payload_len + 12
 
 
 # -- the bucket ---------------------------------------------------------------------------------------
@@ -115,7 +120,7 @@ class _RangedSource(ByteSource):
 
     def read(self, n: int) -> bytes:
         while len(self._buffer) < n and self._at < self.size:
-            length = min(READ_BYTES, self.size - self._at)
+            length = min(READ_BYTES, self.size - self._at, max(n - len(self._buffer), 1 << 16))
             self._buffer += self.storage.read(self.key, self._at, length)
             self._at += length
         out, self._buffer = self._buffer[:n], self._buffer[n:]
@@ -138,24 +143,49 @@ class SnapshotStore:
         return sorted(found, key=_sort_key, reverse=True)
 
     def put(self, taken: TakenSnapshot) -> str:
+        """Write a taken snapshot (header, table, trailer) as one object; returns its key."""
         header = taken.header
         key = snapshot_key(
             self.prefix, self.origin, header.metadata_partition, header.next_offset, header.written_ms
         )
-        with taken.path.open("rb") as handle:
-            if taken.size == 0:
-                self.storage.create(key, [b""])
-            else:
-                with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                    view = memoryview(mapped)
-                    try:
-                        self.storage.create(key, [view])
-                    finally:
-                        view.release()
+        head = encode_header(header)
+        if taken.table is None:
+            self.storage.create(key, [head, encode_trailer(head)])
+            return key
+        with (
+            taken.table.open("rb") as handle,
+            mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped,
+        ):
+            view = memoryview(mapped)
+            try:
+                self.storage.create(key, [head, view, encode_trailer(head)])
+            finally:
+                view.release()
         return key
 
-    def open(self, info: ChunkInfo) -> SnapshotReader:
-        return SnapshotReader.open(_RangedSource(self.storage, info.key, info.size))
+    def fetch(self, info: ChunkInfo, table: Path) -> SnapshotHeader:
+        """Read a snapshot into ``table`` (its table file) in ranged GETs, checking its header, its
+        table's length and CRC and its trailer; SnapshotFormatError when any fails."""
+        source = _RangedSource(self.storage, info.key, info.size)
+        header, raw = decode_header(source)
+        if info.size != len(raw) + header.payload_len + 12:
+            raise SnapshotFormatError(
+                f"snapshot of {info.size} bytes, its header says {len(raw)} + {header.payload_len} + 12"
+            )
+        crc = 0
+        left = header.payload_len
+        with table.open("wb") as out:
+            while left:
+                chunk = source.read(min(left, READ_BYTES))
+                if not chunk:
+                    raise SnapshotFormatError("snapshot truncated in its payload")
+                crc = crc32c_of(chunk) if crc == 0 and left == header.payload_len else _crc_more(crc, chunk)
+                out.write(chunk)
+                left -= len(chunk)
+        if header.payload_len and crc != header.payload_crc:
+            raise SnapshotFormatError("snapshot payload CRC mismatch")
+        check_trailer(source, raw)
+        return header
 
     def prune(self, partition: int, keep: int) -> list[str]:
         """Delete all but the ``keep`` newest snapshots of ``partition``; returns the deleted keys."""
@@ -163,6 +193,12 @@ class SnapshotStore:
         for info in old:
             self.storage.delete(info.key)
         return [info.key for info in old]
+
+
+def _crc_more(crc: int, chunk: bytes) -> int:
+    import crc32c
+
+    return int(crc32c.crc32c(chunk, crc))
 
 
 # -- loading ------------------------------------------------------------------------------------------
@@ -218,8 +254,7 @@ def check_against_topic(
     if found[0] == header.last_offset:
         if record_crc(found[1], found[2]) != header.last_record_crc:
             raise SnapshotRefused(
-                "diverged",
-                f"the record at offset {header.last_offset} is not the one it was taken after",
+                "diverged", f"the record at offset {header.last_offset} is not the one it was taken after"
             )
         return
     age_ms = now_ms - header.last_timestamp_ms
@@ -229,24 +264,6 @@ def check_against_topic(
             f"the record at offset {header.last_offset} is gone though younger ({age_ms} ms) than the "
             f"topic's min.compaction.lag.ms ({min_compaction_lag_ms})",
         )
-
-
-def _build_sst(reader: SnapshotReader, path: Path, topics: frozenset[str] | None, options: Options) -> int:
-    """The snapshot's entries (of ``topics`` only, when given) and its consumed-offsets key in one
-    sorted SST file; returns the entries written. Fails whole (SnapshotFormatError) on a bad block."""
-    writer = SstFileWriter(options=options)
-    writer.open(str(path))
-    header = reader.header
-    writer[b"C" + U32.pack(header.metadata_partition)] = I64.pack(header.next_offset)  # sorts first
-    written = 0
-    for tp, key, value in reader.entries():
-        if key[:1] not in (b"E", b"H", b"L", b"O", b"S", b"X"):
-            raise SnapshotFormatError(f"snapshot entry under a key that is not the fold's state: {key[:1]!r}")
-        if topics is None or tp.topic in topics:
-            writer[key] = value
-            written += 1
-    writer.finish()
-    return written
 
 
 def load_snapshots(
@@ -271,9 +288,7 @@ def load_snapshots(
         try:
             listed = store.listed(p)
         except StorageError as exc:
-            log.warning(
-                "metadata partition %d: snapshots not listed (%s); reading the topic from its start", p, exc
-            )
+            log.warning("metadata partition %d: snapshots not listed (%s); reading the topic", p, exc)
             metrics.SNAPSHOTS_REFUSED.labels("unreadable").inc()
             listed = []
         for info in listed:
@@ -286,7 +301,7 @@ def load_snapshots(
                 refused.append((info.key, exc.reason, exc.detail))
             except SnapshotFormatError as exc:
                 refused.append((info.key, "corrupt", str(exc)))
-            except (StorageError, ProcessorError) as exc:
+            except (StorageError, ProcessorError, OSError) as exc:
                 refused.append((info.key, "unreadable", str(exc)))
             reason, detail = refused[-1][1:]
             metrics.SNAPSHOTS_REFUSED.labels(reason).inc()
@@ -319,27 +334,38 @@ def _load_one(
     topics: frozenset[str] | None,
     min_compaction_lag_ms: int,
 ) -> tuple[str, int, int]:
-    reader = store.open(info)
-    header = reader.header
-    if header.origin != store.origin:
-        raise SnapshotRefused("foreign", f"taken of {header.origin}, not {store.origin}")
-    if header.metadata_partition != partition or header.metadata_partitions != metadata_partitions:
-        raise SnapshotRefused(
-            "foreign",
-            f"taken of metadata partition {header.metadata_partition} of {header.metadata_partitions}, "
-            f"not {partition} of {metadata_partitions}",
-        )
-    if header.cache_layout != CACHE_VERSION:
-        raise SnapshotRefused(
-            "foreign", f"cache layout {header.cache_layout}, this code reads {CACHE_VERSION}"
-        )
-    check_against_topic(header, peek, min_compaction_lag_ms, int(time.time() * 1000))
-    fd, name = tempfile.mkstemp(suffix=".sst", dir=cache.path.parent)
-    os.close(fd)
-    path = Path(name)
+    work = Path(tempfile.mkdtemp(prefix="snapshot-load-", dir=cache.path.parent))
     try:
-        entries = _build_sst(reader, path, topics, cache.sst_options())
-        cache.ingest(path)
+        header = store.fetch(info, work / "table.sst")
+        if header.origin != store.origin:
+            raise SnapshotRefused("foreign", f"taken of {header.origin}, not {store.origin}")
+        if header.metadata_partition != partition or header.metadata_partitions != metadata_partitions:
+            raise SnapshotRefused(
+                "foreign",
+                f"taken of metadata partition {header.metadata_partition} of {header.metadata_partitions}, "
+                f"not {partition} of {metadata_partitions}",
+            )
+        if header.cache_layout != CACHE_VERSION:
+            raise SnapshotRefused("foreign", f"cache layout {header.cache_layout}, not {CACHE_VERSION}")
+        check_against_topic(header, peek, min_compaction_lag_ms, int(time.time() * 1000))
+        options = cache.sst_options()
+        files = [offsets_table(work / "offsets.sst", options, partition, header.next_offset)]
+        entries = 0
+        if header.payload_len:
+            opened = open_table(work / "table.sst", header, work / "scratch")
+            try:
+                if topics is None:
+                    files.append(work / "table.sst")
+                    entries = header.entries
+                else:
+                    kept, entries = filtered_table(
+                        opened, work / "kept.sst", options, lambda tp: tp.topic in topics
+                    )
+                    if kept is not None:
+                        files.append(kept)
+            finally:
+                opened.close()
+        cache.ingest(files)
+        return info.key, header.next_offset, entries
     finally:
-        path.unlink(missing_ok=True)
-    return info.key, header.next_offset, entries
+        shutil.rmtree(work, ignore_errors=True)

@@ -7,6 +7,7 @@ or on the topic."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,11 +17,7 @@ import pytest
 from processor import metrics
 from processor.config import Settings, load_settings
 from processor.follower.metadata_cache import MetadataCache
-from processor.follower.snapshot_format import (
-    BytesSource,
-    SnapshotEncoder,
-    SnapshotReader,
-)
+from processor.follower.snapshot_format import decode_snapshot, encode_snapshot
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import metadata_partition_for
 from processor.segment.object_keys import SNAPSHOT_FOLDER
@@ -104,15 +101,9 @@ def _snapshot_keys(storage: ChunkStorage) -> list[str]:
 def _rewrite(storage: ChunkStorage, key: str, name: str, **header_changes: int) -> None:
     """Write beside ``key`` a copy of that snapshot with its header changed (its CRCs right): a
     snapshot that passes every format check and names what the topic no longer holds."""
-    data = storage.read_all(key)
-    reader = SnapshotReader.open(BytesSource(data))
-    header = reader.header.__class__(**{**reader.header.__dict__, **header_changes})
-    encoder = SnapshotEncoder(header)
-    pieces = encoder.take()
-    for tp, k, v in reader.entries():
-        pieces += encoder.add(tp, k, v)
-    pieces += encoder.finish()
-    storage.create(key.rsplit("/", 1)[0] + "/" + name, [b"".join(pieces)])
+    header, payload = decode_snapshot(storage.read_all(key))
+    changed = encode_snapshot(dataclasses.replace(header, **header_changes), payload)  # type: ignore[arg-type]
+    storage.create(key.rsplit("/", 1)[0] + "/" + name, [changed])
 
 
 def test_readers_start_from_snapshots_and_serve_what_the_topic_serves(
