@@ -51,7 +51,7 @@ from processor.metadata.model import (
     RemotePartitionDeleteMetadata,
     SegmentState,
 )
-from processor.metadata.validation import check_key, check_record
+from processor.metadata.validation import check_key, check_record, uuid_text
 
 FRAMING_VERSION = 1
 TYPE_SEGMENT = 0
@@ -117,7 +117,7 @@ def segment_key(segment_id: RemoteLogSegmentId) -> bytes:
 def _segment_key(topic: str, partition: int, id_int: int) -> bytes:
     """Cached (by plain values, hashed in C): a segment's records, their checks and the fold's
     bookkeeping all ask for it, and the UUID's text form costs more than the lookup."""
-    return f"{topic}/{partition}/{uuid.UUID(int=id_int)}".encode()
+    return f"{topic}/{partition}/{uuid_text(id_int)}".encode()
 
 
 def delete_key(segment_id: RemoteLogSegmentId) -> bytes:
@@ -133,9 +133,14 @@ def _delete_key(topic: str, partition: int, id_int: int) -> bytes:
 
 def segment_record_key(record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate) -> bytes:
     """A segment record's own key: the delete key for delete states, else the segment key."""
-    if record.state in DELETE_STATES:
+    if record.state in _DELETE_STATES:
         return delete_key(record.segment_id)
     return segment_key(record.segment_id)
+
+
+# DELETE_STATES as a tuple: ``in`` compares by identity first, where the frozenset hashes each state
+# through Enum.__hash__, a Python call (every record asks)
+_DELETE_STATES = tuple(DELETE_STATES)
 
 
 def partition_key(tp: TopicPartition) -> bytes:
@@ -318,7 +323,7 @@ def decode_message(key: bytes | None, value: bytes | None) -> MetadataRecord:
     if key != expected:
         if (
             isinstance(record, RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate)
-            and record.state in DELETE_STATES
+            and record.state in _DELETE_STATES
             and getattr(record, "replaces_state", None) is None
             and key == segment_key(record.segment_id)
         ):

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import re
 import uuid
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -171,13 +172,31 @@ _SLOT_SETTERS = tuple(
 )
 
 
+def _slot_builder() -> Callable[..., RemoteLogSegmentMetadata]:
+    """A function of every field's value, positionally, that sets them slot by slot: one setter call
+    a field written out (generated from the dataclass's fields, as dataclasses generates __init__),
+    not a loop whose steps cost as much as the calls."""
+    names = [f"v{i}" for i in range(len(_SLOT_SETTERS))]
+    sets = "".join(f"    s{i}(meta, {name})\n" for i, name in enumerate(names))
+    source = (
+        f"def build({', '.join(names)}):\n    meta = new(cls)\n{sets}"
+        "    meta.__post_init__()\n    return meta\n"
+    )
+    namespace: dict[str, Any] = {"new": _NEW, "cls": RemoteLogSegmentMetadata}
+    namespace.update({f"s{i}": set_slot for i, set_slot in enumerate(_SLOT_SETTERS)})
+    exec(source, namespace)
+    build: Callable[..., RemoteLogSegmentMetadata] = namespace["build"]
+    return build
+
+
+_build = _slot_builder()
+
+
 def _segment_metadata(*values: Any) -> RemoteLogSegmentMetadata:
     """RemoteLogSegmentMetadata(*values), all fields given positionally, without __init__'s setattrs."""
-    meta: RemoteLogSegmentMetadata = _NEW(RemoteLogSegmentMetadata)
-    for set_slot, value in zip(_SLOT_SETTERS, values, strict=True):
-        set_slot(meta, value)
-    meta.__post_init__()
-    return meta
+    if len(values) != len(_SLOT_SETTERS):
+        raise ValueError(f"{len(values)} values for {len(_SLOT_SETTERS)} fields")
+    return _build(*values)
 
 
 # Segment ids of recent records, by the exact bytes that encode them (topic, topic id, partition, UUID):
@@ -300,6 +319,58 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
     if b & 1 or b >= 2 * len(_STATES):
         raise _Unhandled
     state = _STATES[b >> 1]
+    tail = buf[p:]
+    fields = _TAILS.get(tail)
+    if fields is None:
+        fields = _read_tail(buf, p)
+        if len(_TAILS) >= _TAILS_MAX:
+            _TAILS.clear()
+        _TAILS[tail] = fields
+    (
+        custom,
+        txn_index_empty,
+        data_key,
+        index_key,
+        format_version,
+        record_count,
+        index_crc32,
+        index_size,
+        replaces,
+        supersedes,
+    ) = fields
+    return _build(
+        segment_id,
+        start,
+        end,
+        max_ts,
+        event_ts,
+        writer_id,
+        writer_epoch,
+        tuple(epochs),
+        size,
+        state,
+        data_key,
+        index_key,
+        format_version,
+        record_count,
+        index_crc32,
+        index_size,
+        custom,
+        txn_index_empty,
+        replaces,
+        supersedes,
+    )
+
+
+# The fields after ``state`` (custom metadata up to supersedes) of recent records, by their exact bytes:
+# a segment's copy records and its finished deletion repeat them byte for byte, and a lookup costs
+# less than reading two strings and six numbers again. Only bytes read whole to the record's end are
+# kept.
+_TAILS: dict[bytes, tuple[Any, ...]] = {}
+_TAILS_MAX = 16384
+
+
+def _read_tail(buf: bytes, p: int) -> tuple[Any, ...]:
     b = buf[p]
     p += 1
     if b == 0:
@@ -380,25 +451,15 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
             p += 1
     if p != n:
         raise _Unhandled
-    return _segment_metadata(
-        segment_id,
-        start,
-        end,
-        max_ts,
-        event_ts,
-        writer_id,
-        writer_epoch,
-        tuple(epochs),
-        size,
-        state,
+    return (
+        custom,
+        txn_index_empty,
         data_key,
         index_key,
         format_version,
         record_count,
         index_crc32,
         index_size,
-        custom,
-        txn_index_empty,
         replaces,
         supersedes,
     )

@@ -65,6 +65,14 @@ _PREFIX_PART = re.compile(r"[A-Za-z0-9._=-]{1,255}")
 _NAME = re.compile(r"(\d{20})-([0-9a-f-]{36})-e\d{1,20}\.log")
 
 
+@lru_cache(maxsize=4096)
+def uuid_text(id_int: int) -> str:
+    """``str(uuid.UUID(int=id_int))`` without making the UUID (its checks cost more than the text;
+    cached: a new segment's record asks for it twice, for its key and for its object keys)."""
+    h = f"{id_int:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 def _fail(record: object, what: str) -> FormatError:
     return FormatError(f"invalid metadata record ({type(record).__name__}): {what}")
 
@@ -146,6 +154,13 @@ def _check_segment(record: RemoteLogSegmentMetadata) -> None:
             raise _fail(record, "superseded segments named twice, or the segment itself")
 
 
+@lru_cache(maxsize=1024)
+def _prefix_ok(parts: tuple[str, ...]) -> bool:
+    """Whether the folders above a segment's own (``PROCESSOR_S3_PREFIX``'s) are legal (cached: every
+    segment's keys share them)."""
+    return not any(p in {".", ".."} or not _PREFIX_PART.fullmatch(p) for p in parts)
+
+
 @lru_cache(maxsize=65_536)
 def _key_problem(
     data: str, index: str, topic: str, partition: int, topic_id: str | None, id_int: int, start: int
@@ -162,8 +177,8 @@ def _key_problem(
         or parts[-2] != str(partition)
         or m is None
         or int(m.group(1)) != start
-        or m.group(2) != str(uuid.UUID(int=id_int))
-        or any(p in {".", ".."} or not _PREFIX_PART.fullmatch(p) for p in parts[:-3])
+        or m.group(2) != uuid_text(id_int)
+        or not _prefix_ok(tuple(parts[:-3]))
     ):
         segment = f"{topic}-{partition}/{uuid.UUID(int=id_int)}"
         return f"object key {data!r} is not the data object of segment {segment}"
