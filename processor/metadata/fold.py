@@ -46,6 +46,7 @@ class Verdict(NamedTuple):
 
 
 ACCEPTED_TOMBSTONE = Verdict(True)
+_new_tuple = tuple.__new__  # Verdict(...) without the named tuple's Python-level __new__ (hot path)
 IGNORED = Verdict(True, ignored=True)
 
 
@@ -90,7 +91,7 @@ class Fold:
         except Exception as exc:  # a bug or a record no check foresaw: contained to this record
             log.exception("metadata record at offset %d could not be applied", offset)
             return Verdict(False, INTERNAL, f"{type(exc).__name__}: {exc}", tp, record)
-        return Verdict(True, None, "", tp, record)
+        return _new_tuple(Verdict, (True, None, "", tp, record, False))
 
     def _shadow_by_key(self, key: bytes | None) -> None:
         """A value that does not decode, filed under the key of an accepted state, shadows that state

@@ -191,7 +191,12 @@ def decide_segment(
             )
         after = lineage if tid is None or lineage.topic_id is not None else replace(lineage, topic_id=tid)
     else:
-        after = header.lineage.admit(record, current)  # the old rules; raises StaleRecordError
+        lineage = header.lineage
+        tid = record.segment_id.topic_id
+        if record.writer_epoch == lineage.max_epoch and (tid is None or tid == lineage.topic_id):
+            after = lineage  # what admit returns here, field for field (one lineage less a record)
+        else:
+            after = lineage.admit(record, current)  # the old rules; raises StaleRecordError
     if type(record) is RemoteLogSegmentMetadata and record.replaces_state is not None:
         _check_condition(record, current)
     if (
@@ -307,7 +312,10 @@ def decide_partition_delete(store: FoldStore, record: RemotePartitionDeleteMetad
 def decide(
     store: FoldStore, offset: int, record: MetadataRecord, raw: bytes | None, key: bytes | None = None
 ) -> Change:
-    if isinstance(record, RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate):
+    # the type's identity first: isinstance with a union (a Python-level check) for the other kinds
+    if type(record) is RemoteLogSegmentMetadata or isinstance(
+        record, RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate
+    ):
         return decide_segment(store, record, raw, key)
     if isinstance(record, PartitionClaim):
         return decide_claim(store, offset, record)
