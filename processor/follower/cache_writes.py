@@ -37,6 +37,7 @@ from processor.metadata.partition_header_codec import encode_header
 log = logging.getLogger(__name__)
 
 _DELETE_FINISHED = SegmentState.DELETE_SEGMENT_FINISHED
+_UNKNOWN = object()  # not changed by the batch so far
 
 
 class RawMessage(NamedTuple):
@@ -111,7 +112,9 @@ class RocksFoldStore:
         self.begin()
 
     def begin(self) -> None:
-        self.batch = WriteBatch(raw_mode=True)
+        # the batch's writes, the last of each key only (None: a delete), written as one WriteBatch:
+        # a segment's records in one batch rewrite the same keys (its copy records: every key twice)
+        self.writes: dict[bytes, bytes | None] = {}
         self.segments: dict[uuid.UUID, RemoteLogSegmentMetadata | None] = {}
         self.headers: dict[TopicPartition, PartitionHeader] = {}
         self.served_changes: dict[TopicPartition, dict[uuid.UUID, RemoteLogSegmentMetadata | None]] = {}
@@ -133,9 +136,10 @@ class RocksFoldStore:
         return header if header is not None else self.queries.header(tp)
 
     def segment(self, sid: uuid.UUID) -> RemoteLogSegmentMetadata | None:
-        if sid in self.segments:
-            return self.segments[sid]
-        return self.queries.segment(sid)
+        seg = self.segments.get(sid, _UNKNOWN)  # one lookup: a UUID's hash is a Python call
+        if seg is _UNKNOWN:
+            return self.queries.segment(sid)
+        return seg  # type: ignore[return-value]
 
     def _bookkept(self, tp: TopicPartition) -> tuple[set[bytes], set[uuid.UUID]]:
         kept = self.bookkeeping.get(tp)
@@ -212,6 +216,12 @@ class RocksFoldStore:
 
     # -- writes ----------------------------------------------------------------------------------
 
+    def _served_adds(self, tp: TopicPartition) -> _ServedAdds:
+        adds = self.served_adds.get(tp)
+        if adds is None:
+            adds = self.served_adds[tp] = _ServedAdds()
+        return adds
+
     def _no_longer_served(self, tp: TopicPartition, seg: RemoteLogSegmentMetadata) -> None:
         adds = self.served_adds.get(tp)
         if adds is not None:
@@ -220,65 +230,69 @@ class RocksFoldStore:
     def commit(self, tp: TopicPartition, change: Change) -> None:
         # the partition's key first: a key that cannot be built fails here, before anything changes
         ptp = tp_key(tp)
-        batch = self.batch
-        served = self.served_changes.setdefault(tp, {})
+        writes = self.writes
+        served = self.served_changes.get(tp)
+        if served is None:
+            served = self.served_changes[tp] = {}
         for seg in change.unserve:
-            batch.delete(offset_key(b"O", seg.topic_partition, seg.start_offset, seg.segment_id.id))
+            writes[offset_key(b"O", seg.topic_partition, seg.start_offset, seg.segment_id.id)] = None
             served[seg.segment_id.id] = None
             self._no_longer_served(tp, seg)
         for seg in change.reserve:
             key = offset_key(b"O", seg.topic_partition, seg.start_offset, seg.segment_id.id)
-            batch.put(key, O_VALUE.pack(seg.end_offset, seg.max_timestamp_ms))
+            writes[key] = O_VALUE.pack(seg.end_offset, seg.max_timestamp_ms)
             served[seg.segment_id.id] = seg
-            self.served_adds.setdefault(tp, _ServedAdds()).add(seg)
+            self._served_adds(tp).add(seg)
         if change.dropped is not None:
             seg = change.dropped
             sid = seg.segment_id.id
-            batch.delete(b"S" + sid.bytes)
-            batch.delete(offset_key(b"O", seg.topic_partition, seg.start_offset, sid))
-            batch.delete(offset_key(b"L", seg.topic_partition, seg.start_offset, sid))
+            writes[b"S" + sid.bytes] = None
+            writes[offset_key(b"O", seg.topic_partition, seg.start_offset, sid)] = None
+            writes[offset_key(b"L", seg.topic_partition, seg.start_offset, sid)] = None
             self.segments[sid] = None
             served[sid] = None
             self._no_longer_served(tp, seg)
         if change.put is not None:
             new = change.put
             sid = new.segment_id.id
-            suffix = ptp + U64.pack(new.start_offset) + sid.bytes
+            sid_bytes = sid.bytes
+            suffix = ptp + U64.pack(new.start_offset) + sid_bytes
             # a snapshot as it arrived is stored as it arrived (no re-encoding)
-            batch.put(b"S" + sid.bytes, change.put_raw if change.put_raw is not None else encode_value(new))
+            raw = change.put_raw
+            writes[b"S" + sid_bytes] = raw if raw is not None else encode_value(new)
             if new.state is _DELETE_FINISHED:  # kept for the state machine, not listed
-                batch.delete(b"L" + suffix)
+                writes[b"L" + suffix] = None
             else:
-                batch.put(b"L" + suffix, I64.pack(new.end_offset))
+                writes[b"L" + suffix] = I64.pack(new.end_offset)
             if change.served:
-                batch.put(b"O" + suffix, O_VALUE.pack(new.end_offset, new.max_timestamp_ms))
+                writes[b"O" + suffix] = O_VALUE.pack(new.end_offset, new.max_timestamp_ms)
                 served[sid] = new
-                self.served_adds.setdefault(tp, _ServedAdds()).add(new)
+                self._served_adds(tp).add(new)
             else:
-                batch.delete(b"O" + suffix)
+                writes[b"O" + suffix] = None
                 served[sid] = None
                 self._no_longer_served(tp, new)
             self.segments[sid] = new
         if change.header is not None:
-            batch.put(b"E" + ptp, encode_header(change.header))
+            writes[b"E" + ptp] = encode_header(change.header)
             self.headers[tp] = change.header
         if change.shadow is not None or change.shadows:
             shadowed = self._bookkept(tp)[0]
             for key, on in (*change.shadows, *(() if change.shadow is None else (change.shadow,))):
                 if on:
-                    batch.put(b"H" + ptp + key, b"")
+                    writes[b"H" + ptp + key] = b""
                     shadowed.add(key)
                 else:
-                    batch.delete(b"H" + ptp + key)
+                    writes[b"H" + ptp + key] = None
                     shadowed.discard(key)
         if change.orphan is not None:
             sid, orphan = change.orphan
             orphans = self._bookkept(tp)[1]
             if orphan is None:
-                batch.delete(b"X" + ptp + sid.bytes)
+                writes[b"X" + ptp + sid.bytes] = None
                 orphans.discard(sid)
             else:
-                batch.put(b"X" + ptp + sid.bytes, encode_value(orphan))
+                writes[b"X" + ptp + sid.bytes] = encode_value(orphan)
                 orphans.add(sid)
 
 
@@ -298,36 +312,41 @@ class CacheWriter:
         store = self.store
         fold = Fold(store, topics)
         next_offsets: dict[int, int] = {}
+        apply_raw = fold.apply_raw
+        applied = 0
         try:
-            for msg in messages:
-                next_offsets[msg.partition] = msg.offset + 1
-                verdict = fold.apply_raw(msg.offset, msg.key, msg.value)
+            for partition, offset, key, value in messages:
+                next_offsets[partition] = offset + 1
+                verdict = apply_raw(offset, key, value)
+                if verdict.accepted and not verdict.ignored:
+                    applied += 1
+                    continue
                 if verdict.ignored:
-                    result.not_accepted[(msg.partition, msg.offset)] = None
+                    result.not_accepted[(partition, offset)] = None
                     continue
-                if verdict.accepted:
-                    result.applied += 1
-                    continue
-                result.not_accepted[(msg.partition, msg.offset)] = False
+                result.not_accepted[(partition, offset)] = False
                 reason = verdict.reason or "rejected"
                 metrics.METADATA_REJECTED.labels(reason).inc()
                 result.skipped += 1
-                result.skipped_positions.append((msg.partition, msg.offset, verdict.detail))
+                result.skipped_positions.append((partition, offset, verdict.detail))
                 log.warning(
-                    "metadata record %d@%d rejected (%s): %s",
-                    msg.partition,
-                    msg.offset,
-                    reason,
-                    verdict.detail,
+                    "metadata record %d@%d rejected (%s): %s", partition, offset, reason, verdict.detail
                 )
+            result.applied = applied
             # the partitions whose header (claim) changed, and those with an accepted record
             result.claims = {tp: header.current_epoch for tp, header in store.headers.items()}
             result.active = set(store.headers) | {
                 seg.topic_partition for seg in store.segments.values() if seg is not None
             }
             for partition, offset in next_offsets.items():
-                store.batch.put(b"C" + U32.pack(partition), I64.pack(offset))
-            self._db.write(store.batch)
+                store.writes[b"C" + U32.pack(partition)] = I64.pack(offset)
+            batch = WriteBatch(raw_mode=True)
+            for key, value in store.writes.items():
+                if value is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, value)
+            self._db.write(batch)
         except BaseException:
             store.begin()  # nothing of the batch was written: forget it
             raise
