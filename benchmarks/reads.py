@@ -172,19 +172,23 @@ def bench_follower(report: Report, info: stack.StackInfo, workdir: Path, records
     topic = publish_metadata(info, records, parts)
     consumer = new_consumer(info.bootstrap_servers, "bench-meta-baseline")
     consumer.assign([KafkaTP(topic, p, 0) for p in range(parts)])
-    seen, t0 = 0, time.perf_counter()
+    # CPU time of this process (every thread: librdkafka's too) beside the wall clock: the broker and
+    # the S3 server share the machine's cores, and how much of them they take moves from run to run
+    seen, t0, cpu0 = 0, time.perf_counter(), time.process_time()
     while seen < records:
         # asks for what is left, no more: consume() waits out its timeout for a batch it cannot fill
         seen += sum(1 for m in consumer.consume(min(10_000, records - seen), 0.5) if m.error() is None)
     baseline_rate = records / (time.perf_counter() - t0)
+    baseline_cpu_rate = records / max(time.process_time() - cpu0, 1e-9)
     consumer.close()
 
     env = {"PROCESSOR_BOOTSTRAP_SERVERS": info.bootstrap_servers, "PROCESSOR_METADATA_TOPIC": topic}
     cache_dir = workdir / f"follower-cache-{uuid.uuid4().hex[:6]}"
     follower = build_follower(load_settings(env), parts, cache_dir=cache_dir)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     stats = follower.materializer.catch_up(timeout_s=600, quiet_s=0.0)
     apply_s = time.perf_counter() - t0
+    apply_cpu_s = time.process_time() - cpu0
     follower.close()
     assert stats.applied == records, stats
     rate = records / apply_s
@@ -197,8 +201,23 @@ def bench_follower(report: Report, info: stack.StackInfo, workdir: Path, records
             "bare consumer",
             baseline_rate,
             rate / baseline_rate,
-            ">= 50,000 rec/s",
-            rate >= 50_000,
+            ">= 100,000 rec/s",
+            rate >= 100_000,
+        )
+    )
+    cpu_rate = records / max(apply_cpu_s, 1e-9)
+    report.add(
+        Figure(
+            "follower",
+            "apply rate per CPU-second of the follower's process",
+            cpu_rate,
+            "rec/CPU-s",
+            "bare consumer",
+            baseline_cpu_rate,
+            cpu_rate / baseline_cpu_rate,
+            ">= 100,000 rec/CPU-s (one core)",
+            cpu_rate >= 100_000,
+            note=f"{apply_cpu_s:.2f} CPU-s in {apply_s:.2f} s",
         )
     )
 
