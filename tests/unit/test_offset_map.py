@@ -52,6 +52,8 @@ def test_round_trip(m) -> None:
     assert offset_map.records == len(pairs)
 
 
+# no deadline: an example's time is the machine's load (it flaked at 326 ms on a loaded one)
+@settings(deadline=None)
 @given(restored(), st.data())
 def test_target_of_and_translate_match_brute_force(m, data: st.DataObject) -> None:
     offset_map, pairs = m
