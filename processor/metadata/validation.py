@@ -154,11 +154,17 @@ def _check_segment(record: RemoteLogSegmentMetadata) -> None:
             raise _fail(record, "superseded segments named twice, or the segment itself")
 
 
-@lru_cache(maxsize=1024)
-def _prefix_ok(parts: tuple[str, ...]) -> bool:
-    """Whether the folders above a segment's own (``PROCESSOR_S3_PREFIX``'s) are legal (cached: every
-    segment's keys share them)."""
-    return not any(p in {".", ".."} or not _PREFIX_PART.fullmatch(p) for p in parts)
+@lru_cache(maxsize=4096)
+def _directory_ok(directory: str, folder: str, partition: int) -> bool:
+    """Whether a data object's folder is ``prefix/folder/partition`` with legal prefix folders (cached:
+    every segment of a partition is filed there)."""
+    parts = directory.split("/")
+    return (
+        len(parts) >= 2
+        and parts[-2] == folder
+        and parts[-1] == str(partition)
+        and not any(p in {".", ".."} or not _PREFIX_PART.fullmatch(p) for p in parts[:-2])
+    )
 
 
 @lru_cache(maxsize=65_536)
@@ -168,17 +174,15 @@ def _key_problem(
     """What is wrong with a segment's object keys, or None (cached: a segment's records repeat them)."""
     if not 0 < len(data) <= MAX_OBJECT_KEY - 6 or index != data + "-index":
         return f"object keys {data!r} / {index!r}: the index must be the data key + '-index'"
-    parts = data.split("/")
+    directory, slash, name = data.rpartition("/")
     folder = topic if topic_id is None else f"{topic}-{topic_id}"
-    m = _NAME.fullmatch(parts[-1])
+    m = _NAME.fullmatch(name)
     if (
-        len(parts) < 3
-        or parts[-3] != folder
-        or parts[-2] != str(partition)
+        not slash
+        or not _directory_ok(directory, folder, partition)
         or m is None
         or int(m.group(1)) != start
         or m.group(2) != uuid_text(id_int)
-        or not _prefix_ok(tuple(parts[:-3]))
     ):
         segment = f"{topic}-{partition}/{uuid.UUID(int=id_int)}"
         return f"object key {data!r} is not the data object of segment {segment}"

@@ -5,6 +5,7 @@ a UUID's text without the UUID, and a batch's writes folded to the last one of e
 from __future__ import annotations
 
 import dataclasses
+import re
 import uuid
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from processor.metadata import segment_metadata_decoder
 from processor.metadata.codec import TYPE_SEGMENT, decode_body_with_fastavro, encode_value, record_key
 from processor.metadata.fold import MetadataFold
 from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
-from processor.metadata.validation import uuid_text
+from processor.metadata.validation import _key_problem, uuid_text
 from tests.unit.metadata_samples import segment_metadata
 
 FRAME = 2
@@ -108,3 +109,46 @@ def _contents(cache: MetadataCache) -> list[tuple[bytes, bytes]]:
         out.append((it.key(), it.value()))
         it.next()
     return out
+
+
+def _key_problem_as_written_first(
+    data: str, index: str, topic: str, partition: int, topic_id: str | None, id_int: int, start: int
+) -> bool:
+    """The object key rule as it read before its folders were checked once a partition."""
+    if not 0 < len(data) <= 1024 - 6 or index != data + "-index":
+        return True
+    parts = data.split("/")
+    folder = topic if topic_id is None else f"{topic}-{topic_id}"
+    m = re.fullmatch(r"(\d{20})-([0-9a-f-]{36})-e\d{1,20}\.log", parts[-1])
+    return bool(
+        len(parts) < 3
+        or parts[-3] != folder
+        or parts[-2] != str(partition)
+        or m is None
+        or int(m.group(1)) != start
+        or m.group(2) != str(uuid.UUID(int=id_int))
+        or any(p in {".", ".."} or not re.fullmatch(r"[A-Za-z0-9._=-]{1,255}", p) for p in parts[:-3])
+    )
+
+
+_parts = st.sampled_from(["", ".", "..", "a", "b=1", "a b", "orders", "orders-x", "3", "03", "x/y"])
+
+
+@given(
+    st.lists(_parts, max_size=4),
+    st.sampled_from(["orders", "orders-x", "3", ""]),
+    st.sampled_from(["3", "03", "4", ""]),
+    st.sampled_from([None, "x"]),
+    st.integers(0, 3),
+    st.booleans(),
+)
+def test_the_object_key_rule_refuses_what_it_refused_before(
+    prefix: list[str], folder: str, partition: str, topic_id: str | None, start: int, right_name: bool
+) -> None:
+    sid = uuid.UUID(int=77)
+    name = f"{start:020d}-{sid}-e1.log" if right_name else f"{start:020d}-{uuid.UUID(int=78)}-e1.log"
+    for data in ("/".join([*prefix, folder, partition, name]), name, f"{partition}/{name}"):
+        expected = _key_problem_as_written_first(data, data + "-index", "orders", 3, topic_id, sid.int, 1)
+        assert (
+            _key_problem(data, data + "-index", "orders", 3, topic_id, sid.int, 1) is not None
+        ) == expected
