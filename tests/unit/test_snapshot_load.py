@@ -388,3 +388,25 @@ def test_snapshots_and_audit_trails_are_no_topic_s_and_no_orphans() -> None:
     assert all(keys.in_side_folder(k) and not keys.is_project_key(k) for k in side)
     assert not keys.in_side_folder(stray) and not keys.in_side_folder("other/snapshots=metadata/x")
     assert [f.object_key for f in orphan_findings(keys, [*side, stray], [])] == [stray]
+
+
+def test_a_scheduled_write_that_fails_is_counted_and_tried_again(tmp_path: Path) -> None:
+    from processor.follower.snapshot_writer import SnapshotSchedule
+
+    calls: list[list[int]] = []
+
+    def write(partitions: list[int]) -> list[object]:
+        calls.append(partitions)
+        if len(calls) == 1:
+            raise StorageError("PUT: 503", retriable=True)
+        if len(calls) == 2:
+            raise RuntimeError("a bug")
+        return []
+
+    schedule = SnapshotSchedule(write, lambda: [0, 2], 3600)  # type: ignore[arg-type]
+    before = metrics.SNAPSHOT_FAILURES._value.get()
+    assert schedule.run_once() == [] and "503" in (schedule.last_error or "")
+    assert schedule.run_once() == [] and "a bug" in (schedule.last_error or "")
+    assert schedule.run_once() == [] and schedule.last_error is None
+    assert metrics.SNAPSHOT_FAILURES._value.get() == before + 2
+    assert calls == [[0, 2]] * 3
