@@ -18,23 +18,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from processor import metrics
 from processor.commands.progress import progress
 from processor.config import Settings, load_settings
 from processor.errors import ServiceUnavailableError
 from processor.kafka.admin import check_broker, topic_ids
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.topic_io import ensure_metadata_topic, load_remote_state
+from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.metadata.topic_io import ensure_metadata_topic, read_partitions
 from processor.rebuild.inventory import Inventory, take_inventory
 from processor.rebuild.manifests import READ_THREADS, Problem, read_manifests
 from processor.rebuild.publish import publish_rebuild
 from processor.rebuild.resolve import PartitionRebuild, plan_rebuild
+from processor.rebuild.served_index import indexed_fold
 from processor.segment.object_keys import ObjectKeyFactory, validate_topic
 from processor.wiring.storage import build_storage
+
+log = logging.getLogger(__name__)
 
 SHOWN = 20  # inconsistencies listed one by one in text output (all of them in --json)
 
@@ -141,13 +147,20 @@ def rebuild(settings: Settings, to_topic: str, dry_run: bool) -> RebuildReport:
 def _check_published(
     settings: Settings, topic: str, partitions: int, plan: dict[TopicPartition, PartitionRebuild]
 ) -> list[str]:
-    """Fold the published metadata partitions and compare every partition's served set with the plan."""
+    """Fold the published metadata partitions and compare every partition's served set with the plan
+    (the fold of :func:`processor.metadata.topic_io.load_remote_state`, its served segments indexed
+    by offset: the rebuild's partitions are large)."""
     wanted = {tp for tp, p in plan.items() if p.served}
     meta_parts = sorted({metadata_partition_for(tp, partitions) for tp in wanted})
-    state, _rejected = load_remote_state(settings.kafka, topic, meta_parts, wanted)
+    fold = indexed_fold(frozenset(tp.topic for tp in wanted))
+    for msg in read_partitions(settings.kafka, topic, meta_parts):
+        verdict = fold.apply_raw(msg.offset, msg.key, msg.value)
+        if not verdict.accepted:
+            metrics.METADATA_REJECTED.labels(verdict.reason).inc()
+            log.warning("metadata record %d@%d rejected (%s)", msg.partition, msg.offset, verdict.reason)
     out: list[str] = []
     for tp in sorted(wanted):
-        served = {s.segment_id.id for s in state.partition(tp).finished()}
+        served = {s.segment_id.id for s in PartitionRemoteState.of(fold.partition(tp)).finished()}
         planned = {s.segment_id.id for s in plan[tp].served}
         if served != planned:
             out.append(f"{tp}: readers serve {len(served)} segments, {len(planned)} were published")

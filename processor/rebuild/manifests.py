@@ -1,6 +1,9 @@
 """Read the complete segments' manifests, in parallel, and check them against the listing.
 
-One small GET per segment, ``threads`` at a time. A manifest counts only if it decodes (magic,
+One small GET per segment of the size the listing gave (no HEAD first; a manifest whose size
+changed since the listing is read whole, as before), ``threads`` at a time and at most
+``IN_FLIGHT_PER_THREAD`` a thread queued ahead of the results taken (the reads of a listing of
+millions are not all queued at once). A manifest counts only if it decodes (magic,
 version, CRC, a COPY_SEGMENT_FINISHED body), names the very objects it sits next to (keys this
 prefix's key factory would build for the segment's topic and partition) and agrees with the listing
 on their sizes; anything else is a problem, reported and never served. A manifest gone between the
@@ -9,17 +12,19 @@ listing and the read is a problem too (a deletion ran meanwhile); an unreachable
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from processor.errors import FormatError, InvalidNameError, ObjectNotFoundError
+from processor.errors import FormatError, InvalidNameError, InvalidRangeError, ObjectNotFoundError
 from processor.metadata.manifest import SegmentManifest, decode_manifest
 from processor.rebuild.inventory import SegmentObjects
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 
 READ_THREADS = 16
+IN_FLIGHT_PER_THREAD = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +54,30 @@ def _check(objects: SegmentObjects, manifest: SegmentManifest, keys: ObjectKeyFa
     return None
 
 
+def _body(storage: ChunkStorage, objects: SegmentObjects) -> tuple[bytes, bool]:
+    """The manifest's bytes, and whether they were read by the listed size alone."""
+    key, size = objects.manifest_key, objects.manifest_size
+    if size:
+        try:
+            return storage.read(key, 0, size), True
+        except InvalidRangeError:  # shorter than listed: replaced since the listing
+            pass
+    return storage.read_all(key), False
+
+
 def _read_one(
     storage: ChunkStorage, keys: ObjectKeyFactory, objects: SegmentObjects
 ) -> SegmentManifest | Problem:
     key = objects.manifest_key
     try:
-        manifest = decode_manifest(storage.read_all(key), where=key)
+        body, by_listing = _body(storage, objects)
+        try:
+            manifest = decode_manifest(body, where=key)
+        except FormatError:
+            if not by_listing:
+                raise
+            # longer than listed (replaced since the listing): judged on the whole object, as before
+            manifest = decode_manifest(storage.read_all(key), where=key)
     except ObjectNotFoundError:
         return Problem(key, "deleted after the listing")
     except FormatError as exc:
@@ -63,23 +86,43 @@ def _read_one(
     return manifest if wrong is None else Problem(key, wrong)
 
 
+def read_in_order(
+    storage: ChunkStorage,
+    keys: ObjectKeyFactory,
+    complete: Iterable[SegmentObjects],
+    threads: int = READ_THREADS,
+) -> Iterator[SegmentManifest | Problem]:
+    """Each segment's manifest or problem, in the order of ``complete``, read ``threads`` at a time
+    with at most ``threads * IN_FLIGHT_PER_THREAD`` reads queued or unclaimed. A storage error is
+    raised here, never lost; the reads not started yet are cancelled."""
+    window = max(1, threads) * IN_FLIGHT_PER_THREAD
+    with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="rebuild-read") as pool:
+        pending: deque[Future[SegmentManifest | Problem]] = deque()
+        try:
+            for objects in complete:
+                pending.append(pool.submit(_read_one, storage, keys, objects))
+                if len(pending) >= window:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
 def read_manifests(
     storage: ChunkStorage,
     keys: ObjectKeyFactory,
-    complete: list[SegmentObjects],
+    complete: Iterable[SegmentObjects],
     threads: int = READ_THREADS,
     on_read: Callable[[int], None] = lambda _n: None,
 ) -> tuple[list[SegmentManifest], list[Problem]]:
     manifests: list[SegmentManifest] = []
     problems: list[Problem] = []
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rebuild-read") as pool:
-        results: Iterator[SegmentManifest | Problem] = pool.map(
-            lambda o: _read_one(storage, keys, o), complete
-        )
-        for result in results:  # in listing order; a storage error is raised here, never lost
-            on_read(1)
-            if isinstance(result, Problem):
-                problems.append(result)
-            else:
-                manifests.append(result)
+    for result in read_in_order(storage, keys, complete, threads):  # in listing order
+        on_read(1)
+        if isinstance(result, Problem):
+            problems.append(result)
+        else:
+            manifests.append(result)
     return manifests, problems

@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from processor.kafka.partition import TopicPartition
-from processor.metadata.fold import MetadataFold
 from processor.metadata.manifest import SegmentManifest
 from processor.metadata.model import ClaimKind, PartitionClaim, RemoteLogSegmentMetadata
+from processor.rebuild.served_index import indexed_fold
 
 REBUILD_WRITER = "rebuild-metadata"
 
@@ -71,7 +71,7 @@ def fold_served(
     (carrying the partition's current topic id), then ``segments`` in this order, each stamped with
     the claim's epoch. Returns the indexes served, the reason each refused one was refused, and the
     indexes accepted and then superseded by a served rewrite that names them."""
-    fold = MetadataFold(frozenset({tp.topic}))
+    fold = indexed_fold(frozenset({tp.topic}))  # the fold's rules; served segments found by offset
     claim = PartitionClaim(tp, uuid.uuid4(), ClaimKind.ADMIN, REBUILD_WRITER, 0, topic_id=topic_id)
     epoch = 0  # the offset the claim gets in this one-partition log
     if not fold.append(claim).accepted:
