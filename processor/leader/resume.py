@@ -54,8 +54,10 @@ BEHIND_COMPONENT = "metadata_behind_bucket"
 # Claims published and manifest folders listed at once on an assignment. Each is a round trip (a
 # durable produce, an S3 LIST) and the assignment callback must end within the group's session
 # timeout: one at a time, 2,000 new partitions took 10 s of claims and 16 s of LISTs and the worker
-# was dropped from its group (10 s session) and rejoined. Below PARALLEL_MIN they run in turn.
-PARALLELISM = 32
+# was dropped from its group (10 s session) and rejoined. Below PARALLEL_MIN they run in turn. 8: the
+# S3 client's connection pool holds 12 by default (PROCESSOR_S3_UPLOAD_CONCURRENCY + 4); 32 at once
+# overflowed it ("Connection pool is full, discarding connection").
+PARALLELISM = 8
 PARALLEL_MIN = 8
 K = TypeVar("K")
 V = TypeVar("V")
