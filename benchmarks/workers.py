@@ -54,6 +54,7 @@ SETTLE_S = 20.0  # after every partition is claimed, before RSS is read
 SETTLED_S = 10.0  # no claim for this long: the rebalance is over
 CORES = os.cpu_count() or 1
 SHARED = f"{CORES} cores shared with other jobs"
+EXTRA_ENV: dict[str, str] = {}  # settings every worker of this section gets, over its own
 
 
 @dataclass
@@ -159,11 +160,35 @@ def remote_end(port: int, tp: TopicPartition) -> float | None:
     return None
 
 
+_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
+_ASSIGNED = re.compile(r"assignment \(generation (\d+)\): (\d+) kept, (\d+) new, (\d+) revoked")
+_JOINED = "Joined group"
+_EXPELLED = "local member_id was not recognized"  # the group dropped it: no heartbeat in its session
+
+
+def _wall(line: str) -> float | None:
+    m = _LINE.match(line)
+    if m is None:
+        return None
+    return time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000
+
+
+@dataclass(frozen=True)
+class GroupLog:
+    """What a worker's log says of its group: its assignments (generation, wall time they were done,
+    partitions assigned), the wall time of its latest join, how often the group dropped it."""
+
+    assignments: list[tuple[int, float, int]]
+    last_join: float
+    expelled: int
+
+
 class Worker:
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         self.port = int(env["PROCESSOR_WEB_PORT"])
         self.log_path = log_path
         self.started = time.monotonic()
+        self.started_wall = time.time()
         with log_path.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "processor", "worker"], env=env, stdout=out, stderr=subprocess.STDOUT
@@ -172,6 +197,28 @@ class Worker:
     def alive(self) -> None:
         if self.proc.poll() is not None:
             raise RuntimeError(f"worker exited with {self.proc.returncode}; see {self.log_path}")
+
+    def group(self) -> GroupLog:
+        assignments: list[tuple[int, float, int]] = []
+        last_join, expelled = 0.0, 0
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if (m := _ASSIGNED.search(line)) is not None:
+                assigned = int(m.group(2)) + int(m.group(3))
+                assignments.append((int(m.group(1)), _wall(line) or 0.0, assigned))
+            elif _JOINED in line:
+                last_join = _wall(line) or 0.0
+            elif _EXPELLED in line:
+                expelled += 1
+        return GroupLog(assignments, last_join, expelled)
+
+    def led(self, topic: str) -> int:
+        """Partitions of ``topic`` the worker leads now (its ``processor_remote_end_offset`` series,
+        set when the engine starts leading one); -1 without an answer."""
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5).read().decode()
+        except OSError:
+            return -1
+        return sum(1 for _p, t, _v in _END.findall(text) if t == topic)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -217,6 +264,7 @@ def produce(info: stack.StackInfo, topic: str, partitions: list[int], records: i
 class Settled:
     worker: Worker
     claimed_s: float  # start -> every partition claimed
+    led_s: float  # start -> every partition led by its engine
     first_claim_s: float  # start -> its first claim
     rss: int
 
@@ -235,18 +283,54 @@ def start_and_settle(
         first = wait_for(
             f"{writer}: a first claim", lambda: watch.claims.count(writer, topic) > 0, 600, worker
         )
-        done = wait_for(
+        claimed = wait_for(
             f"{writer}: all {partitions} partitions claimed",
             lambda: watch.claims.count(writer, topic) >= partitions,
             1800,
             worker,
         )
+        led = wait_for(
+            f"{writer}: all {partitions} partitions led",
+            lambda: worker.led(topic) >= partitions,
+            1800,
+            worker,
+        )
         time.sleep(SETTLE_S)
         worker.alive()
-        return Settled(worker, done - worker.started, first - worker.started, rss_bytes(worker.proc.pid))
+        return Settled(
+            worker,
+            claimed - worker.started,
+            led - worker.started,
+            first - worker.started,
+            rss_bytes(worker.proc.pid),
+        )
     except BaseException:
         worker.stop()
         raise
+
+
+def settled_group(
+    workers: list[Worker], generation_after: int, claims: Claims, topic: str, writers: list[str]
+) -> float | None:
+    """Wall time the group's latest rebalance ended (every worker's latest assignment done, of one
+    generation past ``generation_after``, no join since, nothing for ``SETTLED_S``, and every worker
+    holding the claims of as many partitions as it is assigned: a partition another worker claimed
+    meanwhile is claimed again only once that claim is quiet); None while it has not."""
+    logs = [w.group() for w in workers]
+    if any(
+        g.assignments and claims.count(w, topic) != g.assignments[-1][2]
+        for g, w in zip(logs, writers, strict=True)
+    ):
+        return None
+    if not all(g.assignments for g in logs):
+        return None
+    generations = {g.assignments[-1][0] for g in logs}
+    done = max(g.assignments[-1][1] for g in logs)
+    if len(generations) != 1 or generations.pop() <= generation_after:
+        return None
+    if max(g.last_join for g in logs) > done or time.time() - done < SETTLED_S:
+        return None
+    return done
 
 
 def bench_many_partitions(
@@ -281,6 +365,7 @@ def bench_many_partitions(
             PROCESSOR_S3_PREFIX=f"bench-{name}-{tag}",
             PROCESSOR_SEGMENT_MS="5000",
             PROCESSOR_LOG_LEVEL="info",
+            **EXTRA_ENV,
         )
 
     # the baseline: a worker of BASELINE_PARTITIONS partitions, alone
@@ -309,15 +394,16 @@ def bench_many_partitions(
         report.add(
             Figure(
                 "workers",
-                f"{label}: start to all claimed",
-                a.claimed_s,
+                f"{label}: start to all led",
+                a.led_s,
                 "s",
                 f"{BASELINE_PARTITIONS} partitions",
-                base.claimed_s,
-                a.claimed_s / base.claimed_s,
-                note=f"first claim after {a.first_claim_s:.1f} s ({BASELINE_PARTITIONS} partitions: "
-                f"{base.first_claim_s:.1f} s): Faust's start and the group join; topic created in "
-                f"{create_s:.1f} s; {SHARED}",
+                base.led_s,
+                a.led_s / base.led_s,
+                note=f"all claimed after {a.claimed_s:.1f} s, the first after {a.first_claim_s:.1f} s "
+                f"({BASELINE_PARTITIONS} partitions: {base.first_claim_s:.1f} s; before it: the process's "
+                f"start, Faust's and the group join); the group dropped it for a missed session "
+                f"{a.worker.group().expelled} times; topic created in {create_s:.1f} s; {SHARED}",
             )
         )
         report.add(
@@ -370,34 +456,33 @@ def bench_many_partitions(
 
         # a second worker joins the group
         print("[workers] a second worker joins ...", flush=True)
+        before_join = a.worker.group()
+        generation = before_join.assignments[-1][0]
         b = Worker(b_env, workdir / "worker-b.log")
         workers.append(b)
-        joined = wait_for(
-            "the second worker's claims",
-            lambda: watch.claims.count(b_id, big) > 0,
-            900,
-            a.worker,
-            b,
-        )
+        ended: list[float] = []
 
         def rebalanced() -> bool:
-            return (
-                watch.claims.count(a_id, big) + watch.claims.count(b_id, big) >= partitions
-                and watch.claims.count(b_id, big) >= partitions // 2 - 1
-                and time.monotonic() - watch.claims.last_at >= SETTLED_S
-            )
+            done = settled_group([a.worker, b], generation, watch.claims, big, [a_id, b_id])
+            if done is None or watch.claims.count(a_id, big) + watch.claims.count(b_id, big) < partitions:
+                return False
+            ended.append(done)
+            return True
 
         wait_for("the rebalance", rebalanced, 900, a.worker, b)
         split = (watch.claims.count(a_id, big), watch.claims.count(b_id, big))
-        rebalance_s = watch.claims.last_at - b.started
+        ga, gb = a.worker.group(), b.group()
+        b_first = next(t for g, t, _ in gb.assignments if g > generation)
         report.add(
             Figure(
                 "workers",
                 f"{label}: second worker joins, rebalanced",
-                rebalance_s,
+                ended[0] - b.started_wall,
                 "s",
-                note=f"second worker's start to its last claim ({split[0]} / {split[1]} partitions; its "
-                f"first claim after {joined - b.started:.1f} s); {SHARED}",
+                note=f"second worker's start to the group's last assignment done ({split[0]} / {split[1]} "
+                f"partitions; its first assignment done after {b_first - b.started_wall:.1f} s, "
+                f"{gb.assignments[-1][0] - generation} generations; the group dropped a worker for a "
+                f"missed session {ga.expelled - before_join.expelled + gb.expelled} times); {SHARED}",
             )
         )
 
@@ -405,8 +490,9 @@ def bench_many_partitions(
         held = [tp for tp in watch.claims.held_by(a_id) if tp.topic == big]
         quiet = [tp for tp in held if tp.partition >= WITH_DATA]
         probe = quiet[len(quiet) // 2]
+        generation = gb.assignments[-1][0]
         os.kill(a.worker.proc.pid, signal.SIGKILL)
-        killed = time.monotonic()
+        killed, killed_wall = time.monotonic(), time.time()
         a.worker.proc.wait()
         offset = produce(info, big, [probe.partition], 1)[probe.partition]
         print(f"[workers] killed the first worker; probe {probe} offset {offset} ...", flush=True)
@@ -416,21 +502,26 @@ def bench_many_partitions(
             900,
             b,
         )
+        led = wait_for("the dead worker's partitions led again", lambda: b.led(big) >= partitions, 900, b)
 
         def offloaded() -> bool:
             end = remote_end(b.port, probe)
             return end is not None and end >= offset
 
         done = wait_for("the probe record offloaded", offloaded, 900, b)
+        gb = b.group()
+        joined = [t for g, t, _ in gb.assignments if g > generation]
+        session_s = int(b_env.get("PROCESSOR_SESSION_TIMEOUT_MS", "10000")) / 1000
         report.add(
             Figure(
                 "workers",
-                f"{label}: SIGKILL to all claimed again",
-                taken - killed,
+                f"{label}: SIGKILL to all led again",
+                led - killed,
                 "s",
-                note=f"{len(held)} partitions of the dead worker claimed by the other; "
-                f"session timeout {int(b_env.get('PROCESSOR_SESSION_TIMEOUT_MS', 10000)) / 1000:.0f} s "
-                f"(the product's default); {SHARED}",
+                note=f"{len(held)} partitions of the dead worker claimed by the other after "
+                f"{taken - killed:.1f} s, led after {led - killed:.1f} s (its assignment done after "
+                f"{(joined[0] if joined else 0) - killed_wall:.1f} s); session timeout {session_s:.0f} s "
+                f"(the product's default), which bounds it from below; {SHARED}",
             )
         )
         report.add(
@@ -450,8 +541,10 @@ def bench_many_partitions(
 
 
 def main() -> None:
-    """``python -m benchmarks.workers STACK_DIR [PARTITIONS] [IDLE_S]``: this section alone on the
-    stack ``processor dev up --dir STACK_DIR`` runs."""
+    """``python -m benchmarks.workers STACK_DIR [PARTITIONS] [IDLE_S] [one]``: this section alone on
+    the stack ``processor dev up --dir STACK_DIR`` runs (``one``: without the second worker). Extra
+    worker settings from the environment's ``BENCH_WORKER_*`` (``BENCH_WORKER_SESSION_TIMEOUT_MS``
+    sets ``PROCESSOR_SESSION_TIMEOUT_MS``)."""
     import tempfile  # only for this entry point
 
     info = stack.load(sys.argv[1])
@@ -461,7 +554,12 @@ def main() -> None:
     idle_s = float(sys.argv[3]) if len(sys.argv) > 3 else 180.0
     os.environ.update({k: v for k, v in info.env().items() if k.startswith("AWS_")})
     report = Report()
-    bench_many_partitions(report, info, Path(tempfile.mkdtemp(prefix="bench-workers-")), partitions, idle_s)
+    second = not (len(sys.argv) > 4 and sys.argv[4] == "one")
+    for name, value in os.environ.items():
+        if name.startswith("BENCH_WORKER_"):
+            EXTRA_ENV["PROCESSOR_" + name.removeprefix("BENCH_WORKER_")] = value
+    workdir = Path(tempfile.mkdtemp(prefix="bench-workers-"))
+    bench_many_partitions(report, info, workdir, partitions, idle_s, second)
     print(report.table())
 
 
