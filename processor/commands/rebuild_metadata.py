@@ -1,9 +1,10 @@
 """``processor rebuild-metadata [--to-topic NAME] [--dry-run] [--json]``: the metadata topic rebuilt
 from the bucket alone.
 
-It lists the configured bucket prefix, reads every segment's manifest (in parallel), decides through
-the metadata fold what is served (processor/rebuild/resolve.py) and publishes it to the metadata
-topic (created when missing; ``--to-topic`` for another): per partition a claim, the served
+It lists the configured bucket prefix (its folders in parallel), reads every segment's manifest
+(in parallel, one GET each), decides through the metadata fold what is served
+(processor/rebuild/resolve.py) and publishes it to the metadata topic (created when missing;
+``--to-topic`` for another): per partition a claim, the served
 segments' COPY_SEGMENT_FINISHED records under its epoch, a release. Then it folds what it published
 and checks that readers serve exactly the planned segments. Followers rebuild their caches from the
 topic as usual.
@@ -20,6 +21,7 @@ import argparse
 import json
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +35,7 @@ from processor.metadata.codec import metadata_partition_for
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.topic_io import ensure_metadata_topic, read_partitions
 from processor.rebuild.inventory import Inventory, take_inventory
+from processor.rebuild.listing import list_in_parallel
 from processor.rebuild.manifests import READ_THREADS, Problem, read_manifests
 from processor.rebuild.publish import publish_rebuild
 from processor.rebuild.resolve import PartitionRebuild, plan_rebuild
@@ -119,9 +122,15 @@ def rebuild(settings: Settings, to_topic: str, dry_run: bool) -> RebuildReport:
     try:
         keys = ObjectKeyFactory(settings.s3_prefix)
         root = f"{keys.prefix}/" if keys.prefix else ""
-        listing = [(info.key, info.size) for info in storage.list(root)]
-        report.objects_listed = len(listing)
-        report.inventory = take_inventory(listing)
+        listed = [0]
+
+        def listing() -> Iterator[tuple[str, int]]:
+            for info in list_in_parallel(storage, root):
+                listed[0] += 1
+                yield info.key, info.size
+
+        report.inventory = take_inventory(listing())
+        report.objects_listed = listed[0]
         with progress("reading manifests", len(report.inventory.complete)) as bar:
             manifests, report.bad_manifests = read_manifests(
                 storage, keys, report.inventory.complete, on_read=bar
@@ -131,6 +140,7 @@ def rebuild(settings: Settings, to_topic: str, dry_run: bool) -> RebuildReport:
     topics = sorted({m.segment.segment_id.topic for m in manifests})
     broker_ids = _broker_topic_ids(settings, topics, required=not dry_run)
     report.plan = plan_rebuild(manifests, broker_ids, int(time.time() * 1000))
+    del manifests  # the plan holds what it publishes and what it does not serve
     if not dry_run:
         partitions = ensure_metadata_topic(
             settings.kafka,

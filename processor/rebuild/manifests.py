@@ -12,14 +12,13 @@ listing and the read is a problem too (a deletion ran meanwhile); an unreachable
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from processor.errors import FormatError, InvalidNameError, InvalidRangeError, ObjectNotFoundError
 from processor.metadata.manifest import SegmentManifest, decode_manifest
 from processor.rebuild.inventory import SegmentObjects
+from processor.rebuild.parallel import bounded_map
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 
@@ -95,19 +94,13 @@ def read_in_order(
     """Each segment's manifest or problem, in the order of ``complete``, read ``threads`` at a time
     with at most ``threads * IN_FLIGHT_PER_THREAD`` reads queued or unclaimed. A storage error is
     raised here, never lost; the reads not started yet are cancelled."""
-    window = max(1, threads) * IN_FLIGHT_PER_THREAD
-    with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="rebuild-read") as pool:
-        pending: deque[Future[SegmentManifest | Problem]] = deque()
-        try:
-            for objects in complete:
-                pending.append(pool.submit(_read_one, storage, keys, objects))
-                if len(pending) >= window:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:
-            for future in pending:
-                future.cancel()
+    return bounded_map(
+        lambda objects: _read_one(storage, keys, objects),
+        complete,
+        threads,
+        max(1, threads) * IN_FLIGHT_PER_THREAD,
+        "rebuild-read",
+    )
 
 
 def read_manifests(

@@ -48,6 +48,9 @@ class ChunkStorage(abc.ABC):
     """A flat namespace of immutable chunks (objects) addressed by key."""
 
     supports_concat: bool = False
+    # list_folders answers from one request per page of the folder's own entries (S3's delimiter
+    # listing); without it, a folder's listing lists everything under it
+    lists_folders: bool = False
 
     @abc.abstractmethod
     def create(self, key: str, parts: Sequence[Buffer]) -> ChunkInfo:
@@ -71,6 +74,20 @@ class ChunkStorage(abc.ABC):
     @abc.abstractmethod
     def list(self, prefix: str) -> Iterator[ChunkInfo]:
         """Chunks whose key starts with ``prefix``, in key order."""
+
+    def list_folders(self, prefix: str) -> tuple[builtins.list[str], builtins.list[ChunkInfo]]:
+        """The folders directly under ``prefix`` (each ending in ``/``) and the chunks directly in
+        it, each in key order: what a listing with the delimiter ``/`` gives (optional: by default
+        from a listing of everything under ``prefix``)."""
+        folders: dict[str, None] = {}
+        chunks: builtins.list[ChunkInfo] = []
+        for info in self.list(prefix):
+            slash = info.key.find("/", len(prefix))
+            if slash < 0:
+                chunks.append(info)
+            else:
+                folders.setdefault(info.key[: slash + 1])
+        return sorted(folders), chunks
 
     @abc.abstractmethod
     def list_multipart_uploads(self, prefix: str) -> builtins.list[MultipartUpload]:

@@ -153,6 +153,7 @@ def storage_error(op: str, where: str, exc: Exception, key: str = "") -> Storage
 
 class S3ChunkStorage(ChunkStorage):
     supports_concat = True
+    lists_folders = True
 
     def __init__(self, options: S3Options, client: S3Client | None = None) -> None:
         if options.part_size < MIN_PART_SIZE:
@@ -325,6 +326,29 @@ class S3ChunkStorage(ChunkStorage):
                     )
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("list", prefix, exc) from exc
+
+    def list_folders(self, prefix: str) -> tuple[builtins.list[str], builtins.list[ChunkInfo]]:
+        """The folders directly under ``prefix`` and the objects directly in it: a listing with the
+        delimiter ``/`` (a folder's entries, not everything under it)."""
+        folders: builtins.list[str] = []
+        chunks: builtins.list[ChunkInfo] = []
+        try:
+            for page in self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix, Delimiter="/"
+            ):
+                folders.extend(common["Prefix"] for common in page.get("CommonPrefixes", []))
+                for obj in page.get("Contents", []):
+                    modified = obj.get("LastModified")
+                    chunks.append(
+                        ChunkInfo(
+                            obj["Key"],
+                            int(obj["Size"]),
+                            int(modified.timestamp() * 1000) if modified else None,
+                        )
+                    )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("list", prefix, exc) from exc
+        return folders, chunks
 
     def concat(self, target: str, sources: Sequence[str]) -> ChunkInfo:
         """Server-side concat with UploadPartCopy (every source but the last must be >= 5 MiB)."""
