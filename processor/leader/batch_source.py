@@ -65,10 +65,11 @@ _REFRESH_ERRORS = (
 @dataclass(frozen=True, slots=True)
 class FetchOptions:
     max_wait_ms: int = 10  # brokers like Tansu answer only after the full wait
-    # A request whose partitions all answered nothing last time waits this long for data (the broker
-    # answers as soon as any of them has some: min_bytes 1). Re-asking idle partitions every 10 ms
-    # kept a worker of 2,000 quiet partitions decoding fetch responses for a fifth of a core.
-    idle_wait_ms: int = 500
+    # A partition whose fetch returned no batch is asked again only this much later: re-asking idle
+    # partitions every 10 ms kept a worker of 2,000 quiet partitions decoding empty fetch responses
+    # for a fifth of a core. (Not a longer max_wait: a broker answers one request of a connection
+    # at a time, so a long-polling fetch would hold up the ListOffsets and fetches queued behind it.)
+    idle_backoff_ms: int = 500
     partition_max_bytes: int = 4 * 1024 * 1024
     request_max_bytes: int = 32 * 1024 * 1024
     concurrency: int = 4
@@ -110,7 +111,6 @@ class BatchSource:
         self._in_flight: set[TopicPartition] = set()
         self._not_before: dict[TopicPartition, float] = {}
         self._failures: dict[TopicPartition, int] = {}
-        self._idle: set[TopicPartition] = set()  # the last fetch of these returned no batch
         self._wake: asyncio.Event | None = None
         self.paused = False
         # A gap found by OFFSET_OUT_OF_RANGE (first, last), reported with the next fetch's answer: the
@@ -145,7 +145,6 @@ class BatchSource:
         self._pending_loss.pop(tp, None)  # its next owner finds the same gap and reports it
         self._not_before.pop(tp, None)
         self._failures.pop(tp, None)
-        self._idle.discard(tp)
         self.high_watermarks.pop(tp, None)
 
     def wake(self) -> None:
@@ -251,9 +250,8 @@ class BatchSource:
             by_topic.setdefault(tp.topic, []).append(
                 (tp.partition, position, self.options.partition_max_bytes)
             )
-        idle = all(tp in self._idle for tp in wanted)
         request = FetchRequest(
-            self.options.idle_wait_ms if idle else self.options.max_wait_ms,
+            self.options.max_wait_ms,
             1,
             self.options.request_max_bytes,
             READ_COMMITTED,
@@ -310,10 +308,9 @@ class BatchSource:
                 last = min(last, batches[0][0].base_offset - 1)
             if last >= first:
                 self._on_lost(tp, first, last)
-        if not batches:
-            self._idle.add(tp)
+        if not batches:  # idle: asked again after idle_backoff_ms (a backoff of no failure)
+            self._not_before[tp] = time.monotonic() + self.options.idle_backoff_ms / 1000
             return
-        self._idle.discard(tp)
         self.positions[tp] = self._on_fetched(Fetched(tp, fetch_offset, batches, high_watermark, log_start))
 
     async def _out_of_range(self, tp: TopicPartition, fetch_offset: int) -> None:
