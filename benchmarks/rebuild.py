@@ -1,7 +1,9 @@
 """Metadata rebuilt from the bucket: the time ``processor rebuild-metadata`` takes for N segments
-(listing, one manifest GET each in parallel, the fold's verdict, publishing claims and records, and
-folding the published topic back to check it), next to a bare boto3 listing plus GETs of the same
-manifests in the same run (the S3 work alone)."""
+(listing by folders in parallel, one manifest GET each in parallel, the fold's verdict, publishing
+claims and records, and folding the published topic back to check it), next to a bare boto3 listing
+plus GETs of the same manifests in the same run (the S3 work alone). The segments are spread over
+at least 10 partitions and at most 1,000 segments a partition, the shape of a bucket of 10,000
+partitions of 1,000 segments."""
 
 from __future__ import annotations
 
@@ -18,12 +20,14 @@ from processor.config import load_settings
 from processor.devstack import stack
 from processor.metadata.manifest import SegmentManifest, encode_manifest, manifest_key
 from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
+from processor.rebuild.listing import LIST_THREADS
 from processor.rebuild.manifests import READ_THREADS
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 from processor.wiring.storage import build_storage
 
-PARTITIONS = 10
+PARTITIONS = 10  # at least
+SEGMENTS_PER_PARTITION = 1000  # at most
 TARGET_SECONDS = 60.0
 
 
@@ -73,7 +77,8 @@ def bench_rebuild(report: Report, info: stack.StackInfo, workdir: Path, segments
     storage = build_storage(settings)
     keys = ObjectKeyFactory(prefix)
     topic_id = str(uuid.uuid4())
-    made = [_segment(keys, topic_id, n % PARTITIONS, n // PARTITIONS) for n in range(segments)]
+    partitions = max(PARTITIONS, -(-segments // SEGMENTS_PER_PARTITION))
+    made = [_segment(keys, topic_id, n % partitions, n // partitions) for n in range(segments)]
     print(f"[rebuild] writing {segments} segments (data, index, manifest) under {prefix} ...", flush=True)
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
         list(pool.map(lambda s: _write(storage, s), made))
@@ -98,7 +103,8 @@ def bench_rebuild(report: Report, info: stack.StackInfo, workdir: Path, segments
             baseline / rebuilt if rebuilt else None,
             f"< {TARGET_SECONDS:.0f} s for 10,000",
             rebuilt * 10_000 / segments < TARGET_SECONDS,
-            f"{per_thousand:.2f} s per 1,000 segments; {READ_THREADS} reads in parallel",
+            f"{per_thousand:.2f} s per 1,000 segments of {partitions} partitions; {READ_THREADS} reads "
+            f"and {LIST_THREADS} folder listings in parallel",
         )
     )
 
