@@ -521,7 +521,7 @@ def bench_many_partitions(
                 note=f"{len(held)} partitions of the dead worker claimed by the other after "
                 f"{taken - killed:.1f} s, led after {led - killed:.1f} s (its assignment done after "
                 f"{(joined[0] if joined else 0) - killed_wall:.1f} s); session timeout {session_s:.0f} s "
-                f"(the product's default), which bounds it from below; {SHARED}",
+                f"(the product's default 10 s), which bounds it from below; {SHARED}",
             )
         )
         report.add(
