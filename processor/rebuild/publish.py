@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -37,26 +37,37 @@ FLUSH_TIMEOUT_S = 120.0
 
 
 class _Round:
-    """One round of records: sent without waiting, then flushed; the offsets come back by record."""
+    """One round of records: sent without waiting, then flushed; with ``offsets``, the offsets come
+    back by record (the claims': their epochs), else only a failure does (the segments' round: one
+    delivery callback for all, not a closure and an offset kept per record)."""
 
-    def __init__(self, producer: Any, topic: str, metadata_partitions: int) -> None:
+    def __init__(self, producer: Any, topic: str, metadata_partitions: int, offsets: bool = True) -> None:
         self.producer, self.topic, self.partitions = producer, topic, metadata_partitions
+        self.keep_offsets = offsets
         self.offsets: dict[int, int] = {}
         self.errors: list[KafkaError] = []
 
-    def send(self, n: int, record: MetadataRecord) -> None:
+    def _failed(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            self.errors.append(err)
+
+    def _offset_of(self, n: int) -> Callable[[KafkaError | None, Any], None]:
         def delivered(err: KafkaError | None, msg: Any) -> None:
             if err is not None:
                 self.errors.append(err)
             else:
                 self.offsets[n] = msg.offset()
 
-        partition = metadata_partition_for(record.topic_partition, self.partitions)
+        return delivered
+
+    def send(self, n: int, record: MetadataRecord, partition: int | None = None) -> None:
+        delivered = self._offset_of(n) if self.keep_offsets else self._failed
+        if partition is None:
+            partition = metadata_partition_for(record.topic_partition, self.partitions)
+        value, key = encode_value(record), record_key(record)
         while True:
             try:
-                self.producer.produce(
-                    self.topic, encode_value(record), record_key(record), partition, delivered
-                )
+                self.producer.produce(self.topic, value, key, partition, delivered)
                 return
             except BufferError:  # librdkafka's queue is full: serve delivery reports, retry
                 self.producer.poll(0.1)
@@ -90,15 +101,17 @@ def publish_rebuild(
         )
     claims.flush("claims")
     epochs = {tp: claims.offsets[n] for n, (tp, _part) in enumerate(parts)}
-    segments = _Round(producer, topic, metadata_partitions)
+    segments = _Round(producer, topic, metadata_partitions, offsets=False)
     n = 0
     for tp, part in parts:
+        meta_partition = metadata_partition_for(tp, metadata_partitions)
         for segment in part.published:
-            segments.send(n, replace(segment, writer_epoch=epochs[tp], writer_id=REBUILD_WRITER))
+            stamped = replace(segment, writer_epoch=epochs[tp], writer_id=REBUILD_WRITER)
+            segments.send(n, stamped, meta_partition)
             n += 1
         start = rebuilt_log_start(part)
         if start is not None:
-            segments.send(n, RemoteLogStartOffset(tp, start, now, REBUILD_WRITER, epochs[tp]))
+            segments.send(n, RemoteLogStartOffset(tp, start, now, REBUILD_WRITER, epochs[tp]), meta_partition)
             n += 1
     segments.flush("segment records")
     releases = _Round(producer, topic, metadata_partitions)
