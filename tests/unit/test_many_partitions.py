@@ -4,11 +4,17 @@ timeout), and every partition is still decided by its own claim and its own list
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
+from typing import Any
+
+from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.protocol.offset import OffsetRequest
 
 from processor.kafka.partition import TopicPartition
+from processor.leader.batch_source import BatchSource
 from processor.leader.resume import ResumePlanner
 from processor.metadata.model import ClaimKind, MetadataRecord, PartitionClaim
 from processor.metadata.remote_log_state import PartitionRemoteState, RemoteLogState
@@ -87,3 +93,54 @@ def test_a_claim_another_worker_made_after_ours_wins_also_among_many() -> None:
     planner = ResumePlanner("w1", 4, load, lambda topics: dict.fromkeys(topics, ID), sink)
     held = planner.prepare(tps)
     assert set(held) == set(tps) - {late}
+
+
+# -- the batch source: partitions without a position, idle partitions ---------------------------------
+
+
+class _Response:
+    def __init__(self, topics: list[Any], version: int) -> None:
+        self.topics = topics
+        self.API_VERSION = version
+        self.throttle_time_ms = 0
+
+
+class FakeClient:
+    """Answers ListOffsets with each partition's log start (partition * 10) and fetches with
+    nothing; records the requests."""
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+
+    async def send(self, node: int, request: Any) -> Any:
+        self.requests.append(request)
+        if isinstance(request, OffsetRequest):
+            return _Response([(t, [(p, 0, -1, p * 10) for p, _ in parts]) for t, parts in request._topics], 1)
+        assert isinstance(request, FetchRequest)
+        return _Response(
+            [(t, [(p, 0, off, off, [], b"") for p, off, _ in parts]) for t, parts in request._topics], 4
+        )
+
+    def force_metadata_update(self) -> None:
+        pass
+
+
+def test_partitions_without_a_position_are_placed_by_one_list_offsets_then_idle_ones_rest() -> None:
+    source = BatchSource("unused:9092", "test", lambda fetched: fetched.fetch_offset, lambda *a: None)
+    client = FakeClient()
+    source._client = client
+    tps = [TopicPartition("orders", p) for p in range(300)]
+    for tp in tps:
+        source.positions[tp] = None
+
+    asyncio.run(source._fetch(0, [(tp, None) for tp in tps]))
+
+    lists = [r for r in client.requests if isinstance(r, OffsetRequest)]
+    assert len(lists) == 1, f"{len(lists)} ListOffsets requests for 300 partitions"
+    assert all(source.positions[tp] == tp.partition * 10 for tp in tps)
+    fetches = [r for r in client.requests if isinstance(r, FetchRequest)]
+    assert len(fetches) == 1 and sum(len(parts) for _t, parts in fetches[0]._topics) == 300
+    assert fetches[0]._max_wait_ms == source.options.max_wait_ms
+    # every one of them answered nothing: none is asked again before the idle backoff ends
+    assert source._take_ready() is None
+    assert all(source._not_before[tp] > time.monotonic() for tp in tps)
