@@ -159,22 +159,26 @@ def _check_published(
 ) -> list[str]:
     """Fold the published metadata partitions and compare every partition's served set with the plan
     (the fold of :func:`processor.metadata.topic_io.load_remote_state`, its served segments indexed
-    by offset: the rebuild's partitions are large)."""
+    by offset: the rebuild's partitions are large), one metadata partition at a time: the fold of
+    one is dropped before the next is read."""
     wanted = {tp for tp, p in plan.items() if p.served}
-    meta_parts = sorted({metadata_partition_for(tp, partitions) for tp in wanted})
-    fold = indexed_fold(frozenset(tp.topic for tp in wanted))
-    for msg in read_partitions(settings.kafka, topic, meta_parts):
-        verdict = fold.apply_raw(msg.offset, msg.key, msg.value)
-        if not verdict.accepted:
-            metrics.METADATA_REJECTED.labels(verdict.reason).inc()
-            log.warning("metadata record %d@%d rejected (%s)", msg.partition, msg.offset, verdict.reason)
-    out: list[str] = []
+    by_meta: dict[int, list[TopicPartition]] = {}
     for tp in sorted(wanted):
-        served = {s.segment_id.id for s in PartitionRemoteState.of(fold.partition(tp)).finished()}
-        planned = {s.segment_id.id for s in plan[tp].served}
-        if served != planned:
-            out.append(f"{tp}: readers serve {len(served)} segments, {len(planned)} were published")
-    return out
+        by_meta.setdefault(metadata_partition_for(tp, partitions), []).append(tp)
+    out: list[tuple[TopicPartition, str]] = []
+    for meta_part, tps in sorted(by_meta.items()):
+        fold = indexed_fold(frozenset(tp.topic for tp in wanted))
+        for msg in read_partitions(settings.kafka, topic, [meta_part]):
+            verdict = fold.apply_raw(msg.offset, msg.key, msg.value)
+            if not verdict.accepted:
+                metrics.METADATA_REJECTED.labels(verdict.reason).inc()
+                log.warning("metadata record %d@%d rejected (%s)", msg.partition, msg.offset, verdict.reason)
+        for tp in tps:
+            served = {s.segment_id.id for s in PartitionRemoteState.of(fold.partition(tp)).finished()}
+            planned = {s.segment_id.id for s in plan[tp].served}
+            if served != planned:
+                out.append((tp, f"{tp}: readers serve {len(served)} segments, {len(planned)} were published"))
+    return [line for _tp, line in sorted(out)]
 
 
 def cmd_rebuild_metadata(args: argparse.Namespace) -> int:
