@@ -1,6 +1,6 @@
 """Run the benchmarks: ``python -m benchmarks [--only SECTION,...] [--broker kafka,tansu]``, sections:
 offload, memory, reads, gateway, follower, scale, snapshots, spark, restore, rebuild, encryption,
-merge, erase. With more than one broker, every section but scale and snapshots (which need none) runs
+merge, erase, workers. With more than one broker, every section but scale and snapshots (which need none) runs
 once per broker, each on
 a stack of its own, one after the other, in one run."""
 
@@ -27,6 +27,7 @@ from benchmarks.restore import ROUNDS as RESTORE_ROUNDS
 from benchmarks.restore import bench_restore
 from benchmarks.scale import bench_snapshots
 from benchmarks.spark import RUNS, bench_spark
+from benchmarks.workers import bench_many_partitions
 from processor.devstack import stack
 from processor.runtime import tune_gc
 
@@ -44,6 +45,7 @@ SECTIONS = (
     "encryption",
     "merge",
     "erase",
+    "workers",
 )
 MiB = 1024 * 1024
 
@@ -68,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=100,
         help="segments per partition of the snapshots section (10,000 x 1,000: the 10 M-segment run)",
+    )
+    parser.add_argument(
+        "--worker-partitions", type=int, default=2_000, help="quiet partitions one worker leads (workers)"
     )
     parser.add_argument("--reads", type=int, default=200, help="random remote reads in the reads section")
     parser.add_argument("--follower-records", type=int, default=200_000, help="metadata records applied")
@@ -196,6 +201,13 @@ def run_sections(
         bench_merge(report, info, workdir, segments=50 if args.smoke else args.merge_segments)
     if "erase" in only:
         bench_erase(report, info, workdir, int(args.erase_gib * 1024 * MiB))
+    if "workers" in only:
+        # the smoke run: one worker on a few partitions (the second worker and its failover take
+        # minutes: `make bench` runs them)
+        partitions = 20 if args.smoke else args.worker_partitions
+        bench_many_partitions(
+            report, info, workdir, partitions, idle_s=5 if args.smoke else 180, second_worker=not args.smoke
+        )
 
 
 if __name__ == "__main__":

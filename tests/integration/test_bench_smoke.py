@@ -21,9 +21,9 @@ pytestmark = pytest.mark.integration
 
 
 # Longer than the default 120 s: worker runs (each a process start, a group join and a stop; the
-# encryption and erase sections add two each, 60 s more allowed for each), a restore and a Spark JVM,
-# all inside one child process.
-@pytest.mark.timeout(420)
+# encryption and erase sections add two each, 60 s more allowed for each; the workers section one
+# worker on 20 partitions, 120 s more), a restore and a Spark JVM, all inside one child process.
+@pytest.mark.timeout(540)
 def test_every_bench_section_completes_and_reports_its_figures(
     local_stack: StackInfo, tmp_path: Path
 ) -> None:
@@ -63,7 +63,7 @@ def test_every_bench_section_completes_and_reports_its_figures(
         ],
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=520,
         cwd=Path(__file__).resolve().parents[2],
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
