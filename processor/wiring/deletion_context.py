@@ -30,6 +30,7 @@ from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.topic_io import DurableProducer, MetadataPublisher
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
+from processor.wiring.encryption import segment_decryption
 from processor.wiring.follower import Follower, build_follower
 from processor.wiring.read_your_write import confirm_by_follower
 from processor.wiring.storage import build_storage
@@ -142,6 +143,8 @@ def open_context(settings: Settings, topic: str) -> DeletionContext:
         writer_id,
         keys,
         confirm_by_follower(follower.materializer, parts),
+        # a rewrite's sources go only by its index read back: encrypted indexes are opened with it
+        decryption=segment_decryption(settings),
     )
     return DeletionContext(
         settings,

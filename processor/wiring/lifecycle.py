@@ -32,6 +32,7 @@ from processor.metadata.sink import Confirm
 from processor.metadata.topic_io import DurableProducer, MetadataPublisher
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
+from processor.wiring.encryption import segment_decryption
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,8 @@ def build_retention(
         writer_id or settings.worker_id,
         ObjectKeyFactory(settings.s3_prefix),
         confirm,
+        # a rewrite's sources go only by its index read back: encrypted indexes are opened with it
+        decryption=segment_decryption(settings),
     )
     view = CacheView(cache) if cache is not None else StateView({})
     service = RetentionService(
