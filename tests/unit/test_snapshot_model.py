@@ -1,6 +1,7 @@
 """The ownership model with snapshots: a follower that starts from the newest valid snapshot of the
 metadata partition and folds the topic's tail serves exactly what the live fold, a fresh fold of the
-compacted topic and the RocksDB follower serve, at every step.
+compacted topic and the RocksDB follower serve (its served segments, remote log start and current
+claim), at every step.
 
 It is the ownership model of ``test_ownership_model.py`` (owners copying, retention, forged and
 hostile records, zombies, compaction at any point the cleaner may reach, a metadata partition that
@@ -28,7 +29,7 @@ from processor.follower.cache_writes import RawMessage
 from processor.follower.metadata_cache import MetadataCache
 from processor.follower.snapshot_writer import write_snapshots
 from processor.follower.snapshots import SnapshotStore, load_snapshots
-from processor.metadata.model import SegmentState
+from processor.metadata.model import SegmentState as S
 from processor.storage.filesystem import FilesystemChunkStorage
 
 NEVER_COMPACTED_MS = 1 << 62  # the model compacts at any legal point: a missing last record is refused
@@ -60,6 +61,7 @@ class SnapshotModel(ownership.OwnershipModel):
         self.started_applied = 0
         self.started_dirs = 0
         self.loaded = 0
+        self.tail_compacted = False  # the topic was compacted since the follower started
 
     def teardown(self) -> None:
         if getattr(self, "started", None) is not None:
@@ -94,6 +96,7 @@ class SnapshotModel(ownership.OwnershipModel):
             self.started, self._store(), TopicAsked(self), [0], 1, None, NEVER_COMPACTED_MS
         )[0]
         self.started_applied = outcome.next_offset or 0
+        self.tail_compacted = False
         self.loaded += outcome.key is not None
 
     @precondition(lambda self: any(True for _ in self.storage.list("archive/")))
@@ -106,6 +109,10 @@ class SnapshotModel(ownership.OwnershipModel):
         at = data.draw(st.integers(0, len(raw) - 1), label="byte")
         raw[at] ^= 0x10
         path.write_bytes(bytes(raw))
+
+    def compact(self, data: st.DataObject) -> None:
+        super().compact(data)
+        self.tail_compacted = True
 
     def metadata_topic_lost_and_rebuilt(self) -> None:
         super().metadata_topic_lost_and_rebuilt()
@@ -131,22 +138,29 @@ class SnapshotModel(ownership.OwnershipModel):
         ]
         self.started.apply_batch(new)
         self.started_applied = self.topic.next_offset
+        # what a reader serves, as the base model holds a fresh fold of the compacted topic to it:
+        # the tail this follower read may have been compacted (a record of it superseded before it
+        # was read), so bookkeeping that only such records leave (a retired topic id noted from a
+        # record compaction removed, say) may differ; what is served may not
         live = self.topic.live
         for tp in ownership.TPS:
             cached = self.started.remote_state(tp)
             view = live.partition(tp)
             assert {s.segment_id.id for s in cached.finished()} == set(self._served(live, tp))
             assert cached.log_start_offset == view.log_start_offset
-            listed = {
-                x: s for x, s in view.segments.items() if s.state is not SegmentState.DELETE_SEGMENT_FINISHED
-            }
-            assert cached.segments == listed
-            assert cached.header == view.header
-            assert cached.shadowed == view.shadowed
-            assert cached.orphans == view.orphans
+            assert cached.current_epoch == view.current_epoch
+            if not self.tail_compacted:  # nothing compacted since it started: everything agrees
+                listed = {x: s for x, s in view.segments.items() if s.state is not S.DELETE_SEGMENT_FINISHED}
+                assert cached.segments == listed
+                assert cached.header == view.header
+                assert cached.shadowed == view.shadowed
+                assert cached.orphans == view.orphans
 
 
-# the lost-and-rebuilt rule is the base class's, re-registered with its precondition
+# the compaction and lost-and-rebuilt rules are the base class's, re-registered as they were
+SnapshotModel.compact = precondition(lambda self: len(self.topic.log) > 0)(  # type: ignore[method-assign]
+    rule(data=st.data())(SnapshotModel.compact)
+)
 SnapshotModel.metadata_topic_lost_and_rebuilt = precondition(  # type: ignore[method-assign]
     lambda self: self._manifested()
 )(rule()(SnapshotModel.metadata_topic_lost_and_rebuilt))
