@@ -94,6 +94,17 @@ def _topic_only(archive: OffloadedArchive, tmp_path: Path) -> dict[TopicPartitio
         follower.close()
 
 
+def _gateway_state(archive: OffloadedArchive, data_dir: Path) -> dict[TopicPartition, object]:
+    """What a gateway with a new data directory holds once it has read the metadata (as it does
+    before it listens)."""
+    gateway = GatewayServer.build(_settings(archive, data_dir))
+    try:
+        gateway.follower.materializer.catch_up()
+        return _state(gateway.follower.cache)
+    finally:
+        gateway.close()
+
+
 def _snapshot_keys(storage: ChunkStorage) -> list[str]:
     return sorted(info.key for info in storage.list(f"{PREFIX}/{SNAPSHOT_FOLDER}/"))
 
@@ -148,12 +159,7 @@ def test_readers_start_from_snapshots_and_serve_what_the_topic_serves(
         follower.follower.close()
         follower.probe_storage.close()
         follower.storage.close()
-    gateway = GatewayServer.build(_settings(offloaded_archive, tmp_path / "gateway"))
-    try:
-        gateway.follower.materializer.catch_up()
-        assert _state(gateway.follower.cache) == whole_topic
-    finally:
-        gateway.close()
+    assert _gateway_state(offloaded_archive, tmp_path / "gateway") == whole_topic
     # the fetch read one metadata partition; the follower and the gateway every one with a snapshot
     assert _loaded() == loaded + len(holding) + 1 + 2 * len(keys)
 
@@ -193,12 +199,7 @@ def test_a_corrupt_or_diverged_snapshot_is_refused_and_an_older_one_or_the_topic
     before = {r: _refused(r) for r in ("truncated", "diverged", "corrupt")}
     loaded = _loaded()
     cache_dir = tmp_path / "gateway"
-    gateway = GatewayServer.build(_settings(offloaded_archive, cache_dir))
-    try:
-        gateway.follower.materializer.catch_up()
-        assert _state(gateway.follower.cache) == whole_topic
-    finally:
-        gateway.close()
+    assert _gateway_state(offloaded_archive, cache_dir) == whole_topic
     n = len(good)
     assert _loaded() == loaded + n
     for reason in ("truncated", "diverged", "corrupt"):
@@ -208,12 +209,7 @@ def test_a_corrupt_or_diverged_snapshot_is_refused_and_an_older_one_or_the_topic
     for key in good:
         storage.delete(key)
     loaded = _loaded()
-    gateway = GatewayServer.build(_settings(offloaded_archive, tmp_path / "gateway-2"))
-    try:
-        gateway.follower.materializer.catch_up()
-        assert _state(gateway.follower.cache) == whole_topic
-    finally:
-        gateway.close()
+    assert _gateway_state(offloaded_archive, tmp_path / "gateway-2") == whole_topic
     assert _loaded() == loaded
 
 
