@@ -115,10 +115,16 @@ class MetadataCache(CacheQueries):
 
     @staticmethod
     def sst_options() -> Options:
-        """The options a table file for :meth:`ingest` is written with: raw keys, as the cache's,
-        and zstd blocks (a snapshot's table is stored and read as it is written)."""
+        """The options a table file for :meth:`ingest` is written with: raw keys and whole-key bloom
+        filters, as the cache's own files (a loaded cache holds one file per metadata partition,
+        each over the whole key space: without the filters a lookup by segment id read every
+        file's index, 0.9 ms at p50 for 10 M segments), and zstd blocks (a snapshot's table is
+        stored and read as it is written)."""
         options = Options(raw_mode=True)
         options.set_compression_type(DBCompressionType.zstd())
+        table = BlockBasedOptions()
+        table.set_bloom_filter(10, False)
+        options.set_block_based_table_factory(table)
         return options
 
     def ingest(self, paths: list[Path]) -> None:
