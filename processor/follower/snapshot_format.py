@@ -48,7 +48,7 @@ or the topic.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from processor.errors import FormatError
 from processor.kafka.partition import TopicPartition
@@ -136,8 +136,6 @@ def encode_trailer(header_bytes: bytes) -> bytes:
 
 def encode_snapshot(header: SnapshotHeader, payload: bytes) -> bytes:
     """A whole snapshot in memory (tests); ``payload_len`` and ``payload_crc`` are set from it."""
-    from dataclasses import replace
-
     head = encode_header(replace(header, payload_len=len(payload), payload_crc=crc32c_of(payload)))
     return head + payload + encode_trailer(head)
 

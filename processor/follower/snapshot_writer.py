@@ -19,8 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import crc32c
-
 from processor import metrics
 from processor.errors import ProcessorError
 from processor.follower.cache_keys import CACHE_VERSION
@@ -28,6 +26,7 @@ from processor.follower.metadata_cache import MetadataCache
 from processor.follower.snapshot_format import SnapshotHeader, record_crc
 from processor.follower.snapshot_tables import partitions_of, write_tables
 from processor.follower.snapshots import LastRecord, SnapshotStore, TakenSnapshot, TopicPeek
+from processor.segment.checksums import crc32c_of
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +80,7 @@ def _file_crc(path: Path) -> tuple[int, int]:
     size = 0
     with path.open("rb") as handle:
         while chunk := handle.read(8 << 20):
-            crc = int(crc32c.crc32c(chunk, crc))
+            crc = crc32c_of(chunk, crc)
             size += len(chunk)
     return size, crc
 

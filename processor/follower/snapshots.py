@@ -45,6 +45,7 @@ from processor.errors import ProcessorError, StorageError
 from processor.follower.cache_keys import CACHE_VERSION
 from processor.follower.metadata_cache import MetadataCache
 from processor.follower.snapshot_format import (
+    TRAILER_LEN,
     ByteSource,
     SnapshotFormatError,
     SnapshotHeader,
@@ -104,7 +105,7 @@ class TakenSnapshot:
 
     @property
     def size(self) -> int:
-        return len(encode_header(self.header)) + self.header.payload_len + 12
+        return len(encode_header(self.header)) + self.header.payload_len + TRAILER_LEN
 
 
 # -- the bucket ---------------------------------------------------------------------------------------
@@ -168,9 +169,10 @@ class SnapshotStore:
         table's length and CRC and its trailer; SnapshotFormatError when any fails."""
         source = _RangedSource(self.storage, info.key, info.size)
         header, raw = decode_header(source)
-        if info.size != len(raw) + header.payload_len + 12:
+        if info.size != len(raw) + header.payload_len + TRAILER_LEN:
             raise SnapshotFormatError(
-                f"snapshot of {info.size} bytes, its header says {len(raw)} + {header.payload_len} + 12"
+                f"snapshot of {info.size} bytes, not the {len(raw) + header.payload_len + TRAILER_LEN} "
+                "its header says"
             )
         crc = 0
         left = header.payload_len
@@ -179,7 +181,7 @@ class SnapshotStore:
                 chunk = source.read(min(left, READ_BYTES))
                 if not chunk:
                     raise SnapshotFormatError("snapshot truncated in its payload")
-                crc = crc32c_of(chunk) if crc == 0 and left == header.payload_len else _crc_more(crc, chunk)
+                crc = crc32c_of(chunk, crc)
                 out.write(chunk)
                 left -= len(chunk)
         if header.payload_len and crc != header.payload_crc:
@@ -193,12 +195,6 @@ class SnapshotStore:
         for info in old:
             self.storage.delete(info.key)
         return [info.key for info in old]
-
-
-def _crc_more(crc: int, chunk: bytes) -> int:
-    import crc32c
-
-    return int(crc32c.crc32c(chunk, crc))
 
 
 # -- loading ------------------------------------------------------------------------------------------

@@ -22,9 +22,9 @@ def crc32(data: bytes | bytearray | memoryview) -> int:
     return int(isal_zlib.crc32(data))
 
 
-def crc32c_of(data: bytes | bytearray | memoryview) -> int:
-    """CRC-32C (Castagnoli) of ``data``."""
-    return int(_crc32c.crc32c(data))
+def crc32c_of(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
+    """CRC-32C (Castagnoli) of ``data``; with ``crc``, of the bytes it was taken of, then ``data``."""
+    return int(_crc32c.crc32c(data, crc))
 
 
 def batch_crc_ok(batch: bytes | bytearray | memoryview) -> bool:
