@@ -217,29 +217,22 @@ class BatchSource:
         node = self._client.cluster.leader_for_partition(KafkaTP(tp.topic, tp.partition))
         if node is None or node < 0:
             raise kafka_errors.LeaderNotAvailableError(str(tp))
-        response = await self._client.send(
-            node, OffsetRequest(-1, READ_COMMITTED, [(tp.topic, [(tp.partition, which)])])
-        )
-        for _topic, partitions in response.topics:
-            for part, error_code, *info in partitions:
-                if part != tp.partition:
-                    continue
-                error = kafka_errors.for_code(error_code)
-                if error is not kafka_errors.NoError:
-                    raise error(str(tp))
-                return int(info[-1]) if response.API_VERSION > 0 else int(info[0][0])
-        raise kafka_errors.UnknownTopicOrPartitionError(str(tp))
+        found = (await self._list_offsets(node, [tp], which))[tp]
+        if isinstance(found, BaseException):
+            raise found
+        return found
 
-    async def _list_earliest(
-        self, node: int, tps: list[TopicPartition]
+    async def _list_offsets(
+        self, node: int, tps: list[TopicPartition], which: int
     ) -> dict[TopicPartition, int | BaseException]:
-        """The log start of each of ``tps`` (all led by ``node``), in one ListOffsets request, or the
-        error that kept it from being read. One request for all: a worker that takes over a thousand
-        partitions asked one at a time, a round trip each, before their first fetch."""
+        """The offset ``which`` (EARLIEST, LATEST) of each of ``tps`` (all led by ``node``), in one
+        ListOffsets request, or the error that kept it from being read. One request for all: a
+        worker that takes over a thousand partitions asked one at a time, a round trip each, before
+        their first fetch."""
         assert self._client is not None
         by_topic: dict[str, list[tuple[int, int]]] = {}
         for tp in tps:
-            by_topic.setdefault(tp.topic, []).append((tp.partition, EARLIEST))
+            by_topic.setdefault(tp.topic, []).append((tp.partition, which))
         try:
             response = await self._client.send(
                 node, OffsetRequest(-1, READ_COMMITTED, list(by_topic.items()))
@@ -261,7 +254,7 @@ class BatchSource:
         assert self._client is not None
         wanted: dict[TopicPartition, int] = {}
         unplaced = [tp for tp, position in parts if position is None]
-        earliest = await self._list_earliest(node, unplaced) if unplaced else {}
+        earliest = await self._list_offsets(node, unplaced, EARLIEST) if unplaced else {}
         for tp, position in parts:
             if position is None:
                 found = earliest[tp]
