@@ -48,6 +48,7 @@ from processor.errors import ConfigError, StorageError, TopicIdUnknownError
 from processor.kafka.admin import topic_ids
 from processor.kafka.clients import KafkaTarget, new_admin
 from processor.kafka.partition import TopicPartition
+from processor.lifecycle.deletion_retries import retry_failed
 from processor.lifecycle.multipart_sweep import sweep_multipart_uploads
 from processor.lifecycle.retention_policy import DeleteReason
 from processor.metadata.model import (
@@ -281,7 +282,7 @@ def delete_partition(ctx: DeletionContext, tp: TopicPartition, scope: Scope) -> 
         else:
             done.append(segment)
     pending = [s for s in ctx.deletion_topic.pending({tp}) if scope.covers(s)]
-    if ctx.deleter.retry_failed(pending, epoch, part.accepted_state).failed:
+    if retry_failed(ctx.deleter, pending, epoch, part.accepted_state).failed:
         ok = False
     orphans_left = False
     for orphan in part.orphans.values():

@@ -17,8 +17,8 @@ from collections import defaultdict
 
 from processor import metrics
 from processor.kafka.partition import TopicPartition
+from processor.lifecycle.ports import DeletionOutcome
 from processor.lifecycle.retention_policy import RetentionPlan
-from processor.lifecycle.segment_deleter import DeletionOutcome
 from processor.metadata.remote_log_state import PartitionRemoteState
 
 

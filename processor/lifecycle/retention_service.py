@@ -18,11 +18,13 @@ from typing import Protocol
 from processor.errors import FencedWriterError, ProcessorError, StorageError
 from processor.health import HEALTH
 from processor.kafka.partition import TopicPartition
+from processor.lifecycle.deletion_retries import retry_failed
 from processor.lifecycle.deletion_topic import DeletionTopic
+from processor.lifecycle.ports import DeletionOutcome
 from processor.lifecycle.remote_log_gauges import RemoteLogGauges
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, RetentionPlan, plan_retention
-from processor.lifecycle.segment_deleter import DeletionOutcome, SegmentDeleter
+from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.lifecycle.sweep import (
     UNREFERENCED_MIN_AGE_MS,
     storage_now_ms,
@@ -117,7 +119,7 @@ def clean_partition(
     claim = part.header.claim
     assert claim is not None  # its epoch is this writer's
     deleter.claims[tp] = (epoch, claim.claim_id)
-    unreadable = deleter.unreadable_rewrites(part, epoch, every_rewrite)
+    unreadable = deleter.evidence.unreadable_rewrites(part, epoch, every_rewrite)
     if unreadable:
         # a served rewrite without its objects (a record forged with the claim's epoch and writer id:
         # readers cannot tell it from the holder's own): deleted, which serves again the segments it
@@ -251,8 +253,13 @@ class RetentionService:
                     if part.current_epoch != led[tp]:
                         continue  # not ours to act on now: the claim holder retries it
                     result.outcome.merge(
-                        self.deleter.retry_failed(
-                            [segment], led[tp], part.accepted_state, part.log_start_offset, part.in_lineage
+                        retry_failed(
+                            self.deleter,
+                            [segment],
+                            led[tp],
+                            part.accepted_state,
+                            part.log_start_offset,
+                            part.in_lineage,
                         )
                     )
             now = self.clock_ms()

@@ -39,28 +39,32 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence, Set
-from dataclasses import dataclass, field, replace
-from typing import Protocol
+from dataclasses import replace
 
 from processor import metrics
 from processor.errors import (
-    CorruptObjectError,
     FencedWriterError,
     InvalidNameError,
-    InvalidRangeError,
-    SegmentKeyError,
     StorageError,
 )
 from processor.kafka.partition import TopicPartition
+from processor.lifecycle.deletion_evidence import DeletionEvidence
+from processor.lifecycle.ports import (
+    FINISH,
+    LEFT,
+    RESTORED,
+    UNPROVEN,
+    DeletionOutcome,
+    FailedDeletions,
+    MetadataWriter,
+    Tombstones,
+)
 from processor.lifecycle.retention_policy import DeleteReason, RetentionPlan
 from processor.lifecycle.rewrite_proof import (
     PROOF_STORAGE_ERROR,
-    PROOF_UNREADABLE,
-    NotProven,
-    RewriteProofs,
     proof_failed,
 )
-from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED, acknowledged
+from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED
 from processor.metadata.fold_state import Claim
 from processor.metadata.model import (
     MetadataRecord,
@@ -71,7 +75,6 @@ from processor.metadata.model import (
 )
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.sink import Confirm
-from processor.reader.segment_blocks import fetch_index
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentDecryption
 from processor.segment.object_keys import ObjectKeyFactory, SegmentObjectKeys
 from processor.storage.chunk_storage import ChunkStorage
@@ -81,43 +84,8 @@ log = logging.getLogger(__name__)
 _S = SegmentState
 
 
-class MetadataWriter(Protocol):
-    def publish(self, record: MetadataRecord) -> int: ...
-
-
-class Tombstones(Protocol):
-    def tombstone(self, segment: RemoteLogSegmentMetadata) -> int: ...
-
-
-class FailedDeletions(Protocol):
-    def record_failed(self, segment: RemoteLogSegmentMetadata) -> None: ...
-
-    def resolve(self, segment: RemoteLogSegmentMetadata) -> None: ...
-
-
-FINISH = "finish"  # prove_deletion: the deletion may be finished
-RESTORED = "restored"  # prove_deletion: not proven; the segment is served again
-LEFT = "left"  # prove_deletion: not proven, of a history the partition does not serve: left alone
-UNPROVEN = "unproven"  # prove_deletion: the proof could not be read (a storage error): the next pass
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass
-class DeletionOutcome:
-    deleted: list[RemoteLogSegmentMetadata] = field(default_factory=list)
-    failed: list[tuple[RemoteLogSegmentMetadata, str]] = field(default_factory=list)
-    refused: list[tuple[RemoteLogSegmentMetadata, str]] = field(default_factory=list)  # no proof
-    log_start_offset: int | None = None
-
-    def merge(self, other: DeletionOutcome) -> None:
-        self.deleted += other.deleted
-        self.failed += other.failed
-        self.refused += other.refused
-        if other.log_start_offset is not None:
-            self.log_start_offset = other.log_start_offset
 
 
 class SegmentDeleter:
@@ -153,6 +121,7 @@ class SegmentDeleter:
         # (partition, claim epoch, claim id) -> the highest remote log start offset it published there
         self.published_starts: dict[tuple[TopicPartition, int, uuid.UUID | None], int] = {}
         self.claims: dict[TopicPartition, tuple[int, uuid.UUID]] = {}  # the claim each pass acts under
+        self.evidence = DeletionEvidence(storage, keys, decryption)
 
     def _publish_confirmed(self, record: MetadataRecord, what: str) -> None:
         offset = self.metadata.publish(record)
@@ -206,7 +175,7 @@ class SegmentDeleter:
                 out.refused.append((segment, proof))
         dangling = []
         for segment in plan.dangling:
-            found = self._acknowledged_or_unknown(segment)
+            found = self.evidence.acknowledged_or_unknown(segment)
             if found is None:
                 continue  # could not be asked: the next pass
             if found:
@@ -226,91 +195,13 @@ class SegmentDeleter:
                 out.failed.append((segment, error))
         return out
 
-    def unreadable_rewrites(
-        self, part: PartitionRemoteState, writer_epoch: int, every: bool
-    ) -> list[RemoteLogSegmentMetadata]:
-        """Served rewrites whose data or index object is not in the bucket: a rewrite's objects are
-        uploaded before its FINISHED is published, so one without them was forged (with the claim's
-        epoch and writer id) or lost its data. Those under this claim are checked on every pass, all
-        of them when ``every`` (once per claim: the ones of earlier claims, an operator's merge).
-
-        A rewrite whose objects are there but whose index does not verify against its metadata (junk
-        or another segment's objects at its keys) is one too, when every segment it names is still
-        FINISHED: deleting it then serves them again and loses nothing (the index is read only then).
-        A storage error, or an encrypted index whose key cannot be had, proves nothing: the rewrite
-        stays, counted, and is checked again at the next pass."""
-        out = []
-        for rewrite in part.finished():
-            if not rewrite.supersedes or not (every or rewrite.writer_epoch == writer_epoch):
-                continue
-            try:
-                present = self._has_objects(rewrite)
-                corrupt = present and self._corrupt_with_sources_kept(rewrite, part)
-            except StorageError as exc:
-                proof_failed(PROOF_STORAGE_ERROR, f"checking served rewrite {rewrite.segment_id}", exc)
-                continue
-            if not present or corrupt is not None:
-                log.error(
-                    "served rewrite %s (%d..%d) %s (a forged record, or its data was lost): deleting it, "
-                    "which serves again what it superseded",
-                    rewrite.segment_id,
-                    rewrite.start_offset,
-                    rewrite.end_offset,
-                    "has no objects in the bucket" if not present else f"does not read back ({corrupt})",
-                )
-                out.append(rewrite)
-        return out
-
-    def _corrupt_with_sources_kept(
-        self, rewrite: RemoteLogSegmentMetadata, part: PartitionRemoteState
-    ) -> str | None:
-        """Why ``rewrite``'s index does not verify, when every segment it names is still FINISHED
-        (None: it verifies, or something it names is gone, or its key cannot be had). Raises
-        StorageError."""
-        named = [part.segments.get(sid) for sid in rewrite.supersedes]
-        if any(s is None or s.state is not _S.COPY_SEGMENT_FINISHED for s in named):
-            return None
-        try:
-            fetch_index(self.storage, self.keys, rewrite, cipher=self.decryption.cipher(rewrite))
-        except (CorruptObjectError, InvalidRangeError) as exc:  # shorter than its metadata says: corrupt
-            return str(exc)
-        except SegmentKeyError as exc:
-            proof_failed(PROOF_UNREADABLE, f"checking served rewrite {rewrite.segment_id}", exc)
-        return None
+    def owned_objects(self, segment: RemoteLogSegmentMetadata) -> SegmentObjectKeys:
+        return self.evidence.owned_objects(segment)
 
     def proven_superseded(
         self, part: PartitionRemoteState, only: Set[uuid.UUID] | None = None
     ) -> frozenset[uuid.UUID]:
-        """The segments an accepted rewrite supersedes (``part.rewrite_proofs``) that the rewrite is
-        shown to hold: its index read and verified against its metadata, the source's too, and every
-        block of the source covered (:mod:`processor.lifecycle.rewrite_proof`). The record alone
-        proves nothing (it may be forged with the claim's epoch and writer id), nor do objects at
-        its keys; a rewrite that cannot be read, or an error while reading, proves nothing either:
-        the source is kept, counted, and asked again at the next pass. ``only``: just these."""
-        proofs = part.rewrite_proofs()
-        if only is not None:
-            proofs = {sid: rewrite for sid, rewrite in proofs.items() if sid in only}
-        if not proofs:
-            return frozenset()
-        reader = RewriteProofs(self.storage, self.keys, self.decryption)
-        proven = set()
-        for sid, rewrite in proofs.items():
-            source = part.segments[sid]
-            try:
-                reader.covers(rewrite, source, part.segments)
-            except NotProven as exc:
-                what = f"{source.segment_id}, superseded by {rewrite.segment_id}"
-                proof_failed(exc.reason, what, exc.detail)
-                continue
-            proven.add(sid)
-        return frozenset(proven)
-
-    def _has_objects(self, segment: RemoteLogSegmentMetadata) -> bool:
-        try:
-            keys = self.owned_objects(segment)
-        except InvalidNameError:
-            return False  # names objects that are not its own: nothing of it can be read
-        return all(self.storage.stat(key) is not None for key in (keys.data, keys.index))
+        return self.evidence.proven_superseded(part, only)
 
     def delete_superseded(
         self,
@@ -365,7 +256,7 @@ class SegmentDeleter:
         if self.started.get(segment.segment_id.id) == (segment.writer_epoch, segment.event_timestamp_ms):
             return FINISH
         if segment.replaces_state is _S.COPY_SEGMENT_STARTED:
-            found = self._acknowledged_or_unknown(segment)
+            found = self.evidence.acknowledged_or_unknown(segment)
             if found is None:
                 return UNPROVEN
             return REFUSED_ACKNOWLEDGED if found else FINISH
@@ -376,7 +267,7 @@ class SegmentDeleter:
         if segment.end_offset < log_start_offset:
             return FINISH
         try:
-            complete = self._has_objects(segment)  # keys not its own: not complete
+            complete = self.evidence.has_objects(segment)  # keys not its own: not complete
         except StorageError as exc:  # no answer is no proof: a failed HEAD never finishes a deletion
             proof_failed(PROOF_STORAGE_ERROR, f"the deletion of {segment.segment_id}", exc)
             return UNPROVEN
@@ -396,37 +287,12 @@ class SegmentDeleter:
             return LEFT
         return RESTORED
 
-    def _acknowledged_or_unknown(self, segment: RemoteLogSegmentMetadata) -> bool | None:
-        """:meth:`acknowledged`, or None (counted, logged) when the storage could not say."""
-        try:
-            return self.acknowledged(segment)
-        except StorageError as exc:
-            proof_failed(PROOF_STORAGE_ERROR, f"the manifest of {segment.segment_id}", exc)
-            return None
-
-    def acknowledged(self, segment: RemoteLogSegmentMetadata) -> bool:
-        """Whether ``segment`` (not served by the view a deletion was planned on) has a manifest:
-        then it is acknowledged data, and it is refused, logged and counted instead of deleted."""
-        if not acknowledged(self.storage, segment):
-            return False
-        metrics.DELETIONS_REFUSED.labels(REFUSED_ACKNOWLEDGED).inc()
-        log.error(
-            "not deleting %s (%s, %d..%d): the metadata does not serve it, but its manifest is in the "
-            "bucket, so its copy was acknowledged; the metadata topic is behind the bucket (lost, "
-            "compacted or another one): run `processor rebuild-metadata`",
-            segment.segment_id,
-            segment.state.value,
-            segment.start_offset,
-            segment.end_offset,
-        )
-        return True
-
     def delete_segment(
         self, segment: RemoteLogSegmentMetadata, reason: DeleteReason, writer_epoch: int
     ) -> str | None:
         """Delete one segment; returns None when done, or the storage error (recorded for retry)."""
         if segment.state is _S.DELETE_SEGMENT_STARTED:
-            deleting = self._state_deletion_again(segment, writer_epoch)
+            deleting = self.state_deletion_again(segment, writer_epoch)
         else:
             # conditional on the state the plan saw, and confirmed before any object goes: a copy
             # that finished since the plan makes the fold reject it (then nothing is deleted)
@@ -451,7 +317,7 @@ class SegmentDeleter:
         )
         return None
 
-    def _state_deletion_again(
+    def state_deletion_again(
         self, segment: RemoteLogSegmentMetadata, writer_epoch: int
     ) -> RemoteLogSegmentMetadata:
         """A deletion found in the metadata is stated again under this writer's claim, and confirmed,
@@ -475,13 +341,6 @@ class SegmentDeleter:
                 self.storage.delete(self.owned_objects(segment).manifest)
             except (StorageError, InvalidNameError) as exc:
                 log.warning("could not delete the manifest of %s yet: %s", segment.segment_id, exc)
-
-    def owned_objects(self, segment: RemoteLogSegmentMetadata) -> SegmentObjectKeys:
-        """The segment's objects, if its record names objects that are its own (else InvalidNameError)."""
-        sid = segment.segment_id
-        return self.keys.owned_objects(
-            sid.topic, sid.partition, sid.id, sid.topic_id, segment.data_object_key, segment.index_object_key
-        )
 
     def delete_objects(self, segment: RemoteLogSegmentMetadata) -> str | None:
         """Delete the segment's own objects; on a storage error (or keys that are not the segment's)
@@ -535,7 +394,7 @@ class SegmentDeleter:
         (an overlap with a served segment whose key a rejected record shadows), a reader of the
         compacted topic may have served it; the deletion unserves it there before anything the
         owner re-publishes after it."""
-        found = self._acknowledged_or_unknown(segment)
+        found = self.evidence.acknowledged_or_unknown(segment)
         if found is None:
             return "its manifest could not be asked for"
         if found:
@@ -562,66 +421,6 @@ class SegmentDeleter:
         self.tombstones.tombstone(segment)
         metrics.SEGMENTS_DELETED.labels(DeleteReason.DANGLING.value).inc()
         return None
-
-    def retry_failed(
-        self,
-        pending: Iterable[RemoteLogSegmentMetadata],
-        writer_epoch: int,
-        known: Callable[[RemoteLogSegmentMetadata], RemoteLogSegmentMetadata | None],
-        log_start_offset: int = 0,
-        servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
-    ) -> DeletionOutcome:
-        """Retry entries of the deletion topic. An entry is input like any other: it is acted on only
-        if the metadata fold (``known``: the segment's accepted state) says the segment is being
-        deleted; an entry for a segment the fold no longer knows is resolved (already gone), one
-        for a segment the fold does not show as being deleted is resolved and never deleted."""
-        out = DeletionOutcome()
-        for entry in pending:
-            state = known(entry)
-            if state is not None and state.state is _S.DELETE_SEGMENT_STARTED:
-                proof = self.prove_deletion(state, writer_epoch, log_start_offset, servable)
-                if proof == UNPROVEN:
-                    continue  # the entry stays for the next pass
-                if proof != FINISH:
-                    if proof == REFUSED_ACKNOWLEDGED:
-                        out.refused.append((state, proof))
-                    self.failed.resolve(entry)
-                    continue
-            if state is None or state.state is not _S.DELETE_SEGMENT_STARTED:
-                if state is not None:
-                    log.warning(
-                        "deletion topic entry for %s ignored: the metadata shows it %s, not being deleted",
-                        entry.segment_id,
-                        state.state.value,
-                    )
-                self.failed.resolve(entry)
-                continue
-            try:
-                state = self._state_deletion_again(state, writer_epoch)
-            except FencedWriterError as exc:  # left for the next pass, judged on the state it shows then
-                log.warning("deletion topic entry for %s not retried: %s", entry.segment_id, exc)
-                continue
-            try:
-                keys = self.owned_objects(state)
-                for key in keys.in_delete_order():
-                    self.storage.delete(key)
-            except (StorageError, InvalidNameError) as exc:
-                metrics.DELETE_FAILURES.inc()
-                out.failed.append((state, str(exc)))
-                continue
-            finished = replace(
-                state,
-                state=_S.DELETE_SEGMENT_FINISHED,
-                event_timestamp_ms=self.clock_ms(),
-                writer_id=self.writer_id,
-                writer_epoch=writer_epoch,
-            )
-            self.metadata.publish(finished)
-            self.finished[state.segment_id.id] = finished.event_timestamp_ms
-            self.failed.resolve(state)
-            metrics.SEGMENTS_DELETED.labels(DeleteReason.RETRY.value).inc()
-            out.deleted.append(state)
-        return out
 
     def repair(self, segment: RemoteLogSegmentMetadata, writer_epoch: int) -> None:
         """Re-publish a served segment's accepted state under this writer's claim: a rejected record

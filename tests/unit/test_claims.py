@@ -15,6 +15,7 @@ from processor.follower.cache_writes import RawMessage
 from processor.follower.materializer import Materializer
 from processor.follower.metadata_cache import MetadataCache
 from processor.kafka.partition import TopicPartition
+from processor.lifecycle.deletion_retries import retry_failed
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, plan_retention
 from processor.lifecycle.retention_service import RetentionService, StateView, clean_partition
@@ -209,7 +210,7 @@ def test_deletes_touch_only_the_segments_own_objects(tmp_path: Path) -> None:
         d.owned_objects(other_segment)
     # a deletion-topic entry naming a served segment is resolved, never acted on
     entry = served.with_state(S.DELETE_SEGMENT_STARTED, 3)
-    out = d.retry_failed([entry], epoch, log.state().accepted_state)
+    out = retry_failed(d, [entry], epoch, log.state().accepted_state)
     assert out.deleted == [] and out.failed == []
     assert served.data_object_key in {i.key for i in storage.list("")}
     assert "other-app/secret.log" in {i.key for i in storage.list("")}

@@ -12,6 +12,7 @@ import pytest
 from processor import metrics
 from processor.errors import FencedWriterError, StorageError
 from processor.kafka.partition import TopicPartition
+from processor.lifecycle.deletion_retries import retry_failed
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, plan_retention
 from processor.lifecycle.retention_service import RetentionService, StateView
@@ -213,7 +214,7 @@ def test_a_retried_deletion_the_readers_refuse_deletes_nothing(tmp_path: Path) -
     deleter.started[seg.segment_id.id] = (stuck.writer_epoch, stuck.event_timestamp_ms)  # its own
     with pytest.raises(FencedWriterError):
         deleter.execute(TP, plan_retention([stuck], RetentionLimits(), 10_000), 2)
-    out = deleter.retry_failed([seg], 2, lambda s: stuck)
+    out = retry_failed(deleter, [seg], 2, lambda s: stuck)
     assert out.deleted == [] and out.failed == []
     assert len(list(storage.list(""))) == 2, "data and index stay"
     assert [k for k, _ in journal.events] == ["publish", "publish"]  # the two refused statements
@@ -231,9 +232,9 @@ def test_retry_from_the_deletion_topic_finishes_the_segment(tmp_path: Path) -> N
         return _published_deletes(journal).get(seg.segment_id.id, stuck)
 
     storage.fail = True
-    assert deleter.retry_failed([seg], 3, readers_hold).failed
+    assert retry_failed(deleter, [seg], 3, readers_hold).failed
     storage.fail = False
-    out = deleter.retry_failed([seg], 3, readers_hold)
+    out = retry_failed(deleter, [seg], 3, readers_hold)
     assert [s.segment_id for s in out.deleted] == [stuck.segment_id] and list(storage.list("")) == []
     assert [k for k, _ in journal.events] == ["publish", "publish", "publish", "resolved"]
     again = journal.events[1][1]  # stated again under its claim before the objects went

@@ -1,0 +1,44 @@
+"""What the deleter (processor/lifecycle/segment_deleter.py) talks to, and what it answers: the
+metadata and deletion topics behind small protocols, a pass's outcome, a deletion's proof verdicts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from processor.metadata.model import MetadataRecord, RemoteLogSegmentMetadata
+
+
+class MetadataWriter(Protocol):
+    def publish(self, record: MetadataRecord) -> int: ...
+
+
+class Tombstones(Protocol):
+    def tombstone(self, segment: RemoteLogSegmentMetadata) -> int: ...
+
+
+class FailedDeletions(Protocol):
+    def record_failed(self, segment: RemoteLogSegmentMetadata) -> None: ...
+
+    def resolve(self, segment: RemoteLogSegmentMetadata) -> None: ...
+
+
+FINISH = "finish"  # prove_deletion: the deletion may be finished
+RESTORED = "restored"  # prove_deletion: not proven; the segment is served again
+LEFT = "left"  # prove_deletion: not proven, of a history the partition does not serve: left alone
+UNPROVEN = "unproven"  # prove_deletion: the proof could not be read (a storage error): the next pass
+
+
+@dataclass
+class DeletionOutcome:
+    deleted: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    failed: list[tuple[RemoteLogSegmentMetadata, str]] = field(default_factory=list)
+    refused: list[tuple[RemoteLogSegmentMetadata, str]] = field(default_factory=list)  # no proof
+    log_start_offset: int | None = None
+
+    def merge(self, other: DeletionOutcome) -> None:
+        self.deleted += other.deleted
+        self.failed += other.failed
+        self.refused += other.refused
+        if other.log_start_offset is not None:
+            self.log_start_offset = other.log_start_offset
