@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from processor.errors import ConfigError, InvalidNameError
 from processor.kafka.security import ENV_NAMES, KafkaConnection, KafkaSecurity
 from processor.lifecycle.retention_config import RetentionOverride
+from processor.metadata import authentication
 from processor.segment.object_keys import validate_prefix, validate_topic
 from processor.units import parse_duration_ms, parse_size
 
@@ -206,6 +207,17 @@ class Settings(BaseSettings):
     )
     s3_sse_kms_key_id: str | None = None
     s3_sse_bucket_key: bool = True
+    # Authenticated metadata (processor/metadata/authentication.py, docs/security.md): off; sign
+    # (writers add an HMAC to every record of the metadata and deletion topics, readers count what
+    # does not verify); require (readers also refuse it). Turn sign on everywhere, then require.
+    metadata_auth: str = Field(
+        default="off", pattern=r"^(off|sign|require)$", description="off, sign or require"
+    )
+    # A directory of key files (`processor keyring new --dir DIR`): every reader and writer needs it.
+    metadata_auth_keys: Path | None = None
+    # Under require: unsigned records the broker appended before this time (milliseconds since the
+    # epoch) are still folded (an archive's records from before signing).
+    metadata_auth_unsigned_before: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -361,6 +373,11 @@ class Settings(BaseSettings):
             )
         if self.encryption == "kms" and not self.kms_key_id:
             raise ValueError("PROCESSOR_ENCRYPTION=kms needs PROCESSOR_KMS_KEY_ID")
+        if self.metadata_auth != "off" and self.metadata_auth_keys is None:
+            raise ValueError(
+                f"PROCESSOR_METADATA_AUTH={self.metadata_auth} needs PROCESSOR_METADATA_AUTH_KEYS "
+                "(a key directory)"
+            )
         if self.s3_sse_kms_key_id and self.s3_sse != "aws:kms":
             raise ValueError("PROCESSOR_S3_SSE_KMS_KEY_ID needs PROCESSOR_S3_SSE=aws:kms")
         problems = self.kafka_security.problems()
@@ -513,4 +530,11 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         problems.append(str(exc))
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    # every writer of this process signs and every reader screens by it (the keys are read now, so
+    # a missing or empty key directory stops the command here)
+    authentication.install(
+        authentication.from_settings(
+            settings.metadata_auth, settings.metadata_auth_keys, settings.metadata_auth_unsigned_before
+        )
+    )
     return settings

@@ -92,6 +92,14 @@ METADATA_REJECTED = Counter(
     "(state machine), overlap (a finished segment over a served one), internal_error",
     ["reason"],
 )
+METADATA_UNAUTHENTICATED = Counter(
+    "processor_metadata_unauthenticated_total",
+    "Records of the metadata or deletion topic (domain) whose authenticator does not verify, by "
+    "reason (unsigned, malformed, unknown_version, unknown_key, bad_tag) and outcome: refused (never "
+    "folded: PROCESSOR_METADATA_AUTH=require) or folded (sign, or an unsigned record from before "
+    "PROCESSOR_METADATA_AUTH_UNSIGNED_BEFORE)",
+    ["domain", "reason", "outcome"],
+)
 FENCED_REVOCATIONS = Counter(
     "processor_fenced_revocations_total",
     "Partitions this worker stopped writing because the metadata showed another claim holds them",

@@ -38,6 +38,8 @@ DEFAULTS: dict[str, str] = {
     "ssl_cafile": "system CAs",
     "worker_urls": "`http://127.0.0.1:$PROCESSOR_WEB_PORT`",
     "encryption_keyring": "none",
+    "metadata_auth_keys": "none",
+    "metadata_auth_unsigned_before": "none",
     "kms_key_id": "none",
     "kms_topic_key_ids": "none",
     "s3_sse_kms_key_id": "the bucket's default key",
@@ -147,6 +149,18 @@ MEANINGS: dict[str, str] = {
     "s3_sse": "S3 server-side encryption of every object: `none`, `AES256` (SSE-S3) or `aws:kms` (SSE-KMS)",
     "s3_sse_kms_key_id": "SSE-KMS key id or ARN",
     "s3_sse_bucket_key": "SSE-KMS with S3 Bucket Keys (fewer KMS requests)",
+    "metadata_auth": (
+        "`off`, `sign` (writers add an HMAC to every metadata and deletion topic record) or `require` "
+        "(readers also refuse what does not verify): see [security](security.md#authenticated-metadata)"
+    ),
+    "metadata_auth_keys": (
+        "directory of key files (`processor keyring new --dir DIR`) the metadata authenticator uses; "
+        "every worker, command, gateway and Spark node needs it"
+    ),
+    "metadata_auth_unsigned_before": (
+        "under `require`: unsigned records the broker appended before this time (ms since the epoch) "
+        "are still folded (the records from before signing)"
+    ),
     "fetch_concurrency": "source fetch requests in flight (each for the ready partitions of one broker)",
     "security_protocol": f"`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`: see {SECURITY}",
     "sasl_mechanism": "`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`, `OAUTHBEARER`",

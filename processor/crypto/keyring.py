@@ -337,6 +337,12 @@ class KeyringProvider(KeyProvider):
             )
         return default
 
+    def default_keys(self) -> dict[str, tuple[int, bytes]]:
+        """Every default key (topic null) now in the directory, by key id: its ``created_ms`` and its
+        material (the metadata authenticator's keys, :mod:`processor.metadata.authentication`)."""
+        keys, _tombstones = self._scan()
+        return {k.key_id: (k.created_ms, k.material) for k in keys.values() if k.topic is None}
+
     # --- KeyProvider
 
     def current_key_id(self, topic: str, topic_id: str = "") -> str:

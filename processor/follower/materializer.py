@@ -26,6 +26,7 @@ from processor.errors import MetadataTopicError
 from processor.follower.cache_writes import ApplyResult, RawMessage
 from processor.follower.metadata_cache import MetadataCache
 from processor.kafka.partition import TopicPartition
+from processor.metadata.authentication import metadata_screener
 from processor.metadata.read_to_end import EndSnapshot
 from processor.metadata.remote_log_state import PartitionRemoteState
 
@@ -169,6 +170,7 @@ class Materializer:
         if not batch:
             return 0
         messages: list[RawMessage] = []
+        screen = metadata_screener()
         for msg in batch:
             err = msg.error()
             if err is not None:
@@ -185,8 +187,8 @@ class Materializer:
                     self.refused = err  # catch_up stops at once; the running service keeps asking
                 log.warning("metadata consumer: %s", err)
                 continue
-            messages.append(
-                RawMessage(int(msg.partition() or 0), int(msg.offset() or 0), msg.key(), msg.value())
+            messages.append(  # the value passes the authentication screen (refused: one the fold rejects)
+                RawMessage(int(msg.partition() or 0), int(msg.offset() or 0), msg.key(), screen(msg))
             )
         result = self.cache.apply_batch(messages, self.source_topics)
         self._record(messages, result)

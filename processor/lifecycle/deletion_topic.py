@@ -16,9 +16,11 @@ import logging
 
 from processor.kafka.clients import KafkaTarget, new_admin
 from processor.kafka.partition import TopicPartition
+from processor.metadata.authentication import DOMAIN_DELETION
 from processor.metadata.codec import delete_key, encode_value, metadata_partition_for, segment_key
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
 from processor.metadata.topic_io import (
+    UNAUTHENTICATED,
     DurableProducer,
     ensure_compacted_topic,
     read_partitions,
@@ -92,18 +94,26 @@ class DeletionTopic:
             self._partition(segment.topic_partition),
             segment_key(segment.segment_id),
             encode_value(entry),
+            domain=DOMAIN_DELETION,
         )
 
     def resolve(self, segment: RemoteLogSegmentMetadata) -> None:
         self.producer.send(
-            self.topic, self._partition(segment.topic_partition), segment_key(segment.segment_id), None
+            self.topic,
+            self._partition(segment.topic_partition),
+            segment_key(segment.segment_id),
+            None,
+            domain=DOMAIN_DELETION,
         )
 
     def pending(self, wanted: set[TopicPartition] | None = None) -> list[RemoteLogSegmentMetadata]:
         """Entries not yet resolved (latest value per key is not a tombstone), oldest first."""
         latest: dict[bytes, RemoteLogSegmentMetadata | None] = {}
-        for msg in read_partitions(self.kafka, self.topic, list(range(self.num_partitions))):
+        parts = list(range(self.num_partitions))
+        for msg in read_partitions(self.kafka, self.topic, parts, domain=DOMAIN_DELETION):
             key = msg.key or b""
+            if msg.error == UNAUTHENTICATED:
+                continue  # neither an entry nor its resolution: counted and logged by the screen
             if msg.record is None:
                 if msg.error != "tombstone":
                     log.warning(

@@ -19,6 +19,7 @@ from processor.errors import FormatError, MetadataTopicError
 from processor.kafka.admin import ensure_topic, partition_counts, set_topic_config, topic_config
 from processor.kafka.clients import KafkaTarget, new_admin, new_consumer, new_producer
 from processor.kafka.partition import TopicPartition
+from processor.metadata import authentication
 from processor.metadata.codec import decode_value, encode_value, metadata_partition_for, record_key
 from processor.metadata.fold import MetadataFold
 from processor.metadata.model import MetadataRecord
@@ -131,7 +132,28 @@ def ensure_compacted_topic(
     except KafkaException as exc:
         raise MetadataTopicError(f"cannot create or describe {what} {topic}: {exc.args[0]}") from None
     require_compacted(admin, topic, what, min_lag_ms)
+    if authentication.installed().unsigned_before_ms is not None:
+        require_log_append_time(admin, topic, what)
     return created
+
+
+def require_log_append_time(admin: AdminClient, topic: str, what: str, timeout_s: float = 15.0) -> None:
+    """Under PROCESSOR_METADATA_AUTH_UNSIGNED_BEFORE an unsigned record is folded by its timestamp:
+    the broker must set it (``message.timestamp.type=LogAppendTime``), or a record written now could
+    claim an earlier time. Set when missing (logged); a refusal is a MetadataTopicError naming the
+    command that fixes it."""
+    try:
+        current = topic_config(admin, topic, timeout_s).get("message.timestamp.type")
+        if current == "LogAppendTime":
+            return
+        set_topic_config(admin, topic, "message.timestamp.type", "LogAppendTime", timeout_s)
+    except KafkaException as exc:
+        raise MetadataTopicError(
+            f"{what} {topic} must have message.timestamp.type=LogAppendTime while "
+            f"PROCESSOR_METADATA_AUTH_UNSIGNED_BEFORE is set, and setting it failed: {exc.args[0]}. Run: "
+            f"{_alter_command(topic, 'message.timestamp.type=LogAppendTime')}"
+        ) from None
+    log.warning("%s %s: set message.timestamp.type=LogAppendTime (was %s)", what, topic, current)
 
 
 def ensure_metadata_topic(kafka: KafkaTarget, topic: str, partitions: int, replication: int | None) -> int:
@@ -167,9 +189,17 @@ class DurableProducer:
         self._lock = threading.Lock()
 
     def send(
-        self, topic: str, partition: int, key: bytes, value: bytes | None, timeout_s: float = 30.0
+        self,
+        topic: str,
+        partition: int,
+        key: bytes,
+        value: bytes | None,
+        timeout_s: float = 30.0,
+        domain: bytes = authentication.DOMAIN_METADATA,
     ) -> int:
-        """Produce one message durably; returns its offset. Raises MetadataTopicError."""
+        """Produce one message durably, with its authenticator when signing is on (``domain``: the
+        metadata or the deletion topic); returns its offset. Raises MetadataTopicError."""
+        headers = authentication.installed().headers(domain, key, value)
         done = threading.Event()
         result: dict[str, Any] = {}
 
@@ -181,7 +211,7 @@ class DurableProducer:
         with self._lock:
             try:
                 self._producer.produce(
-                    topic, value=value, key=key, partition=partition, on_delivery=on_delivery
+                    topic, value=value, key=key, partition=partition, on_delivery=on_delivery, headers=headers
                 )
             except (KafkaException, BufferError) as exc:
                 raise MetadataTopicError(f"cannot publish to {topic}: {exc}") from exc
@@ -218,6 +248,9 @@ class MetadataPublisher:
         self._producer.close()
 
 
+UNAUTHENTICATED = "unauthenticated"  # a MetadataMessage's error: refused by the authentication screen
+
+
 @dataclass(frozen=True, slots=True)
 class MetadataMessage:
     partition: int
@@ -229,11 +262,19 @@ class MetadataMessage:
 
 
 def read_partitions(
-    kafka: KafkaTarget, topic: str, partitions: list[int], timeout_s: float = 30.0
+    kafka: KafkaTarget,
+    topic: str,
+    partitions: list[int],
+    timeout_s: float = 30.0,
+    domain: bytes = authentication.DOMAIN_METADATA,
 ) -> Iterator[MetadataMessage]:
     """Read the given metadata partitions from the beginning up to their end (see
     :mod:`processor.metadata.read_to_end`: a snapshot of the high watermarks, re-queried once, and
-    one absolute deadline). Records other writers publish meanwhile do not keep it reading."""
+    one absolute deadline). Records other writers publish meanwhile do not keep it reading. Every
+    message passes the process's authentication screen (``domain``: the metadata or the deletion
+    topic): one refused comes with ``error`` "unauthenticated" and the value
+    :data:`~processor.metadata.authentication.REFUSED`, which the fold rejects."""
+    screen = authentication.installed().screener(domain)
     consumer = new_consumer(kafka, "processor-meta-reader")
     try:
         if not partitions:
@@ -251,7 +292,10 @@ def read_partitions(
                     raise MetadataTopicError(f"reading {topic}: {err}")
                 p, off = int(msg.partition() or 0), int(msg.offset() or 0)
                 next_offset[p] = off + 1
-                value = msg.value()
+                value = screen(msg)
+                if value is authentication.REFUSED and msg.value() != value:  # not an empty value
+                    yield MetadataMessage(p, off, msg.key(), None, UNAUTHENTICATED, value)
+                    continue
                 if value is None:  # tombstone: the key's segment is gone
                     yield MetadataMessage(p, off, msg.key(), None, "tombstone")
                     continue

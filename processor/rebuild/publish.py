@@ -29,6 +29,7 @@ from confluent_kafka import KafkaError
 from processor.errors import MetadataTopicError
 from processor.kafka.clients import KafkaTarget, new_producer
 from processor.kafka.partition import TopicPartition
+from processor.metadata import authentication
 from processor.metadata.codec import encode_value, metadata_partition_for, record_key
 from processor.metadata.model import ClaimKind, MetadataRecord, PartitionClaim, RemoteLogStartOffset
 from processor.rebuild.resolve import REBUILD_WRITER, PartitionRebuild
@@ -65,9 +66,10 @@ class _Round:
         if partition is None:
             partition = metadata_partition_for(record.topic_partition, self.partitions)
         value, key = encode_value(record), record_key(record)
+        headers = authentication.installed().headers(authentication.DOMAIN_METADATA, key, value)
         while True:
             try:
-                self.producer.produce(self.topic, value, key, partition, delivered)
+                self.producer.produce(self.topic, value, key, partition, delivered, headers=headers)
                 return
             except BufferError:  # librdkafka's queue is full: serve delivery reports, retry
                 self.producer.poll(0.1)
