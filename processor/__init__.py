@@ -14,6 +14,7 @@ Packages by floor, each importing only the floors below it (ARCHITECTURE.md "Lay
     spark/      the Spark data sources and the audit (spark/entry.py reads their settings)
     restore/    archived records back into Kafka, exactly once
     rebuild/    the metadata topic rebuilt from the bucket
+    rewrite/    archived segments rewritten: merges of small segments, erasures of keys
     devstack/   the local stack (Apache Kafka or Tansu, SeaweedFS) for demos and tests
   read side:
     reader/     remote reads by offset and by timestamp
