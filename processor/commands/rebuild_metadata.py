@@ -2,7 +2,8 @@
 from the bucket alone.
 
 It lists the configured bucket prefix (its folders in parallel), reads every segment's manifest
-(in parallel, one GET each), decides through the metadata fold what is served
+(in parallel, one GET each), a source partition's folders at a time (memory bounded by the largest
+partition, not the bucket), decides through the metadata fold what is served
 (processor/rebuild/resolve.py) and publishes it to the metadata topic (created when missing;
 ``--to-topic`` for another): per partition a claim, the served
 segments' COPY_SEGMENT_FINISHED records under its epoch, a release. Then it folds what it published
@@ -21,7 +22,6 @@ import argparse
 import json
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,12 +34,19 @@ from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import metadata_partition_for
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.topic_io import ensure_metadata_topic, read_partitions
-from processor.rebuild.inventory import Inventory, take_inventory
-from processor.rebuild.listing import list_in_parallel
-from processor.rebuild.manifests import READ_THREADS, Problem, read_manifests
-from processor.rebuild.publish import publish_rebuild
-from processor.rebuild.resolve import PartitionRebuild, plan_rebuild
+from processor.rebuild.inventory import Inventory
+from processor.rebuild.manifests import READ_THREADS, Problem
+from processor.rebuild.publish import Publisher
+from processor.rebuild.resolve import PartitionRebuild
 from processor.rebuild.served_index import indexed_fold
+from processor.rebuild.stream import (
+    GroupRead,
+    PartitionSummary,
+    ServedDigest,
+    candidate_topics,
+    list_groups,
+    plan_groups,
+)
 from processor.segment.object_keys import ObjectKeyFactory, validate_topic
 from processor.wiring.storage import build_storage
 
@@ -48,17 +55,24 @@ log = logging.getLogger(__name__)
 SHOWN = 20  # inconsistencies listed one by one in text output (all of them in --json)
 
 
+BATCH_SEGMENTS = 20_000  # segments planned before a batch is published (memory: a batch's records)
+
+
 @dataclass
 class RebuildReport:
     metadata_topic: str
     dry_run: bool
     objects_listed: int = 0
-    plan: dict[TopicPartition, PartitionRebuild] = field(default_factory=dict)
-    inventory: Inventory = field(default_factory=Inventory)
+    partitions: dict[TopicPartition, PartitionSummary] = field(default_factory=dict)
+    inventory: Inventory = field(default_factory=Inventory)  # problems only: its complete list stays empty
     bad_manifests: list[Problem] = field(default_factory=list)
     claims: dict[TopicPartition, int] = field(default_factory=dict)
     mismatches: list[str] = field(default_factory=list)  # published vs planned, after folding
     seconds: float = 0.0
+
+    @property
+    def segments(self) -> int:
+        return sum(p.segments for p in self.partitions.values())
 
     @property
     def inconsistent(self) -> bool:
@@ -66,37 +80,47 @@ class RebuildReport:
             self.inventory.without_manifest
             or self.inventory.manifest_without_objects
             or self.bad_manifests
-            or any(p.not_served for p in self.plan.values())
+            or any(p.not_served for p in self.partitions.values())
         )
 
+    def take(self, read: GroupRead, plan: dict[TopicPartition, PartitionRebuild]) -> None:
+        """Keep what the report says of one group read and planned (not its segments)."""
+        self.inventory.without_manifest += read.inventory.without_manifest
+        self.inventory.manifest_without_objects += read.inventory.manifest_without_objects
+        self.inventory.other_objects += read.inventory.other_objects
+        self.bad_manifests += read.problems
+        for tp, part in plan.items():
+            self.partitions[tp] = PartitionSummary.of(part)
+
     def to_json(self) -> dict[str, Any]:
+        parts = sorted(self.partitions.items())
         return {
             "metadata_topic": self.metadata_topic,
             "dry_run": self.dry_run,
             "objects_listed": self.objects_listed,
-            "segments": sum(len(p.served) for p in self.plan.values()),
+            "segments": self.segments,
             "partitions": [
                 {
                     "topic": tp.topic,
                     "partition": tp.partition,
                     "topic_id": p.topic_id,
-                    "segments": len(p.served),
+                    "segments": p.segments,
                     # sources a served rewrite replaces: published superseded, for the owner to delete
-                    "superseded": len(p.superseded),
-                    "start_offset": min((s.start_offset for s in p.served), default=None),
-                    "end_offset": max((s.end_offset for s in p.served), default=None),
+                    "superseded": p.superseded,
+                    "start_offset": p.start_offset,
+                    "end_offset": p.end_offset,
                     "claim_epoch": self.claims.get(tp),
                 }
-                for tp, p in sorted(self.plan.items())
+                for tp, p in parts
             ],
-            "not_served": [
-                {"key": m.segment.data_object_key, "reason": why}
-                for p in self.plan.values()
-                for m, why in p.not_served
+            "not_served": [{"key": key, "reason": why} for _tp, p in parts for key, why in p.not_served],
+            "objects_without_manifest": sorted(o.data_key for o in self.inventory.without_manifest),
+            "manifests_without_objects": sorted(
+                o.manifest_key for o in self.inventory.manifest_without_objects
+            ),
+            "bad_manifests": [
+                {"key": b.key, "problem": b.what} for b in sorted(self.bad_manifests, key=lambda b: b.key)
             ],
-            "objects_without_manifest": [o.data_key for o in self.inventory.without_manifest],
-            "manifests_without_objects": [o.manifest_key for o in self.inventory.manifest_without_objects],
-            "bad_manifests": [{"key": b.key, "problem": b.what} for b in self.bad_manifests],
             "mismatches": self.mismatches,
             "seconds": self.seconds,
         }
@@ -114,7 +138,34 @@ def _broker_topic_ids(settings: Settings, topics: list[str], required: bool) -> 
     return topic_ids(admin, topics)
 
 
+class _Batches:
+    """Plans gathered until ``BATCH_SEGMENTS`` segments, then published (nothing, in a dry run)."""
+
+    def __init__(self, publisher: Publisher | None) -> None:
+        self.publisher = publisher
+        self.plan: dict[TopicPartition, PartitionRebuild] = {}
+        self.segments = 0
+
+    def add(self, plan: dict[TopicPartition, PartitionRebuild]) -> None:
+        if self.publisher is None:
+            return
+        self.plan.update(plan)
+        self.segments += sum(len(p.published) for p in plan.values())
+        if self.segments >= BATCH_SEGMENTS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.publisher is not None and self.plan:
+            self.publisher.publish(self.plan)
+        self.plan, self.segments = {}, 0
+
+
 def rebuild(settings: Settings, to_topic: str, dry_run: bool) -> RebuildReport:
+    """List, read, plan and publish a source partition at a time (processor/rebuild/stream.py): what
+    is held at once is one partition's listing and manifests, a batch of planned records and a
+    summary a partition. A topic the broker does not know (deleted, or a dry run without a broker)
+    takes the topic id of its newest segment anywhere in the bucket, so its partitions are read
+    once for that and planned in a second read."""
     started = time.monotonic()
     report = RebuildReport(to_topic, dry_run)
     # enough S3 connections for the parallel manifest reads
@@ -122,46 +173,55 @@ def rebuild(settings: Settings, to_topic: str, dry_run: bool) -> RebuildReport:
     try:
         keys = ObjectKeyFactory(settings.s3_prefix)
         root = f"{keys.prefix}/" if keys.prefix else ""
-        listed = [0]
-
-        def listing() -> Iterator[tuple[str, int]]:
-            for info in list_in_parallel(storage, root):
-                listed[0] += 1
-                yield info.key, info.size
-
-        report.inventory = take_inventory(listing())
-        report.objects_listed = listed[0]
-        with progress("reading manifests", len(report.inventory.complete)) as bar:
-            manifests, report.bad_manifests = read_manifests(
-                storage, keys, report.inventory.complete, on_read=bar
+        groups = list_groups(storage, root)
+        candidates = {
+            topic
+            for group in groups
+            for folder in group.folders
+            for topic in candidate_topics(folder[len(root) :].split("/")[0])
+        }
+        for group in groups:  # a store listed once: the topics of its keys
+            for info in group.listed or ():
+                candidates.update(candidate_topics(info.key[len(root) :].split("/")[0]))
+        broker_ids: dict[str, str | None] = dict(
+            _broker_topic_ids(settings, sorted(candidates), required=not dry_run)
+        )
+        partitions = 0
+        publisher = None
+        if not dry_run:
+            partitions = ensure_metadata_topic(
+                settings.kafka,
+                to_topic,
+                settings.metadata_partitions,
+                settings.metadata_replication_factor,
             )
+            publisher = Publisher(settings.kafka, to_topic, partitions)
+        batches = _Batches(publisher)
+        with progress("rebuilding partition folders", len(groups)) as bar:
+            planned = plan_groups(storage, keys, groups, broker_ids, int(time.time() * 1000), bar)
+            for read, plan in planned:
+                report.objects_listed += read.objects_listed
+                report.take(read, plan)
+                batches.add(plan)
+        batches.flush()
+        if publisher is not None:
+            report.claims = publisher.epochs
     finally:
         storage.close()
-    topics = sorted({m.segment.segment_id.topic for m in manifests})
-    broker_ids = _broker_topic_ids(settings, topics, required=not dry_run)
-    report.plan = plan_rebuild(manifests, broker_ids, int(time.time() * 1000))
-    del manifests  # the plan holds what it publishes and what it does not serve
     if not dry_run:
-        partitions = ensure_metadata_topic(
-            settings.kafka,
-            to_topic,
-            settings.metadata_partitions,
-            settings.metadata_replication_factor,
-        )
-        report.claims = publish_rebuild(settings.kafka, to_topic, partitions, report.plan)
-        report.mismatches = _check_published(settings, to_topic, partitions, report.plan)
+        report.mismatches = _check_published(settings, to_topic, partitions, report.partitions)
     report.seconds = round(time.monotonic() - started, 3)
     return report
 
 
 def _check_published(
-    settings: Settings, topic: str, partitions: int, plan: dict[TopicPartition, PartitionRebuild]
+    settings: Settings, topic: str, partitions: int, planned: dict[TopicPartition, PartitionSummary]
 ) -> list[str]:
     """Fold the published metadata partitions and compare every partition's served set with the plan
     (the fold of :func:`processor.metadata.topic_io.load_remote_state`, its served segments indexed
     by offset: the rebuild's partitions are large), one metadata partition at a time: the fold of
-    one is dropped before the next is read."""
-    wanted = {tp for tp, p in plan.items() if p.served}
+    one is dropped before the next is read. The served sets are compared by their digests."""
+    wanted = {tp for tp, p in planned.items() if p.segments}
     by_meta: dict[int, list[TopicPartition]] = {}
     for tp in sorted(wanted):
         by_meta.setdefault(metadata_partition_for(tp, partitions), []).append(tp)
@@ -174,10 +234,16 @@ def _check_published(
                 metrics.METADATA_REJECTED.labels(verdict.reason).inc()
                 log.warning("metadata record %d@%d rejected (%s)", msg.partition, msg.offset, verdict.reason)
         for tp in tps:
-            served = {s.segment_id.id for s in PartitionRemoteState.of(fold.partition(tp)).finished()}
-            planned = {s.segment_id.id for s in plan[tp].served}
-            if served != planned:
-                out.append((tp, f"{tp}: readers serve {len(served)} segments, {len(planned)} were published"))
+            served = ServedDigest()
+            for s in PartitionRemoteState.of(fold.partition(tp)).finished():
+                served.add(s.segment_id.id.bytes)
+            if served != planned[tp].served:
+                out.append(
+                    (
+                        tp,
+                        f"{tp}: readers serve {served.count} segments, {planned[tp].segments} were published",
+                    )
+                )
     return [line for _tp, line in sorted(out)]
 
 
@@ -196,18 +262,21 @@ def cmd_rebuild_metadata(args: argparse.Namespace) -> int:
 
 def _print(report: RebuildReport) -> None:
     verb = "would publish" if report.dry_run else "published"
-    for tp, part in sorted(report.plan.items()):
-        if part.served:
-            first, last = part.served[0].start_offset, part.served[-1].end_offset
+    for tp, part in sorted(report.partitions.items()):
+        if part.segments:
             epoch = "" if tp not in report.claims else f" under claim {report.claims[tp]}"
-            print(f"{tp}: {verb} {len(part.served)} segments, offsets {first}..{last}{epoch}")
-        for manifest, why in part.not_served[:SHOWN]:
-            print(f"{tp}: not served ({why}): {manifest.segment.data_object_key}")
+            offsets = f"{part.start_offset}..{part.end_offset}"
+            print(f"{tp}: {verb} {part.segments} segments, offsets {offsets}{epoch}")
+        for key, why in part.not_served[:SHOWN]:
+            print(f"{tp}: not served ({why}): {key}")
     inv = report.inventory
     for label, keys in (
-        ("objects without a manifest", [o.data_key for o in inv.without_manifest]),
-        ("manifests without their objects", [o.manifest_key for o in inv.manifest_without_objects]),
-        ("manifests that do not check out", [f"{b.key}: {b.what}" for b in report.bad_manifests]),
+        ("objects without a manifest", sorted(o.data_key for o in inv.without_manifest)),
+        ("manifests without their objects", sorted(o.manifest_key for o in inv.manifest_without_objects)),
+        (
+            "manifests that do not check out",
+            [f"{b.key}: {b.what}" for b in sorted(report.bad_manifests, key=lambda b: b.key)],
+        ),
     ):
         if keys:
             print(f"{len(keys)} {label}:")
@@ -215,10 +284,9 @@ def _print(report: RebuildReport) -> None:
                 print(f"  {key}")
     for mismatch in report.mismatches:
         print(f"published topic differs from the plan: {mismatch}")
-    segments = sum(len(p.served) for p in report.plan.values())
     print(
-        f"{verb} {segments} segments of {len(report.plan)} partitions to {report.metadata_topic} "
-        f"({report.objects_listed} objects listed) in {report.seconds:.1f} s"
+        f"{verb} {report.segments} segments of {len(report.partitions)} partitions to "
+        f"{report.metadata_topic} ({report.objects_listed} objects listed) in {report.seconds:.1f} s"
     )
 
 

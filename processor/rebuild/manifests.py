@@ -64,7 +64,7 @@ def _body(storage: ChunkStorage, objects: SegmentObjects) -> tuple[bytes, bool]:
     return storage.read_all(key), False
 
 
-def _read_one(
+def read_one(
     storage: ChunkStorage, keys: ObjectKeyFactory, objects: SegmentObjects
 ) -> SegmentManifest | Problem:
     key = objects.manifest_key
@@ -95,7 +95,7 @@ def read_in_order(
     with at most ``threads * IN_FLIGHT_PER_THREAD`` reads queued or unclaimed. A storage error is
     raised here, never lost; the reads not started yet are cancelled."""
     return bounded_map(
-        lambda objects: _read_one(storage, keys, objects),
+        lambda objects: read_one(storage, keys, objects),
         complete,
         threads,
         max(1, threads) * IN_FLIGHT_PER_THREAD,

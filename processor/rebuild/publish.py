@@ -3,7 +3,8 @@ COPY_SEGMENT_FINISHED records stamped with its epoch (each rewrite after the sou
 readers then hold superseded and the owner deletes; the remote log start offset where the first
 served one starts), then a ``RELEASE`` of the claim.
 
-Three rounds, each flushed before the next, so that in every metadata partition each source
+Three rounds, each flushed before the next (a rebuild publishes its partitions a batch at a time,
+:class:`Publisher`: each batch's three rounds), so that in every metadata partition each source
 partition's claim comes before its segments and the release after them:
 
 1. the claims: their offsets (delivery reports) are the epochs;
@@ -81,6 +82,73 @@ class _Round:
             raise MetadataTopicError(f"publishing the {what} to {self.topic} failed: {reason}")
 
 
+class Publisher:
+    """Publishes plans a batch at a time (a rebuild streams its partitions: each batch's three
+    rounds are flushed before the next batch starts) through one producer."""
+
+    def __init__(
+        self,
+        kafka: KafkaTarget,
+        topic: str,
+        metadata_partitions: int,
+        producer_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.topic, self.partitions = topic, metadata_partitions
+        self.producer = new_producer(
+            kafka,
+            "processor-rebuild-metadata",
+            **{"enable.idempotence": True, "linger.ms": 5, **(producer_config or {})},
+        )
+        self.epochs: dict[TopicPartition, int] = {}
+
+    def publish(self, plan: Mapping[TopicPartition, PartitionRebuild]) -> dict[TopicPartition, int]:
+        """Publish ``plan``'s partitions; returns each one's claim epoch."""
+        producer, topic, metadata_partitions = self.producer, self.topic, self.partitions
+        parts = [(tp, part) for tp, part in sorted(plan.items()) if part.served]
+        if not parts:
+            return {}
+        now = int(time.time() * 1000)
+        claims = _Round(producer, topic, metadata_partitions)
+        for n, (tp, part) in enumerate(parts):
+            claims.send(
+                n,
+                PartitionClaim(
+                    tp, uuid.uuid4(), ClaimKind.ADMIN, REBUILD_WRITER, now, topic_id=part.topic_id
+                ),
+            )
+        claims.flush("claims")
+        epochs = {tp: claims.offsets[n] for n, (tp, _part) in enumerate(parts)}
+        segments = _Round(producer, topic, metadata_partitions, offsets=False)
+        n = 0
+        for tp, part in parts:
+            meta_partition = metadata_partition_for(tp, metadata_partitions)
+            for segment in part.published:
+                stamped = replace(segment, writer_epoch=epochs[tp], writer_id=REBUILD_WRITER)
+                segments.send(n, stamped, meta_partition)
+                n += 1
+            start = rebuilt_log_start(part)
+            if start is not None:
+                segments.send(
+                    n, RemoteLogStartOffset(tp, start, now, REBUILD_WRITER, epochs[tp]), meta_partition
+                )
+                n += 1
+        segments.flush("segment records")
+        releases = _Round(producer, topic, metadata_partitions)
+        for n, (tp, _part) in enumerate(parts):
+            release = PartitionClaim(
+                tp,
+                uuid.uuid4(),
+                ClaimKind.RELEASE,
+                REBUILD_WRITER,
+                int(time.time() * 1000),
+                released_epoch=epochs[tp],
+            )
+            releases.send(n, release)
+        releases.flush("releases")
+        self.epochs.update(epochs)
+        return epochs
+
+
 def publish_rebuild(
     kafka: KafkaTarget,
     topic: str,
@@ -88,47 +156,8 @@ def publish_rebuild(
     plan: Mapping[TopicPartition, PartitionRebuild],
     producer_config: Mapping[str, Any] | None = None,
 ) -> dict[TopicPartition, int]:
-    """Publish ``plan``; returns each partition's claim epoch."""
-    producer = new_producer(
-        kafka,
-        "processor-rebuild-metadata",
-        **{"enable.idempotence": True, "linger.ms": 5, **(producer_config or {})},
-    )
-    parts = [(tp, part) for tp, part in sorted(plan.items()) if part.served]
-    now = int(time.time() * 1000)
-    claims = _Round(producer, topic, metadata_partitions)
-    for n, (tp, part) in enumerate(parts):
-        claims.send(
-            n, PartitionClaim(tp, uuid.uuid4(), ClaimKind.ADMIN, REBUILD_WRITER, now, topic_id=part.topic_id)
-        )
-    claims.flush("claims")
-    epochs = {tp: claims.offsets[n] for n, (tp, _part) in enumerate(parts)}
-    segments = _Round(producer, topic, metadata_partitions, offsets=False)
-    n = 0
-    for tp, part in parts:
-        meta_partition = metadata_partition_for(tp, metadata_partitions)
-        for segment in part.published:
-            stamped = replace(segment, writer_epoch=epochs[tp], writer_id=REBUILD_WRITER)
-            segments.send(n, stamped, meta_partition)
-            n += 1
-        start = rebuilt_log_start(part)
-        if start is not None:
-            segments.send(n, RemoteLogStartOffset(tp, start, now, REBUILD_WRITER, epochs[tp]), meta_partition)
-            n += 1
-    segments.flush("segment records")
-    releases = _Round(producer, topic, metadata_partitions)
-    for n, (tp, _part) in enumerate(parts):
-        release = PartitionClaim(
-            tp,
-            uuid.uuid4(),
-            ClaimKind.RELEASE,
-            REBUILD_WRITER,
-            int(time.time() * 1000),
-            released_epoch=epochs[tp],
-        )
-        releases.send(n, release)
-    releases.flush("releases")
-    return epochs
+    """Publish ``plan`` in one batch; returns each partition's claim epoch."""
+    return Publisher(kafka, topic, metadata_partitions, producer_config).publish(plan)
 
 
 def rebuilt_log_start(part: PartitionRebuild) -> int | None:

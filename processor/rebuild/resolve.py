@@ -51,10 +51,11 @@ class PartitionRebuild:
 
 
 def current_topic_ids(
-    manifests: Iterable[SegmentManifest], broker: Mapping[str, str]
+    manifests: Iterable[SegmentManifest], broker: Mapping[str, str | None]
 ) -> dict[str, str | None]:
     """Each topic's current topic id: the broker's when the topic exists there, else the id of its
-    most recently finished segment (a re-created topic's new history is the newer one)."""
+    most recently finished segment (a re-created topic's new history is the newer one). A rebuild
+    that plans a partition at a time passes every topic's id resolved beforehand as ``broker``."""
     newest: dict[str, tuple[int, str | None]] = {}
     for m in manifests:
         topic = m.segment.segment_id.topic
@@ -122,7 +123,7 @@ def _offer_order(found: list[SegmentManifest]) -> list[SegmentManifest]:
 
 
 def plan_rebuild(
-    manifests: Iterable[SegmentManifest], broker_topic_ids: Mapping[str, str], now_ms: int
+    manifests: Iterable[SegmentManifest], broker_topic_ids: Mapping[str, str | None], now_ms: int
 ) -> dict[TopicPartition, PartitionRebuild]:
     """Per partition: the FINISHED records to publish (stamped by the rebuild) and what is not served."""
     manifests = list(manifests)
