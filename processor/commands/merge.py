@@ -21,10 +21,11 @@ import time
 from typing import Any
 
 from processor.config import Settings, load_settings
-from processor.errors import ConfigError, FencedWriterError, ProcessorError
+from processor.errors import ConfigError, ProcessorError
 from processor.kafka.partition import TopicPartition
+from processor.rewrite.merge_passes import merge_claimed
 from processor.rewrite.merge_plan import LeftAlone, MergeLimits, MergeRun, left_alone
-from processor.rewrite.merge_runner import MergeReport, merge_partition, planned_runs
+from processor.rewrite.merge_runner import MergeReport, planned_runs
 from processor.segment.object_keys import validate_topic
 from processor.units import format_duration_ms, format_size
 from processor.wiring.deletion_context import DeletionContext, open_context
@@ -183,13 +184,8 @@ def _merge(
     try:
         topic_ids = {tp.topic: state.lineage.topic_id} if state.lineage.topic_id else {}
         tools = merge_tools(settings, ctx, topic_ids)
-        report, merged = merge_partition(
-            tp, lambda: ctx.state(tp), epoch, limits, now, tools.build, tools.copier, tools.delete
-        )
-        return report, merged, left, epoch
-    except FencedWriterError as exc:
-        failed = MergeReport(tp, segments_before=len(state.finished()), failed=[str(exc)])
-        return failed, runs, left, epoch
+        report, merged, fenced = merge_claimed(tp, lambda: ctx.state(tp), epoch, limits, now, tools)
+        return report, runs if fenced else merged, left, epoch
     finally:
         ctx.release(tp)
         log.info("%s: operator claim %d released: the worker Faust assigns it claims it again", tp, epoch)

@@ -1,20 +1,18 @@
 """Rewrites built from the settings: what `processor merge` and `processor erase` run with under
 their operator claims (the source reader, a copier whose uploads are rate-limited like the worker's,
 the deleter of the superseded sources, erase's key filter lookups), and the worker's own merges of
-the partitions it leads (PROCESSOR_MERGE_CHECK_MS)."""
+the partitions it leads (PROCESSOR_MERGE_CHECK_MS; run by processor/rewrite/merge_passes.py)."""
 
 from __future__ import annotations
 
-import functools
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from processor.config import Settings
-from processor.errors import FencedWriterError, FormatError, ProcessorError
+from processor.errors import FormatError
 from processor.kafka.partition import TopicPartition
 from processor.leader.segment_copier import SegmentCopier
 from processor.lifecycle.segment_deleter import SegmentDeleter
@@ -22,10 +20,10 @@ from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.reader.segment_blocks import fetch_key_filter
 from processor.rewrite.erased_segment import Erasure, erase_from
+from processor.rewrite.merge_passes import MergeTools, WorkerMerges
 from processor.rewrite.merge_plan import MergeLimits, MergeRun
-from processor.rewrite.merge_runner import MergeReport, merge_partition
 from processor.rewrite.merged_segment import merged_segment
-from processor.rewrite.ports import Copier, DeleteSuperseded
+from processor.rewrite.ports import Copier
 from processor.rewrite.source_segment import read_source
 from processor.segment.batch_rewrite import KeyPredicate
 from processor.segment.key_filter import FilterSecret, KeyFilterSecretError, summarise
@@ -39,13 +37,6 @@ from processor.wiring.erasure import key_filter_secret
 from processor.wiring.read_your_write import confirm_by_follower
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class MergeTools:
-    build: Callable[[MergeRun], SealedSegment]
-    copier: SegmentCopier
-    delete: DeleteSuperseded
 
 
 def merge_limits(settings: Settings) -> MergeLimits:
@@ -80,8 +71,27 @@ def rewrite_copier(settings: Settings, ctx: DeletionContext, topic_ids: dict[str
 
 
 def merge_tools(settings: Settings, ctx: DeletionContext, topic_ids: dict[str, str]) -> MergeTools:
+    """What `processor merge` writes with under its operator claim."""
     build = merge_builder(settings, ctx.storage, ctx.keys)
     return MergeTools(build, rewrite_copier(settings, ctx, topic_ids), ctx.deleter.delete_superseded)
+
+
+def worker_merges(
+    settings: Settings,
+    storage: ChunkStorage,
+    state: Callable[[TopicPartition], PartitionRemoteState],
+    copier: Copier,
+    deleter: SegmentDeleter,
+    on_fenced: Callable[[list[TopicPartition]], None],
+) -> WorkerMerges:
+    """The worker's own merges (PROCESSOR_MERGE_CHECK_MS), with the leader's copier and the retention
+    pass's deleter."""
+    tools = MergeTools(
+        merge_builder(settings, storage, ObjectKeyFactory(settings.s3_prefix)),
+        copier,
+        deleter.delete_superseded,
+    )
+    return WorkerMerges(merge_limits(settings), settings.merge_check_ms / 1000.0, tools, state, on_fenced)
 
 
 @dataclass
@@ -136,70 +146,3 @@ def erase_builder(
         settings.block_bytes,
         settings.archive_compression,
     )
-
-
-# At most this many runs per partition and pass: a worker merges between its retention passes, and a
-# partition with a year of small segments is merged over many passes, not in one that blocks the rest.
-MERGE_RUNS_PER_PASS = 4
-
-
-class WorkerMerges:
-    """The worker's automatic merges (PROCESSOR_MERGE_CHECK_MS > 0): the partitions it leads, under
-    the claims it holds, with the leader's own copier (its copies in flight are known to retention)
-    and the retention pass's deleter. Run on the retention timer after the pass, never beside it."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        storage: ChunkStorage,
-        keys: ObjectKeyFactory,
-        state: Callable[[TopicPartition], PartitionRemoteState],
-        copier: Copier,
-        deleter: SegmentDeleter,
-        on_fenced: Callable[[list[TopicPartition]], None],
-    ) -> None:
-        self.limits = merge_limits(settings)
-        self.every_s = settings.merge_check_ms / 1000.0
-        self.build = merge_builder(settings, storage, keys)
-        self.state, self.copier, self.deleter, self.on_fenced = state, copier, deleter, on_fenced
-        self._last = time.monotonic()  # the first merges one interval after the start
-
-    def due(self) -> bool:
-        return self.every_s > 0 and time.monotonic() - self._last >= self.every_s
-
-    def run_once(self, led: Mapping[TopicPartition, int]) -> list[MergeReport]:
-        self._last = time.monotonic()
-        reports = []
-        for tp, epoch in sorted(led.items()):
-            if self.state(tp).current_epoch != epoch:
-                continue  # not (or no longer) this worker's: the retention pass says so
-            try:
-                report, _runs = merge_partition(
-                    tp,
-                    functools.partial(self.state, tp),
-                    epoch,
-                    self.limits,
-                    int(time.time() * 1000),
-                    self.build,
-                    self.copier,
-                    self.deleter.delete_superseded,
-                    max_runs=MERGE_RUNS_PER_PASS,
-                )
-            except FencedWriterError as exc:
-                log.warning("merging %s stopped: %s", tp, exc)
-                if self.state(tp).current_epoch != epoch:
-                    self.on_fenced([tp])
-                continue
-            except ProcessorError as exc:  # S3 or Kafka: the next pass tries again
-                log.warning("merging %s failed: %s", tp, exc)
-                continue
-            if report.runs or report.failed:
-                log.info(
-                    "%s: %d segments merged into %d (%d failed)",
-                    tp,
-                    report.merged_segments,
-                    report.runs,
-                    len(report.failed),
-                )
-            reports.append(report)
-        return reports

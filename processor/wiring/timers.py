@@ -15,7 +15,7 @@ from processor.leader.engine_gauges import publish_engine_gauges
 from processor.leader.leadership import Leadership
 from processor.leader.offload_engine import OffloadEngine
 from processor.lifecycle.retention_service import HEALTH_COMPONENT
-from processor.wiring.lifecycle import LifecycleTasks
+from processor.lifecycle.worker_tasks import LifecycleTasks
 
 log = logging.getLogger(__name__)
 

@@ -17,19 +17,19 @@ from processor.config import Settings
 from processor.follower.snapshot_writer import SnapshotSchedule
 from processor.leader.leadership import Leadership
 from processor.leader.offload_engine import OffloadEngine
+from processor.lifecycle.worker_tasks import LifecycleTasks
 from processor.logs import faust_logging_options
 from processor.probes import ReadinessWatch
-from processor.segment.object_keys import ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
 from processor.wiring.faust_app import build_app
 from processor.wiring.faust_views import add_offload_view
 from processor.wiring.follower import Follower, build_follower, build_reader
 from processor.wiring.leader import build_engine
-from processor.wiring.lifecycle import LifecycleTasks
+from processor.wiring.lifecycle import lifecycle_tasks
 from processor.wiring.read_your_write import caught_up_by_follower, confirm_by_follower
 from processor.wiring.readiness import build_readiness_watch
 from processor.wiring.resume import build_planner
-from processor.wiring.rewrite import WorkerMerges
+from processor.wiring.rewrite import worker_merges
 from processor.wiring.startup import check_worker, read_api_token, require_topics
 from processor.wiring.storage import build_storage
 from processor.wiring.timers import add_lifecycle_timers
@@ -72,7 +72,7 @@ class Worker:
         leadership = Leadership(engine, planner, materializer, reclaim_after_s(settings))
         app = build_app(settings, engine, leadership, token, reader, materializer)
         add_offload_view(app, engine, settings, token)  # POST /offload (processor offload)
-        lifecycle = LifecycleTasks(
+        lifecycle = lifecycle_tasks(
             settings,
             storage,
             metadata_partitions,
@@ -84,13 +84,12 @@ class Worker:
             caught_up_by_follower(materializer, metadata_partitions),
         )
         if settings.merge_check_ms > 0:
-            lifecycle.merges = WorkerMerges(
+            lifecycle.merges = worker_merges(
                 settings,
                 storage,
-                ObjectKeyFactory(settings.s3_prefix),
                 follower.cache.remote_state,
                 engine.copier,
-                lifecycle.lifecycle.service.deleter,
+                lifecycle.deleter,
                 leadership.fence,
             )
         add_lifecycle_timers(app, lifecycle, settings.retention_check_ms)

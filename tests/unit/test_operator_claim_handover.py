@@ -114,7 +114,7 @@ def test_the_merge_command_logs_the_operator_claim_it_takes_and_releases(
 
     tools = types.SimpleNamespace(build=None, copier=None, delete=None)
     monkeypatch.setattr(merge_cmd, "merge_tools", lambda *a: tools)
-    monkeypatch.setattr(merge_cmd, "merge_partition", lambda tp, *a: (MergeReport(tp, runs=1), []))
+    monkeypatch.setattr(merge_cmd, "merge_claimed", lambda tp, *a: (MergeReport(tp, runs=1), [], False))
     ctx = Claiming(archive([0, 0]))
     limits = MergeLimits(target_bytes=4000, small_bytes=1500, min_age_ms=0)
     with caplog.at_level(logging.INFO, logger="processor.commands.merge"):
