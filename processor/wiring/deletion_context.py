@@ -2,30 +2,25 @@
 topic's metadata partitions (a throwaway cache, kept current while the command runs), the metadata
 topic's publisher, the deletion topic and a deleter, all released by ``close``.
 
-An operator command writes to a partition like any owner does: under a claim (``ADMIN``) it
-appends to the partition's metadata partition and reads back (processor/metadata/fold_rules.py), every
-record carrying that claim's epoch and confirmed through the follower. Workers that led the
-partition stop writing it the moment their followers see the claim; when the command is done it
-releases the claim and the worker Faust assigns the partition to claims it again.
+An operator command writes to a partition like any owner does: under a claim (``ADMIN``,
+processor/lifecycle/operator_claims.py), released when the command is done.
 """
 
 from __future__ import annotations
 
 import logging
 import tempfile
-import time
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from processor.config import Settings
-from processor.errors import FencedWriterError, ProcessorError
+from processor.errors import ProcessorError
 from processor.kafka.admin import check_broker, partition_counts
 from processor.kafka.partition import TopicPartition
 from processor.lifecycle.deletion_topic import DeletionTopic, MetadataTombstones
+from processor.lifecycle.operator_claims import OperatorClaims
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.model import ClaimKind, PartitionClaim
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.topic_io import DurableProducer, MetadataPublisher
 from processor.segment.object_keys import ObjectKeyFactory
@@ -51,7 +46,7 @@ class DeletionContext:
     writer_id: str
     follower: Follower
     cache_dir: tempfile.TemporaryDirectory[str]
-    claims: dict[TopicPartition, int] = field(default_factory=dict)
+    claims: OperatorClaims
 
     def state(self, tp: TopicPartition) -> PartitionRemoteState:
         """The partition's remote state as the fold shows it now."""
@@ -61,31 +56,15 @@ class DeletionContext:
         return [tp for tp in self.follower.cache.topic_partitions() if tp.topic == topic]
 
     def claim(self, tp: TopicPartition) -> int:
-        """Take ``tp`` for this command (an ADMIN claim) and return the epoch to write with. Raises
-        FencedWriterError if another claim came right after it."""
-        record = PartitionClaim(tp, uuid.uuid4(), ClaimKind.ADMIN, self.writer_id, int(time.time() * 1000))
-        offset = self.publisher.publish(record)
-        part = metadata_partition_for(tp, self.metadata_partitions)
-        materializer = self.follower.materializer
-        if materializer.outcome(part, offset, 60.0) is not True or materializer.current_epoch(tp) != offset:
-            raise FencedWriterError(f"{tp}: another claim came right after this command's; try again")
-        self.claims[tp] = offset
-        return offset
+        """Take ``tp`` for this command (processor/lifecycle/operator_claims.py); the epoch to write with."""
+        return self.claims.claim(tp)
 
     def release(self, tp: TopicPartition) -> None:
-        """Hand ``tp`` back: the worker Faust assigns it to claims it again at once."""
-        epoch = self.claims.pop(tp, None)
-        if epoch is None:
-            return
-        record = PartitionClaim(
-            tp, uuid.uuid4(), ClaimKind.RELEASE, self.writer_id, int(time.time() * 1000), released_epoch=epoch
-        )
-        self.publisher.publish(record)
+        self.claims.release(tp)
 
     def close(self) -> None:
         try:
-            for tp in list(self.claims):
-                self.release(tp)
+            self.claims.release_all()
         finally:
             self.follower.close()
             self.cache_dir.cleanup()
@@ -158,4 +137,5 @@ def open_context(settings: Settings, topic: str) -> DeletionContext:
         writer_id,
         follower,
         cache_dir,
+        OperatorClaims(publisher, follower.materializer, parts, writer_id),
     )
