@@ -45,9 +45,9 @@ from processor.segment.blocks_v3 import encrypt_segment
 from processor.segment.index_format import encode_index, index_crc
 from processor.segment.index_sealing import seal_index
 from processor.segment.key_filter import FilterSecret
+from processor.segment.key_filter_builder import segment_key_filter, with_key_summaries
 from processor.segment.object_keys import KEY_FILTER_SUFFIX, ObjectKeyFactory
 from processor.segment.sealed_segment import SealedSegment
-from processor.segment.segment_key_filter import segment_key_filter, with_key_summaries
 from processor.storage.chunk_storage import ChunkStorage
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ end. A check that fails ends the walk with the failing record's number, and the 
 erasure skip a segment that holds it). Array accesses are bounds-checked besides (``boundscheck``).
 
 numba is imported, and the kernels compiled for their one signature each, with this module, which
-``segment_key_filter`` and ``key_filter.summarise`` import where they need it (importing numba
+``key_filter_builder`` and ``key_filter.summarise`` import where they need it (importing numba
 takes ~0.5 s, compiling the kernels ~1 s, once a process): commands and workers that neither build
 nor look up a filter never load it.
 """

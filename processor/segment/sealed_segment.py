@@ -27,7 +27,7 @@ class SealedSegment:
     archive_compression: str = "keep"  # PROCESSOR_ARCHIVE_COMPRESSION, applied on the way to S3
     key_filter: bytes | None = None  # the encoded key filter to upload beside it (the copier's)
     # its keys' summaries (n x 2 u64), read before archive compression so that the copier builds
-    # the key filter without decompressing the blocks again (segment_key_filter.with_key_summaries)
+    # the key filter without decompressing the blocks again (key_filter_builder.with_key_summaries)
     key_summaries: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -17,8 +17,8 @@ from processor.leader.offload_engine import EngineOptions, OffloadEngine
 from processor.leader.resume import ResumePlanner
 from processor.leader.segment_copier import SegmentCopier
 from processor.metadata.topic_io import MetadataPublisher
+from processor.segment.key_filter_builder import warm_up_key_filters
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.segment.segment_key_filter import warm_up_key_filters
 from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.rate_limited import rate_limited
 from processor.wiring.encryption import segment_encryption

@@ -20,10 +20,10 @@ from processor.segment.batch_rewrite import batch_keys, decompressed_section
 from processor.segment.blocks import block_payload
 from processor.segment.entries_v2 import iter_batch_entries, parse_batch_header
 from processor.segment.key_filter import FilterSecret, build_key_filter, summarise
+from processor.segment.key_filter_builder import segment_key_filter, with_key_summaries
 from processor.segment.key_kernels import segment_key_summaries
 from processor.segment.sealed_segment import SealedSegment
 from processor.segment.segment_assembler import SegmentAssembler, compress_segment
-from processor.segment.segment_key_filter import segment_key_filter, with_key_summaries
 from tests.batch_samples import CODECS, Rec, batch_with_section, control_batch, make_batch, varint
 
 SECRET = FilterSecret(b"s" * 32)

@@ -1,4 +1,4 @@
-"""The key filter of a sealed segment (``key_filter``), built from its own blocks before they are
+"""A sealed segment's key filter (the format: ``key_filter``), built from its own blocks before they are
 encrypted. Pure.
 
 The copier calls :func:`segment_key_filter` for every segment it uploads while an erasure secret is
@@ -43,7 +43,7 @@ def with_key_summaries(segment: SealedSegment) -> SealedSegment:
     as ``segment_key_filter`` does."""
     if segment.format_version != BLOCK_FORMAT_V2:
         return segment
-    from processor.segment.key_kernels import segment_key_summaries  # numba: see segment_key_filter
+    from processor.segment.key_kernels import segment_key_summaries  # numba: see key_kernels
 
     return replace(segment, key_summaries=segment_key_summaries(segment))
 
