@@ -36,21 +36,17 @@ anything (``allow.everyone.if.no.acl.found=false``).
 from __future__ import annotations
 
 import base64
-import json
 import os
 import secrets
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from processor.devstack import jars
+from processor.devstack.secure import SecureKafka
 from processor.errors import ServiceUnavailableError
-
-if TYPE_CHECKING:
-    from processor.devstack.secure import SecureKafka
 
 NODE_ID = 1
 KAFKA_DIR = "kafka"
@@ -87,16 +83,6 @@ class KafkaPorts:
 def jaas_quote(value: str) -> str:
     """A JAAS option value in double quotes (Kafka parses them with a StreamTokenizer: \\ escapes)."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def unsecured_jws(subject: str, lifetime_s: int = 10 * 365 * 24 * 3600) -> str:
-    """An unsigned JWT (``alg: none``) for Kafka's unsecured OAUTHBEARER validator."""
-
-    def part(data: dict[str, object]) -> str:
-        return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
-
-    now = int(time.time())
-    return f"{part({'alg': 'none'})}.{part({'sub': subject, 'iat': now, 'exp': now + lifetime_s})}."
 
 
 def properties_text(values: dict[str, str]) -> str:

@@ -16,18 +16,30 @@ with characters that need escaping.
 
 from __future__ import annotations
 
+import base64
+import json
 import secrets
 import shlex
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from processor.devstack.apache_kafka import unsecured_jws
 from processor.devstack.pki_files import DevPki
 from processor.kafka.security import KafkaConnection, KafkaSecurity
 
 DEV_USER = "processor"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
+
+
+def unsecured_jws(subject: str, lifetime_s: int = 10 * 365 * 24 * 3600) -> str:
+    """An unsigned JWT (``alg: none``) for Kafka's unsecured OAUTHBEARER validator."""
+
+    def part(data: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+    now = int(time.time())
+    return f"{part({'alg': 'none'})}.{part({'sub': subject, 'iat': now, 'exp': now + lifetime_s})}."
 
 
 @dataclass(frozen=True)
