@@ -10,8 +10,8 @@ from dataclasses import replace
 
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import CLAIM_KEY_PART, delete_key, log_start_offset_key, segment_key
-from processor.metadata.fencing import STALE_EPOCH, Lineage
-from processor.metadata.fold_reasons import NO_CLAIM, RejectedRecord
+from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH, Lineage
+from processor.metadata.fold_reasons import NO_CLAIM, UNSERVABLE, RejectedRecord
 from processor.metadata.fold_state import Change, Claim, FoldStore, PartitionHeader
 from processor.metadata.model import (
     ClaimKind,
@@ -21,17 +21,56 @@ from processor.metadata.model import (
     RemoteLogSegmentMetadataUpdate,
     RemoteLogStartOffset,
     RemotePartitionDeleteMetadata,
+    SegmentState,
 )
 
 
 def _claim_lineage(lineage: Lineage, topic_id: str | None) -> Lineage:
-    """The lineage after a claim made when the broker reported ``topic_id``."""
-    if topic_id is None or topic_id == lineage.topic_id or topic_id in lineage.retired:
+    """The lineage after a claim made when the broker reported ``topic_id``. A claim under another
+    id than the partition's changes nothing yet: the new id is the claim's own (``Claim.topic_id``),
+    and the first copy of a new segment under it switches the lineage (:func:`copy_lineage`). One
+    claim with a made-up id (forged: its writer needs no broker) hides nothing; the owner's next
+    claim, with the broker's id, simply holds the partition again."""
+    if topic_id is None or lineage.topic_id is not None:
+        return lineage
+    return replace(lineage, topic_id=topic_id)
+
+
+def copy_lineage(
+    header: PartitionHeader,
+    record: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate,
+    current: RemoteLogSegmentMetadata | None,
+) -> Lineage:
+    """The lineage after a record of a claimed partition (its epoch already checked). A copy under
+    another topic id than the partition's is rejected (``old_topic_id``) unless it is the first copy
+    of a new segment under a claim made with that id (not a retired one): then the topic was deleted
+    and re-created, a new history begins (the old id is retired, its segments stop being served).
+    Deletes of any id are accepted (a retired history is still cleaned up)."""
+    lineage = header.lineage
+    tid = record.segment_id.topic_id
+    copying = record.state in (SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED)
+    claim = header.claim
+    named = claim.topic_id if claim is not None else None
+    if copying and named not in (None, lineage.topic_id) and tid != named:
+        # the holder claimed under a new id (a re-created topic): what it copies is the new topic's
+        raise RejectedRecord(
+            f"{record.state.value} of {record.segment_id} for topic id {tid}, but the current claim "
+            f"names topic id {named} (the partition's is {lineage.topic_id})",
+            UNSERVABLE if tid is None else OLD_TOPIC_ID,
+        )
+    if tid is None or tid == lineage.topic_id:
         return lineage
     if lineage.topic_id is None:
-        return replace(lineage, topic_id=topic_id)
-    # a claim under a new id: the topic was deleted and re-created, a new history begins
-    return Lineage(lineage.max_epoch, topic_id, lineage.retired | {lineage.topic_id}, True)
+        return replace(lineage, topic_id=tid)
+    if not copying:
+        return lineage
+    if current is None and named == tid and tid not in lineage.retired:
+        return Lineage(lineage.max_epoch, tid, lineage.retired | {lineage.topic_id}, True)
+    raise RejectedRecord(
+        f"{record.state.value} of {record.segment_id} for topic id {tid}, but the partition's is "
+        f"{lineage.topic_id}",
+        OLD_TOPIC_ID,
+    )
 
 
 def switch_unserves(

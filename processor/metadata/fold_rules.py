@@ -80,8 +80,7 @@ from processor.metadata.codec import (
     record_key,
     segment_key,
 )
-from processor.metadata.fencing import OLD_TOPIC_ID
-from processor.metadata.fold_claim_rules import check_epoch, decide_claim, switch_unserves
+from processor.metadata.fold_claim_rules import check_epoch, copy_lineage, decide_claim, switch_unserves
 from processor.metadata.fold_reasons import CONDITION, MISPLACED, OVERLAP, UNSERVABLE, RejectedRecord
 from processor.metadata.fold_state import Change, FoldStore
 from processor.metadata.model import (
@@ -181,15 +180,7 @@ def decide_segment(
     current = store.segment(sid)
     if header.claimed:
         check_epoch(header, record.writer_epoch, record)
-        lineage = header.lineage
-        tid = record.segment_id.topic_id
-        if record.state in _COPYING and tid is not None and lineage.topic_id not in (None, tid):
-            raise RejectedRecord(
-                f"{record.state.value} of {record.segment_id} for topic id {tid}, but the partition's is "
-                f"{lineage.topic_id}",
-                OLD_TOPIC_ID,
-            )
-        after = lineage if tid is None or lineage.topic_id is not None else replace(lineage, topic_id=tid)
+        after = copy_lineage(header, record, current)  # a re-created topic's first copy switches
     else:
         lineage = header.lineage
         tid = record.segment_id.topic_id

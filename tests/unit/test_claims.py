@@ -323,8 +323,54 @@ def test_a_claim_under_a_new_topic_id_starts_a_new_history() -> None:
     )
     assert log.confirm(started, log.publish(started))
     assert [s.segment_id for s in log.state().finished()] == [started.segment_id]
-    log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, new_id))
+    epoch = log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, new_id))
+    # the claim alone changes nothing readers serve: the first copy under the new id does
+    assert [s.segment_id for s in log.state().finished()] == [started.segment_id]
+    assert log.state().lineage.topic_id == old_id
+    fresh = _with_topic_id(segment(0, 4, epoch, S.COPY_SEGMENT_STARTED), new_id, epoch)
+    assert log.confirm(fresh, log.publish(fresh))
     assert log.state().finished() == [] and log.state().lineage.topic_id == new_id
+    assert old_id in log.state().lineage.retired
+    finished = fresh.with_state(S.COPY_SEGMENT_FINISHED, 1)
+    assert log.confirm(finished, log.publish(finished))
+    assert [s.segment_id for s in log.state().finished()] == [fresh.segment_id]
+
+
+def _with_topic_id(seg: RemoteLogSegmentMetadata, topic_id: str, epoch: int) -> RemoteLogSegmentMetadata:
+    keys = KEYS.segment(TP.topic, 0, seg.start_offset, seg.segment_id.id, epoch, topic_id)
+    return dataclasses.replace(
+        seg,
+        segment_id=dataclasses.replace(seg.segment_id, topic_id=topic_id),
+        data_object_key=keys.data,
+        index_object_key=keys.index,
+    )
+
+
+def test_a_forged_claim_with_another_topic_id_unserves_nothing() -> None:
+    """A claim with a made-up topic id (a principal that may write the metadata topic needs no
+    broker for it) takes the partition for a moment, but readers keep serving the archive, a copy
+    under the made-up id is not what it needs to switch (a copy of a retired id, or a record of
+    another segment, is rejected), and the owner's next claim, with the broker's id, writes on."""
+    real, made_up = str(uuid.UUID(int=1)), str(uuid.UUID(int=99))
+    log = Log()
+    owner = log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, real))
+    kept = _with_topic_id(segment(0, 9, owner, S.COPY_SEGMENT_STARTED), real, owner)
+    assert log.confirm(kept, log.publish(kept))
+    done = kept.with_state(S.COPY_SEGMENT_FINISHED, 1)
+    assert log.confirm(done, log.publish(done))
+    log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "mallory", 0, made_up))
+    assert [s.segment_id for s in log.state().finished()] == [kept.segment_id]
+    assert log.state().lineage.topic_id == real and made_up not in log.state().lineage.retired
+    # the owner claims again with the broker's id and copies on
+    again = log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, real))
+    more = _with_topic_id(segment(10, 19, again, S.COPY_SEGMENT_STARTED), real, again)
+    assert log.confirm(more, log.publish(more))
+    more_done = more.with_state(S.COPY_SEGMENT_FINISHED, 2)
+    assert log.confirm(more_done, log.publish(more_done))
+    assert [s.segment_id for s in log.state().finished()] == [kept.segment_id, more.segment_id]
+    # a copy under an id no claim of the holder names is rejected, as before
+    stray = _with_topic_id(segment(20, 29, again, S.COPY_SEGMENT_STARTED), made_up, again)
+    assert not log.confirm(stray, log.publish(stray))
 
 
 def test_cleanup_acts_only_on_a_view_showing_its_own_claim(tmp_path: Path) -> None:

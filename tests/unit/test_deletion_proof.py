@@ -137,7 +137,7 @@ def test_a_finished_copy_without_the_topics_id_is_rejected_not_accepted_unserved
     epoch = log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, NEW_ID))
     ok, _finished = copy(log, 0, 9, epoch)  # segment() builds ids without a topic id
     assert not ok, "the writer must not count it done"
-    assert log.fold.rejected == {UNSERVABLE: 1}
+    assert set(log.fold.rejected) == {UNSERVABLE}  # its STARTED already
 
 
 def test_a_retired_topic_ids_history_is_never_deleted_by_a_worker(tmp_path: Path) -> None:
@@ -154,9 +154,21 @@ def test_a_retired_topic_ids_history_is_never_deleted_by_a_worker(tmp_path: Path
     log.publish(old)
     upload(storage, old)
     epoch = log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, NEW_ID))
+    # the first copy under the new id retires the old one (the claim alone changes nothing served)
+    new_sid = RemoteLogSegmentId(TP.topic, TP.partition, uuid.uuid4(), NEW_ID)
+    new_keys = KEYS.segment(TP.topic, TP.partition, 0, new_sid.id, epoch, NEW_ID)
+    log.publish(
+        dataclasses.replace(
+            segment(0, 4, epoch, S.COPY_SEGMENT_STARTED),
+            segment_id=new_sid,
+            data_object_key=new_keys.data,
+            index_object_key=new_keys.index,
+        )
+    )
     assert served(log.fold) == set()
     plan, out = clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 0)
-    assert plan.unserved == (old,) and out.deleted == []
+    assert plan.unserved == (old,)
+    assert old.segment_id not in {s.segment_id for s in out.deleted}  # (the new copy, never uploaded, is)
     assert objects_of(old) <= keys_in(storage)
 
 
