@@ -42,6 +42,7 @@ from processor.gateway.protocol import (
     request_head,
 )
 from processor.gateway.rewrite import PortMap, cap_api_versions, rewrite_addresses
+from processor.gateway.socket_writer import GatheringWriter
 from processor.gateway.state import Archive, GatewayState, Send
 from processor.gateway.upstream import FrameTimeout, Upstream, read_frame
 from processor.kafka.api_keys import (
@@ -171,13 +172,12 @@ class ClientConnection:
         return True
 
     async def _write_answers(self) -> None:
+        out = GatheringWriter(self.writer)
         try:
             while (task := await self._answers.get()) is not None:
                 answer = await task
                 if answer is not None:
-                    for piece in _framed_pieces(answer):
-                        self.writer.write(piece)
-                    await self.writer.drain()
+                    await out.write(_framed_pieces(answer))
         except BaseException:
             # the connection is done: the client sees it closed, and reconnects (as after a broker
             # restart); requests still queued are cancelled, not left running
@@ -261,9 +261,8 @@ SMALL_PIECE = 64 * 1024
 
 
 def _framed_pieces(answer: Answer) -> list[bytes | memoryview]:
-    """An answer's frame (size, then its bytes) as the pieces to write: a large piece is written as it
-    is (writelines would join them first, and asyncio copies what the socket does not take at once:
-    one copy at most instead of three), the size joined to a small first piece (one send, not two)."""
+    """An answer's frame (size, then its bytes) as the pieces to write (gathered into the socket by
+    :class:`GatheringWriter`, never joined), the size joined to a small first piece."""
     pieces = answer if isinstance(answer, list) else [answer]
     head = SIZE.pack(answer_size(answer))
     if pieces and len(pieces[0]) < SMALL_PIECE:
