@@ -38,6 +38,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from isal import isal_zlib
+
 from processor import metrics
 from processor.segment.checksums import crc32
 
@@ -102,13 +104,15 @@ class BlockCache:
         metrics.BLOCK_CACHE.labels("hit").inc()
         return data
 
-    def put(self, key: str, position: int, data: bytes | memoryview) -> None:
+    def put(self, key: str, position: int, data: bytes | memoryview, crc: int | None = None) -> None:
         """Cache a verified block (a block already cached, or larger than a quarter of the bound so
-        one scan cannot flush everything else, is left as it is)."""
+        one scan cannot flush everything else, is left as it is). ``crc``: the CRC-32 of ``data``
+        when the caller has it (``combined_crc``), else it is computed here."""
         length = len(data)
         if length > self.max_bytes // 4 or length == 0:
             return
-        crc = crc32(data)
+        if crc is None:
+            crc = crc32(data)
         with self._lock:
             if (key, position) in self._index or not self._begin():
                 return
@@ -183,3 +187,10 @@ class BlockCache:
         entry = self._index.pop((key, position))
         self._live.discard(entry.serial)
         self.size -= entry.length
+
+
+def combined_crc(head: bytes | memoryview, tail_crc: int, tail_length: int) -> int:
+    """The CRC-32 of ``head`` followed by ``tail_length`` bytes whose CRC-32 is ``tail_crc``,
+    without reading those bytes again: a verified block's, from its header and its payload CRC (a
+    pass over every byte of a cold read saved)."""
+    return int(isal_zlib.crc32_combine(crc32(head), tail_crc, tail_length))

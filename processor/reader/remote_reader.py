@@ -31,11 +31,11 @@ from processor.errors import (
 )
 from processor.kafka.partition import TopicPartition
 from processor.metadata.model import RemoteLogSegmentMetadata
-from processor.reader.block_cache import BlockCache
+from processor.reader.block_cache import BlockCache, combined_crc
 from processor.reader.lost_ranges import lost_range_end
 from processor.reader.segment_blocks import check_block, fetch_index
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentCipher, SegmentDecryption
-from processor.segment.block_header import BLOCK_FORMAT_V1
+from processor.segment.block_header import BLOCK_FORMAT_V1, BLOCK_HEADER_LEN
 from processor.segment.blocks import block_payload, decode_block
 from processor.segment.blocks_v1 import decode_records_v1
 from processor.segment.blocks_v2 import block_batches
@@ -255,7 +255,9 @@ class RemoteReader:
             try:
                 block = _opened(stored, info.position, cipher, where)
                 check_block(block, info, where)
-                header, payload = block_payload(block, where=where)
+                # a block from the cache matched the CRC-32 of the whole block as verified when it
+                # was cached: its payload CRC and its batches' CRC-32C are not computed again
+                header, payload = block_payload(block, where=where, payload_crc=fresh)
                 if header.format_version == BLOCK_FORMAT_V1:
                     # records, one entry each (written by early versions): served as the batches a
                     # broker would hold them in, at their own offsets
@@ -263,13 +265,14 @@ class RemoteReader:
                     batches = [memoryview(b) for b in records_as_batches(records)]
                 else:
                     batches = block_batches(header, payload, where=where)
-                    for batch in batches:
-                        check_batch_crc(batch, where=where)
+                    if fresh:
+                        for batch in batches:
+                            check_batch_crc(batch, where=where)
             except FormatError as exc:
                 raise CorruptObjectError(
                     str(exc), object_key=segment.data_object_key, segment=str(segment.segment_id)
                 ) from exc
-            self._verified(segment, info.position, stored, fresh)
+            self._verified(segment, info.position, stored, fresh, None if cipher else header.payload_crc32)
             for batch in batches:
                 batch_last = batch_last_offset(batch)
                 if batch_last < out.next_offset:
@@ -317,12 +320,22 @@ class RemoteReader:
         return [(found[n], n in fresh) for n in numbers]
 
     def _verified(
-        self, segment: RemoteLogSegmentMetadata, position: int, stored: memoryview, fresh: bool
+        self,
+        segment: RemoteLogSegmentMetadata,
+        position: int,
+        stored: memoryview,
+        fresh: bool,
+        payload_crc: int | None = None,
     ) -> None:
         """A block read from storage and verified goes into the block cache (never one that failed:
-        bytes damaged on their way would otherwise stay)."""
+        bytes damaged on their way would otherwise stay). ``payload_crc``: the verified CRC-32 of
+        its stored payload (an unencrypted block), so the cache's CRC of the whole block is had
+        without reading it again."""
         if fresh and self.block_cache is not None:
-            self.block_cache.put(segment.data_object_key, position, stored)
+            crc = None
+            if payload_crc is not None:
+                crc = combined_crc(stored[:BLOCK_HEADER_LEN], payload_crc, len(stored) - BLOCK_HEADER_LEN)
+            self.block_cache.put(segment.data_object_key, position, stored, crc)
 
     def _get(self, segment: RemoteLogSegmentMetadata, key: str, start: int, length: int) -> bytes:
         try:

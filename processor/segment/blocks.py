@@ -67,10 +67,12 @@ def decode_block_header(data: bytes | bytearray | memoryview, *, where: str = "b
 
 
 def block_payload(
-    data: bytes | bytearray | memoryview, *, where: str = "block"
+    data: bytes | bytearray | memoryview, *, where: str = "block", payload_crc: bool = True
 ) -> tuple[BlockHeader, memoryview]:
     """Verify a whole block and return its header and its (decompressed) payload. Format 1 or 2:
-    an encrypted block (format 3) is opened with ``blocks_v3.open_block`` first."""
+    an encrypted block (format 3) is opened with ``blocks_v3.open_block`` first. ``payload_crc``
+    False: the payload's CRC is not computed again, for bytes the caller knows to be those of a
+    block verified before (a block cache's copy, checked against the CRC-32 of the whole block)."""
     header = decode_block_header(data, where=where)
     if header.format_version == BLOCK_FORMAT_V3:
         raise FormatError(
@@ -79,7 +81,7 @@ def block_payload(
     if len(data) != header.block_len:
         raise FormatError(f"{where}: expected {header.block_len} bytes, got {len(data)}")
     payload = memoryview(data)[BLOCK_HEADER_LEN:]
-    if crc32(payload) != header.payload_crc32:
+    if payload_crc and crc32(payload) != header.payload_crc32:
         raise FormatError(f"{where}: payload CRC mismatch")
     if header.payload_codec == CODEC_ZSTD:
         try:
