@@ -6,7 +6,8 @@ batches it got, and so on. After answering X, the gateway reads on in a thread: 
 GET about as fast as a small one), up to ``depth`` ranges ahead per partition; a range larger than
 the next fetch may take is split, its remainder kept for the fetch after. So the consumer's next
 fetch finds its answer ready instead of waiting for S3. A fetch the read-ahead has nothing for (the
-first of a consumer, a seek) reads just what it may return, so a cold read stays as fast as before.
+first of a consumer, a seek) reads the whole blocks its limit holds, at least the one holding its
+offset: one ranged GET sized to the fetch, so a cold read waits for no more than it needs.
 
 Memory is bounded: every range read ahead reserves its byte limit (a kept remainder its size; a
 range of whole blocks the archive compressed can hold more once decompressed)
@@ -69,8 +70,9 @@ class Prefetcher:
         read_ahead: Read | None = None,
     ) -> None:
         self.read = read
-        # how a range is read ahead (default: as a fetch is): whole blocks, so the next range starts
-        # at a block's first batch and no block is fetched twice
+        # how a range is read ahead, and a fetch nothing was read ahead for (default: ``read``):
+        # whole blocks, so the next range starts at a block's first batch and no block is fetched
+        # twice
         self.read_ahead = read if read_ahead is None else read_ahead
         self.max_bytes = max_bytes
         self.depth = depth
@@ -107,7 +109,10 @@ class Prefetcher:
                     log.debug("read ahead of %s at %d failed: %s", tp, offset, exc)
                 hit = got is not None
             if got is None:
-                got = await asyncio.to_thread(self.read, tp, offset, limit, topic_id)
+                # whole blocks within the fetch's limit (at least one): a seek GETs the block
+                # holding its offset, not the next one too, and a fetch after it starts at a
+                # block's first batch (cut at the limit, every miss fetched its last block twice)
+                got = await asyncio.to_thread(self.read_ahead, tp, offset, limit, topic_id)
             if got is None or not got.batches:
                 return got  # not archived (yet): neither a hit nor a miss of the read-ahead
             if hit:
