@@ -1,7 +1,9 @@
-"""One contract, run unchanged against every ChunkStorage: filesystem, S3 on moto, S3 on SeaweedFS."""
+"""One contract, run unchanged against every ChunkStorage: filesystem, S3 on moto, S3 on SeaweedFS, GCS
+on fake-gcs-server, Azure Blob on Azurite."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import urllib.request
 import uuid
@@ -11,20 +13,42 @@ from pathlib import Path
 import boto3
 import pytest
 
+from processor.devstack import emulators
+from processor.devstack.emulators import Emulator
 from processor.devstack.stack import StackInfo
 from processor.errors import InvalidNameError, InvalidRangeError, ObjectExistsError, ObjectNotFoundError
 from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.filesystem import FilesystemChunkStorage
+from processor.storage.gcs import GcsChunkStorage
 from processor.storage.s3 import S3ChunkStorage
 from processor.storage.s3_client import S3Options
+from tests.contract.conftest import EMULATOR_BUCKET
+from tests.support.fault_proxy import FaultProxy, FaultRule
 
 MiB = 1024 * 1024
 
 
-@pytest.fixture(params=["filesystem", "moto", "seaweedfs"])
+# The first use of an emulator on a machine installs it (npm, a Go build: minutes on a loaded machine)
+_INSTALLING = pytest.mark.timeout(900)
+
+
+@pytest.fixture(
+    params=[
+        "filesystem",
+        "moto",
+        "seaweedfs",
+        pytest.param("gcs", marks=_INSTALLING),
+        pytest.param("azure", marks=_INSTALLING),
+    ]
+)
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChunkStorage]:
     if request.param == "filesystem":
         yield FilesystemChunkStorage(tmp_path)
+        return
+    if request.param in {"gcs", "azure"}:
+        s = emulator_storage(request.getfixturevalue(f"{request.param}_emulator"))
+        yield s
+        s.close()
         return
     if request.param == "moto":
         from moto import mock_aws
@@ -55,6 +79,12 @@ def seaweedfs_storage(info: StackInfo) -> S3ChunkStorage:
             multipart_threshold=6 * MiB,
         )
     )
+
+
+def emulator_storage(emulator: Emulator) -> ChunkStorage:
+    """GCS on fake-gcs-server or Azure on Azurite (tests/contract/conftest.py), with parts small
+    enough that a few MiB go up in parts (a resumable upload's chunks, staged blocks)."""
+    return emulators.storage_for(emulator, EMULATOR_BUCKET, part_size=5 * MiB, multipart_threshold=6 * MiB)
 
 
 def key() -> str:
@@ -197,3 +227,56 @@ def test_objects_are_labelled_as_bytes_and_stored_as_is(local_stack: StackInfo, 
         assert s.read(k, 4 * MiB - 7, 20) == text[4 * MiB - 7 : 4 * MiB + 13]
     finally:
         s.close()
+
+
+# -- the cloud backends: what their emulators do not check, checked another way ------------------
+
+
+def test_gcs_compose_asks_for_no_existing_target(gcs_emulator: Emulator) -> None:
+    """fake-gcs-server ignores ``ifGenerationMatch`` on compose (it overwrote an existing target when
+    tried), so the request GCS enforces it on is checked on the wire: every compose carries
+    ``ifGenerationMatch=0``. Uploads' preconditions are enforced by the emulator (the contract)."""
+    s = emulators.storage_for(gcs_emulator, EMULATOR_BUCKET)
+    assert isinstance(s, GcsChunkStorage)
+    sent: list[str] = []
+    s.client._http.hooks["response"].append(lambda resp, **_: sent.append(resp.request.url))
+    try:
+        base = key()
+        s.create(f"{base}/1", [b"head"])
+        s.create(f"{base}/2", [b"tail"])
+        s.concat(f"{base}/all", [f"{base}/1", f"{base}/2"])
+    finally:
+        s.close()
+    composes = [url for url in sent if "/compose" in url]
+    assert composes and all("ifGenerationMatch=0" in url for url in composes)
+
+
+@pytest.mark.parametrize("kind", ["gcs", "azure"])
+def test_a_create_whose_answer_was_lost_succeeds_on_the_clients_retry(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """The first upload reaches the store and its answer is lost (the connection cut after it was
+    forwarded): the client's retry finds the object there (412 / 409) holding this create's own
+    token, so the create succeeds. A second writer's create still fails (the contract)."""
+    emulator: Emulator = request.getfixturevalue(f"{kind}_emulator")
+    upstream = emulator.endpoint.rsplit("/", 1)[0] if kind == "azure" else emulator.endpoint
+    k = key()
+    with FaultProxy(upstream) as proxy:
+        proxied = dataclasses.replace(
+            emulator, endpoint=emulator.endpoint.replace(upstream, proxy.endpoint_url)
+        )
+        s = emulators.storage_for(proxied, EMULATOR_BUCKET)
+        try:
+            if kind == "gcs":  # POST /upload/storage/v1/b/BUCKET/o?uploadType=multipart&ifGenerationMatch=0
+                rule = proxy.add_rule(
+                    FaultRule("drop", frozenset({"other"}), path_contains="/upload/", limit=1)
+                )
+            else:  # PUT /ACCOUNT/CONTAINER/KEY with If-None-Match: *
+                rule = proxy.add_rule(FaultRule("drop", frozenset({"put"}), path_contains=k, limit=1))
+            assert s.create(k, [b"only once"]).size == 9
+            assert rule.applied == 1
+            assert s.read_all(k) == b"only once"
+            with pytest.raises(ObjectExistsError):
+                s.create(k, [b"a second writer"])
+        finally:
+            s.close()
