@@ -14,8 +14,10 @@ corrupt, a key that cannot be had raises SegmentKeyError (SegmentShreddedError o
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
+import itertools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -132,7 +134,11 @@ class RemoteReader:
             segment, offset = self._segment_at(tp, offset)
             if segment is None:
                 raise OffsetNotInRemoteError(f"offset {offset} of {tp} is not in remote storage")
-            return list(self._read(tp, segment, offset, None, max_records, max_bytes))
+            return [
+                r
+                for records in self._read(tp, segment, offset, None, max_records, max_bytes)
+                for r in records
+            ]
 
     def read_from_timestamp(
         self,
@@ -151,7 +157,11 @@ class RemoteReader:
             # A segment may straddle the remote log start offset (delete-before): never below it.
             log_start = getattr(self.lookup, "log_start_offset", None)
             start = segment.start_offset if log_start is None else max(segment.start_offset, log_start(tp))
-            return list(self._read(tp, segment, start, timestamp, max_records, max_bytes))
+            return [
+                r
+                for records in self._read(tp, segment, start, timestamp, max_records, max_bytes)
+                for r in records
+            ]
 
     def read_batches(
         self,
@@ -378,7 +388,10 @@ class RemoteReader:
         timestamp: int | None,
         max_records: int,
         max_bytes: int,
-    ) -> Iterator[KafkaRecord]:
+    ) -> Iterator[list[KafkaRecord]]:
+        """The records from ``offset`` (or the first at or after ``timestamp``) on, a block's at a
+        time, within ``max_records`` and ``max_bytes`` (of keys and values; the record that reaches
+        it is the last)."""
         returned = returned_bytes = 0
         current: RemoteLogSegmentMetadata | None = segment
         while current is not None and returned < max_records:
@@ -399,17 +412,31 @@ class RemoteReader:
                 last = self._last_block_needed(
                     index, number, offset, max_records - returned, max_bytes - returned_bytes
                 )
-                for record in self._read_blocks(current, index, number, last, offset):
-                    if record.offset < offset:
-                        continue
+                # a block's records at a time (they are in offset order): the start found by
+                # bisection, the rest sliced, the byte budget summed in one pass (a Python step per
+                # record here cost as much as decoding the records)
+                for records in self._read_blocks(current, index, number, last, offset):
+                    start = bisect.bisect_left(records, offset, key=_offset_of)
                     if timestamp is not None:
-                        if record.timestamp < timestamp:
+                        at = timestamp
+                        start = next(
+                            (i for i in range(start, len(records)) if records[i].timestamp >= at), -1
+                        )
+                        if start < 0:
                             continue
                         timestamp = None  # found the start; from here on, every record
-                    yield record
-                    returned += 1
-                    returned_bytes += len(record.key or b"") + len(record.value or b"")
-                    if returned >= max_records or returned_bytes >= max_bytes:
+                    take = records[start : start + max_records - returned]
+                    sizes = list(
+                        itertools.accumulate([len(r.key or b"") + len(r.value or b"") for r in take])
+                    )
+                    cut = bisect.bisect_left(sizes, max_bytes - returned_bytes)
+                    if cut < len(take):  # the record that reaches the byte budget is the last
+                        yield take[: cut + 1]
+                        return
+                    yield take
+                    returned += len(take)
+                    returned_bytes += sizes[-1] if sizes else 0
+                    if returned >= max_records:
                         return
                 number = last + 1
             offset = current.end_offset + 1
@@ -440,7 +467,7 @@ class RemoteReader:
         first: int,
         last: int,
         min_offset: int | None = None,
-    ) -> Iterator[KafkaRecord]:
+    ) -> Iterator[list[KafkaRecord]]:
         cipher = self.decryption.cipher(segment)
         stored_blocks = self._stored_blocks(segment, index, first, last)
         for number, (stored, fresh) in zip(range(first, last + 1), stored_blocks, strict=True):
@@ -455,7 +482,11 @@ class RemoteReader:
                     str(exc), object_key=segment.data_object_key, segment=str(segment.segment_id)
                 ) from exc
             self._verified(segment, info.position, stored, fresh)
-            yield from records
+            yield records
+
+
+def _offset_of(record: KafkaRecord) -> int:
+    return record.offset
 
 
 def _blocks_within(index: SegmentIndex, first: int, budget: int, at_least_one: bool) -> int | None:

@@ -15,6 +15,7 @@ Header bytes 38..127 of a version 2 block (big-endian; bytes 0..37 in ``block_he
 
 from __future__ import annotations
 
+import bisect
 import struct
 import zlib
 
@@ -90,7 +91,12 @@ def decode_records_v2(
             )
             if last_of_batch < min_offset:
                 continue
-            out.extend(r for r in batch_records(batch, where=where) if r.offset >= min_offset)
+            records = batch_records(batch, where=where)  # in offset order: the first kept found by bisection
+            out.extend(records[bisect.bisect_left(records, min_offset, key=_offset_of) :])
         else:
             out.extend(batch_records(batch, where=where))
     return out
+
+
+def _offset_of(record: KafkaRecord) -> int:
+    return record.offset
