@@ -17,7 +17,7 @@ keys found through the ``L`` keys and, for segments whose deletion finished, by 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -232,23 +232,58 @@ def offsets_table(path: Path, options: Options, partition: int, next_offset: int
 
 
 def filtered_table(
-    opened: OpenTable, path: Path, options: Options, keep: Callable[[TopicPartition], bool]
+    opened: OpenTable, path: Path, options: Options, topics: frozenset[str]
 ) -> tuple[Path | None, int]:
-    """The keys of the kept partitions' state copied out of a checked table into a new one (None:
-    none kept), and how many."""
-    keys: list[tuple[bytes, bytes]] = []
-    for key, value in _prefixed(opened.db, b""):
-        tp_raw = segment_partition_key(value) if key[:1] == b"S" else _tp_part(key)
-        if keep(_tp_of(tp_raw)):
-            keys.append((key, value))
-    if not keys:
-        return None, 0
-    writer = SstFileWriter(options=options)
-    writer.open(str(path))
-    for key, value in keys:
-        writer[key] = value
-    writer.finish()
-    return path, len(keys)
+    """The keys of ``topics``' state copied out of a checked table into a new one (None: none
+    kept), and how many, streamed in key order. A topic's ``E H L O X`` keys are contiguous (the
+    topic leads their ``tp`` part): found with one seek a prefix and topic, not by reading every
+    key. ``S`` keys (by segment id) are each looked at, but only the topic at the start of the value
+    (a length byte and the name: no decoding); a value that does not start plainly is read as
+    :func:`segment_partition_key` reads it."""
+    heads = sorted(t.encode() + b"\x00" for t in topics)
+    plain = {b"\x01\x00" + bytes([2 * len(t)]) + t: t for t in (h[:-1] for h in heads) if len(t) <= 63}
+    raw_topics = {h[:-1] for h in heads}
+    out = _Streamed(path, options)
+    db = opened.db
+    for prefix in b"EHLO":
+        for head in heads:
+            out.extend(_prefixed(db, bytes([prefix]) + head))
+    for key, value in _prefixed(db, b"S"):
+        length = value[2] if len(value) > 2 else 0x80
+        if value[:2] == b"\x01\x00" and length < 0x80 and not length & 1:
+            if value[: 3 + (length >> 1)] in plain:
+                out.add(key, value)
+        elif segment_partition_key(value).rsplit(b"\x00", 1)[0] in raw_topics:
+            out.add(key, value)
+    for head in heads:
+        out.extend(_prefixed(db, b"X" + head))
+    return out.finish()
+
+
+class _Streamed:
+    """An SST file written key by key in order, opened at its first key (none: no file)."""
+
+    def __init__(self, path: Path, options: Options) -> None:
+        self.path, self.options = path, options
+        self.writer: SstFileWriter | None = None
+        self.entries = 0
+
+    def add(self, key: bytes, value: bytes) -> None:
+        if self.writer is None:
+            self.writer = SstFileWriter(options=self.options)
+            self.writer.open(str(self.path))
+        self.writer[key] = value
+        self.entries += 1
+
+    def extend(self, items: Iterator[tuple[bytes, bytes]]) -> None:
+        for key, value in items:
+            self.add(key, value)
+
+    def finish(self) -> tuple[Path | None, int]:
+        if self.writer is None:
+            return None, 0
+        self.writer.finish()
+        return self.path, self.entries
 
 
 def _prefixed(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:

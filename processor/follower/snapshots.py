@@ -354,9 +354,7 @@ def _load_one(
                     files.append(work / "table.sst")
                     entries = header.entries
                 else:
-                    kept, entries = filtered_table(
-                        opened, work / "kept.sst", options, lambda tp: tp.topic in topics
-                    )
+                    kept, entries = filtered_table(opened, work / "kept.sst", options, topics)
                     if kept is not None:
                         files.append(kept)
             finally:
