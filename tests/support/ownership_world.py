@@ -10,8 +10,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from confluent_kafka import Message as KafkaMessage
+
 from processor.errors import InvalidRangeError, ObjectNotFoundError, StorageError
 from processor.kafka.partition import TopicPartition
+from processor.metadata.authentication import DOMAIN_METADATA, KeyRing, MetadataAuth
 from processor.metadata.codec import delete_key, encode_value, record_key, segment_key
 from processor.metadata.fold import MetadataFold
 from processor.metadata.fold_reasons import CONDITION
@@ -102,12 +105,35 @@ class Message:
     value: bytes | None
 
 
+# The deployment's authenticator key and one a forger made up under the same key id.
+AUTH = MetadataAuth("require", KeyRing({"k-model": (0, b"\x11" * 32)}))
+FORGER = MetadataAuth("require", KeyRing({"k-model": (0, b"\x66" * 32)}))
+SIGNATURES = ("good", "none", "wrong")
+
+
+def screened(key: bytes, value: bytes | None, signature: str, require: bool) -> bytes | None:
+    """What every reader folds of a message signed ``signature`` ("good": by a writer of the
+    deployment, "none": unsigned, "wrong": with a key not the deployment's): the real screen
+    (processor/metadata/authentication.py) over a real Kafka message; ``require`` off, it folds
+    every one (the screen's sign mode)."""
+    signer = {"good": AUTH, "wrong": FORGER}.get(signature)
+    headers = None if signer is None else signer.headers(DOMAIN_METADATA, key, value)
+    msg = KafkaMessage(topic="meta", partition=0, offset=0, key=key, value=value, headers=headers)
+    auth = AUTH if require else MetadataAuth("sign", AUTH.ring)
+    return auth.screen(DOMAIN_METADATA, msg)
+
+
 class Topic:
     """One metadata partition: appended messages, a fold that read them live, the verdicts, and
-    what the ownership rules forbid (checked by the model's invariants)."""
+    what the ownership rules forbid (checked by the model's invariants). ``require``: readers
+    refuse what does not verify (PROCESSOR_METADATA_AUTH=require); the log keeps each message as
+    every reader folds it (the screen is a pure function of the message)."""
 
-    def __init__(self, partitions: tuple[TopicPartition, ...], writers: tuple[str, ...]) -> None:
+    def __init__(
+        self, partitions: tuple[TopicPartition, ...], writers: tuple[str, ...], require: bool = False
+    ) -> None:
         self.partitions, self.writers = partitions, writers  # the model's, and its workers' ids
+        self.require = require
         self.log: list[Message] = []
         self.next_offset = 0
         self.live = MetadataFold()
@@ -115,9 +141,11 @@ class Topic:
         self.foreign_accepted: list[str] = []  # accepted records of a writer not holding the claim
         self.self_fenced: list[str] = []  # a claim holder's own record rejected
 
-    def append(self, key: bytes, value: bytes | None, forged: bool = False) -> int:
+    def append(self, key: bytes, value: bytes | None, forged: bool = False, signature: str = "good") -> int:
         """Append a message; ``forged``: a hostile record carrying a claim holder's epoch and writer
-        id (not the holder's own: its rejection fences no one)."""
+        id (not the holder's own: its rejection fences no one); ``signature``: see :func:`screened`."""
+        if signature != "good":
+            value = screened(key, value, signature, self.require)
         offset = self.next_offset
         self.next_offset += 1
         self.log.append(Message(offset, key, value))
@@ -148,8 +176,8 @@ class Topic:
             )
         return offset
 
-    def publish(self, record: MetadataRecord, forged: bool = False) -> int:
-        return self.append(record_key(record), encode_value(record), forged)
+    def publish(self, record: MetadataRecord, forged: bool = False, signature: str = "good") -> int:
+        return self.append(record_key(record), encode_value(record), forged, signature)
 
     def tombstone(self, segment: RemoteLogSegmentMetadata) -> int:
         self.append(segment_key(segment.segment_id), None)
