@@ -52,6 +52,7 @@ SHARED_UNITS = {
     "tests/integration/test_cli_ops.py": "archive",  # the offloaded archive (tests/support/archive.py)
     "tests/integration/test_remote_reads.py": "archive",
     "tests/integration/test_metadata_snapshots.py": "archive",
+    "tests/integration/test_snapshot_readers.py": "archive",
     # helm, promtool and Debian's package lists are fetched into .cache/ on first use: workers
     # fetching at once failed (and the tests skipped) on a fresh clone
     "tests/deploy/": "deploy",

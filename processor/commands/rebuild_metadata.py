@@ -7,7 +7,8 @@ partition, not the bucket), decides through the metadata fold what is served
 (processor/rebuild/resolve.py) and publishes it to the metadata topic (created when missing;
 ``--to-topic`` for another): per partition a claim, the served
 segments' COPY_SEGMENT_FINISHED records under its epoch, a release. Then it folds what it published
-and checks that readers serve exactly the planned segments. Followers rebuild their caches from the
+(a throwaway follower on disk: from snapshots where the topic has them, then the topic) and checks
+that readers serve exactly the planned segments. Followers rebuild their caches from the
 topic as usual.
 
 ``--dry-run`` prints what would be published and every inconsistency: objects without a manifest,
@@ -25,20 +26,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from processor import metrics
 from processor.commands.progress import progress
 from processor.config import Settings, load_settings
 from processor.errors import ServiceUnavailableError
 from processor.kafka.admin import check_broker, topic_ids
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import metadata_partition_for
-from processor.metadata.remote_log_state import PartitionRemoteState
-from processor.metadata.topic_io import ensure_metadata_topic, read_partitions
+from processor.metadata.topic_io import ensure_metadata_topic
 from processor.rebuild.inventory import Inventory
 from processor.rebuild.manifests import READ_THREADS, Problem
 from processor.rebuild.publish import Publisher
 from processor.rebuild.resolve import PartitionRebuild
-from processor.rebuild.served_index import indexed_fold
 from processor.rebuild.stream import (
     GroupRead,
     PartitionSummary,
@@ -48,6 +46,8 @@ from processor.rebuild.stream import (
     plan_groups,
 )
 from processor.segment.object_keys import ObjectKeyFactory, validate_topic
+from processor.storage.chunk_storage import ChunkStorage
+from processor.wiring.read_side import scratch_follower
 from processor.wiring.storage import build_storage
 
 log = logging.getLogger(__name__)
@@ -206,45 +206,46 @@ def rebuild(settings: Settings, to_topic: str, dry_run: bool) -> RebuildReport:
         batches.flush()
         if publisher is not None:
             report.claims = publisher.epochs
+        if not dry_run:
+            report.mismatches = _check_published(settings, to_topic, partitions, report.partitions, storage)
     finally:
         storage.close()
-    if not dry_run:
-        report.mismatches = _check_published(settings, to_topic, partitions, report.partitions)
     report.seconds = round(time.monotonic() - started, 3)
     return report
 
 
+CHECK_TIMEOUT_S = 3600.0  # folding what was published back: an absolute deadline, sized for millions
+
+
 def _check_published(
-    settings: Settings, topic: str, partitions: int, planned: dict[TopicPartition, PartitionSummary]
+    settings: Settings,
+    topic: str,
+    partitions: int,
+    planned: dict[TopicPartition, PartitionSummary],
+    storage: ChunkStorage | None,
 ) -> list[str]:
-    """Fold the published metadata partitions and compare every partition's served set with the plan
-    (the fold of :func:`processor.metadata.topic_io.load_remote_state`, its served segments indexed
-    by offset: the rebuild's partitions are large), one metadata partition at a time: the fold of
-    one is dropped before the next is read. The served sets are compared by their digests."""
+    """Fold the published metadata partitions and compare every partition's served set with the
+    plan, by their digests. The fold is a throwaway follower's (processor/wiring/read_side.py): its
+    cache on disk, from the metadata partitions' newest valid snapshots when the topic had any (a
+    topic published into again), then the topic; a partition's state is read from it one at a time."""
     wanted = {tp for tp, p in planned.items() if p.segments}
-    by_meta: dict[int, list[TopicPartition]] = {}
-    for tp in sorted(wanted):
-        by_meta.setdefault(metadata_partition_for(tp, partitions), []).append(tp)
-    out: list[tuple[TopicPartition, str]] = []
-    for meta_part, tps in sorted(by_meta.items()):
-        fold = indexed_fold(frozenset(tp.topic for tp in wanted))
-        for msg in read_partitions(settings.kafka, topic, [meta_part]):
-            verdict = fold.apply_raw(msg.offset, msg.key, msg.value)
-            if not verdict.accepted:
-                metrics.METADATA_REJECTED.labels(verdict.reason).inc()
-                log.warning("metadata record %d@%d rejected (%s)", msg.partition, msg.offset, verdict.reason)
-        for tp in tps:
+    if not wanted:
+        return []
+    meta_parts = {metadata_partition_for(tp, partitions) for tp in wanted}
+    scoped = settings.model_copy(update={"metadata_topic": topic})
+    out: list[str] = []
+    with scratch_follower(
+        scoped, partitions, meta_parts, {tp.topic for tp in wanted}, storage, CHECK_TIMEOUT_S
+    ) as follower:
+        for tp in sorted(wanted):
             served = ServedDigest()
-            for s in PartitionRemoteState.of(fold.partition(tp)).finished():
+            for s in follower.cache.remote_state(tp).finished():
                 served.add(s.segment_id.id.bytes)
             if served != planned[tp].served:
                 out.append(
-                    (
-                        tp,
-                        f"{tp}: readers serve {served.count} segments, {planned[tp].segments} were published",
-                    )
+                    f"{tp}: readers serve {served.count} segments, {planned[tp].segments} were published"
                 )
-    return [line for _tp, line in sorted(out)]
+    return out
 
 
 def cmd_rebuild_metadata(args: argparse.Namespace) -> int:

@@ -1,10 +1,15 @@
 """The one read-side factory of the CLI commands (``segments``, ``fetch``, ``verify``): a throwaway
-follower scoped to one topic, and a remote reader over it."""
+follower scoped to one topic, and a remote reader over it; and the throwaway follower of some
+metadata partitions (:func:`scratch_follower`) that replaces the in-memory folds of the whole topic:
+a worker's remote state of partitions it starts to lead (:func:`remote_states`) and rebuild-metadata's
+check. Each starts from the newest valid snapshot of its metadata partitions (when given the bucket)
+and folds the topic's tail: the same fold, so it holds what a fold of the whole topic holds."""
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +18,9 @@ from processor.errors import ProcessorError
 from processor.kafka.admin import check_broker, partition_counts
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import metadata_partition_for
+from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.reader.remote_reader import RemoteReader
+from processor.storage.chunk_storage import ChunkStorage
 from processor.wiring.follower import Follower, build_follower, build_reader
 from processor.wiring.storage import build_storage
 
@@ -67,3 +74,48 @@ def open_read_side(settings: Settings, topic: str, partition: int | None) -> Rea
         side = ReadSide(follower, build_reader(settings, storage, follower.rlmm), cache_dir)
         undo.pop_all()
     return side
+
+
+@contextlib.contextmanager
+def scratch_follower(
+    settings: Settings,
+    metadata_partitions: int,
+    partitions: Iterable[int],
+    topics: Iterable[str] | None,
+    storage: ChunkStorage | None,
+    timeout_s: float = 60.0,
+) -> Iterator[Follower]:
+    """A follower of ``partitions`` of ``settings.metadata_topic`` in a temporary cache, keeping
+    ``topics`` (None: all), caught up to the ends they had when it started: from their newest valid
+    snapshots when ``storage`` is given, then the topic's tail. Its cache is on disk (memory does
+    not grow with the partitions' history) and removed after."""
+    wanted = sorted(set(partitions))
+    scoped = settings.model_copy(
+        update={
+            "follow_metadata_partitions": tuple(wanted) or (0,),
+            "follow_topics": tuple(sorted(set(topics))) if topics is not None else (),
+        }
+    )
+    with tempfile.TemporaryDirectory(prefix="processor-scratch-cache-") as cache_dir:
+        follower = build_follower(scoped, metadata_partitions, cache_dir=Path(cache_dir), storage=storage)
+        try:
+            follower.materializer.catch_up(timeout_s=timeout_s)
+            yield follower
+        finally:
+            follower.close()
+
+
+def remote_states(
+    settings: Settings,
+    metadata_partitions: int,
+    tps: list[TopicPartition],
+    storage: ChunkStorage | None,
+) -> dict[TopicPartition, PartitionRemoteState]:
+    """The remote state of ``tps`` as the fold of their metadata partitions holds it (what
+    :func:`processor.metadata.topic_io.load_remote_state` folds in memory from the whole topic),
+    from those partitions' snapshots and the topic's tail."""
+    parts = {metadata_partition_for(tp, metadata_partitions) for tp in tps}
+    with scratch_follower(
+        settings, metadata_partitions, parts, {tp.topic for tp in tps}, storage
+    ) as follower:
+        return {tp: follower.cache.remote_state(tp) for tp in tps}

@@ -14,12 +14,18 @@ from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.topic_io import MetadataPublisher, load_remote_state
 from processor.segment.object_keys import MANIFEST_SUFFIX, ObjectKeyFactory
 from processor.storage.chunk_storage import ChunkStorage
+from processor.wiring.read_side import remote_states
 
 
-def remote_state_loader(settings: Settings, metadata_partitions: int) -> RemoteStateLoader:
-    """Reads the metadata partitions holding ``tps`` and folds them into their remote state."""
+def remote_state_loader(
+    settings: Settings, metadata_partitions: int, storage: ChunkStorage | None = None
+) -> RemoteStateLoader:
+    """Reads the metadata partitions holding ``tps`` and folds them into their remote state; with
+    ``storage``, from their snapshots and the topic's tail (processor/wiring/read_side.py)."""
 
     def load(tps: list[TopicPartition]) -> dict[TopicPartition, PartitionRemoteState]:
+        if storage is not None:
+            return remote_states(settings, metadata_partitions, tps, storage)
         partitions = sorted({metadata_partition_for(tp, metadata_partitions) for tp in tps})
         state, _skipped = load_remote_state(settings.kafka, settings.metadata_topic, partitions, set(tps))
         return {tp: state.partition(tp) for tp in tps}
@@ -54,7 +60,7 @@ def build_planner(
     return ResumePlanner(
         settings.worker_id,
         metadata_partitions,
-        remote_state_loader(settings, metadata_partitions),
+        remote_state_loader(settings, metadata_partitions, storage),
         lambda topics: topic_ids(admin, topics),
         claims,
         follower,
