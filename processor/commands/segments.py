@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from processor.config import load_settings
 from processor.kafka.partition import TopicPartition
@@ -24,18 +25,18 @@ def cmd_segments(args: argparse.Namespace) -> int:
         rows = [segment_to_json(s) for tp in tps for s in cache.listed_segments(tp)]
     finally:
         side.close()
+    out = sys.stdout
     if args.json:
-        for row in rows:
-            print(json.dumps(row))
+        encode = json.JSONEncoder().encode  # one encoder for every row
+        out.writelines(encode(row) + "\n" for row in rows)
     else:
-        print(
-            f"{'id':36}  {'partition':>9}  {'start':>12}  {'end':>12}  {'state':22}  {'size':>12}  object key"
+        head = f"{'id':36}  {'partition':>9}  {'start':>12}  {'end':>12}  {'state':22}  {'size':>12}"
+        out.write(head + "  object key\n")
+        out.writelines(
+            f"{r['id']:36}  {r['partition']:>9}  {r['start_offset']:>12}  {r['end_offset']:>12}  "
+            f"{r['state']:22}  {r['size_bytes']:>12}  {r['object_key']}\n"
+            for r in rows
         )
-        for r in rows:
-            print(
-                f"{r['id']:36}  {r['partition']:>9}  {r['start_offset']:>12}  {r['end_offset']:>12}  "
-                f"{r['state']:22}  {r['size_bytes']:>12}  {r['object_key']}"
-            )
     return 0
 
 

@@ -181,17 +181,20 @@ class CacheQueries:
         self, tp: TopicPartition, from_offset: int = 0
     ) -> Iterator[RemoteLogSegmentMetadata]:
         """COPY_SEGMENT_FINISHED segments of ``tp`` ending at or after ``from_offset``, by start offset."""
-        for key, _value in self.scan_keys(b"O", tp, from_offset):
-            seg = self.segment(uuid.UUID(bytes=key[-16:]))
-            if seg is not None:
-                yield seg
+        return self._segments_of(self.scan_keys(b"O", tp, from_offset))
 
     def listed_segments(self, tp: TopicPartition, from_offset: int = 0) -> Iterator[RemoteLogSegmentMetadata]:
         """Every segment of ``tp`` not yet DELETE_SEGMENT_FINISHED that ends at or after ``from_offset``."""
-        for key, _value in self.scan_keys(b"L", tp, from_offset):
-            seg = self.segment(uuid.UUID(bytes=key[-16:]))
-            if seg is not None:
-                yield seg
+        return self._segments_of(self.scan_keys(b"L", tp, from_offset))
+
+    def _segments_of(self, keys: Iterator[tuple[bytes, bytes]]) -> Iterator[RemoteLogSegmentMetadata]:
+        """The ``S`` record of each ``O``/``L`` key's segment (its id's bytes end the key: no UUID
+        made and taken apart again per segment)."""
+        get = self._db.get
+        for key, _value in keys:
+            raw = get(b"S" + key[-16:])
+            if raw is not None:
+                yield _segment_of(raw)
 
     def scan_keys(self, prefix: bytes, tp: TopicPartition, from_offset: int) -> Iterator[tuple[bytes, bytes]]:
         head = prefix + tp_key(tp)
