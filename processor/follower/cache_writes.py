@@ -312,12 +312,12 @@ class CacheWriter:
         store = self.store
         fold = Fold(store, topics)
         next_offsets: dict[int, int] = {}
-        apply_raw = fold.apply_raw
         applied = 0
+        messages = messages if isinstance(messages, list) else list(messages)
         try:
-            for partition, offset, key, value in messages:
+            verdicts = fold.apply_messages([(offset, key, value) for _p, offset, key, value in messages])
+            for (partition, offset, _key, _value), verdict in zip(messages, verdicts, strict=True):
                 next_offsets[partition] = offset + 1
-                verdict = apply_raw(offset, key, value)
                 if verdict.accepted and not verdict.ignored:
                     applied += 1
                     continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from processor.errors import FormatError, IllegalTransitionError
@@ -20,6 +21,7 @@ from processor.metadata.codec import (
     CLAIM_KEY_PART,
     LOG_START_OFFSET_KEY_SUFFIX,
     decode_message,
+    decode_messages,
     delete_key,
     segment_key,
 )
@@ -61,20 +63,46 @@ class Fold:
     def apply_raw(self, offset: int, key: bytes | None, value: bytes | None) -> Verdict:
         """Decode, check and apply one message (``value`` None: a tombstone)."""
         if value is None:
+            return self.apply_decoded(offset, key, None, None)
+        try:
+            decoded: MetadataRecord | FormatError = decode_message(key, value)
+        except FormatError as exc:
+            decoded = exc
+        return self.apply_decoded(offset, key, value, decoded)
+
+    def apply_messages(self, messages: Sequence[tuple[int, bytes | None, bytes | None]]) -> Iterator[Verdict]:
+        """:meth:`apply_raw` of each (offset, key, value) of a consumed batch, in order, the batch
+        decoded at once first (:func:`~processor.metadata.codec.decode_messages`: the same records
+        and errors, a large batch's segment records read by compiled code). Lazy: each verdict is
+        given before the next message is applied."""
+        decoded = decode_messages([(key, value) for _offset, key, value in messages])
+        apply_decoded = self.apply_decoded
+        for (offset, key, value), outcome in zip(messages, decoded, strict=True):
+            yield apply_decoded(offset, key, value, outcome)
+
+    def apply_decoded(
+        self,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        decoded: MetadataRecord | FormatError | None,
+    ) -> Verdict:
+        """Apply one message already decoded by :func:`~processor.metadata.codec.decode_message`:
+        its record, the FormatError it raised, or None for a tombstone (``value`` None)."""
+        if value is None:
             if self.topics is not None:
                 parsed = parse_key(key)
                 if parsed is not None and parsed[0].topic not in self.topics:
                     return IGNORED
             return self._apply_tombstone(key)
-        try:
-            record = decode_message(key, value)
-        except FormatError as exc:
-            reason = INVALID if str(exc).startswith("invalid metadata record") else UNDECODABLE
+        if isinstance(decoded, FormatError) or decoded is None:
+            detail = str(decoded) if decoded is not None else "metadata record was not decoded"
+            reason = INVALID if detail.startswith("invalid metadata record") else UNDECODABLE
             self._shadow_by_key(key)
-            return Verdict(False, reason, str(exc))
-        if self.topics is not None and record.topic_partition.topic not in self.topics:
+            return Verdict(False, reason, detail)
+        if self.topics is not None and decoded.topic_partition.topic not in self.topics:
             return IGNORED
-        return self.apply_record(offset, record, value, key)
+        return self.apply_record(offset, decoded, value, key)
 
     def apply_record(
         self, offset: int, record: MetadataRecord, raw: bytes | None = None, key: bytes | None = None
@@ -188,12 +216,18 @@ class MetadataFold(Fold):
         super().__init__(self.memory, topics)
         self.rejected: dict[str, int] = {}
         self._next_offset: int = 0  # of :meth:`append`
-        self._raw = False  # inside apply_raw: its apply_record is not counted twice
+        self._raw = False  # inside apply_decoded: its apply_record is not counted twice
 
-    def apply_raw(self, offset: int, key: bytes | None, value: bytes | None) -> Verdict:
+    def apply_decoded(
+        self,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        decoded: MetadataRecord | FormatError | None,
+    ) -> Verdict:
         self._raw = True
         try:
-            verdict = super().apply_raw(offset, key, value)
+            verdict = super().apply_decoded(offset, key, value, decoded)
         finally:
             self._raw = False
         self._count(verdict)
