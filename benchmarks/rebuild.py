@@ -59,6 +59,7 @@ def _segment(keys: ObjectKeyFactory, topic_id: str, partition: int, n: int) -> R
 
 
 WRITE_THREADS = 32
+HERE = Path(__file__).resolve().parents[1]  # this worktree
 BASELINE_ENV = "BENCH_REBUILD_BASELINE"  # a worktree of the code to compare with (its own .venv)
 PAIRS_ENV = "BENCH_REBUILD_PAIRS"  # runs of each, alternating (default 1)
 
@@ -105,9 +106,9 @@ class _Run:
     load: float
 
 
-def _run_cli(python: Path, env: dict[str, str], topic: str, workdir: Path) -> _Run:
-    """``processor rebuild-metadata`` of the code beside ``python`` in a process of its own: its wall
-    time, CPU time and peak RSS (os.wait4's resource usage of that process alone)."""
+def _run_cli(python: Path, root: Path, env: dict[str, str], topic: str, workdir: Path) -> _Run:
+    """``processor rebuild-metadata`` of the worktree ``root`` run by ``python`` in a process of its
+    own: its wall time, CPU time and peak RSS (os.wait4's resource usage of that process alone)."""
     load = os.getloadavg()[0]
     out_path, err_path = workdir / f"{topic}.out", workdir / f"{topic}.err"
     with out_path.open("wb") as out, err_path.open("wb") as err:
@@ -118,7 +119,7 @@ def _run_cli(python: Path, env: dict[str, str], topic: str, workdir: Path) -> _R
             stdout=out,
             stderr=err,
             stdin=subprocess.DEVNULL,
-            cwd=python.parent.parent.parent,  # the worktree: its own package, not this one
+            cwd=root,  # the worktree's own package first on the path
         )
         _pid, status, usage = os.wait4(proc.pid, 0)  # reaped here, with its own resource usage
         wall = time.perf_counter() - t0
@@ -156,10 +157,16 @@ def bench_rebuild(report: Report, info: stack.StackInfo, workdir: Path, segments
     ours: list[_Run] = []
     theirs: list[_Run] = []
     for n in range(pairs):
-        ours.append(_measured(Path(sys.executable), env, f"__bench_rebuilt_{tag}_{n}", segments, workdir))
+        ours.append(
+            _measured(Path(sys.executable), HERE, env, f"__bench_rebuilt_{tag}_{n}", segments, workdir)
+        )
         if baseline_root:
             python = Path(baseline_root) / ".venv" / "bin" / "python"
-            theirs.append(_measured(python, env, f"__bench_rebuilt_base_{tag}_{n}", segments, workdir))
+            theirs.append(
+                _measured(
+                    python, Path(baseline_root), env, f"__bench_rebuilt_base_{tag}_{n}", segments, workdir
+                )
+            )
     baseline = _bare_list_and_get(info, prefix)
     best = min(ours, key=lambda r: r.wall)
     per_thousand = best.wall / segments * 1000
@@ -199,11 +206,13 @@ def bench_rebuild(report: Report, info: stack.StackInfo, workdir: Path, segments
         )
 
 
-def _measured(python: Path, env: dict[str, str], topic: str, segments: int, workdir: Path) -> _Run:
-    print(f"[rebuild] rebuild-metadata by {python} ...", flush=True)
-    run = _run_cli(python, env, topic, workdir)
+def _measured(
+    python: Path, root: Path, env: dict[str, str], topic: str, segments: int, workdir: Path
+) -> _Run:
+    print(f"[rebuild] rebuild-metadata of {root} ...", flush=True)
+    run = _run_cli(python, root, env, topic, workdir)
     assert run.segments == segments and not run.mismatches, (run.segments, run.mismatches[:3])
-    print(f"[rebuild] {_describe(str(python), run)}", flush=True)
+    print(f"[rebuild] {_describe(str(root), run)}", flush=True)
     return run
 
 
