@@ -72,7 +72,7 @@ class StandInDataSource(DataSource):
 
 
 def _session() -> Any:
-    from processor.spark import local_session
+    from processor.spark_sources import local_session
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     # the Python workers import benchmarks.spark (the stand-in) as well as processor
@@ -86,8 +86,8 @@ def _session() -> Any:
 def write_standin(options: dict[str, str], folder: Path) -> list[str]:
     """The rows tiered_records returns, one Arrow IPC file per input partition it plans."""
     from processor.spark.arrow_records import ARROW_SCHEMA_NO_HEADERS
-    from processor.spark.entry import record_options
     from processor.spark.tiered_records import TieredRecordsReader
+    from processor.spark_sources.entry import record_options
 
     folder.mkdir(parents=True, exist_ok=True)
     reader = TieredRecordsReader(record_options(options))

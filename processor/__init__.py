@@ -4,6 +4,8 @@ Packages by floor, each importing only the floors below it (ARCHITECTURE.md "Lay
 ``lint-imports`` checks it):
   cli.py      the ``processor`` command: parses arguments, imports and runs one command
   commands/   one module per command; the only code that reads the environment (load_settings)
+  spark_sources/ the Spark data sources as Spark starts them (spark_sources/entry.py reads their
+              settings): their composition root
   wiring/     the composition root: builds every part from Settings; the only package that knows Faust
   config.py   Settings: the PROCESSOR_* variables
   roles:
@@ -11,7 +13,7 @@ Packages by floor, each importing only the floors below it (ARCHITECTURE.md "Lay
     lifecycle/  retention, the deleter, the multipart sweep, offload-now
     gateway/    the Kafka-protocol gateway in front of the brokers
     web/        the HTTP surface: health, metrics, the read API
-    spark/      the Spark data sources and the audit (spark/entry.py reads their settings)
+    spark/      what the Spark data sources read with, and the audit
     restore/    archived records back into Kafka, exactly once
     rebuild/    the metadata topic rebuilt from the bucket
     rewrite/    archived segments rewritten: merges of small segments, erasures of keys

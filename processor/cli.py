@@ -1,6 +1,6 @@
 """The ``processor`` command: parses arguments and calls the command (processor/commands/). The
 commands read the environment (``load_settings``); besides them only the Spark sources' entry point
-(processor/spark/entry.py) does.
+(processor/spark_sources/entry.py) does.
 
 A command's module is imported only when that command runs (or its ``--help`` is asked for): the
 others are listed from :data:`COMMANDS` with their one-line help, so ``processor --help`` and

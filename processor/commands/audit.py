@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from processor.errors import ConfigError, ProcessorError, ServiceUnavailableError
-from processor.spark import active_session, local_session, require_pyspark
+from processor.spark import active_session, require_pyspark
 from processor.spark.audit.rules import FORMATS
+from processor.spark_sources import local_session
 from processor.units import parse_size
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,10 @@
-"""The archive as Spark data sources (``tiered_records``, ``remote_log_metadata``) and the audit.
+"""What the Spark data sources (``tiered_records``, ``remote_log_metadata``) read with, and the audit:
+options, bounds, planning, slices, Arrow batches, streams, the live tail, the metadata view.
 
-The only package that imports pyspark. Executors import it too (classes live in importable
-modules, never in ``__main__``), so the package must be installed where executors run.
+The sources themselves (the classes Spark instantiates, and the one module that reads their
+settings) are processor/spark_sources/, a floor above the wiring. With it, the only packages that
+import pyspark. Executors import both (classes live in importable modules, never in ``__main__``),
+so the package must be installed where executors run.
 """
 
 from __future__ import annotations
@@ -52,47 +55,10 @@ def check_pyspark_version(version: str | None = None) -> None:
         )
 
 
-def register_data_sources(spark: Any) -> None:
-    """Register ``tiered_records`` and ``remote_log_metadata`` on a SparkSession.
-
-    Also turns on Python data source filter pushdown for the session: pyspark refuses to plan a
-    reader that implements ``pushFilters`` while that setting is off (its default). Raises
-    ConfigError on a pyspark older than MIN_PYSPARK.
-    """
-    check_pyspark_version()
-    from processor.spark.metadata_source import RemoteLogMetadataDataSource
-    from processor.spark.tiered_records import TieredRecordsDataSource
-
-    spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
-    spark.dataSource.register(TieredRecordsDataSource)
-    spark.dataSource.register(RemoteLogMetadataDataSource)
-
-
-def local_session(app_name: str, master: str = "local[2]", **conf: str) -> Any:
-    """A SparkSession for the processor's own jobs (audit, tests, benchmarks) with both data sources
-    registered: Python workers run this interpreter, no UI, no console progress, times in UTC.
-    ``conf`` adds Spark settings (dots written as ``__``: ``spark__driver__memory="2g"``)."""
-    import os
-    import sys
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-    )
-    for key, value in conf.items():
-        builder = builder.config(key.replace("__", "."), value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    register_data_sources(spark)
-    return spark
-
-
-__all__ = ["MIN_PYSPARK", "check_pyspark_version", "local_session", "register_data_sources"]
+__all__ = [
+    "FILTER_PUSHDOWN_CONF",
+    "MIN_PYSPARK",
+    "active_session",
+    "check_pyspark_version",
+    "require_pyspark",
+]

@@ -13,12 +13,12 @@ next_offset}}``. Batch reads default to earliest .. latest, streams start at lat
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from processor.errors import ConfigError, FormatError, ServiceUnavailableError
 from processor.kafka.partition import TopicPartition
@@ -42,7 +42,6 @@ from processor.spark.bounds import (
     offsets_bound,
 )
 from processor.spark.connection import Connection
-from processor.spark.entry import connection_from
 from processor.spark.live_tail import consume_range, watermarks
 from processor.spark.stream_offsets import StreamOffsets
 
@@ -183,7 +182,9 @@ class MetaSlice:
     until_offset: int
 
 
-def metadata_options(options: Mapping[str, str]) -> MetadataOptions:
+def metadata_options(options: Mapping[str, str], connect: Callable[[], Connection]) -> MetadataOptions:
+    """Parse and check ``options``; ``connect`` builds the connection (after the options are known
+    good: processor/spark_sources/entry.py reads the settings it falls back to)."""
     known = {o.lower() for o in SUPPORTED_OPTIONS}
     unknown = sorted(k for k in lowered_options(options) if k not in known and not k.startswith("kafka."))
     if unknown:
@@ -196,7 +197,7 @@ def metadata_options(options: Mapping[str, str]) -> MetadataOptions:
     starting = lowered.get("startingoffsets")
     ending = lowered.get("endingoffsets")
     return MetadataOptions(
-        connection=connection_from(options),
+        connection=connect(),
         starting=offsets_bound("startingOffsets", starting) if starting is not None else None,
         ending=offsets_bound("endingOffsets", ending) if ending is not None else LATEST_BOUND,
     )
@@ -277,20 +278,3 @@ class MetadataStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         yield from read_slice(self.options.connection, partition.value)
-
-
-class RemoteLogMetadataDataSource(DataSource):
-    """``spark.read.format("remote_log_metadata")`` / ``spark.readStream.format(...)``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "remote_log_metadata"
-
-    def schema(self) -> str:
-        return SCHEMA_DDL
-
-    def reader(self, schema: Any) -> DataSourceReader:
-        return MetadataReader(metadata_options(self.options))
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return MetadataStreamReader(metadata_options(self.options))

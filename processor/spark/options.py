@@ -6,7 +6,7 @@ few an archive needs (where the metadata topic and the bucket are, ``tail``). An
 knows is an error that lists the supported ones; ``kafka.*`` settings pass through to the Kafka
 clients the source creates (minus the few Spark refuses too). Connection options
 (``kafka.bootstrap.servers``, ``metadata.topic``, ``s3.*``) fall back to the worker's
-``PROCESSOR_*`` variables (processor/spark/entry.py); the result is a small frozen value that
+``PROCESSOR_*`` variables (processor/spark_sources/entry.py); the result is a small frozen value that
 pickles to the executors. Where a read starts and ends: processor/spark/bounds.py; where it
 connects: processor/spark/connection.py.
 
@@ -275,7 +275,7 @@ def parse_record_options(
 ) -> RecordOptions:
     """Parse and check ``options`` for a batch or a stream read; raises ConfigError naming what is
     wrong. ``connect`` gives the connection once the options are checked (the Spark entry point's
-    :func:`processor.spark.entry.record_options` reads the settings it falls back to)."""
+    :func:`processor.spark_sources.entry.record_options` reads the settings it falls back to)."""
     check_known_options(options)
     lowered = lowered_options(options)
     subscription = _subscription(lowered)

@@ -1,4 +1,5 @@
-"""Data source ``tiered_records``: the archive as Spark's Kafka source, batch and streaming.
+"""The reader of data source ``tiered_records`` (processor/spark_sources/): the archive as Spark's
+Kafka source, batch and streaming.
 
 The options and their meaning are Spark's Kafka source's (``processor.spark.options``); the schema
 is Spark's (7 columns, ``headers`` with ``includeHeaders=true``). Batch reads resolve the starting
@@ -17,9 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
-    DataSource,
     DataSourceReader,
-    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -30,11 +29,9 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from processor.spark.arrow_records import schema_ddl
 from processor.spark.availability import observe, timestamp_lookup
-from processor.spark.entry import record_options
 from processor.spark.metadata_view import MaterializedMetadata
-from processor.spark.options import RecordOptions, check_known_options, headers_requested
+from processor.spark.options import RecordOptions
 from processor.spark.planning import Slice
 from processor.spark.read_planner import plan_ranges
 from processor.spark.slice_reader import read_partition
@@ -145,24 +142,4 @@ class TieredRecordsReader(DataSourceReader):
         yield from read_partition(self.options, partition.value)
 
 
-class TieredRecordsDataSource(DataSource):
-    """``spark.read.format("tiered_records")`` / ``spark.readStream.format("tiered_records")``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "tiered_records"
-
-    def schema(self) -> str:
-        check_known_options(self.options)  # a typo fails at load(), before any query runs
-        return schema_ddl(headers_requested(self.options))
-
-    def reader(self, schema: Any) -> DataSourceReader:
-        return TieredRecordsReader(record_options(self.options, mode="batch"))
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        from processor.spark.tiered_stream import TieredRecordsStreamReader
-
-        return TieredRecordsStreamReader(record_options(self.options, mode="stream"))
-
-
-__all__ = ["TieredRecordsDataSource", "TieredRecordsReader"]
+__all__ = ["TieredRecordsReader"]

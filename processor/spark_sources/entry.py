@@ -1,4 +1,4 @@
-"""The Spark sources' entry point: the one module of ``processor.spark`` that reads the settings.
+"""The Spark sources' entry point: the one module that reads their settings.
 
 A Spark source is started by Spark, not by a ``processor`` command, so it reads where to connect
 here: its options, each falling back to the process's ``PROCESSOR_*`` variables

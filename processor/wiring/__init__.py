@@ -13,7 +13,7 @@ this is the only package that knows Faust.
   (the copier's read-your-write policy), ``fetch_sizes`` (fetch-size arithmetic), ``leader`` (the
   offload engine), ``lifecycle`` (retention and multipart sweep tasks), ``readiness`` (probes),
   ``gateway`` (the gateway's listeners), ``spark_connection`` (the Spark sources' connection, for
-  processor/spark/entry.py);
+  processor/spark_sources/entry.py);
 - the Faust parts: ``faust_app`` (the app), ``faust_transport`` (the leadership transport),
   ``rebalance`` (rebalance callbacks), ``timers`` (periodic tasks), ``faust_views`` (HTTP views).
 """

@@ -278,8 +278,8 @@ def test_the_spark_source_plans_and_reads_the_encrypted_archive(encrypted, tmp_p
     option ``encryption.keyring`` names the key ring."""
     from pyspark.sql.datasource import InputPartition
 
-    from processor.spark.entry import record_options
     from processor.spark.tiered_records import TieredRecordsReader
+    from processor.spark_sources.entry import record_options
 
     topic = list(encrypted.topics)[1]
     options = {

@@ -26,8 +26,8 @@ from processor.metadata.codec import encode_value, metadata_partition_for, recor
 from processor.metadata.model import RemoteLogSegmentId, SegmentState
 from processor.metadata.topic_io import load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
-from processor.spark.entry import connection_from
 from processor.spark.live_tail import consume_range
+from processor.spark_sources.entry import connection_from
 from processor.wiring.read_side import open_read_side
 from tests.integration.invariants import check_invariants, running_worker, wait_for_log
 from tests.integration.lifecycle_support import produce, storage_for

@@ -39,7 +39,7 @@ def spark(local_stack: StackInfo) -> Iterator[Any]:
     # local_stack first: it puts the AWS credentials in the environment the JVM and its workers inherit.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from processor.spark import local_session
+    from processor.spark_sources import local_session
 
     # Spark's own Kafka source too (tests/spark/test_kafka_source.py), from the pinned Maven file
     extra = {}

@@ -13,11 +13,11 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from processor.devstack.stack import StackInfo
-from processor.spark.entry import record_options
 from processor.spark.planning import DataLossError
 from processor.spark.slice_reader import DATA_LOSS
 from processor.spark.tiered_records import TieredRecordsReader
 from processor.spark.tiered_stream import TieredRecordsStreamReader
+from processor.spark_sources.entry import record_options
 from tests.spark.kafka_reference import KafkaReference
 from tests.spark.planted import PlantedArchive, plant
 from tests.spark.test_conformance import spark_rows

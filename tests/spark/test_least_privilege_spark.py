@@ -315,7 +315,7 @@ def test_an_audit_that_may_not_describe_an_archived_topic_says_so_and_resolves_n
     lag check counted as done: its open problems resolved, unseen. Now the pass fails naming the topic."""
     from processor.commands.audit import refusal_in
     from processor.spark.audit.run import AuditOptions, run_audit
-    from processor.spark.entry import connection_from
+    from processor.spark_sources.entry import connection_from
 
     user_with_exactly(archive.stack, READER, PASSWORD, READER_GRANTS[:1])  # nothing on the topic
     conn = connection_from(_options(archive, tmp_path / "cache"), {})

@@ -9,8 +9,8 @@ from processor.errors import ConfigError
 from processor.kafka.partition import TopicPartition
 from processor.spark import check_pyspark_version
 from processor.spark.bounds import Bound, time_string_ms
-from processor.spark.entry import record_options
 from processor.spark.options import SUPPORTED_OPTIONS, check_known_options
+from processor.spark_sources.entry import record_options
 
 pytestmark = pytest.mark.spark
 

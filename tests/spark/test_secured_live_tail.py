@@ -24,7 +24,7 @@ from processor.kafka.clients import new_admin, new_consumer
 from processor.kafka.partition import TopicPartition
 from processor.metadata.topic_io import load_remote_state
 from processor.spark.audit.run import AuditOptions, run_audit
-from processor.spark.entry import connection_from
+from processor.spark_sources.entry import connection_from
 from tests.integration.worker_process import TEST_SESSION_TIMEOUT_MS, WorkerProcess
 
 pytestmark = pytest.mark.spark

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from processor.spark import register_data_sources
+from processor.spark_sources import register_data_sources
 from tests.support.archive import COUNT, META, PARTITIONS, PREFIX, TOPIC, OffloadedArchive
 from tests.support.doc_blocks import ROOT, code_blocks
 

@@ -16,8 +16,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMinRows
 
 from processor.devstack.stack import StackInfo
 from processor.kafka.clients import new_producer
-from processor.spark.entry import record_options
 from processor.spark.tiered_stream import TieredRecordsStreamReader
+from processor.spark_sources.entry import record_options
 from tests.spark.kafka_reference import KafkaReference
 from tests.spark.planted import PlantedArchive, plant
 

@@ -60,8 +60,8 @@ def test_pushed_filters_read_fewer_blocks(spark, archive) -> None:
     from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, LessThan
 
     from processor.spark.arrow_records import BLOCKS_READ
-    from processor.spark.entry import record_options
     from processor.spark.tiered_records import TieredRecordsReader
+    from processor.spark_sources.entry import record_options
 
     options = record_options(spark_options(archive))
 
