@@ -207,6 +207,29 @@ class Settings(BaseSettings):
     )
     s3_sse_kms_key_id: str | None = None
     s3_sse_bucket_key: bool = True
+    # The archive's store: s3 (S3 or an S3-compatible store), gcs (Google Cloud Storage) or azure
+    # (Azure Blob Storage). PROCESSOR_S3_PREFIX, _S3_PART_BYTES and _S3_UPLOAD_CONCURRENCY apply to all.
+    storage: str = Field(default="s3", pattern=r"^(s3|gcs|azure)$", description="s3, gcs or azure")
+    gcs_bucket: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$",
+        description="a GCS bucket name: lower-case letters, digits, '.', '_' or '-'",
+    )
+    gcs_endpoint_url: str | None = None
+    gcs_project: str | None = None
+    # A service-account key file; unset: application-default credentials (workload identity on GKE)
+    gcs_credentials_file: Path | None = None
+    gcs_anonymous: bool = False
+    azure_container: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([a-z0-9]|-[a-z0-9]){1,61}[a-z0-9]?$",
+        description="an Azure container name: 3 to 63 lower-case letters, digits or single '-'",
+    )
+    azure_account_url: str | None = None
+    # Secrets: never logged, masked by `processor config`. None set: DefaultAzureCredential.
+    azure_connection_string: SecretStr | None = None
+    azure_account_key: SecretStr | None = None
+    azure_sas_token: SecretStr | None = None
     # Authenticated metadata (processor/metadata/authentication.py, docs/security.md): off; sign
     # (writers add an HMAC to every record of the metadata and deletion topics, readers count what
     # does not verify); require (readers also refuse it). Turn sign on everywhere, then require.
@@ -380,10 +403,40 @@ class Settings(BaseSettings):
             )
         if self.s3_sse_kms_key_id and self.s3_sse != "aws:kms":
             raise ValueError("PROCESSOR_S3_SSE_KMS_KEY_ID needs PROCESSOR_S3_SSE=aws:kms")
+        for problem in self._storage_problems():
+            raise ValueError(problem)
         problems = self.kafka_security.problems()
         if problems:
             raise ValueError("\n  ".join(problems))
         return self
+
+    def _storage_problems(self) -> list[str]:
+        """What PROCESSOR_STORAGE=gcs or azure lacks, or credentials that exclude each other."""
+        if self.storage == "gcs" and not self.gcs_bucket:
+            return ["PROCESSOR_STORAGE=gcs needs PROCESSOR_GCS_BUCKET"]
+        if self.storage == "gcs" and self.gcs_anonymous and self.gcs_credentials_file:
+            return ["PROCESSOR_GCS_ANONYMOUS and PROCESSOR_GCS_CREDENTIALS_FILE exclude each other"]
+        if self.storage != "azure":
+            return []
+        if not self.azure_container:
+            return ["PROCESSOR_STORAGE=azure needs PROCESSOR_AZURE_CONTAINER"]
+        given = [
+            name
+            for name, value in (
+                ("PROCESSOR_AZURE_CONNECTION_STRING", self.azure_connection_string),
+                ("PROCESSOR_AZURE_ACCOUNT_KEY", self.azure_account_key),
+                ("PROCESSOR_AZURE_SAS_TOKEN", self.azure_sas_token),
+            )
+            if value is not None
+        ]
+        if len(given) > 1:
+            return [f"set one Azure credential, not {' and '.join(given)}"]
+        if not self.azure_connection_string and not self.azure_account_url:
+            return [
+                "PROCESSOR_STORAGE=azure needs PROCESSOR_AZURE_ACCOUNT_URL "
+                "(https://ACCOUNT.blob.core.windows.net) or PROCESSOR_AZURE_CONNECTION_STRING"
+            ]
+        return []
 
     @functools.cached_property
     def kafka_security(self) -> KafkaSecurity:

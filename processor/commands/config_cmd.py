@@ -200,12 +200,28 @@ def _reach(settings: Settings, timeout_s: float) -> tuple[list[str], list[str], 
     storage = build_storage(settings, probe=True)
     try:
         storage.check_bucket()
-        reached.append(f"s3: ok (bucket {settings.s3_bucket!r})")
+        reached.append(f"{settings.storage}: ok ({_store_name(settings)})")
+        unreachable += [
+            f"the worker's {settings.storage} credentials lack {name} on {_store_name(settings)}: "
+            f"the worker would stop (what a worker needs: {STORAGE_ROLES_DOC})"
+            for name in storage.missing_permissions()
+        ]
     except StorageError as exc:
         unreachable.append(str(exc))
     finally:
         storage.close()
     return reached, config, unreachable
+
+
+STORAGE_ROLES_DOC = "docs/security.md#least-privilege-on-google-cloud-storage-and-azure-blob-storage"
+
+
+def _store_name(settings: Settings) -> str:
+    if settings.storage == "gcs":
+        return f"bucket {settings.gcs_bucket!r}"
+    if settings.storage == "azure":
+        return f"container {settings.azure_container!r}"
+    return f"bucket {settings.s3_bucket!r}"
 
 
 def cmd_check(settings: Settings, connect: bool, timeout_s: float) -> int:

@@ -43,6 +43,15 @@ DEFAULTS: dict[str, str] = {
     "kms_key_id": "none",
     "kms_topic_key_ids": "none",
     "s3_sse_kms_key_id": "the bucket's default key",
+    "gcs_bucket": "none",
+    "gcs_endpoint_url": "Google's",
+    "gcs_project": "the credentials'",
+    "gcs_credentials_file": "application default",
+    "azure_container": "none",
+    "azure_account_url": "the connection string's",
+    "azure_connection_string": "none",
+    "azure_account_key": "none",
+    "azure_sas_token": "none",
 }
 
 SECURITY = "[Security](security.md#connecting-to-a-secured-kafka)"
@@ -149,6 +158,27 @@ MEANINGS: dict[str, str] = {
     "s3_sse": "S3 server-side encryption of every object: `none`, `AES256` (SSE-S3) or `aws:kms` (SSE-KMS)",
     "s3_sse_kms_key_id": "SSE-KMS key id or ARN",
     "s3_sse_bucket_key": "SSE-KMS with S3 Bucket Keys (fewer KMS requests)",
+    "storage": (
+        "the archive's store: `s3` (S3 or an S3-compatible store), `gcs` (Google Cloud Storage) or "
+        "`azure` (Azure Blob Storage); `PROCESSOR_S3_PREFIX`, `_S3_PART_BYTES` and "
+        "`_S3_UPLOAD_CONCURRENCY` apply to each"
+    ),
+    "gcs_bucket": "`gcs`: the bucket (must exist)",
+    "gcs_endpoint_url": "`gcs`: another endpoint (a private one, or the fake-gcs-server emulator)",
+    "gcs_project": "`gcs`: the project the client bills requests to",
+    "gcs_credentials_file": (
+        "`gcs`: a service-account key file (JSON); unset, application-default credentials: "
+        "`GOOGLE_APPLICATION_CREDENTIALS`, gcloud's, or the metadata server (workload identity on GKE)"
+    ),
+    "gcs_anonymous": "`gcs`: send no credentials (an emulator)",
+    "azure_container": "`azure`: the container (must exist)",
+    "azure_account_url": "`azure`: `https://ACCOUNT.blob.core.windows.net`",
+    "azure_connection_string": "`azure`: a storage connection string (a secret, `***` in `processor config`)",
+    "azure_account_key": "`azure`: the account's shared key (a secret)",
+    "azure_sas_token": (
+        "`azure`: a SAS token (a secret; read, write, delete and list on the container for a worker). "
+        "None of the three: `DefaultAzureCredential` (workload identity on AKS, managed identity, Azure CLI)"
+    ),
     "metadata_auth": (
         "`off`, `sign` (writers add an HMAC to every metadata and deletion topic record) or `require` "
         "(readers also refuse what does not verify): see [security](security.md#authenticated-metadata)"

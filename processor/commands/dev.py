@@ -8,8 +8,8 @@ import argparse
 import json
 from pathlib import Path
 
+from processor.devstack import emulators, stack
 from processor.devstack import secure as secure_kafka
-from processor.devstack import stack
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.truncate import truncate_topic
 from processor.errors import ConfigError, ServiceUnavailableError
@@ -22,7 +22,12 @@ DEFAULT_STACK_DIR = ".stack"
 def cmd_dev(args: argparse.Namespace) -> int:
     stack_dir = Path(args.dir)
     if args.action == "up":
-        info = stack.start(stack_dir, secure=args.secure, broker=args.broker or stack.default_broker())
+        info = stack.start(
+            stack_dir,
+            secure=args.secure,
+            broker=args.broker or stack.default_broker(),
+            storage=args.storage,
+        )
         secured = info.secured
         if args.json:
             report = {**stack.status(stack_dir), "env": info.env()}
@@ -40,7 +45,13 @@ def cmd_dev(args: argparse.Namespace) -> int:
             print(f"  Kafka SASL_SSL:    {secured.sasl_ssl.bootstrap_servers}  ({mechanisms})")
             print(f"  Kafka mutual TLS:  {secured.mtls.bootstrap_servers}  (client certificate required)")
             print(f"  throwaway CA:      {secured.pki.ca_file}")
-        print(f"  S3 (SeaweedFS):    {info.s3_endpoint_url}  bucket {info.bucket}")
+        if info.storage == emulators.GCS:
+            endpoint = info.storage_env["PROCESSOR_GCS_ENDPOINT_URL"]
+            print(f"  GCS (fake-gcs-server): {endpoint}  bucket {info.bucket}")
+        elif info.storage == emulators.AZURE:
+            print(f"  Azure Blob (Azurite):  container {info.bucket}")
+        else:
+            print(f"  S3 (SeaweedFS):    {info.s3_endpoint_url}  bucket {info.bucket}")
         print("  use it with:" if secured is None else "  use the SASL_SSL listener with:")
         for line in secure_kafka.exports(info.env()):
             print(f"    {line}")
@@ -102,7 +113,9 @@ def _format_status(status: dict[str, object]) -> str:
     assert isinstance(procs, dict)
     for name, p in procs.items():
         lines.append(f"  {name:6} pid {p['pid']:>7}  {'running' if p['running'] else 'stopped'}")
-    lines.append(f"  Kafka {status['bootstrap_servers']}  S3 {status['s3_endpoint_url']}")
+    store = status.get("storage", emulators.S3)
+    where = f"S3 {status['s3_endpoint_url']}" if store == emulators.S3 else f"{store} emulator"
+    lines.append(f"  Kafka {status['bootstrap_servers']}  {where}")
     return "\n".join(lines)
 
 
@@ -127,6 +140,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help=f"up: the broker: kafka (Apache Kafka, needs Java 17 and Maven) or tansu (no Java needed); "
         f"default: ${stack.BROKER_ENV}, else kafka where Java and Maven are on PATH",
+    )
+    dev.add_argument(
+        "--storage",
+        choices=emulators.KINDS,
+        default=emulators.S3,
+        help="up: where the archive is: s3 (SeaweedFS), gcs (the fake-gcs-server emulator) or azure "
+        "(the Azurite emulator); the emulators are installed on first use (needs go, or npm)",
     )
     dev.add_argument("--topic", help="produce, truncate: the topic")
     dev.add_argument("--records", type=int, default=10_000, help="produce: how many sample records")

@@ -189,10 +189,15 @@ def plan(kind: str, data_dir: Path, port: int) -> Emulator:
             f"http://127.0.0.1:{port}",
         )
     if kind == AZURE:
+        node = shutil.which("node")
+        if node is None:
+            raise ConfigError("the Azurite emulator needs Node.js (node) on PATH")
         return Emulator(
             AZURE,
             [
-                str(azurite_binary()),
+                # node itself first: the stack tells its processes by their first argument
+                node,
+                str(azurite_binary().resolve()),
                 "--blobHost=127.0.0.1",
                 f"--blobPort={port}",
                 f"--location={data_dir}",

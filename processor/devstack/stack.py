@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from processor.devstack import apache_kafka, jars
+from processor.devstack import apache_kafka, emulators, jars
 from processor.devstack import secure as secure_kafka
 from processor.errors import ConfigError, ServiceUnavailableError, StorageError
 from processor.kafka.clients import new_admin
@@ -63,6 +63,10 @@ class StackInfo:
     # The secured listeners (processor dev up --secure); bootstrap_servers is then the SASL_SSL one.
     secure: dict[str, Any] | None = None
     broker: str = "tansu"  # "kafka" (Apache Kafka) or "tansu"
+    # The archive's store: "s3" (SeaweedFS), or "gcs" / "azure" on an emulator (devstack/emulators.py)
+    # whose PROCESSOR_* variables are storage_env
+    storage: str = "s3"
+    storage_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def gateway_node_ids(self) -> str:
@@ -107,6 +111,8 @@ class StackInfo:
 
     def env(self) -> dict[str, str]:
         """The variables a worker or the CLI needs to use this stack."""
+        if self.storage != emulators.S3:
+            return {**self.kafka_env(), **self.storage_env}
         return {
             **self.kafka_env(),
             "PROCESSOR_S3_ENDPOINT_URL": self.s3_endpoint_url,
@@ -301,11 +307,13 @@ def start(
     secure: bool = False,
     s3_endpoint_url: str | None = None,
     broker: str | None = None,
+    storage: str = emulators.S3,
 ) -> StackInfo:
     """Start the stack in ``stack_dir``. ``broker``: ``kafka`` or ``tansu`` (default:
     :func:`default_broker`). ``secure``: the Kafka side behind TLS and SASL (Apache Kafka only; see
     the module docstring). ``s3_endpoint_url``: use that S3 server (with the dev credentials) instead of
-    starting SeaweedFS, e.g. for a secured Kafka beside a running stack's S3.
+    starting SeaweedFS, e.g. for a secured Kafka beside a running stack's S3. ``storage``: ``gcs`` or
+    ``azure`` starts that cloud's emulator instead of SeaweedFS (:mod:`processor.devstack.emulators`).
 
     A port picked free can be taken by another process before the server binds it (many stacks
     starting at once, as the test workers do, made SeaweedFS exit on one in a few runs): a server that
@@ -327,12 +335,12 @@ def start(
     for _ in range(START_ATTEMPTS - 1):
         logged = {log: log.stat().st_size for log in root.glob("*.log")}
         try:
-            return _start_once(root, bucket, timeout_s, secure, s3_endpoint_url, broker)
+            return _start_once(root, bucket, timeout_s, secure, s3_endpoint_url, broker, storage)
         except ServiceUnavailableError as exc:
             if not _port_taken(root, logged):
                 raise
             log.warning("local stack: %s (a port was taken before it bound); starting again", exc)
-    return _start_once(root, bucket, timeout_s, secure, s3_endpoint_url, broker)
+    return _start_once(root, bucket, timeout_s, secure, s3_endpoint_url, broker, storage)
 
 
 def _port_taken(root: Path, logged: dict[Path, int]) -> bool:
@@ -346,7 +354,13 @@ def _port_taken(root: Path, logged: dict[Path, int]) -> bool:
 
 
 def _start_once(
-    root: Path, bucket: str, timeout_s: float, secure: bool, s3_endpoint_url: str | None, broker: str
+    root: Path,
+    bucket: str,
+    timeout_s: float,
+    secure: bool,
+    s3_endpoint_url: str | None,
+    broker: str,
+    storage: str = emulators.S3,
 ) -> StackInfo:
     procs: dict[str, subprocess.Popen[bytes]] = {}
     commands: dict[str, str] = {}
@@ -370,6 +384,11 @@ def _start_once(
         tansu = str(tansu_binary())
         bootstrap = f"127.0.0.1:{free_port()}"
         procs[TANSU], commands[TANSU] = _spawn(_tansu(tansu, bootstrap, bootstrap), root / "tansu.log"), tansu
+    emulator = None if storage == emulators.S3 else emulators.plan(storage, root / storage, free_port())
+    if emulator is not None:
+        procs[storage] = _spawn(emulator.command, root / emulator.log_name)
+        commands[storage] = emulator.command[0]
+        s3_endpoint_url = ""  # no SeaweedFS: the archive is on the emulator
     if s3_endpoint_url is None:
         s3_port = free_port()
         weed_dir = root / "seaweedfs"
@@ -386,10 +405,12 @@ def _start_once(
         commands=commands,
         secure=secured.to_json() if secured is not None else None,
         broker=broker,
+        storage=storage,
+        storage_env=emulator.env(bucket) if emulator is not None else {},
     )
     _save(info)
     try:
-        kafka_procs = {name: proc for name, proc in procs.items() if name != "weed"}
+        kafka_procs = {name: proc for name, proc in procs.items() if name in (KAFKA, TANSU)}
         if secured is not None:
             _wait_kafka(secured.admin_kafka(), kafka_procs, timeout_s)
             apache_kafka.provision(secured)
@@ -398,6 +419,8 @@ def _start_once(
             _wait_kafka(secured.mtls_kafka(), kafka_procs, timeout_s)
         if "weed" in procs:
             _wait_s3(info.s3_endpoint_url, bucket, procs["weed"], timeout_s)
+        if emulator is not None:
+            emulators.wait_ready(emulator, bucket, procs[storage], timeout_s)
     except BaseException:
         stop(root)
         raise
@@ -516,5 +539,6 @@ def status(stack_dir: str | os.PathLike[str]) -> dict[str, object]:
         "bootstrap_servers": info.bootstrap_servers,
         "s3_endpoint_url": info.s3_endpoint_url,
         "bucket": info.bucket,
+        "storage": info.storage,
         "processes": procs,
     }

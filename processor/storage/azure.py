@@ -66,6 +66,8 @@ from processor.storage.chunk_storage import (
 )
 
 log = logging.getLogger(__name__)
+# The SDK logs every request and answer at INFO (headers included): one line per ranged read
+logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(logging.WARNING)
 
 OBJECT_CONTENT_TYPE = "application/octet-stream"
 CREATE_TOKEN = "processorcreate"  # metadata names are C# identifiers: no '-'
@@ -339,6 +341,14 @@ class AzureChunkStorage(ChunkStorage):
             ) from exc
         except _CLIENT_ERRORS as exc:
             err = storage_error("check", self.bucket, exc)
+            if int(getattr(exc, "status_code", 0) or 0) == 403:
+                # a container SAS (or a data role without the container's own read) may list blobs
+                # yet not read the container's properties: a listing shows it is there and usable
+                try:
+                    next(iter(self._container.list_blobs(results_per_page=1).by_page()), None)
+                    return
+                except _CLIENT_ERRORS as listed:
+                    err = storage_error("list", self.bucket, listed)
             raise StorageError(
                 f"Azure container {self.bucket!r} at {where} is not usable: {err} "
                 "(PROCESSOR_AZURE_CONTAINER, and the credentials' data roles on it)",

@@ -102,6 +102,12 @@ class ChunkStorage(abc.ABC):
         """Fail fast with a clear StorageError when the store (bucket, root directory) cannot be
         reached or used."""
 
+    def missing_permissions(self) -> builtins.list[str]:
+        """The permissions a worker needs on the store that its credentials are known to lack, each
+        named as the store names it (GCS's IAM permissions, a SAS's grants); empty when none is
+        missing or the store cannot tell without writing (optional: by default, empty)."""
+        return []
+
     def concat(self, target: str, sources: Sequence[str]) -> ChunkInfo:
         """Create ``target`` as the concatenation of existing chunks (optional, see supports_concat)."""
         raise NotImplementedError(f"{type(self).__name__} does not support concat")

@@ -186,6 +186,9 @@ def test_connect_exits_0_when_both_answer(monkeypatch: pytest.MonkeyPatch) -> No
         def check_bucket(self) -> None:
             pass
 
+        def missing_permissions(self) -> list[str]:
+            return []
+
         def close(self) -> None:
             pass
 
