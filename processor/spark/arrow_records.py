@@ -1,14 +1,15 @@
 """Records as Arrow batches in the schema of Spark's Kafka source.
 
-``read_slice_as_arrow`` is the one place where archived blocks become Spark rows: it asks the
-project's block reader (``processor.reader.segment_blocks.read_block_range_columns``, every CRC
-checked there) for the rows of blocks ``i..j`` of one segment as columns
-(``processor.segment.block_columns``: no Python object per record) and builds each Arrow column
-from its list in one call. A block of ``BLOCK_BATCH_BYTES`` or more is one Arrow batch; smaller
+``read_slice_as_arrow`` is the one place where archived blocks become Spark rows: the project's
+block reader (``processor.reader.segment_blocks``: ranged GETs, the block's index entry and every
+CRC checked there) hands each block of ``i..j`` of one segment to the bulk decoder
+(``processor.segment.bulk_records``: compiled code, no Python step per record), whose flat arrays
+are already laid out as Arrow's binary and primitive columns: each Arrow array wraps them without a
+copy (``arrays_to_batch``). A block of ``BLOCK_BATCH_BYTES`` or more is one Arrow batch; smaller
 ones are gathered into batches of ``BATCH_ROWS`` rows (or ``BATCH_BYTES`` of payload). The offset
-range is applied while decoding (only batches that straddle a bound are filtered row by row); a
-pushed timestamp range is applied to the Arrow batch.
-``rows_to_batch``/``records_to_batch`` are the per-row path of the live tail and of tests.
+range is applied while decoding; a pushed timestamp range is applied to the Arrow batch.
+``rows_to_batch``/``records_to_batch``/``columns_to_batch`` are the per-row paths of the live tail
+and of tests.
 
 The schema is Spark's: 7 columns, and ``headers`` as an 8th only with ``includeHeaders=true``
 (building it costs as much as the rest of the row on Spark's Python data source path). As in
@@ -23,17 +24,21 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from processor.reader.segment_blocks import read_block_range_columns
+from processor.reader.segment_blocks import _verified_blocks as verified_blocks
 from processor.reader.segment_keys import SegmentCipher
 from processor.segment.block_columns import RecordColumns
 from processor.segment.block_header import BlockInfo
 from processor.segment.records import Header, KafkaRecord
 from processor.storage.chunk_storage import ChunkStorage
+
+if TYPE_CHECKING:
+    from processor.segment.bulk_records import BinaryColumn, BlockArrays
 
 SCHEMA_DDL_NO_HEADERS = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
@@ -217,6 +222,54 @@ def _time_filtered(
     return batch if mask is None else batch.filter(mask)
 
 
+def _arrow_bytes(size: int) -> np.ndarray:
+    """The decoder's byte buffers from Arrow's memory pool (its pages reused from block to block)."""
+    return np.frombuffer(pa.allocate_buffer(size), np.uint8)
+
+
+def _binary_array(col: BinaryColumn, string: bool = False) -> pa.Array:
+    """A decoded binary column as an Arrow array over the same memory (a bitmap built only when
+    some row is null)."""
+    n = len(col.validity)
+    valid = int(np.count_nonzero(col.validity))
+    bitmap = None if valid == n else pa.py_buffer(np.packbits(col.validity.view(np.bool_), bitorder="little"))
+    return pa.Array.from_buffers(
+        pa.string() if string else pa.binary(),
+        n,
+        [bitmap, pa.py_buffer(col.offsets), pa.py_buffer(col.data)],
+        null_count=n - valid,
+    )
+
+
+def arrays_to_batch(
+    topic: str, partition: int, arrays: BlockArrays, include_headers: bool = True
+) -> pa.RecordBatch:
+    """One block's decoded arrays as an Arrow batch: every column over the decoder's buffers."""
+    n = len(arrays)
+    columns = [
+        _binary_array(arrays.keys),
+        _binary_array(arrays.values),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array(arrays.offsets, pa.int64()),
+        pa.array(arrays.timestamps * 1000, pa.timestamp("us", tz="UTC")),
+        pa.array(arrays.timestamp_types.astype(np.int32) - 1, pa.int32()),  # archive 1/2 -> 0/1
+    ]
+    if not include_headers:
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA_NO_HEADERS)
+    items = pa.StructArray.from_arrays(
+        [_binary_array(arrays.header_keys, string=True), _binary_array(arrays.header_values)],
+        fields=list(HEADER_TYPE),
+    )
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(arrays.header_counts, out=offsets[1:])
+    mask = pa.array(arrays.header_counts == 0) if n else None
+    headers = pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()), items, mask=mask, type=pa.list_(HEADER_TYPE)
+    )
+    return pa.RecordBatch.from_arrays([*columns, headers], schema=ARROW_SCHEMA)
+
+
 def read_slice_as_arrow(
     storage: ChunkStorage,
     *,
@@ -236,34 +289,54 @@ def read_slice_as_arrow(
     """Blocks ``first_block..`` of one segment as Arrow batches, only offsets in
     ``[from_offset, until_offset)`` and timestamps in ``[min_timestamp, max_timestamp]``.
 
-    Blocks are decoded into columns (CRCs checked there; headers only if asked for). A block large
+    Blocks are decoded in bulk (CRCs checked there; headers only if asked for). A block large
     enough is one Arrow batch of its own; smaller ones are gathered until a batch holds
     ``BATCH_ROWS`` rows or ``BATCH_BYTES`` of payload."""
+    # numba comes with the bulk decoder (~1 s to load and compile, once a process): loaded where
+    # blocks are read (Spark's executors), not by every process that imports this module
+    from processor.segment.bulk_records import decode_block_arrays
+
     timed = min_timestamp is not None or max_timestamp is not None
-    pending = RecordColumns(with_headers=include_headers)
-    for cols in read_block_range_columns(
+
+    def decode(block: memoryview, where: str) -> BlockArrays:
+        return decode_block_arrays(
+            block,
+            where=where,
+            min_offset=from_offset,
+            max_offset=until_offset - 1,
+            with_headers=include_headers,
+            alloc=_arrow_bytes,
+        )
+
+    def done(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return _time_filtered(batch, min_timestamp, max_timestamp) if timed else batch
+
+    pending: list[pa.RecordBatch] = []
+    pending_rows = pending_bytes = 0
+    # the reader's fetch-and-verify loop, with this decoder (its public readers decode to lists)
+    for arrays in verified_blocks(
         storage,
         data_object_key,
         segment_name,
         list(blocks),
         first_block,
-        min_offset=from_offset,
-        max_offset=until_offset - 1,
-        with_headers=include_headers,
-        chunk_bytes=CHUNK_BYTES,
-        cipher=cipher,
+        decode,
+        CHUNK_BYTES,
+        cipher,
     ):
         BLOCKS_READ.add(1)
-        big = len(cols) >= BLOCK_BATCH_ROWS or cols.payload_bytes >= BLOCK_BATCH_BYTES
-        if big and not len(pending):
-            batch = columns_to_batch(topic, partition, cols, include_headers)
-            yield _time_filtered(batch, min_timestamp, max_timestamp) if timed else batch
+        if not len(arrays):
             continue
-        pending.extend(cols)
-        if len(pending) >= BATCH_ROWS or pending.payload_bytes >= BATCH_BYTES:
-            batch = columns_to_batch(topic, partition, pending, include_headers)
-            yield _time_filtered(batch, min_timestamp, max_timestamp) if timed else batch
-            pending = RecordColumns(with_headers=include_headers)
-    if len(pending):
-        batch = columns_to_batch(topic, partition, pending, include_headers)
-        yield _time_filtered(batch, min_timestamp, max_timestamp) if timed else batch
+        batch = arrays_to_batch(topic, partition, arrays, include_headers)
+        big = len(arrays) >= BLOCK_BATCH_ROWS or arrays.payload_bytes >= BLOCK_BATCH_BYTES
+        if big and not pending:
+            yield done(batch)
+            continue
+        pending.append(batch)
+        pending_rows += len(arrays)
+        pending_bytes += arrays.payload_bytes
+        if pending_rows >= BATCH_ROWS or pending_bytes >= BATCH_BYTES:
+            yield done(pa.concat_batches(pending))
+            pending, pending_rows, pending_bytes = [], 0, 0
+    if pending:
+        yield done(pa.concat_batches(pending))
