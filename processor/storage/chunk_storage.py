@@ -8,7 +8,9 @@ one to one. Only the implementations (``s3.py``, ``filesystem.py``) import an SD
 
 Errors: ``ObjectNotFoundError`` (missing), ``ObjectExistsError`` (conditional create lost),
 ``InvalidRangeError`` (read outside the object), ``StorageError`` (anything else; ``retriable``).
-``delete`` of a missing object is not an error (deletes are idempotent, as in Kafka's RSM).
+``delete`` of a missing object is not an error (deletes are idempotent, as in Kafka's RSM);
+``delete_many`` deletes several, in one request where the store has a batch delete; what it could not
+delete is a StorageError naming each key.
 
 Multipart uploads that a crash left behind (stored, billed, part of no object) are listed and aborted
 through the contract too (``list_multipart_uploads``, ``abort_multipart_upload``); a backend that
@@ -20,10 +22,10 @@ from __future__ import annotations
 import abc
 import builtins
 import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from processor.errors import ObjectNotFoundError
+from processor.errors import ObjectNotFoundError, StorageError
 
 Buffer = bytes | bytearray | memoryview
 
@@ -70,6 +72,19 @@ class ChunkStorage(abc.ABC):
     @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Remove the chunk; a missing chunk is not an error."""
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Remove several chunks; missing ones are not an error. Stores with a batch delete send many
+        keys in one request (S3's DeleteObjects: up to 1,000); by default, one ``delete`` each. Raises
+        StorageError naming the keys that are not deleted (the others are)."""
+        failed: dict[str, StorageError] = {}
+        for k in keys:
+            try:
+                self.delete(k)
+            except StorageError as exc:  # gathered, raised below with every key that failed
+                failed[k] = exc
+        if failed:
+            raise not_deleted(failed)
 
     @abc.abstractmethod
     def list(self, prefix: str) -> Iterator[ChunkInfo]:
@@ -120,6 +135,17 @@ class ChunkStorage(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients and threads."""
+
+
+def not_deleted(failed: dict[str, StorageError]) -> StorageError:
+    """One error for the keys a batch delete left, each named with its own error (retriable when
+    every one of them is)."""
+    shown = "; ".join(f"{k}: {e}" for k, e in builtins.list(failed.items())[:5])
+    more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
+    return StorageError(
+        f"{len(failed)} objects not deleted: {shown}{more}",
+        retriable=all(e.retriable for e in failed.values()),
+    )
 
 
 class ChainedReader(io.RawIOBase):

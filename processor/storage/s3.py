@@ -4,6 +4,7 @@
   second writer gets ``ObjectExistsError`` instead of overwriting.
 - Objects above ``multipart_threshold`` go up as multipart uploads whose parts are sent in parallel
   from memory views of the segment's blocks (no joined copy); a failed upload is aborted.
+- ``delete_many`` is DeleteObjects, 1,000 keys a request (its answer lists failures key by key).
 - Reads are ranged GETs. Errors map to the storage taxonomy (:func:`storage_error`): 404 ->
   ObjectNotFoundError, 412 -> ObjectExistsError, 416 -> InvalidRangeError, the rest -> StorageError
   with ``retriable`` set (permissions, credentials, missing bucket: no; 5xx, throttling, timeouts,
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, TYPE_CHECKING, Any, cast
 
@@ -42,6 +43,7 @@ from processor.storage.chunk_storage import (
     ChunkInfo,
     ChunkStorage,
     MultipartUpload,
+    not_deleted,
     split_parts,
 )
 from processor.storage.s3_client import (
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MIN_PART_SIZE = 5 * 1024 * 1024
+DELETE_BATCH = 1000  # keys a DeleteObjects request takes at most
 
 
 def _code(exc: ClientError) -> str:
@@ -313,6 +316,33 @@ class S3ChunkStorage(ChunkStorage):
                 raise err from exc
         except BotoCoreError as exc:
             raise self._fail("delete", key, exc) from exc
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """DeleteObjects, up to ``DELETE_BATCH`` keys a request (quiet: only failures are listed).
+        Raises StorageError naming every key not deleted: those the answers list as failed, and
+        every key of a request that failed."""
+        failed: dict[str, StorageError] = {}
+        unique = list(dict.fromkeys(keys))
+        for at in range(0, len(unique), DELETE_BATCH):
+            batch = unique[at : at + DELETE_BATCH]
+            try:
+                resp = self._client.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                )
+            except (ClientError, BotoCoreError) as exc:
+                failed.update(dict.fromkeys(batch, self._fail("delete objects", batch[0], exc)))
+                continue
+            for error in resp.get("Errors", []):
+                code, k = error.get("Code", ""), error.get("Key", "")
+                if code in {"NoSuchKey", "404"}:
+                    continue  # missing: what a delete wants
+                failed[k] = StorageError(
+                    f"S3 delete {self.bucket}/{k} failed: {code}: {error.get('Message', '')}",
+                    retriable=code not in PERMANENT_CODES,
+                )
+        if failed:
+            raise not_deleted(failed)
 
     def list(self, prefix: str) -> Iterator[ChunkInfo]:
         try:

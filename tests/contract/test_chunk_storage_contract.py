@@ -16,7 +16,13 @@ import pytest
 from processor.devstack import emulators
 from processor.devstack.emulators import Emulator
 from processor.devstack.stack import StackInfo
-from processor.errors import InvalidNameError, InvalidRangeError, ObjectExistsError, ObjectNotFoundError
+from processor.errors import (
+    InvalidNameError,
+    InvalidRangeError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.filesystem import FilesystemChunkStorage
 from processor.storage.gcs import GcsChunkStorage
@@ -160,6 +166,42 @@ def test_concat(storage: ChunkStorage) -> None:
     info = storage.concat(f"{base}/all", [f"{base}/1", f"{base}/2"])
     assert info.size == len(first) + 4
     assert storage.read(f"{base}/all", len(first) - 2, 6) == b"\x00\x00tail"
+
+
+def test_delete_many_deletes_every_key_and_a_missing_one_is_no_error(storage: ChunkStorage) -> None:
+    base = key()
+    keys = [f"{base}/{i}" for i in range(5)]
+    for k in keys:
+        storage.create(k, [k.encode()])
+    storage.create(f"{base}-kept", [b"x"])
+    storage.delete_many([*keys[:3], f"{base}/missing", *keys[3:], keys[0]])
+    assert [i.key for i in storage.list(base)] == [f"{base}-kept"]
+    storage.delete_many([])
+
+
+def test_s3_delete_many_crosses_its_request_limit_and_names_what_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from moto import mock_aws
+
+    import processor.storage.s3 as s3
+
+    monkeypatch.setattr(s3, "DELETE_BATCH", 2)  # five keys: three DeleteObjects requests
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="contract")
+        storage = S3ChunkStorage(S3Options(bucket="contract"), client)
+        keys = [f"d/{i}" for i in range(5)]
+        for k in keys:
+            storage.create(k, [b"x"])
+        storage.delete_many(keys)
+        assert list(storage.list("d/")) == []
+        gone = S3ChunkStorage(S3Options(bucket="no-such-bucket"), client)
+        with pytest.raises(StorageError) as failed:
+            gone.delete_many(keys)
+        assert "5 objects not deleted" in str(failed.value) and "d/4" in str(failed.value)
+        assert not failed.value.retriable  # a missing bucket: no retry fixes it
+        storage.close()
 
 
 def test_filesystem_keys_cannot_escape_the_root(tmp_path: Path) -> None:
