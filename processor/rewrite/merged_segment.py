@@ -5,14 +5,14 @@ own pure :class:`~processor.segment.segment_assembler.SegmentAssembler`).
 Every block is verified as any reader verifies it (CRC-32C of every batch, the index's offsets, the
 segment's data key where it is encrypted), and the result is checked against the sources' metadata
 (the same offsets covered, the same number of records) before anyone uploads it. The merged segment
-is held in memory whole: its size is bounded by the merge's target size. Sources are read several
-at a time (small objects: the requests' latency, not the bytes, bound a merge of many), and
-assembled in offset order.
+is held in memory whole: its size is bounded by the merge's target size. Sources are read
+``READ_THREADS`` at a time, each source's index and data object fetched at once (small objects: the
+requests' latency, not the bytes, bound a merge of many), and assembled in offset order.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 from processor.errors import CorruptObjectError
 from processor.metadata.model import RemoteLogSegmentMetadata
@@ -25,7 +25,7 @@ from processor.segment.sealed_segment import SealedSegment
 from processor.segment.segment_assembler import SegmentAssembler, compress_segment
 from processor.storage.chunk_storage import ChunkStorage
 
-READ_THREADS = 8  # sources read at once: small objects, so latency bound, not bandwidth
+READ_THREADS = 16  # sources read at once: small objects, so latency bound, not bandwidth
 
 
 def _batches(
@@ -33,10 +33,11 @@ def _batches(
     keys: ObjectKeyFactory,
     source: RemoteLogSegmentMetadata,
     decryption: SegmentDecryption,
+    gets: Executor,
 ) -> list[memoryview]:
-    """One source's record batches as archived, verified (``read_source``); a segment of format 1
-    (records, not batches) is not merged."""
-    content = read_source(storage, keys, source, decryption)
+    """One source's record batches as archived, verified (``read_source``, its data object fetched
+    on ``gets``); a segment of format 1 (records, not batches) is not merged."""
+    content = read_source(storage, keys, source, decryption, gets)
     if content.records:
         raise CorruptObjectError(
             "a block of records, not of batches (format 1): not merged",
@@ -59,8 +60,12 @@ def merged_segment(
     first = run.segments[0]
     assembler = SegmentAssembler(first.segment_id.partition, run.start_offset, block_bytes, compression)
     threads = min(READ_THREADS, len(run.segments))
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="merge-read") as pool:
-        read = pool.map(lambda s: _batches(storage, keys, s, decryption), run.segments)
+    # two pools: a source's read waits on its data GET, which must never queue behind such waits
+    with (
+        ThreadPoolExecutor(max_workers=threads, thread_name_prefix="merge-read") as pool,
+        ThreadPoolExecutor(max_workers=threads, thread_name_prefix="merge-get") as gets,
+    ):
+        read = pool.map(lambda s: _batches(storage, keys, s, decryption, gets), run.segments)
         for source, batches in zip(run.segments, read, strict=True):
             for batch in batches:
                 assembler.append(parse_batch_header(batch), batch)
