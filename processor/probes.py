@@ -24,10 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from confluent_kafka import KafkaException
-
 from processor import metrics
-from processor.errors import StorageError
+from processor.errors import ServiceUnavailableError, StorageError
 from processor.health import HEALTH, PROBE
 
 log = logging.getLogger(__name__)
@@ -60,11 +58,13 @@ def storage_probe(head_bucket: Callable[[], None]) -> Probe:
 
 
 def kafka_probe(list_topics: Callable[[float], object], bootstrap_servers: str) -> Probe:
+    """``list_topics(timeout_s)`` raises ServiceUnavailableError when Kafka does not answer."""
+
     def check() -> str | None:
         try:
             list_topics(KAFKA_PROBE_TIMEOUT_S)
-        except KafkaException as exc:
-            return f"Kafka at {bootstrap_servers} unreachable: {exc.args[0] if exc.args else exc}"
+        except ServiceUnavailableError as exc:
+            return f"Kafka at {bootstrap_servers} unreachable: {exc}"
         return None
 
     return Probe("kafka", check)

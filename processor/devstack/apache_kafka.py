@@ -260,52 +260,18 @@ def dev_user_acls(principal: str) -> list[Any]:
     """The secured stack's grants to its dev user: everything on every topic, group and
     transactional id, and on the cluster (the stack is a developer's; docs/security.md lists what
     each role needs in production)."""
-    from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        ResourcePatternType,
-        ResourceType,
-    )
+    # deferred, as below: `processor dev status` and `env` load no Kafka client
+    from processor.kafka.access_admin import allow_everything
 
-    def allow_all(kind: Any, name: str) -> Any:
-        return AclBinding(
-            kind,
-            name,
-            ResourcePatternType.LITERAL,
-            f"User:{principal}",
-            "*",
-            AclOperation.ALL,
-            AclPermissionType.ALLOW,
-        )
-
-    return [
-        allow_all(ResourceType.TOPIC, "*"),
-        allow_all(ResourceType.GROUP, "*"),
-        allow_all(ResourceType.TRANSACTIONAL_ID, "*"),
-        allow_all(ResourceType.BROKER, "kafka-cluster"),
-    ]
+    return allow_everything(principal)
 
 
 def provision(secured: SecureKafka, timeout_s: float = 30.0) -> None:
     """Set a freshly started secured broker up, as its super user: the dev user's SCRAM credentials
     (SHA-512 and SHA-256) and its ACLs."""
-    from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        ScramCredentialInfo,
-        ScramMechanism,
-        UserScramCredentialUpsertion,
-    )
-
+    from processor.kafka.access_admin import create_acls, upsert_scram_credentials
     from processor.kafka.clients import new_admin
 
     admin = new_admin(secured.admin_kafka(), "devstack-setup", log_level=0)
-    password = secured.password.encode()
-    # one credential per request: the controller refuses two changes of one user in one request
-    for mechanism in (ScramMechanism.SCRAM_SHA_512, ScramMechanism.SCRAM_SHA_256):
-        upsert = UserScramCredentialUpsertion(
-            secured.username, ScramCredentialInfo(mechanism, 8192), password
-        )
-        for future in admin.alter_user_scram_credentials([upsert]).values():
-            future.result(timeout=timeout_s)
-    for future in admin.create_acls(dev_user_acls(secured.username)).values():
-        future.result(timeout=timeout_s)
+    upsert_scram_credentials(admin, secured.username, secured.password.encode(), timeout_s)
+    create_acls(admin, dev_user_acls(secured.username), timeout_s)

@@ -12,8 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Producer
-
+from processor.kafka.client_types import Producer
 from processor.kafka.clients import KafkaTarget, new_producer
 
 BASE_TS = 1_700_000_000_000

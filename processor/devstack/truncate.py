@@ -4,11 +4,9 @@ by closing the connection (its storage engine does not implement it)."""
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, KafkaException
-from confluent_kafka import TopicPartition as KafkaTP
-
 from processor.errors import ConfigError
 from processor.kafka.admin import partition_counts
+from processor.kafka.client_types import Consumer, KafkaException, KafkaTP
 from processor.kafka.clients import KafkaTarget, base_config, new_admin
 
 TIMEOUT_S = 30.0

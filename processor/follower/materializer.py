@@ -18,13 +18,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
-from confluent_kafka import TopicPartition as KafkaTP
-
 from processor import metrics
 from processor.errors import MetadataTopicError
 from processor.follower.cache_writes import ApplyResult, RawMessage
 from processor.follower.metadata_cache import MetadataCache
+from processor.kafka.client_types import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, KafkaTP
 from processor.kafka.partition import TopicPartition
 from processor.metadata.authentication import metadata_screener
 from processor.metadata.read_to_end import EndSnapshot

@@ -2,7 +2,9 @@
 
 - ``partition``: :class:`TopicPartition`, the partition type every layer keys by (pure, no client);
 - ``clients``: the factories of every confluent-kafka, aiokafka and Faust client (``KafkaTarget``);
+- ``client_types``: the client library's names (errors, offsets, client classes) the rest uses;
 - ``admin``: the broker check, partition counts, topic ids, high watermarks, topic creation;
+- ``access_admin``: SCRAM credentials and ACLs, as a cluster's administrator sets them;
 - ``security``: ``KafkaSecurity``, how each client authenticates (SASL, TLS), and its translations;
 - ``oauth``: OAUTHBEARER token sources (a user hook, Amazon MSK IAM);
 - ``rdkafka_log``: librdkafka's log lines through Python logging, repeats folded;

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from processor.errors import ServiceUnavailableError
 from processor.kafka.rdkafka_log import RDKAFKA_LOG
 from processor.kafka.security import KafkaConnection
 
@@ -95,3 +96,12 @@ def faust_broker_settings(target: KafkaTarget) -> dict[str, Any]:
     conn = connection(target)
     hosts = ";".join(h.strip() for h in conn.bootstrap_servers.split(",") if h.strip())
     return {"broker": f"kafka://{hosts}", "broker_credentials": conn.security.faust_credentials()}
+
+
+def list_topics_or_unavailable(admin: AdminClient, timeout_s: float) -> object:
+    """The cluster's metadata (a cheap request, what a readiness probe asks); raises
+    ServiceUnavailableError naming the client's reason when Kafka does not answer."""
+    try:
+        return admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise ServiceUnavailableError(str(exc.args[0] if exc.args else exc)) from exc

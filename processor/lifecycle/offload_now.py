@@ -15,8 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import TopicPartition as KafkaTP
-
+from processor.kafka.client_types import KafkaTP
 from processor.kafka.partition import TopicPartition
 
 

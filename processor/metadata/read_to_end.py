@@ -18,10 +18,8 @@ import random
 import time
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka import TopicPartition as KafkaTP
-
 from processor.errors import MetadataTopicError
+from processor.kafka.client_types import KafkaError, KafkaException, KafkaTP
 
 UNKNOWN_PARTITION_WAIT_S = 10.0
 _NOT_KNOWN_YET = {KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART}

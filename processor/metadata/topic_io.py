@@ -10,13 +10,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException
-from confluent_kafka import TopicPartition as KafkaTP
-from confluent_kafka.admin import AdminClient
-
 from processor import metrics
 from processor.errors import FormatError, MetadataTopicError
 from processor.kafka.admin import ensure_topic, partition_counts, set_topic_config, topic_config
+from processor.kafka.client_types import OFFSET_BEGINNING, AdminClient, KafkaError, KafkaException, KafkaTP
 from processor.kafka.clients import KafkaTarget, new_admin, new_consumer, new_producer
 from processor.kafka.partition import TopicPartition
 from processor.metadata import authentication

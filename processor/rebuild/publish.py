@@ -25,9 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from confluent_kafka import KafkaError
-
 from processor.errors import MetadataTopicError
+from processor.kafka.client_types import KafkaError
 from processor.kafka.clients import KafkaTarget, new_producer
 from processor.kafka.partition import TopicPartition
 from processor.metadata import authentication

@@ -16,10 +16,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
-from confluent_kafka import TopicPartition as KafkaTP
-
 from processor.errors import ProcessorError, ServiceUnavailableError
+from processor.kafka.client_types import ConsumerGroupTopicPartitions, KafkaError, KafkaException, KafkaTP
 
 log = logging.getLogger(__name__)
 

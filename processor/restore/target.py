@@ -12,10 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
-
 from processor.errors import ServiceUnavailableError
 from processor.kafka.admin import check_broker, ensure_topic, partition_counts
+from processor.kafka.client_types import KafkaError, KafkaException
 from processor.kafka.clients import KafkaTarget, connection
 from processor.kafka.partition import TopicPartition
 from processor.kafka.security import KafkaConnection

@@ -21,10 +21,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka import TopicPartition as KafkaTP
 
 from processor.errors import ProcessorError, ServiceUnavailableError, TopicIdUnknownError
+from processor.kafka.client_types import KafkaError, KafkaException, KafkaTP
 from processor.kafka.partition import TopicPartition
 from processor.spark.arrow_records import BATCH_ROWS, Row, rows_to_batch
 from processor.spark.connection import Connection

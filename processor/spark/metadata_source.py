@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from processor.errors import ConfigError, FormatError, ServiceUnavailableError
+from processor.kafka.client_types import KafkaException
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import decode_value
 from processor.metadata.fold_rules import parse_key

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from processor.config import Settings
 from processor.follower.materializer import Materializer
-from processor.kafka.clients import new_admin
+from processor.kafka.clients import list_topics_or_unavailable, new_admin
 from processor.probes import ReadinessWatch, follower_probe, kafka_probe, storage_probe
 from processor.storage.chunk_storage import ChunkStorage
 
@@ -15,7 +15,7 @@ def build_readiness_watch(
     admin = new_admin(settings.kafka, f"{settings.app_id}-{settings.worker_id}-probe")
     probes = [
         storage_probe(probe_storage.check_bucket),
-        kafka_probe(lambda timeout: admin.list_topics(timeout=timeout), settings.bootstrap_servers),
+        kafka_probe(lambda timeout: list_topics_or_unavailable(admin, timeout), settings.bootstrap_servers),
     ]
     if materializer is not None:
         follower = materializer

@@ -6,13 +6,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import REGISTRY
 
 from processor import probes
-from processor.errors import StorageError
+from processor.errors import ServiceUnavailableError, StorageError
 from processor.follower.materializer import FollowerState
 from processor.health import HEALTH
+from processor.kafka.clients import list_topics_or_unavailable, new_admin
 
 
 @pytest.fixture(autouse=True)
@@ -43,12 +43,21 @@ def test_storage_probe_reports_and_clears() -> None:
 
 def test_kafka_probe() -> None:
     def list_topics(timeout: float) -> object:
-        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
+        raise ServiceUnavailableError("broker down")
 
     probe = probes.kafka_probe(list_topics, "k:9092")
     reason = probe.check()
     assert reason is not None and "k:9092" in reason
     assert probes.kafka_probe(lambda t: None, "k:9092").check() is None
+
+
+def test_a_kafka_that_does_not_answer_is_unavailable_to_the_probe() -> None:
+    # a real client against a port nothing listens on: librdkafka's timeout becomes the probe's reason
+    admin = new_admin("127.0.0.1:1", "probe-test")
+    with pytest.raises(ServiceUnavailableError):
+        list_topics_or_unavailable(admin, 0.5)
+    reason = probes.kafka_probe(lambda t: list_topics_or_unavailable(admin, t), "127.0.0.1:1").check()
+    assert reason is not None and reason.startswith("Kafka at 127.0.0.1:1 unreachable: ")
 
 
 def test_a_probe_that_breaks_is_a_problem_not_a_dead_watch() -> None:
