@@ -231,7 +231,7 @@ class Settings(BaseSettings):
     azure_account_key: SecretStr | None = None
     azure_sas_token: SecretStr | None = None
     # Authenticated metadata (processor/metadata/authentication.py, docs/security.md): off; sign
-    # (writers add an HMAC to every record of the metadata and deletion topics, readers count what
+    # (writers add a MAC to every record of the metadata and deletion topics, readers count what
     # does not verify); require (readers also refuse it). Turn sign on everywhere, then require.
     metadata_auth: str = Field(
         default="off", pattern=r"^(off|sign|require)$", description="off, sign or require"

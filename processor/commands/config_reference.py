@@ -180,7 +180,7 @@ MEANINGS: dict[str, str] = {
         "None of the three: `DefaultAzureCredential` (workload identity on AKS, managed identity, Azure CLI)"
     ),
     "metadata_auth": (
-        "`off`, `sign` (writers add an HMAC to every metadata and deletion topic record) or `require` "
+        "`off`, `sign` (writers add a MAC to every metadata and deletion topic record) or `require` "
         "(readers also refuse what does not verify): see [security](security.md#authenticated-metadata)"
     ),
     "metadata_auth_keys": (

@@ -1,4 +1,4 @@
-"""Authenticated metadata: an HMAC-SHA256 over each record's key and value, carried in a Kafka header.
+"""Authenticated metadata: a MAC (keyed BLAKE2b) over each record's key and value, in a Kafka header.
 
 Every record a worker or command writes to the metadata topic or the deletion topic (records and
 tombstones) carries the header ``processor-auth`` when signing is on. The KIP-405 value bytes stay as
@@ -14,9 +14,12 @@ re-publishes it and a compacted topic keeps it), and it is counted
 minute per reason).
 
 Why a MAC and not a signature: a reader verifies every record it folds, and the follower folds
-100,000 records a second per core; an Ed25519 verification costs ~50 us (a follower at 1/5 of its
-rate), HMAC-SHA256 of a 200-byte record ~1 us. The price: every process that verifies holds the key
-and could sign. The threat answered is a principal that may write the topics but holds no key.
+100,000 records a second per core (10 us a record); an Ed25519 verification costs ~50 us (a follower
+at 1/5 of its rate), a MAC of a 300-byte record about 1 us. The price: every process that verifies
+holds the key and could sign. The threat answered is a principal that may write the topics but
+holds no key. Why keyed BLAKE2b (RFC 7693's keyed mode, a MAC by design; Python's hashlib) and not
+HMAC-SHA256: one pass instead of HMAC's two, measured at 1.0 us against 2.3-3.4 us a record (the
+base state of each key is computed once and copied per record).
 
 Header value, version 1 (all integers big-endian)::
 
@@ -24,7 +27,7 @@ Header value, version 1 (all integers big-endian)::
     0       1     version (1)
     1       1     n: length of the key id (1..128)
     2       n     key id, ASCII [A-Za-z0-9._-] (a file of the key ring: <key id>.key)
-    2+n     32    tag: HMAC-SHA256(key material, input)
+    2+n     32    tag: BLAKE2b(input, key=key material (32 bytes), digest_size=32)
 
     input = version (1 byte) || len(domain) (1 byte) || domain   (b"metadata" or b"deletion")
             || len(key) (4 bytes; 0xFFFFFFFF: no key) || key
@@ -112,7 +115,7 @@ def mac_input(domain: bytes, key: bytes | None, value: bytes | None) -> bytes:
 
 
 def tag_of(material: bytes, domain: bytes, key: bytes | None, value: bytes | None) -> bytes:
-    return hmac.digest(material, mac_input(domain, key, value), hashlib.sha256)
+    return hashlib.blake2b(mac_input(domain, key, value), key=material, digest_size=TAG_BYTES).digest()
 
 
 def encode_header(key_id: str, tag: bytes) -> bytes:
@@ -222,6 +225,9 @@ class MetadataAuth:
     _signer: tuple[str, bytes] | None = None
     _signer_at: float = 0.0
     _logged: dict[str, float] = field(default_factory=dict)
+    # per domain: a header's first bytes (version, key id length, key id) -> the MAC's state after the
+    # key and the input's fixed prefix, copied per record (made again when the ring's keys change)
+    _bases: tuple[object, dict[bytes, dict[bytes, Any]]] = (None, {})
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -288,6 +294,23 @@ class MetadataAuth:
         kind, ms = timestamp
         return kind != _TIMESTAMP_NOT_AVAILABLE and 0 <= ms < self.unsigned_before_ms
 
+    def _bases_of(self, domain: bytes) -> dict[bytes, Any]:
+        ring = self.ring
+        assert ring is not None
+        held, by_domain = self._bases
+        if held is not ring.keys:
+            by_domain = {}
+            self._bases = (ring.keys, by_domain)
+        bases = by_domain.get(domain)
+        if bases is None:
+            bases = {}
+            for key_id, (_created, material) in ring.keys.items():
+                base = hashlib.blake2b(key=material, digest_size=TAG_BYTES)
+                base.update(bytes((VERSION, len(domain))) + domain)
+                bases[bytes((VERSION, len(key_id))) + key_id.encode("ascii")] = base
+            by_domain[domain] = bases
+        return bases
+
     def screen(self, domain: bytes, msg: Any) -> bytes | None:
         """The value to fold for one consumed message (a confluent_kafka ``Message``): its own, or
         :data:`REFUSED` when refusal is on and it does not verify. The one place readers verify."""
@@ -295,7 +318,20 @@ class MetadataAuth:
         if self.mode == "off":
             return value
         key: bytes | None = msg.key()
-        reason = self.check(domain, key, value, msg.headers())
+        headers = msg.headers()
+        if headers is not None and len(headers) == 1 and key is not None and value is not None:
+            # the common case, verified with the key's precomputed state (:meth:`check` says why not)
+            name, raw = headers[0]
+            if name == HEADER and raw is not None:
+                cut = len(raw) - TAG_BYTES
+                base = self._bases_of(domain).get(raw[:cut])
+                if base is not None:
+                    mac = base.copy()
+                    mac.update(_LEN.pack(len(key)) + key + _LEN.pack(len(value)))
+                    mac.update(value)
+                    if hmac.compare_digest(mac.digest(), raw[cut:]):
+                        return value
+        reason = self.check(domain, key, value, headers)
         if reason is None:
             return value
         if self.admits(reason, msg.timestamp()):

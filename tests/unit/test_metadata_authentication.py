@@ -5,7 +5,6 @@ calls, and the settings that install it."""
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import time
 from collections.abc import Iterator
@@ -51,7 +50,10 @@ def _ring(*keys: tuple[str, int, bytes]) -> KeyRing:
 
 
 def _msg(
-    key: bytes | None, value: bytes | None, headers: list[tuple[str, str | bytes | None]] | None, ts: int = NOW
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, str | bytes | None]] | None,
+    ts: int = NOW,
 ) -> Message:
     return Message(topic="m", partition=0, offset=7, key=key, value=value, headers=headers, timestamp=(2, ts))
 
@@ -76,11 +78,13 @@ def test_a_header_is_its_version_key_id_and_tag() -> None:
     assert decode_header(raw) == ("k-1", tag)
 
 
-def test_the_tag_is_hmac_sha256_over_the_documented_input() -> None:
+def test_the_tag_is_keyed_blake2b_over_the_documented_input() -> None:
     key, value = b"t/0/abc", b"\x00\x01value"
     expected = b"\x01\x08metadata" + len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value
     assert mac_input(DOMAIN_METADATA, key, value) == expected
-    assert tag_of(K1, DOMAIN_METADATA, key, value) == hmac.digest(K1, expected, hashlib.sha256)
+    assert (
+        tag_of(K1, DOMAIN_METADATA, key, value) == hashlib.blake2b(expected, key=K1, digest_size=32).digest()
+    )
     # a missing key and a tombstone are told apart from empty ones
     assert mac_input(DOMAIN_METADATA, None, None).endswith(b"\xff\xff\xff\xff" * 2)
     assert tag_of(K1, DOMAIN_METADATA, b"", b"") != tag_of(K1, DOMAIN_METADATA, None, None)
@@ -115,6 +119,19 @@ def test_every_corrupted_byte_or_cut_is_refused(data: st.DataObject) -> None:
     assert a.check(DOMAIN_METADATA, key, value + b"x", [(HEADER, raw)]) == auth.BAD_TAG
     assert a.check(DOMAIN_METADATA, b"t/1/x", value, [(HEADER, raw)]) == auth.BAD_TAG
     assert a.check(DOMAIN_DELETION, key, value, [(HEADER, raw)]) == auth.BAD_TAG
+
+
+@given(st.binary(max_size=40), st.binary(max_size=300), st.integers(0, 339))
+def test_the_screens_quick_path_agrees_with_the_full_check(key: bytes, value: bytes, flip: int) -> None:
+    a = MetadataAuth("require", _ring(("k-1", 0, K1), ("k-2", 0, K2)))
+    good = _signed(a, key, value)
+    assert a.screen(DOMAIN_METADATA, good) == value
+    raw = key + value
+    if raw:
+        i = flip % len(raw)
+        bent = raw[:i] + bytes((raw[i] ^ 1,)) + raw[i + 1 :]
+        changed = _msg(bent[: len(key)], bent[len(key) :], a.headers(DOMAIN_METADATA, key, value))
+        assert a.screen(DOMAIN_METADATA, changed) is REFUSED
 
 
 def test_the_reasons_a_record_does_not_verify() -> None:
