@@ -15,12 +15,14 @@ from confluent_kafka import TopicPartition as KafkaTP
 from benchmarks.offload import PARTITIONS, LoadedTopic, read_archive
 from benchmarks.report import Figure, Report, percentile
 from processor.config import load_settings
+from processor.crypto.keyring import new_key
 from processor.devstack import stack
 from processor.follower.cache_writes import RawMessage
 from processor.follower.metadata_cache import MetadataCache
 from processor.kafka.admin import ensure_topic
 from processor.kafka.clients import new_admin, new_consumer
 from processor.kafka.partition import TopicPartition
+from processor.metadata import authentication
 from processor.metadata.codec import encode_value, metadata_partition_for, record_key
 from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
 from processor.segment.object_keys import ObjectKeyFactory
@@ -121,9 +123,11 @@ def _segment(tp: TopicPartition, start: int, end: int, state: SegmentState) -> R
     )
 
 
-def publish_metadata(info: stack.StackInfo, records: int, parts: int = 4) -> str:
+def publish_metadata(
+    info: stack.StackInfo, records: int, parts: int = 4, auth: authentication.MetadataAuth | None = None
+) -> str:
     """A compacted metadata topic with ``records`` records: 100 source partitions, each a chain of
-    segments published as STARTED then FINISHED."""
+    segments published as STARTED then FINISHED (``auth``: each with its authenticator)."""
     topic = f"__bench_follower_{uuid.uuid4().hex[:8]}"
     ensure_topic(new_admin(info.bootstrap_servers, "bench"), topic, parts, 1, {"cleanup.policy": "compact"})
     producer = Producer(
@@ -143,9 +147,11 @@ def publish_metadata(info: stack.StackInfo, records: int, parts: int = 4) -> str
         where = metadata_partition_for(tp, parts)
         for state in (SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED):
             rec = seg.with_state(state, 2)
+            value, key = encode_value(rec), record_key(rec)
+            headers = None if auth is None else auth.headers(authentication.DOMAIN_METADATA, key, value)
             while True:
                 try:
-                    producer.produce(topic, encode_value(rec), record_key(rec), partition=where)
+                    producer.produce(topic, value, key, partition=where, headers=headers)
                     break
                 except BufferError:
                     producer.poll(0.01)
@@ -220,6 +226,7 @@ def bench_follower(report: Report, info: stack.StackInfo, workdir: Path, records
             note=f"{apply_cpu_s:.2f} CPU-s in {apply_s:.2f} s",
         )
     )
+    _bench_authenticated(report, info, workdir, records, parts, cpu_rate)
 
     small = records // 10
     small_topic = publish_metadata(info, small, parts)
@@ -242,6 +249,49 @@ def bench_follower(report: Report, info: stack.StackInfo, workdir: Path, records
             "does not grow with cache size",
             big_ms <= 3 * small_ms + 50,
             note="re-reads 0 records",
+        )
+    )
+
+
+def _bench_authenticated(
+    report: Report, info: stack.StackInfo, workdir: Path, records: int, parts: int, plain_cpu_rate: float
+) -> None:
+    """The same apply with every record authenticated and PROCESSOR_METADATA_AUTH=require (each
+    record's MAC checked in the follower's intake), beside the apply without, in this run."""
+    keys = workdir / f"metadata-keys-{uuid.uuid4().hex[:6]}"
+    new_key(keys)
+    env = {
+        "PROCESSOR_METADATA_AUTH": "require",
+        "PROCESSOR_METADATA_AUTH_KEYS": str(keys),
+        "PROCESSOR_BOOTSTRAP_SERVERS": info.bootstrap_servers,
+    }
+    load_settings({**env, "PROCESSOR_METADATA_TOPIC": "unused"})  # installs the policy: writers sign
+    try:
+        print(f"[follower] publishing {records} authenticated metadata records ...", flush=True)
+        topic = publish_metadata(info, records, parts, authentication.installed())
+        settings = load_settings({**env, "PROCESSOR_METADATA_TOPIC": topic})
+        cache_dir = workdir / f"follower-auth-{uuid.uuid4().hex[:6]}"
+        follower = build_follower(settings, parts, cache_dir=cache_dir)
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        stats = follower.materializer.catch_up(timeout_s=600, quiet_s=0.0)
+        apply_s, apply_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+        follower.close()
+    finally:
+        authentication.install(authentication.OFF)
+    assert stats.applied == records, stats
+    cpu_rate = records / max(apply_cpu_s, 1e-9)
+    report.add(
+        Figure(
+            "follower",
+            "apply rate per CPU-second, every record authenticated (require)",
+            cpu_rate,
+            "rec/CPU-s",
+            "without authentication",
+            plain_cpu_rate,
+            cpu_rate / plain_cpu_rate,
+            ">= 0.9 of without",
+            cpu_rate >= 0.9 * plain_cpu_rate,
+            note=f"{apply_cpu_s:.2f} CPU-s in {apply_s:.2f} s",
         )
     )
 
