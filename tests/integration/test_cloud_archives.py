@@ -1,0 +1,211 @@
+"""An archive on Google Cloud Storage and on Azure Blob Storage (their emulators): a worker offloads
+it, and `processor fetch`, `processor verify`, a Kafka client through the gateway and the Spark
+source read it back byte for byte.
+
+One module, one emulator per backend (module-scoped, beside the session stack's Kafka broker: no
+second broker), a small topic: the contract suite tests each backend's storage operations; this
+tests that every reader reaches the archive through them. The fault tests stay on S3, where the
+fault proxy and SeaweedFS sit (docs/operations.md says why one backend is enough for them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTP
+
+from processor.config import load_settings
+from processor.devstack import emulators
+from processor.devstack.sample_data import SampleRecord, produce_samples
+from processor.devstack.stack import StackInfo, free_port
+from processor.kafka.admin import ensure_topic
+from processor.kafka.clients import new_admin
+from processor.kafka.partition import TopicPartition
+from processor.wiring.gateway_server import GatewayServer
+from tests.integration.worker_process import WorkerProcess, worker_env
+from tests.support.cli import run_cli
+from tests.support.gateway_thread import gateway_running
+from tests.support.metadata_watch import wait_offloaded
+
+# the first use of an emulator on a machine installs it (npm, a Go build: minutes on a loaded machine)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+PARTITIONS = 2
+COUNT = 1200
+PREFIX = "cloud"
+BUCKET = "cloud-archive"
+
+
+@dataclass
+class CloudArchive:
+    kind: str
+    info: StackInfo  # the session stack's Kafka, the emulator's store
+    topic: str
+    metadata_topic: str
+    by_partition: dict[int, list[SampleRecord]]
+
+    @property
+    def cli_env(self) -> dict[str, str]:
+        return {
+            **self.info.env(),
+            "PROCESSOR_METADATA_TOPIC": self.metadata_topic,
+            "PROCESSOR_S3_PREFIX": PREFIX,
+        }
+
+
+@pytest.fixture(scope="module", params=[emulators.GCS, emulators.AZURE])
+def archive(
+    request: pytest.FixtureRequest, local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CloudArchive]:
+    kind = request.param
+    tmp = tmp_path_factory.mktemp(f"cloud-{kind}")
+    with emulators.running(kind, tmp, BUCKET, free_port()) as emulator:
+        info = dataclasses.replace(local_stack, storage=kind, storage_env=emulator.env(BUCKET))
+        topic, meta = f"cloud-{kind}", f"__remote_log_metadata_cloud_{kind}"
+        ensure_topic(new_admin(info.kafka, "t"), topic, PARTITIONS, 1, {})
+        produced = produce_samples(
+            info.kafka, topic, COUNT, PARTITIONS, big_every=400, producer_config={"batch.size": 16 * 1024}
+        )
+        by_partition: dict[int, list[SampleRecord]] = {p: [] for p in range(PARTITIONS)}
+        for r in produced:
+            by_partition[r.partition].append(r)
+        env = worker_env(
+            info,
+            tmp / "data",
+            topic,
+            PROCESSOR_METADATA_TOPIC=meta,
+            PROCESSOR_SEGMENT_BYTES=str(256 * 1024),
+            PROCESSOR_BLOCK_BYTES=str(32 * 1024),
+            PROCESSOR_SEGMENT_MS="1000",
+            PROCESSOR_BUFFER_BYTES=str(16 * 1024 * 1024),
+            PROCESSOR_S3_PREFIX=PREFIX,
+        )
+        worker = WorkerProcess(env, tmp / "worker.log")
+        ends = {TopicPartition(topic, p): len(rs) - 1 for p, rs in by_partition.items()}
+        try:
+            wait_offloaded(info.kafka, meta, ends, 240, worker.proc)
+        finally:
+            worker.stop()
+        yield CloudArchive(kind, info, topic, meta, by_partition)
+
+
+def test_the_worker_wrote_segments_to_the_cloud_store(archive: CloudArchive) -> None:
+    storage = emulators.storage_for(_emulator_of(archive), BUCKET)
+    try:
+        keys = [c.key for c in storage.list(f"{PREFIX}/")]
+    finally:
+        storage.close()
+    assert keys and all(k.startswith(f"{PREFIX}/") for k in keys)
+    assert any(archive.topic in k for k in keys)
+
+
+def _emulator_of(archive: CloudArchive) -> emulators.Emulator:
+    env = archive.info.storage_env
+    if archive.kind == emulators.GCS:
+        return emulators.Emulator(emulators.GCS, [], "", env["PROCESSOR_GCS_ENDPOINT_URL"])
+    blob = env["PROCESSOR_AZURE_CONNECTION_STRING"].split("BlobEndpoint=")[1].rstrip(";")
+    return emulators.Emulator(emulators.AZURE, [], "", blob)
+
+
+def test_fetch_and_verify_read_it_back(archive: CloudArchive) -> None:
+    want = archive.by_partition[1]
+    raw = run_cli(
+        archive.cli_env, "fetch", "--topic", archive.topic, "--partition", "1", "--offset", "0",
+        "--max-records", str(len(want)), "--format", "raw",
+    )  # fmt: skip
+    assert raw.returncode == 0, raw.stderr
+    assert raw.stdout_bytes == b"".join((r.value or b"") + b"\n" for r in want)
+    verify = run_cli(archive.cli_env, "verify", "--topic", archive.topic, "--json")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    report = json.loads(verify.stdout)
+    assert report["clean"] and report["segments_checked"] > 0
+
+
+def test_a_kafka_client_reads_it_through_the_gateway(
+    archive: CloudArchive, tmp_path: Path, local_stack: StackInfo
+) -> None:
+    port, web = free_port(), free_port()
+    settings = load_settings(
+        {
+            **archive.cli_env,
+            "PROCESSOR_DATA_DIR": str(tmp_path / "gateway-data"),
+            "PROCESSOR_GATEWAY_HOST": "127.0.0.1",
+            "PROCESSOR_GATEWAY_PORT": str(port),
+            "PROCESSOR_GATEWAY_ARCHIVE_READS": "archived",
+            "PROCESSOR_GATEWAY_NODE_IDS": local_stack.gateway_node_ids,
+            "PROCESSOR_WEB_HOST": "127.0.0.1",
+            "PROCESSOR_WEB_PORT": str(web),
+        }
+    )
+    want = archive.by_partition[0]
+    with gateway_running(GatewayServer.build(settings)):
+        consumer = Consumer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{port}",
+                "group.id": f"cloud-gw-{archive.kind}",
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        consumer.assign([KafkaTP(archive.topic, 0, 0)])
+        got: list[Any] = []
+        deadline = time.monotonic() + 90
+        while len(got) < len(want) and time.monotonic() < deadline:
+            got += [m for m in consumer.consume(500, 1.0) if m.error() is None]
+        consumer.close()
+    assert [m.offset() for m in got] == list(range(len(want)))
+    assert [(m.key(), m.value()) for m in got] == [(w.key, w.value) for w in want]
+
+
+def test_the_spark_source_reads_it(archive: CloudArchive, tmp_path: Path) -> None:
+    """What a Spark task runs (the source's plan and read of each piece), in this process, with the
+    store chosen by the settings (PROCESSOR_STORAGE and the cloud's variables)."""
+    from pyspark.sql.datasource import InputPartition
+
+    from processor.spark.tiered_records import TieredRecordsReader
+    from processor.spark_sources.entry import record_options
+
+    options = {
+        "kafka.bootstrap.servers": archive.info.bootstrap_servers,
+        "metadata.topic": archive.metadata_topic,
+        "metadata.cacheDir": str(tmp_path / "spark-meta"),
+        "s3.prefix": PREFIX,
+        "subscribe": archive.topic,
+    }
+    reader = TieredRecordsReader(record_options(options, environ=archive.info.storage_env))
+    rows: dict[int, list[tuple[int, bytes, bytes]]] = {p: [] for p in range(PARTITIONS)}
+    for piece in reader.plan():
+        for batch in reader.read(InputPartition(piece)):
+            for row in batch.to_pylist():
+                rows[row["partition"]].append((row["offset"], row["key"], row["value"]))
+    for p, want in archive.by_partition.items():
+        assert sorted(rows[p]) == [(i, w.key, w.value) for i, w in enumerate(want)]
+
+
+@pytest.mark.parametrize("kind", [emulators.GCS, emulators.AZURE])
+def test_dev_up_with_a_cloud_store_starts_and_stops_its_emulator(kind: str, tmp_path: Path) -> None:
+    """`processor dev up --storage gcs|azure`: the emulator in place of SeaweedFS, its settings in the
+    exports, `config --check --connect` passing on them, `dev down` stopping it by PID."""
+    d = str(tmp_path / "stack")
+    up = run_cli({}, "dev", "up", "--dir", d, "--json", "--broker", "tansu", "--storage", kind)
+    assert up.returncode == 0, up.stderr
+    info = json.loads(up.stdout)
+    try:
+        pids = {name: p["pid"] for name, p in info["processes"].items()}
+        assert set(pids) == {"tansu", kind} and info["storage"] == kind
+        assert info["env"]["PROCESSOR_STORAGE"] == kind and "PROCESSOR_S3_ENDPOINT_URL" not in info["env"]
+        env = {**info["env"], "PROCESSOR_TOPICS": "t", "PROCESSOR_WEB_HOST": "127.0.0.1"}
+        check = run_cli(env, "config", "--check", "--connect")
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert f"{kind}: ok (" in check.stdout
+    finally:
+        down = run_cli({}, "dev", "down", "--dir", d)
+    assert down.returncode == 0 and kind in down.stdout
+    for pid in pids.values():
+        assert not Path(f"/proc/{pid}").exists() or "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
