@@ -253,7 +253,7 @@ def filtered_table(
         if value[:2] == b"\x01\x00" and length < 0x80 and not length & 1:
             if value[: 3 + (length >> 1)] in plain:
                 out.add(key, value)
-        elif segment_partition_key(value).rsplit(b"\x00", 1)[0] in raw_topics:
+        elif segment_partition_key(value)[:-5] in raw_topics:  # the tp part: topic, 0x00, u32
             out.add(key, value)
     for head in heads:
         out.extend(_prefixed(db, b"X" + head))

@@ -9,7 +9,7 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from rocksdict import Options, Rdict
 
@@ -30,6 +30,7 @@ def _segment_value(topic: str, partition: int) -> bytes:
 
 
 @settings(max_examples=30)
+@example([("o" * 64, 0, "S"), ("pay", 0, "S")], {"o" * 64})  # a two-byte length; partition 0 ends in zeros
 @given(
     st.lists(st.tuples(st.sampled_from(TOPICS), st.integers(0, 3), st.sampled_from("EHLOSX")), max_size=40),
     st.sets(st.sampled_from(TOPICS), min_size=1),
