@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 
 from processor.crypto.keyring import new_key
 from processor.devstack.stack import StackInfo
-from processor.kafka.admin import ensure_topic, partition_counts
+from processor.kafka.admin import ensure_topic, partition_counts, topic_config
 from processor.kafka.clients import new_admin, new_producer
 from processor.kafka.partition import TopicPartition
 from processor.metadata import authentication
@@ -42,7 +42,7 @@ from processor.metadata.model import (
     RemotePartitionDeleteMetadata,
     SegmentState,
 )
-from processor.metadata.topic_io import load_remote_state
+from processor.metadata.topic_io import load_remote_state, require_log_append_time
 from tests.integration.invariants import running_worker, wait_for_log
 from tests.integration.lifecycle_support import storage_for, wait_for
 from tests.integration.test_deletion_safety import (
@@ -195,3 +195,16 @@ def test_records_without_the_key_are_refused_and_change_nothing(
         storage.close()
     ends = produced.ends()
     assert_reads_byte_exact(local_stack, env, topic, {tp: 0 for tp in ends}, ends)
+
+
+def test_the_unsigned_cut_off_needs_the_brokers_timestamps(local_stack: StackInfo) -> None:
+    """PROCESSOR_METADATA_AUTH_UNSIGNED_BEFORE folds unsigned records by their timestamp: the topic
+    is set to LogAppendTime (the broker's clock), once, and left alone when it already is."""
+    admin = new_admin(local_stack.bootstrap_servers, "t")
+    topic = f"__auth_cutoff_{uuid.uuid4().hex[:6]}"
+    ensure_topic(admin, topic, 1, 1, {"cleanup.policy": "compact"})
+    assert topic_config(admin, topic).get("message.timestamp.type") == "CreateTime"
+    require_log_append_time(admin, topic, "metadata topic")
+    assert topic_config(admin, topic).get("message.timestamp.type") == "LogAppendTime"
+    require_log_append_time(admin, topic, "metadata topic")  # already so: nothing to change
+    assert topic_config(admin, topic).get("message.timestamp.type") == "LogAppendTime"
