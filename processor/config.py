@@ -37,7 +37,13 @@ TARGET_PREFIX = "PROCESSOR_TARGET_"
 # (tests/conftest.py; inherited by commands the tests run), the local stack's (processor/devstack:
 # its broker, that broker's heap, where Maven's jars are cached), and Windows' own, which are not ours.
 OTHER_VARIABLES = frozenset(
-    {"PROCESSOR_TEST_STACK", "PROCESSOR_DEV_BROKER", "PROCESSOR_DEV_KAFKA_HEAP", "PROCESSOR_JARS_CACHE"}
+    {
+        "PROCESSOR_TEST_STACK",
+        "PROCESSOR_DEV_BROKER",
+        "PROCESSOR_DEV_KAFKA_HEAP",
+        "PROCESSOR_JARS_CACHE",
+        "PROCESSOR_TOOLS_CACHE",
+    }
 )
 FOREIGN_VARIABLES = frozenset(
     {

@@ -19,7 +19,20 @@ from tests.deploy.chart import CHART, by_kind, config_map, render, render_error,
 
 EXAMPLES = CHART / "examples"
 CI = CHART / "ci"
-DOCUMENTED_EXAMPLES = {"msk-iam.yaml", "confluent-cloud.yaml", "minio.yaml", "scram-tls.yaml"}
+DOCUMENTED_EXAMPLES = {
+    "msk-iam.yaml",
+    "confluent-cloud.yaml",
+    "minio.yaml",
+    "scram-tls.yaml",
+    "gke-workload-identity.yaml",
+    "aks-workload-identity.yaml",
+}
+# Each store's setting naming where the archive is (config.storage), and its placeholder value
+PLACEHOLDERS = {
+    "s3": ("s3Bucket", "my-bucket"),
+    "gcs": ("gcsBucket", "my-bucket"),
+    "azure": ("azureContainer", "my-container"),
+}
 VALUES_FILES = sorted(EXAMPLES.glob("*.yaml")) + sorted(CI.glob("*.yaml"))
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
 
@@ -118,7 +131,8 @@ def test_example_is_ready_to_copy(path):
     for secret in _secret_names(values):
         assert f"secret generic {secret}" in header, f"{_id(path)}: how to create Secret {secret}?"
     # placeholders stay recognisable
-    assert values["config"]["s3Bucket"] == "my-bucket"
+    setting, placeholder = PLACEHOLDERS[values["config"].get("storage", "s3")]
+    assert values["config"][setting] == placeholder
 
 
 def _merge(base: Any, override: Any) -> Any:

@@ -5,7 +5,8 @@ source read it back byte for byte.
 One module, one emulator per backend (module-scoped, beside the session stack's Kafka broker: no
 second broker), a small topic: the contract suite tests each backend's storage operations; this
 tests that every reader reaches the archive through them. The fault tests stay on S3, where the
-fault proxy and SeaweedFS sit (docs/operations.md says why one backend is enough for them)."""
+fault proxy and SeaweedFS sit (CONTRIBUTING.md, "Cloud stores in the tests", says why one backend is
+enough for them)."""
 
 from __future__ import annotations
 
