@@ -1233,8 +1233,13 @@ class OwnershipModel(RuleBasedStateMachine):
                     if v not in covered:
                         covered.add(v)
                         todo.append(v)
-            forged = [  # served again soon
-                part.segments[x] for x in self.forged if x in part.segments and x not in covered
+            # served again soon; a forged-deleted rewrite whose given-back source a served forged
+            # rewrite took over only once that one is gone (the holder's pass deletes an unreadable
+            # rewrite first, and undoes the forged delete at its next pass)
+            forged = [
+                part.segments[x]
+                for x in self.forged
+                if x in part.segments and x not in covered and not covered & set(part.segments[x].supersedes)
             ]
             # a segment the user's retention was deleting that a rebuild served again (its objects had
             # not gone yet: docs/restore-and-recovery.md) may stand apart from the rest until
