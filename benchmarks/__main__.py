@@ -1,7 +1,8 @@
 """Run the benchmarks: ``python -m benchmarks [--only SECTION,...] [--broker kafka,tansu]``, sections:
 offload, memory, reads, gateway, follower, scale, snapshots, spark, restore, rebuild, encryption,
-merge, erase, workers. With more than one broker, every section but scale and snapshots (which need none) runs
-once per broker, each on
+merge, erase, workers, stores (``--storage gcs,azure``: each store's writes, ranged reads and client
+CPU per GB on its emulator beside SeaweedFS). With more than one broker, every section but scale and
+snapshots (which need none) runs once per broker, each on
 a stack of its own, one after the other, in one run."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from benchmarks.restore import ROUNDS as RESTORE_ROUNDS
 from benchmarks.restore import bench_restore
 from benchmarks.scale import bench_snapshots
 from benchmarks.spark import RUNS, bench_spark
+from benchmarks.stores import bench_stores
 from benchmarks.workers import bench_many_partitions
 from processor.devstack import stack
 from processor.runtime import tune_gc
@@ -46,6 +48,7 @@ SECTIONS = (
     "merge",
     "erase",
     "workers",
+    "stores",
 )
 MiB = 1024 * 1024
 
@@ -100,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         "the memory section its 256 MiB run, the encryption and restore sections their second round "
         "(what the test suite's smoke test runs: every section's code, not every figure)",
     )
+    parser.add_argument(
+        "--storage",
+        default="gcs,azure",
+        help="stores section: the emulators measured beside SeaweedFS, comma-separated: gcs, azure "
+        "(emulator figures, not cloud figures)",
+    )
     parser.add_argument("--out", default="bench-results.json")
     parser.add_argument(
         "--stack",
@@ -123,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     brokers = (
         args.broker.split(",") if args.broker else [attached.broker if attached else stack.default_broker()]
     )
+    stores = [s for s in args.storage.split(",") if s]
+    if set(stores) - {"gcs", "azure"}:
+        parser.error(f"--storage {args.storage}: choose among gcs, azure")
+    args.storage = stores
     if set(brokers) - set(stack.BROKERS) or len(set(brokers)) != len(brokers):
         parser.error(f"--broker {args.broker}: name each of {', '.join(stack.BROKERS)} at most once")
     if attached is not None and brokers != [attached.broker]:
@@ -201,6 +214,16 @@ def run_sections(
         bench_merge(report, info, workdir, segments=50 if args.smoke else args.merge_segments)
     if "erase" in only:
         bench_erase(report, info, workdir, int(args.erase_gib * 1024 * MiB))
+    if "stores" in only:
+        bench_stores(
+            report,
+            info,
+            workdir,
+            args.storage,
+            objects=2 if args.smoke else 8,
+            object_mib=8 if args.smoke else 32,
+            reads=20 if args.smoke else 200,
+        )
     if "workers" in only:
         # the smoke run: one worker on a few partitions (the second worker and its failover take
         # minutes: `make bench` runs them)
