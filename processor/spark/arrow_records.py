@@ -45,6 +45,7 @@ SCHEMA_DDL_NO_HEADERS = (
     "timestampType int"
 )
 SCHEMA_DDL = SCHEMA_DDL_NO_HEADERS + ", headers array<struct<key:string,value:binary>>"
+TIMESTAMP_US = pa.timestamp("us", tz="UTC")
 HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 ARROW_SCHEMA_NO_HEADERS = pa.schema(
     [
@@ -252,7 +253,8 @@ def arrays_to_batch(
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
         pa.array(arrays.offsets, pa.int64()),
-        pa.array(arrays.timestamps * 1000, pa.timestamp("us", tz="UTC")),
+        # from the buffer: pa.array(..., timestamp with a time zone) converts row by row (0.3 us a row)
+        pa.Array.from_buffers(TIMESTAMP_US, n, [None, pa.py_buffer(arrays.timestamps * 1000)]),
         pa.array(arrays.timestamp_types.astype(np.int32) - 1, pa.int32()),  # archive 1/2 -> 0/1
     ]
     if not include_headers:
