@@ -18,8 +18,11 @@ fake-gcs-server (v1.56):
   naming, and against an answer the emulator cannot give, see tests/unit/test_cloud_storage.py).
 - No XML multipart upload API (the backend uses resumable uploads, which it serves) and no
   per-request soft-delete, retention or encryption (CMEK) behaviour.
-- Preconditions (``ifGenerationMatch=0`` on uploads and compose), ranged reads, listing with a
-  delimiter, compose and JSON batch deletes are served.
+- ``ifGenerationMatch`` is ignored on compose and on delete (an existing compose target was
+  overwritten when tried); it is enforced on uploads, single and resumable.
+- The JSON batch endpoint answers an empty multipart (no sub-responses, nothing deleted): the
+  backend deletes many objects with parallel DELETEs instead of a batch.
+- Ranged reads, listing with a delimiter and compose are served.
 
 Azurite (3.37):
 - Put Blob From URL answers 501 (not implemented): server-side copy uses Copy Blob instead.
