@@ -73,7 +73,7 @@ class _ServedAdds:
     def __init__(self) -> None:
         self.starts: list[int] = []
         self.segments: list[RemoteLogSegmentMetadata] = []
-        self.start_of: dict[uuid.UUID, int] = {}  # where each listed segment is filed
+        self.start_of: dict[int, int] = {}  # where each listed segment (by its id's int) is filed
         self.max_end = -1  # of every segment ever added: a bound, not exact
 
     def add(self, seg: RemoteLogSegmentMetadata) -> None:
@@ -82,17 +82,17 @@ class _ServedAdds:
         i = bisect.bisect_right(self.starts, seg.start_offset)
         self.starts.insert(i, seg.start_offset)
         self.segments.insert(i, seg)
-        self.start_of[seg.segment_id.id] = seg.start_offset
+        self.start_of[seg.segment_id.id.int] = seg.start_offset
 
     def remove(self, seg: RemoteLogSegmentMetadata) -> None:
         """Take out the entry of ``seg``'s id, if there is one (filed under the start it was added
         with: a record of the same id may state another)."""
-        sid = seg.segment_id.id
+        sid = seg.segment_id.id.int
         start = self.start_of.pop(sid, None)
         if start is None:
             return
         i = bisect.bisect_left(self.starts, start)
-        while self.segments[i].segment_id.id != sid:
+        while self.segments[i].segment_id.id.int != sid:
             i += 1
         del self.starts[i], self.segments[i]
 
@@ -115,9 +115,10 @@ class RocksFoldStore:
         # the batch's writes, the last of each key only (None: a delete), written as one WriteBatch:
         # a segment's records in one batch rewrite the same keys (its copy records: every key twice)
         self.writes: dict[bytes, bytes | None] = {}
-        self.segments: dict[uuid.UUID, RemoteLogSegmentMetadata | None] = {}
+        # segments by their id's int, not the UUID: a UUID's hash is a Python call, several a record
+        self.segments: dict[int, RemoteLogSegmentMetadata | None] = {}
         self.headers: dict[TopicPartition, PartitionHeader] = {}
-        self.served_changes: dict[TopicPartition, dict[uuid.UUID, RemoteLogSegmentMetadata | None]] = {}
+        self.served_changes: dict[TopicPartition, dict[int, RemoteLogSegmentMetadata | None]] = {}
         self.served_adds: dict[TopicPartition, _ServedAdds] = {}
         self.bookkeeping: dict[TopicPartition, tuple[set[bytes], set[uuid.UUID]]] = {}
 
@@ -136,7 +137,7 @@ class RocksFoldStore:
         return header if header is not None else self.queries.header(tp)
 
     def segment(self, sid: uuid.UUID) -> RemoteLogSegmentMetadata | None:
-        seg = self.segments.get(sid, _UNKNOWN)  # one lookup: a UUID's hash is a Python call
+        seg = self.segments.get(sid.int, _UNKNOWN)
         if seg is _UNKNOWN:
             return self.queries.segment(sid)
         return seg  # type: ignore[return-value]
@@ -164,22 +165,22 @@ class RocksFoldStore:
         adds = self.served_adds.get(tp)
         if start > self.queries.served_end_bound(tp) and (adds is None or start > adds.max_end):
             return []  # the common case: a segment after everything served (no iterator needed)
-        out: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        out: dict[int, RemoteLogSegmentMetadata] = {}
         head = b"O" + tp_key(tp)
         it = self._db.iter()
         it.seek_for_prev(head + U64.pack(end) + MAX_UUID)
         while it.valid() and it.key().startswith(head):
             if O_VALUE.unpack(it.value())[0] < start:
                 break
-            sid = uuid.UUID(bytes=it.key()[-16:])
+            sid = int.from_bytes(it.key()[-16:])
             if sid not in changes:
-                seg = self.queries.segment(sid)
+                seg = self.queries.segment(uuid.UUID(int=sid))
                 if seg is not None:
                     out[sid] = seg
             it.prev()
         if adds is not None:
             for seg in adds.overlapping(start, end):
-                sid = seg.segment_id.id
+                sid = seg.segment_id.id.int
                 if changes.get(sid) is seg:
                     out[sid] = seg
         return list(out.values())
@@ -187,10 +188,10 @@ class RocksFoldStore:
     def served(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
         """Every served segment of ``tp`` (a topic re-created: rare), this batch's changes included."""
         changes = self.served_changes.get(tp, {})
-        out: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        out: dict[int, RemoteLogSegmentMetadata] = {}
         for key, _value in self.queries.scan_keys(b"O", tp, 0):
-            sid = uuid.UUID(bytes=key[-16:])
-            seg = self.segment(sid)
+            sid = int.from_bytes(key[-16:])
+            seg = self.segment(uuid.UUID(int=sid))
             if seg is not None and sid not in changes:
                 out[sid] = seg
         out.update({sid: seg for sid, seg in changes.items() if seg is not None})
@@ -201,12 +202,12 @@ class RocksFoldStore:
         is kept under its id only (not listed by partition): this reads every segment the cache
         holds, which happens only when a claim's records are to be re-published (a tombstone under
         a claim's key: rare)."""
-        out: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        out: dict[int, RemoteLogSegmentMetadata] = {}
         for key, _value in self.queries.prefixed(b"S"):
-            sid = uuid.UUID(bytes=key[1:17])
+            sid = int.from_bytes(key[1:17])
             if sid in self.segments:
                 continue
-            seg = self.queries.segment(sid)
+            seg = self.queries.segment(uuid.UUID(int=sid))
             if seg is not None and seg.topic_partition == tp and seg.state in DELETE_STATES:
                 out[sid] = seg
         for sid, change in self.segments.items():
@@ -236,12 +237,12 @@ class RocksFoldStore:
             served = self.served_changes[tp] = {}
         for seg in change.unserve:
             writes[offset_key(b"O", seg.topic_partition, seg.start_offset, seg.segment_id.id)] = None
-            served[seg.segment_id.id] = None
+            served[seg.segment_id.id.int] = None
             self._no_longer_served(tp, seg)
         for seg in change.reserve:
             key = offset_key(b"O", seg.topic_partition, seg.start_offset, seg.segment_id.id)
             writes[key] = O_VALUE.pack(seg.end_offset, seg.max_timestamp_ms)
-            served[seg.segment_id.id] = seg
+            served[seg.segment_id.id.int] = seg
             self._served_adds(tp).add(seg)
         if change.dropped is not None:
             seg = change.dropped
@@ -249,13 +250,13 @@ class RocksFoldStore:
             writes[b"S" + sid.bytes] = None
             writes[offset_key(b"O", seg.topic_partition, seg.start_offset, sid)] = None
             writes[offset_key(b"L", seg.topic_partition, seg.start_offset, sid)] = None
-            self.segments[sid] = None
-            served[sid] = None
+            self.segments[sid.int] = None
+            served[sid.int] = None
             self._no_longer_served(tp, seg)
         if change.put is not None:
             new = change.put
-            sid = new.segment_id.id
-            sid_bytes = sid.bytes
+            key_int = new.segment_id.id.int
+            sid_bytes = key_int.to_bytes(16)
             suffix = ptp + U64.pack(new.start_offset) + sid_bytes
             # a snapshot as it arrived is stored as it arrived (no re-encoding)
             raw = change.put_raw
@@ -266,13 +267,13 @@ class RocksFoldStore:
                 writes[b"L" + suffix] = I64.pack(new.end_offset)
             if change.served:
                 writes[b"O" + suffix] = O_VALUE.pack(new.end_offset, new.max_timestamp_ms)
-                served[sid] = new
+                served[key_int] = new
                 self._served_adds(tp).add(new)
             else:
                 writes[b"O" + suffix] = None
-                served[sid] = None
+                served[key_int] = None
                 self._no_longer_served(tp, new)
-            self.segments[sid] = new
+            self.segments[key_int] = new
         if change.header is not None:
             writes[b"E" + ptp] = encode_header(change.header)
             self.headers[tp] = change.header
