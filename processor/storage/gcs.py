@@ -247,6 +247,9 @@ class GcsChunkStorage(ChunkStorage):
                 end=offset + length - 1,
                 raw_download=True,
                 checksum=None,
+                # the body read whole, not in the library's 8 KiB pieces: 1 MiB ranged reads
+                # 4.5-4.8 -> 2.6-2.8 CPU-s/GB (alternating runs on fake-gcs-server, load 32)
+                single_shot_download=True,
                 timeout=self._timeout,
                 retry=self._retry,
             )
