@@ -44,6 +44,7 @@ from processor.rebuild.stream import (
     candidate_topics,
     list_groups,
     plan_groups,
+    topic_ids_from_folders,
 )
 from processor.segment.object_keys import ObjectKeyFactory, validate_topic
 from processor.storage.chunk_storage import ChunkStorage
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 SHOWN = 20  # inconsistencies listed one by one in text output (all of them in --json)
 
 
-BATCH_SEGMENTS = 20_000  # segments planned before a batch is published (memory: a batch's records)
+BATCH_SEGMENTS = 5_000  # segments planned before a batch is published (memory: ~3 KiB each held)
 
 
 @dataclass
@@ -164,8 +165,8 @@ def rebuild(settings: Settings, to_topic: str, dry_run: bool) -> RebuildReport:
     """List, read, plan and publish a source partition at a time (processor/rebuild/stream.py): what
     is held at once is one partition's listing and manifests, a batch of planned records and a
     summary a partition. A topic the broker does not know (deleted, or a dry run without a broker)
-    takes the topic id of its newest segment anywhere in the bucket, so its partitions are read
-    once for that and planned in a second read."""
+    takes the topic id of its newest segment anywhere in the bucket: the one its folders carry when
+    they carry one, else its partitions are read once for that and planned in a second read."""
     started = time.monotonic()
     report = RebuildReport(to_topic, dry_run)
     # enough S3 connections for the parallel manifest reads
@@ -183,9 +184,12 @@ def rebuild(settings: Settings, to_topic: str, dry_run: bool) -> RebuildReport:
         for group in groups:  # a store listed once: the topics of its keys
             for info in group.listed or ():
                 candidates.update(candidate_topics(info.key[len(root) :].split("/")[0]))
-        broker_ids: dict[str, str | None] = dict(
-            _broker_topic_ids(settings, sorted(candidates), required=not dry_run)
-        )
+        # a topic the broker lacks (deleted; a dry run without a broker) whose folders carry one
+        # topic id is of that id; only one with several is read twice (its newest segment decides)
+        broker_ids: dict[str, str | None] = {
+            **topic_ids_from_folders(root, groups),
+            **_broker_topic_ids(settings, sorted(candidates), required=not dry_run),
+        }
         partitions = 0
         publisher = None
         if not dry_run:

@@ -119,6 +119,31 @@ def list_groups(storage: ChunkStorage, root: str, threads: int = LIST_THREADS) -
     return out
 
 
+def topic_ids_from_folders(root: str, groups: Iterable[Group]) -> dict[str, str | None]:
+    """The topic id of each topic all of whose partition folders carry one identity (one
+    ``{topic}-{topic_id}`` name, or only the legacy ``{topic}``): its current one, since every
+    manifest that checks out lies in the folder of the topic id it states (a record whose object key
+    is not its segment's own does not decode), so its newest segment's is that one. A topic whose
+    folders carry several is left out (its newest segment decides: read twice)."""
+    seen: dict[str, set[str | None]] = {}
+
+    def note(topic_folder: str) -> None:
+        for topic in candidate_topics(topic_folder):
+            identity = topic_folder[len(topic) + 1 :] if topic != topic_folder else None
+            seen.setdefault(topic, set()).add(identity)
+
+    for group in groups:
+        for folder in group.folders:
+            parts = folder[len(root) :].split("/")
+            if len(parts) >= 3:
+                note(parts[0])
+        for info in group.listed or ():
+            parts = info.key[len(root) :].split("/")
+            if len(parts) >= 3:
+                note(parts[0])
+    return {topic: next(iter(ids)) for topic, ids in seen.items() if len(ids) == 1}
+
+
 @dataclass(frozen=True)
 class _End:
     group: Group

@@ -24,6 +24,8 @@ from processor.rebuild.stream import (
     folder_groups,
     list_groups,
     plan_groups,
+    read_groups,
+    topic_ids_from_folders,
 )
 from processor.storage.filesystem import FilesystemChunkStorage
 from tests.unit.test_rebuild_inventory import KEYS, segment, store
@@ -62,13 +64,16 @@ def test_folders_of_one_partition_are_one_group() -> None:
     }
 
 
-def _seg(topic: str, topic_id: str | None, partition: int, start: int, when: int) -> RemoteLogSegmentMetadata:
+def _seg(
+    topic: str, topic_id: str | None, partition: int, start: int, when: int, states: str | None = "same"
+) -> RemoteLogSegmentMetadata:
     base = segment(partition, start, start + 9)
     sid = uuid.uuid4()
     keys = KEYS.segment(topic, partition, start, sid, base.writer_epoch, topic_id)
+    stated = topic_id if states == "same" else states  # a manifest may state another id than its folder
     return replace(
         base,
-        segment_id=RemoteLogSegmentId(topic, partition, sid, topic_id),
+        segment_id=RemoteLogSegmentId(topic, partition, sid, stated),
         event_timestamp_ms=when,
         data_object_key=keys.data,
         index_object_key=keys.index,
@@ -93,7 +98,7 @@ segments = st.lists(
         st.integers(0, 2),  # partition
         st.integers(0, 6),  # start / 10 (overlaps: the fold decides)
         st.integers(0, 3),  # event time (ties)
-        st.sampled_from(["ok", "ok", "ok", "no-index", "no-manifest", "corrupt"]),
+        st.sampled_from(["ok", "ok", "ok", "no-index", "no-manifest", "corrupt", "other-id"]),
     ),
     max_size=25,
 )
@@ -109,7 +114,8 @@ def test_streamed_plan_is_the_whole_plan(
     with tempfile.TemporaryDirectory() as tmp:
         storage = (_Folders if by_folders else FilesystemChunkStorage)(Path(tmp))
         for (topic, tid), partition, start, when, how in found:
-            seg = _seg(topic, tid, partition, start * 10, when)
+            other = ID1 if tid != ID1 else None
+            seg = _seg(topic, tid, partition, start * 10, when, other if how == "other-id" else "same")
             if how == "corrupt":
                 store(storage, seg, manifest=b"KTSM" + b"\x00" * 40)
             else:
@@ -123,8 +129,9 @@ def test_streamed_plan_is_the_whole_plan(
         assert all(isinstance(g, Group) for g in groups)
         streamed: dict[TopicPartition, PartitionRebuild] = {}
         seen_problems, without, listed, calls = [], [], 0, [0]
+        known = {**topic_ids_from_folders("pre/", groups), **broker}
         for read, plan in plan_groups(
-            storage, KEYS, groups, broker, 5, lambda: calls.__setitem__(0, calls[0] + 1)
+            storage, KEYS, groups, known, 5, lambda: calls.__setitem__(0, calls[0] + 1)
         ):
             assert not set(plan) & set(streamed), "a partition is planned in one group"
             streamed.update(plan)
@@ -154,3 +161,29 @@ def test_a_digest_tells_sets_apart() -> None:
     assert a != b
     b.add(uuid.uuid4().bytes)
     assert a != b and a.count == b.count
+
+
+def test_a_manifest_stating_another_topic_id_than_its_folder_is_a_problem(tmp_path: Path) -> None:
+    storage = FilesystemChunkStorage(tmp_path)
+    store(storage, _seg("orders", ID1, 0, 0, 1, states=ID2))
+    [read] = [r for r in read_groups(storage, KEYS, list_groups(storage, "pre/"))]
+    # its record's own checks refuse it (a segment's object key is built from the id it states), so
+    # every manifest that counts lies in its topic id's folder: what topic_ids_from_folders relies on
+    assert read.manifests == [] and len(read.problems) == 1
+    assert "is not the data object of segment" in read.problems[0].what
+
+
+def test_topic_ids_from_folders() -> None:
+    groups = folder_groups(
+        "pre/",
+        [
+            f"pre/orders-{ID1}/0/",
+            f"pre/orders-{ID1}/1/",
+            f"pre/pay-{ID1}/0/",
+            f"pre/pay-{ID2}/0/",
+            "pre/legacy/0/",
+        ],
+    )
+    found = topic_ids_from_folders("pre/", groups)
+    assert found["orders"] == ID1 and found["legacy"] is None and "pay" not in found
+    assert found[f"orders-{ID1}"] is None  # what a legacy topic of that name would be: harmless
