@@ -205,7 +205,7 @@ class OwnershipModel(RuleBasedStateMachine):
         return step
 
     @initialize(require=st.booleans())
-    def setup(self, require: bool) -> None:
+    def setup(self, require: bool = False) -> None:
         # PROCESSOR_METADATA_AUTH=require: every forged record (the forger holds no key) is unsigned
         # or wrongly signed, and readers refuse it; off, readers fold it as before
         self.require = require

@@ -88,7 +88,7 @@ def test_a_start_offset_stated_again_after_a_claim_tombstone_proves_no_deletion(
     model.claim("A1")
     model.cleanup("A1")
     _check(model)
-    model.hostile_claim_tombstone(kind="current", data=Draws(P1))
+    model.hostile_claim_tombstone(kind="current", data=Draws(P1, "none"))
     _check(model)
     model.claim("B1")
     model.retention("B1", keep=12)
