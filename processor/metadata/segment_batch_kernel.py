@@ -17,12 +17,15 @@ same record or the same error (tests compare both on generated and corrupted rec
 One row of ``out`` (int64) per value, columns below; positions are relative to the value's first
 byte (its framing), spans are [a, b); -1 where a field is absent. ``epochs`` receives the
 segment-leader-epoch pairs of every record, each record's at ``EPOCHS_FIRST`` (``EPOCHS_COUNT`` of
-them). numba is imported with this module only (the codec imports it for a batch large enough to pay
-its ~1-2 s of compilation once a process).
+them). numba is imported with this module only: the codec imports it for a batch large enough to pay
+numba's import (~0.5-1 s) and, the first time on a machine, the compilation (~1-3 s; then cached,
+see :func:`_compiled`).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -63,8 +66,26 @@ _INTS = types.Array(types.int64, 1, "C", readonly=True)
 _ROWS = types.Array(types.int64, 2, "C")
 _PAIR = types.UniTuple(types.int64, 2)  # type: ignore[no-untyped-call]
 
+log = logging.getLogger(__name__)
 
-@numba.njit(_PAIR(_BYTES, types.int64, types.int64), nogil=True, cache=False)
+
+def _compiled(signature: Any, **options: Any) -> Callable[[Any], Any]:
+    """numba.njit for one signature, its machine code kept in numba's cache (``__pycache__`` beside
+    this file, or the user's cache folder where that is read-only): compiling costs ~1-3 s of CPU,
+    loading it again ~0.1 s, in every later process. Where no cache folder is writable, numba
+    refuses to cache: the kernel is then compiled in memory (said once in the log)."""
+
+    def wrap(function: Any) -> Any:
+        try:
+            return numba.njit(signature, nogil=True, cache=True, **options)(function)
+        except RuntimeError as exc:  # numba: "cannot cache function ...: no locator available"
+            log.info("%s compiled without numba's cache: %s", function.__name__, exc)
+            return numba.njit(signature, nogil=True, cache=False, **options)(function)
+
+    return wrap
+
+
+@_compiled(_PAIR(_BYTES, types.int64, types.int64))
 def _varint(buf: Any, p: Any, end: Any) -> Any:
     """(zig-zag value, next position) of the varint at ``buf[p:end]``, or (0, -1): cut short, or more
     than 64 bits (a 10th byte above 1, as the Python reader and fastavro's C reader refuse)."""
@@ -96,7 +117,7 @@ def _varint(buf: Any, p: Any, end: Any) -> Any:
     return np.int64(n >> np.uint64(1)) ^ -np.int64(n & np.uint64(1)), p
 
 
-@numba.njit(_PAIR(_BYTES, types.int64, types.int64), nogil=True, cache=False)
+@_compiled(_PAIR(_BYTES, types.int64, types.int64))
 def _string(buf: Any, p: Any, end: Any) -> Any:
     """(first byte, end) of the Avro string or bytes at ``buf[p:end]``, or (0, -1)."""
     n, p = _varint(buf, p, end)
@@ -105,12 +126,7 @@ def _string(buf: Any, p: Any, end: Any) -> Any:
     return p, p + n
 
 
-@numba.njit(
-    types.int64(_BYTES, _INTS, _INTS, _ROWS, _ROWS),
-    nogil=True,
-    cache=False,
-    boundscheck=True,
-)
+@_compiled(types.int64(_BYTES, _INTS, _INTS, _ROWS, _ROWS), boundscheck=True)
 def read_rows(buf: Any, starts: Any, ends: Any, out: Any, epochs: Any) -> Any:
     """Fill ``out[i]`` for the value at ``buf[starts[i]:ends[i]]``; returns the epoch pairs written.
     ``epochs`` has room for every pair the bytes could hold (a pair takes two bytes at least)."""
