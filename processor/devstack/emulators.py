@@ -286,3 +286,14 @@ def running(kind: str, root: Path, bucket: str, port: int, timeout_s: float = 90
         yield emulator
     finally:
         stop_process(proc)
+
+
+def install_all() -> dict[str, Path]:
+    """Install both emulators now (``python -m processor.devstack.emulators``: a machine's set-up
+    step, so a first test run or ``dev up`` does not spend minutes building them)."""
+    return {GCS: fake_gcs_binary(), AZURE: azurite_binary()}
+
+
+if __name__ == "__main__":
+    for name, path in install_all().items():
+        print(f"{name}: {path}")

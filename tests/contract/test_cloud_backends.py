@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -85,7 +86,8 @@ def test_the_wiring_and_the_spark_connection_reach_the_emulator(
     emulator: Emulator = request.getfixturevalue(f"{kind}_emulator")
     settings = load_settings(emulator.env(EMULATOR_BUCKET))
     worker, probe = build_storage(settings), build_storage(settings, probe=True)
-    reader = spark_connection({}, settings).storage()
+    # as Spark ships it to its Python workers: pickled with the task, the store's settings inside
+    reader = pickle.loads(pickle.dumps(spark_connection({}, settings))).storage()
     try:
         worker.create("wired/one", [b"written by the worker's storage"])
         probe.check_bucket()
@@ -177,3 +179,17 @@ def test_gcs_on_the_emulator_says_its_permissions_are_not_checked(
     finally:
         storage.close()
     assert "permissions not checked" in caplog.text
+
+
+@pytest.mark.timeout(900)
+def test_the_emulators_install_as_a_set_up_step() -> None:
+    """`python -m processor.devstack.emulators` installs both (once per machine) and says where."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "processor.devstack.emulators"], capture_output=True, text=True, timeout=890
+    )
+    assert done.returncode == 0, done.stderr
+    paths = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    assert set(paths) == {"gcs", "azure"} and all(os.access(p, os.X_OK) for p in paths.values())
