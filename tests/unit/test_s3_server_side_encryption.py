@@ -40,6 +40,7 @@ def test_sse_s3_from_the_settings() -> None:
         settings = Settings(s3_bucket="sse-settings", s3_region="us-east-1", s3_sse="AES256")
         boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="sse-settings")
         storage = build_storage(settings)
+        assert isinstance(storage, S3ChunkStorage)
         storage.create("k", [b"x" * 100])
         assert storage.client.head_object(Bucket="sse-settings", Key="k")["ServerSideEncryption"] == "AES256"
 
