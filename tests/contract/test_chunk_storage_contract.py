@@ -322,3 +322,15 @@ def test_a_create_whose_answer_was_lost_succeeds_on_the_clients_retry(
                 s.create(k, [b"a second writer"])
         finally:
             s.close()
+
+
+def test_list_folders_gives_a_folders_own_entries(storage: ChunkStorage) -> None:
+    """The delimiter listing the rebuild walks the bucket by: the folders directly under a prefix and
+    the chunks directly in it, each in key order, whether the store lists by delimiter or not."""
+    base = key()
+    for name in ["t2/0/a", "t1/1/b", "t1/0/c", "x", "w"]:
+        storage.create(f"{base}/{name}", [b"."])
+    folders, chunks = storage.list_folders(f"{base}/")
+    assert folders == [f"{base}/t1/", f"{base}/t2/"]
+    assert [c.key for c in chunks] == [f"{base}/w", f"{base}/x"] and all(c.size == 1 for c in chunks)
+    assert storage.list_folders(f"{base}/t1/")[0] == [f"{base}/t1/0/", f"{base}/t1/1/"]
