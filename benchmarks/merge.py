@@ -9,6 +9,7 @@ and the same for both)."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -162,6 +163,7 @@ def bench_merge(report: Report, info: stack.StackInfo, workdir: Path, segments: 
             None,
             f"{mib:.0f} MiB into {merged.segments_after} segments in {merge_s:.1f} s: sources read back "
             f"and checked {spent['read']:.1f} s, deleted {spent['delete']:.1f} s (each a confirmed record "
-            f"and three objects), upload the rest; the plain copy {copy_s:.1f} s",
+            f"and three objects), upload the rest; the plain copy {copy_s:.1f} s; load average "
+            f"{os.getloadavg()[0]:.1f}",
         )
     )

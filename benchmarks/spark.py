@@ -188,7 +188,8 @@ def bench_spark(
     rate = {name: topic.records / s for name, s in best.items()}
     mb = topic.payload_bytes / 1e6
     vs_standin = rate["tiered_records"] / rate["stand-in"]
-    note = f"{topic.records} records, {mb:.0f} MB, local[2], best of {runs}"
+    load = os.getloadavg()[0]  # every source waits for a core alike on a loaded machine
+    note = f"{topic.records} records, {mb:.0f} MB, local[2], best of {runs}, load average {load:.1f}"
     report.add(
         Figure(
             "spark",
