@@ -63,6 +63,7 @@ from processor.storage.chunk_storage import (
     ChunkInfo,
     ChunkStorage,
     MultipartUpload,
+    not_deleted,
 )
 
 log = logging.getLogger(__name__)
@@ -293,12 +294,7 @@ class AzureChunkStorage(ChunkStorage):
                         retriable=status >= 500 or status in {408, 429},
                     )
         if failed:
-            shown = "; ".join(f"{k}: {e}" for k, e in builtins.list(failed.items())[:5])
-            more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
-            raise StorageError(
-                f"{len(failed)} objects not deleted: {shown}{more}",
-                retriable=all(e.retriable for e in failed.values()),
-            )
+            raise not_deleted(failed)
 
     def list(self, prefix: str) -> Iterator[ChunkInfo]:
         try:

@@ -58,6 +58,7 @@ from processor.storage.chunk_storage import (
     ChunkInfo,
     ChunkStorage,
     MultipartUpload,
+    not_deleted,
 )
 
 log = logging.getLogger(__name__)
@@ -298,7 +299,7 @@ class GcsChunkStorage(ChunkStorage):
                 if error is not None:
                     failed[name] = error
         if failed:
-            raise _not_deleted(failed)
+            raise not_deleted(failed)
 
     def list(self, prefix: str) -> Iterator[ChunkInfo]:
         try:
@@ -426,15 +427,6 @@ class GcsChunkStorage(ChunkStorage):
 
     def close(self) -> None:
         self._client.close()
-
-
-def _not_deleted(failed: dict[str, StorageError]) -> StorageError:
-    shown = "; ".join(f"{k}: {e}" for k, e in builtins.list(failed.items())[:5])
-    more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
-    return StorageError(
-        f"{len(failed)} objects not deleted: {shown}{more}",
-        retriable=all(e.retriable for e in failed.values()),
-    )
 
 
 def _info(blob: Any) -> ChunkInfo:
