@@ -74,6 +74,7 @@ from processor.segment.entries_v2 import (
 )
 
 _I64_MAX = 2**63 - 1
+_I32_MAX = 2**31 - 1
 MIN_RECORD = 7  # a record's length varint and the 6 bytes it counts at least
 MIN_HEADER = 2  # a header's key length and value length varints, one byte each at least
 _VARINT_BYTES = 5
@@ -439,6 +440,8 @@ def decode_block_arrays(
         src = np.frombuffer(payload, np.uint8)
     table = np.array(fields, np.int64).T.copy()
     starts, ends, counts, bases, first_tss, max_tss, log_appends = table
+    if gathered > _I32_MAX:  # the columns' offsets are i32 (Arrow's binary type)
+        raise FormatError(f"{where}: {gathered} bytes of records in one block, more than a column holds")
     rows = int(counts.sum())
     data_cap = gathered
     header_cap = gathered // MIN_HEADER + 1 if with_headers else 0
