@@ -465,6 +465,10 @@ class OwnershipModel(RuleBasedStateMachine):
     def _readable(self, source: RemoteLogSegmentMetadata) -> None:
         if source.data_object_key not in self.bucket.objects:
             raise CorruptObjectError("missing", object_key=source.data_object_key)
+        if source.segment_id.id in self.forged_rewrites:
+            # junk at a forged rewrite's keys: the real read verifies every block against the index
+            # and the index against the record (size and CRC), so it never reads back
+            raise CorruptObjectError("does not verify", object_key=source.index_object_key)
 
     @staticmethod
     def _sealed(
