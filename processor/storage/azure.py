@@ -16,19 +16,23 @@ and the blob batch API the contract uses. What it costs in CPU per GB is measure
   attempt's token is the SDK's own retry of a request whose answer was lost (see gcs.py).
 - Reads are ranged GETs; errors map to the storage taxonomy (:func:`storage_error`).
 - ``delete_many`` sends the deletes in blob batch requests (up to 256 a batch).
+- ``concat`` is server-side: Put Block From URL for each source, then a conditional Put Block List.
 """
 
 from __future__ import annotations
 
+import base64
 import builtins
 import logging
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
 import requests
+from azure.core import MatchConditions
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential, TokenCredential
 from azure.core.exceptions import (
     AzureError,
@@ -42,11 +46,14 @@ from azure.core.exceptions import (
 )
 from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.blob import (
+    BlobBlock,
     BlobPrefix,
+    BlobSasPermissions,
     BlobServiceClient,
     ContainerClient,
     ContentSettings,
     ExponentialRetry,
+    generate_blob_sas,
 )
 from requests.adapters import HTTPAdapter
 
@@ -73,6 +80,7 @@ logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(l
 OBJECT_CONTENT_TYPE = "application/octet-stream"
 CREATE_TOKEN = "processorcreate"  # metadata names are C# identifiers: no '-'
 BATCH_MAX = 256
+MAX_BLOCK_FROM_URL = 4000 * 1024 * 1024
 # What a SAS must allow for the worker: read, add/create/write, delete, list.
 WORKER_SAS_PERMISSIONS = {"r": "read", "w": "write", "d": "delete", "l": "list"}
 
@@ -197,6 +205,7 @@ def new_azure_client(options: AzureOptions) -> BlobServiceClient:
 
 
 class AzureChunkStorage(ChunkStorage):
+    supports_concat = True
     lists_folders = True
 
     def __init__(self, options: AzureOptions, client: BlobServiceClient | None = None) -> None:
@@ -316,6 +325,60 @@ class AzureChunkStorage(ChunkStorage):
         except _CLIENT_ERRORS as exc:
             raise self._fail("list", prefix, exc) from exc
         return folders, chunks
+
+    def concat(self, target: str, sources: Sequence[str]) -> ChunkInfo:
+        """Server-side: each source becomes a block of ``target`` read by Azure from the source's
+        URL (Put Block From URL), committed with ``If-None-Match: *`` (never over an existing
+        blob). Each source must be at most 4000 MiB (a block's limit)."""
+        infos = []
+        for name in sources:
+            info = self.stat(name)
+            if info is None:
+                raise ObjectNotFoundError(name)
+            if info.size > MAX_BLOCK_FROM_URL:
+                raise StorageError(f"Azure concat: {name} is larger than a block (4000 MiB)", retriable=False)
+            infos.append(info)
+        if not infos:
+            raise StorageError("concat needs at least one source", retriable=False)
+        blob = self._container.get_blob_client(target)
+        blocks = []
+        try:
+            for number, info in enumerate(infos):
+                block_id = base64.b64encode(f"{number:08d}".encode()).decode()
+                url, authorization = self._source(info.key)
+                blob.stage_block_from_url(block_id, url, source_authorization=authorization)
+                blocks.append(BlobBlock(block_id=block_id))
+            blob.commit_block_list(
+                blocks,
+                content_settings=ContentSettings(content_type=OBJECT_CONTENT_TYPE),
+                match_condition=MatchConditions.IfMissing,
+            )
+        except _CLIENT_ERRORS as exc:
+            raise self._fail("concat", target, exc) from exc
+        return ChunkInfo(target, sum(i.size for i in infos))
+
+    def _source(self, key: str) -> tuple[str, str | None]:
+        """The URL Azure reads a source from, and its authorization: a SAS of ten minutes signed with
+        the account key, the SAS given, or the identity's bearer token."""
+        url = self._container.get_blob_client(key).url
+        if "sig=" in url:  # a connection string's SAS, already in every URL the client makes
+            return url, None
+        if self.options.sas_token:
+            return f"{url}?{self.options.sas_token.lstrip('?')}", None
+        credential = self._service.credential
+        account_key = getattr(credential, "account_key", None)
+        if account_key:
+            sas = generate_blob_sas(
+                credential.account_name,
+                self.bucket,
+                key,
+                account_key=account_key,
+                permission=BlobSasPermissions(read=True),
+                expiry=datetime.now(UTC) + timedelta(minutes=10),
+            )
+            return f"{url}?{sas}", None
+        token = credential.get_token("https://storage.azure.com/.default").token
+        return url, f"Bearer {token}"
 
     # -- uploads: uncommitted blocks are dropped by Azure itself ----------------------------------
 
