@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from processor.storage.chunk_storage import Buffer, ChunkInfo, ChunkStorage, MultipartUpload
 
@@ -83,6 +83,9 @@ class RateLimitedChunkStorage(ChunkStorage):
 
     def delete(self, key: str) -> None:
         self.inner.delete(key)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        self.inner.delete_many(keys)  # the store's batch delete (no bytes to limit)
 
     def list(self, prefix: str) -> Iterator[ChunkInfo]:
         return self.inner.list(prefix)

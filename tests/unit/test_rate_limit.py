@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,20 @@ def test_unlimited_is_the_storage_itself(tmp_path: Path) -> None:
     assert rate_limited(fs, -1) is fs
     with pytest.raises(ValueError):
         ByteRateLimiter(0)
+
+
+def test_a_batch_delete_goes_to_the_stores_own(tmp_path: Path) -> None:
+    batches: list[list[str]] = []
+
+    class Batching(FilesystemChunkStorage):
+        def delete_many(self, keys: Iterable[str]) -> None:
+            batches.append(list(keys))
+            super().delete_many(batches[-1])
+
+    inner = Batching(tmp_path)
+    for key in ("a/1", "a/2", "a/3"):
+        inner.create(key, [b"x"])
+    limited = rate_limited(inner, 1024)
+    limited.delete_many(["a/1", "a/2", "a/missing"])
+    assert batches == [["a/1", "a/2", "a/missing"]]  # one call, not one delete a key
+    assert [i.key for i in inner.list("a/")] == ["a/3"]
