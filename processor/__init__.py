@@ -7,7 +7,7 @@ Packages by floor, each importing only the floors below it (ARCHITECTURE.md "Lay
   spark_sources/ the Spark data sources as Spark starts them (spark_sources/entry.py reads their
               settings): their composition root
   wiring/     the composition root: builds every part from Settings; the only package that knows Faust
-  config.py   Settings: the PROCESSOR_* variables
+  config/     Settings: the PROCESSOR_* variables
   roles:
     leader/     the offload path: batch source, assembly, offload buffer, rolling, the copier
     lifecycle/  retention, the deleter, the multipart sweep, offload-now

@@ -44,7 +44,7 @@ ALL_ON = [
     "--set", "credentials.s3.existingSecret=s3-creds",
     "--set", "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/r",
 ]  # fmt: skip
-# Settings the security branch adds to processor/config.py (the chart renders them already); until
+# Settings the security branch adds to processor/config/settings.py (the chart renders them already); until
 # they are fields there, the checks of rendered names against Settings skip them by name.
 SECURITY_SETTINGS = {
     "PROCESSOR_SSL_CERTFILE",

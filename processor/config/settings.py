@@ -1,61 +1,27 @@
-"""Configuration: one frozen, validated settings object from ``PROCESSOR_*`` variables.
-
-Only the CLI calls :func:`load_settings` (the one place that reads the environment); everything else
-receives a ``Settings``. A bad value raises ``ConfigError`` naming the variable, and so does a
-``PROCESSOR_*`` variable that is no setting (a misspelt one, with the closest name): ignoring it would
-leave its default in force, e.g. an unlimited retention or an empty topic list. S3 credentials are
-not here: they come from the standard AWS variables and credential chain.
+"""The settings model: one frozen, validated object of every ``PROCESSOR_*`` setting, its defaults,
+units and the checks across settings. Built from the environment by
+:func:`processor.config.environment.load_settings`.
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
-import os
 import re
 import socket
-from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from processor.errors import ConfigError, InvalidNameError
+from processor.config.parsing import parse_overrides, with_units
+from processor.config.variables import ENV_PREFIX
 from processor.kafka.security import ENV_NAMES, KafkaConnection, KafkaSecurity
 from processor.lifecycle.retention_config import RetentionOverride
-from processor.metadata import authentication
 from processor.segment.object_keys import validate_prefix, validate_topic
 from processor.units import parse_duration_ms, parse_size
 
-ENV_PREFIX = "PROCESSOR_"
 MiB = 1024 * 1024
-# The restore's target cluster: each Kafka security variable with this prefix instead
-# (processor/commands/restore.py TARGET_ENV_NAMES, derived from ENV_NAMES the same way).
-TARGET_PREFIX = "PROCESSOR_TARGET_"
-# PROCESSOR_* variables that are not settings yet are read: the test harness's choice of stack
-# (tests/conftest.py; inherited by commands the tests run), the local stack's (processor/devstack:
-# its broker, that broker's heap, where Maven's jars are cached), and Windows' own, which are not ours.
-OTHER_VARIABLES = frozenset(
-    {
-        "PROCESSOR_TEST_STACK",
-        "PROCESSOR_DEV_BROKER",
-        "PROCESSOR_DEV_KAFKA_HEAP",
-        "PROCESSOR_JARS_CACHE",
-        "PROCESSOR_TOOLS_CACHE",
-    }
-)
-FOREIGN_VARIABLES = frozenset(
-    {
-        "PROCESSOR_ARCHITECTURE",
-        "PROCESSOR_ARCHITEW6432",
-        "PROCESSOR_IDENTIFIER",
-        "PROCESSOR_LEVEL",
-        "PROCESSOR_REVISION",
-    }
-)
-
-RETENTION_KINDS = ("ms", "bytes")
 
 
 class Settings(BaseSettings):
@@ -259,9 +225,9 @@ class Settings(BaseSettings):
         data = dict(data)
         for name, value in data.items():
             if isinstance(value, str) and name.endswith("_bytes"):
-                data[name] = _with_units(parse_size, name, value)
+                data[name] = with_units(parse_size, name, value)
             elif isinstance(value, str) and name.endswith("_ms"):
-                data[name] = _with_units(parse_duration_ms, name, value)
+                data[name] = with_units(parse_duration_ms, name, value)
         segment = data.get("segment_bytes")
         if isinstance(segment, int) and segment > 0:
             default_block = cls.model_fields["block_bytes"].default
@@ -454,146 +420,3 @@ class Settings(BaseSettings):
     def kafka(self) -> KafkaConnection:
         """The cluster and how to reach it: what every Kafka client of the process is built from."""
         return KafkaConnection(self.bootstrap_servers, self.kafka_security)
-
-
-def parse_overrides(text: str) -> tuple[RetentionOverride, ...]:
-    """Parse ``PROCESSOR_REMOTE_RETENTION_OVERRIDES``: a comma-separated list of ``topic=kind:value``
-    entries, ``kind`` being ``ms`` (time) or ``bytes`` (size per partition), ``value`` an integer
-    >= -1 (-1: unlimited). A topic may appear once per kind::
-
-        orders=ms:604800000,payments=bytes:1073741824,payments=ms:-1
-
-    Raise ValueError naming the entry and what is wrong with it."""
-    out: list[RetentionOverride] = []
-    seen: set[tuple[str, str]] = set()
-    for raw in text.split(","):
-        entry = raw.strip()
-        if not entry:
-            continue
-        topic, eq, rest = entry.partition("=")
-        kind, colon, value = rest.partition(":")
-        topic, kind, value = topic.strip(), kind.strip(), value.strip()
-        if not eq or not colon:
-            raise ValueError(f"entry {entry!r} is not of the form topic=ms:N or topic=bytes:N")
-        try:
-            validate_topic(topic)
-        except InvalidNameError as exc:
-            raise ValueError(f"entry {entry!r}: {exc}") from None
-        if kind not in RETENTION_KINDS:
-            raise ValueError(f"entry {entry!r}: unknown limit {kind!r} (use 'ms' or 'bytes')")
-        try:
-            number = int(value)
-        except ValueError:
-            raise ValueError(f"entry {entry!r}: {value!r} is not an integer") from None
-        if number < -1:
-            raise ValueError(f"entry {entry!r}: {number} is below -1 (-1 means unlimited)")
-        if (topic, kind) in seen:
-            raise ValueError(f"entry {entry!r}: topic {topic!r} has more than one '{kind}' override")
-        seen.add((topic, kind))
-        out.append((topic, kind, number))
-    return tuple(out)
-
-
-def _with_units(parse: Callable[[str], int], name: str, value: str) -> int:
-    """The parsed number, or a ValueError naming the variable (a model-level error has no field)."""
-    try:
-        stripped = value.strip()
-        if stripped.startswith("-"):  # -1 (any unit) is the "unlimited" of retention and rate limits
-            return -parse(stripped[1:])
-        return parse(value)
-    except ValueError as exc:
-        raise ValueError(f"{ENV_PREFIX}{name.upper()}: {exc}") from None
-
-
-# A pattern that only lists values, e.g. ^(token|none)$ or ^(?i:text|json)$ (any case).
-_CHOICES = re.compile(r"\^\((\?i:)?([A-Za-z0-9_-]+(?:\|[A-Za-z0-9_-]+)+)\)\$")
-
-
-def _describe(error: Mapping[str, Any]) -> str:
-    """One validation error in plain words, naming its variable: the allowed values of an
-    enumerated setting, the description of any other pattern, never a raw regular expression."""
-    loc = error.get("loc") or ()
-    msg = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
-    if not loc and msg.startswith(ENV_PREFIX):
-        return msg  # a model-level error that names its variable itself
-    name = f"{ENV_PREFIX}{str(loc[0]).upper()}" if loc else "configuration"
-    value = error.get("input")
-    shown = "" if isinstance(value, dict) or value is None else f" (got {value!r})"
-    secret = Settings.model_fields.get(str(loc[0])) if loc else None
-    if secret is not None and "SecretStr" in str(secret.annotation):
-        shown = ""  # a secret's value is never printed, not even a wrong one
-    kind, ctx = error.get("type"), error.get("ctx") or {}
-    if kind == "string_pattern_mismatch":
-        choices = _CHOICES.fullmatch(str(ctx.get("pattern", "")))
-        if choices:
-            any_case = " (in any case)" if choices.group(1) else ""
-            return f"{name} must be one of {', '.join(choices.group(2).split('|'))}{any_case}{shown}"
-        field = Settings.model_fields.get(str(loc[0])) if loc else None
-        if field is not None and field.description:
-            return f"{name} must be {field.description}{shown}"
-    elif kind in ("literal_error", "enum"):
-        return f"{name} must be one of {ctx.get('expected', '(see docs/configuration.md)')}{shown}"
-    elif kind == "bool_parsing":
-        return f"{name} must be true or false (or 1/0, yes/no, on/off){shown}"
-    return f"{name}: {msg}{shown}"
-
-
-@functools.cache
-def known_variables() -> frozenset[str]:
-    """Every ``PROCESSOR_*`` variable something reads: the settings, the restore target's security
-    settings (``PROCESSOR_TARGET_*``) and the few others (OTHER_VARIABLES)."""
-    settings = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
-    target = {name.replace(ENV_PREFIX, TARGET_PREFIX, 1) for name in ENV_NAMES.values()}
-    target.add(f"{TARGET_PREFIX}BOOTSTRAP_SERVERS")  # the restore's target cluster
-    return frozenset(settings | target | OTHER_VARIABLES)
-
-
-def unknown_variables(environ: Mapping[str, str]) -> list[str]:
-    """A problem for each variable of the ``PROCESSOR_`` prefix (in any case) that nothing reads,
-    naming the closest known variable. Such a variable is refused, not ignored: a misspelt
-    retention, topic or size setting would otherwise leave its default in force unnoticed."""
-    known = known_variables()
-    suffixes = sorted(name.removeprefix(ENV_PREFIX) for name in known - OTHER_VARIABLES)
-    problems = []
-    for variable in sorted(environ):
-        upper = variable.upper()
-        if not upper.startswith(ENV_PREFIX) or variable in known or upper in FOREIGN_VARIABLES:
-            continue
-        if upper in known:
-            hint = f"did you mean {upper}? (variable names are upper case)"
-        else:
-            close = difflib.get_close_matches(upper.removeprefix(ENV_PREFIX), suffixes, n=1, cutoff=0.6)
-            hint = (
-                f"did you mean {ENV_PREFIX}{close[0]}?" if close else "`processor config` lists every setting"
-            )
-        problems.append(f"{variable} is not a known setting; {hint}")
-    return problems
-
-
-def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-    """Build settings from ``environ`` (default: os.environ) plus overrides; raise ConfigError
-    listing every problem: each unknown ``PROCESSOR_*`` variable and each invalid value."""
-    env = os.environ if environ is None else environ
-    problems = unknown_variables(env)
-    values: dict[str, Any] = {}
-    for name in Settings.model_fields:
-        raw = env.get(f"{ENV_PREFIX}{name.upper()}")
-        if raw is not None:
-            values[name] = raw
-    values.update(overrides)
-    try:
-        settings = Settings.model_validate(values)
-    except ValidationError as exc:
-        problems += [_describe(e) for e in exc.errors()]
-    except InvalidNameError as exc:
-        problems.append(str(exc))
-    if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
-    # every writer of this process signs and every reader screens by it (the keys are read now, so
-    # a missing or empty key directory stops the command here)
-    authentication.install(
-        authentication.from_settings(
-            settings.metadata_auth, settings.metadata_auth_keys, settings.metadata_auth_unsigned_before
-        )
-    )
-    return settings
