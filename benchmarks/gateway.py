@@ -45,7 +45,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 from benchmarks import cpu
 from benchmarks.offload import PARTITIONS, LoadedTopic, load_topic, read_archive
 from benchmarks.report import Figure, Report, percentile
-from processor.devstack import stack
+from processor.devstack import servers, stack
 from processor.devstack.truncate import truncate_topic
 
 MiB = 1024 * 1024
@@ -97,7 +97,7 @@ class _ExitedError(Exception):
 def _start_gateway(
     env: dict[str, str], workdir: Path, reads: str, cache_bytes: int | None, node_ids: str
 ) -> tuple[subprocess.Popen[bytes], BinaryIO, int, int]:
-    port, web = stack.free_port(), stack.free_port()
+    port, web = servers.free_port(), servers.free_port()
     # a data dir of its own: a port may come round again, and a follower cache refuses another cluster
     name = f"gateway-{port}-{uuid.uuid4().hex[:6]}"
     gateway_env = {

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from benchmarks.report import Figure, Report
 from processor.devstack import emulators
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.servers import free_port
+from processor.devstack.stack import StackInfo
 from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.s3 import s3_storage
 

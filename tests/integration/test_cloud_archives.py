@@ -25,7 +25,8 @@ from confluent_kafka import TopicPartition as KafkaTP
 from processor.config import load_settings
 from processor.devstack import emulators
 from processor.devstack.sample_data import SampleRecord, produce_samples
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.servers import free_port
+from processor.devstack.stack import StackInfo
 from processor.kafka.admin import ensure_topic
 from processor.kafka.clients import new_admin
 from processor.kafka.partition import TopicPartition

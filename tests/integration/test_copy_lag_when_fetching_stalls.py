@@ -24,9 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from processor.devstack import stack
+from processor.devstack import servers
 from processor.devstack.sample_data import produce_samples
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.servers import free_port
+from processor.devstack.stack import StackInfo
 from processor.kafka.admin import ensure_topic
 from processor.kafka.clients import new_admin
 from tests.integration.kafka_gate import FETCH, LIST_OFFSETS, KafkaGate
@@ -49,7 +50,7 @@ def gated_broker(tmp_path: Path) -> Iterator[KafkaGate]:
     with (tmp_path / "tansu.log").open("ab") as log:
         tansu = subprocess.Popen(
             [
-                str(stack.tansu_binary()),
+                str(servers.tansu_binary()),
                 "broker",
                 "--listener-url", f"tcp://127.0.0.1:{broker_port}",
                 "--advertised-listener-url", f"tcp://{gate.address}",

@@ -41,7 +41,8 @@ from typing import Any
 
 import pytest
 
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.servers import free_port
+from processor.devstack.stack import StackInfo
 from processor.kafka.admin import ensure_topic, partition_counts
 from processor.kafka.clients import new_admin, new_producer
 from processor.kafka.partition import TopicPartition

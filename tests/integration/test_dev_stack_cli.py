@@ -67,10 +67,10 @@ def test_a_port_taken_before_its_server_binds_it_starts_the_stack_again_on_other
     starting at once): the server exits saying so, and the stack starts again on other ports."""
     import socket
 
-    from processor.devstack import stack
+    from processor.devstack import servers, stack
 
     taken = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
-    real = stack.free_port
+    real = servers.free_port
     picks = iter([s.getsockname()[1] for s in taken])  # the first two picks: Kafka's, then S3's
     monkeypatch.setattr(stack, "free_port", lambda: next(picks, None) or real())
     d = tmp_path / "stack"

@@ -23,7 +23,8 @@ from confluent_kafka import TopicPartition as KafkaTP
 from processor.config import Settings, load_settings
 from processor.crypto.keyring import new_key
 from processor.crypto.keys import WrappedKey
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.servers import free_port
+from processor.devstack.stack import StackInfo
 from processor.errors import CorruptObjectError, InvalidRangeError, SegmentKeyError, SegmentShreddedError
 from processor.kafka.admin import ensure_topic
 from processor.kafka.clients import new_admin, new_producer

@@ -11,7 +11,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
 
-from processor.devstack import stack
+from processor.devstack import servers, stack
 from tests.support.fault_proxy import FaultProxy, FaultRule, error_rule, request_kind, slowdown_rule
 
 if TYPE_CHECKING:
@@ -24,8 +24,8 @@ def _client(endpoint: str, read_timeout: float = 5.0) -> S3Client:
     return boto3.client(
         "s3",
         endpoint_url=endpoint,
-        aws_access_key_id=stack.DEV_ACCESS_KEY,
-        aws_secret_access_key=stack.DEV_SECRET_KEY,
+        aws_access_key_id=servers.DEV_ACCESS_KEY,
+        aws_secret_access_key=servers.DEV_SECRET_KEY,
         region_name="us-east-1",
         config=Config(
             retries={"total_max_attempts": 1, "mode": "standard"},

@@ -24,7 +24,8 @@ import pytest
 
 from processor.devstack import stack
 from processor.devstack.sample_data import SampleRecord, sample_record
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.servers import free_port
+from processor.devstack.stack import StackInfo
 from tests.support.consumers import check_every_record_once, read_confluent
 from tests.support.doc_blocks import ROOT, code_blocks, commands, exported, section, user_env
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.servers import free_port
+from processor.devstack.stack import StackInfo
 from processor.kafka.clients import new_admin
 from tests.support.cli import run_cli
 

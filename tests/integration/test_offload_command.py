@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.servers import free_port
+from processor.devstack.stack import StackInfo
 from processor.kafka.admin import ensure_topic
 from processor.kafka.clients import new_admin
 from processor.kafka.partition import TopicPartition

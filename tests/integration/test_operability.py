@@ -28,7 +28,8 @@ from urllib.parse import urlparse
 import pytest
 
 from processor.devstack.sample_data import produce_samples
-from processor.devstack.stack import DEV_SECRET_KEY, StackInfo, free_port
+from processor.devstack.servers import DEV_SECRET_KEY, free_port
+from processor.devstack.stack import StackInfo
 from processor.kafka.admin import ensure_topic
 from processor.kafka.clients import new_admin
 from tests.integration.tcp_proxy import TcpProxy

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from processor.devstack import stack
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.servers import free_port
+from processor.devstack.stack import StackInfo
 from processor.kafka.partition import TopicPartition
 from tests.integration.restore_support import produce_plain
 from tests.support.consumers import kcat

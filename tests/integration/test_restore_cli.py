@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka import TopicPartition as KafkaTP
 
-from processor.devstack import stack
+from processor.devstack import servers, stack
 from processor.devstack.stack import StackInfo
 from processor.kafka.admin import check_broker, ensure_topic, partition_counts
 from processor.kafka.clients import new_admin
@@ -95,7 +95,7 @@ def test_a_target_with_too_few_partitions_needs_a_partitioner(
 
 @pytest.mark.usefixtures("unreachable_fails_fast")
 def test_an_unreachable_target_is_exit_3(archive: dict[str, str]) -> None:
-    port = stack.free_port()
+    port = servers.free_port()
     result = run_cli(
         ["restore", "--topic", SRC, "--to-topic", "x", "--target-bootstrap", f"127.0.0.1:{port}"], archive
     )

@@ -28,7 +28,8 @@ from processor import cli
 from processor.config import load_settings
 from processor.devstack.sample_data import produce_samples
 from processor.devstack.secure import SASL_VARIABLES
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.servers import free_port
+from processor.devstack.stack import StackInfo
 from processor.kafka.admin import ensure_topic
 from processor.kafka.clients import new_admin
 from processor.kafka.partition import TopicPartition

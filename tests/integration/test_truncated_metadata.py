@@ -56,7 +56,8 @@ from confluent_kafka.admin import ConfigResource, ConfigSource, NewTopic  # type
 from multidict import CIMultiDict
 
 from processor.devstack import stack
-from processor.devstack.stack import StackInfo, free_port
+from processor.devstack.servers import free_port
+from processor.devstack.stack import StackInfo
 from processor.kafka.admin import ensure_topic, partition_counts
 from processor.kafka.clients import new_admin, new_consumer, new_producer
 from processor.kafka.partition import TopicPartition

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from processor.devstack import stack
+from processor.devstack import servers, stack
 from processor.kafka.partition import TopicPartition
 from processor.leader.offload_engine import OffloadEngine
 
@@ -59,7 +59,7 @@ def start_web_worker(
 ) -> tuple[WorkerProcess, str]:
     """A worker process with its web server on a free loopback port, small segments that roll fast
     (data in ``tmp``/data, log in ``tmp``/worker.log); returns it and its base URL."""
-    port = stack.free_port()
+    port = servers.free_port()
     env = worker_env(
         info,
         tmp / "data",

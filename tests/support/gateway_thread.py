@@ -61,7 +61,7 @@ def gateway_running(server: GatewayServer) -> Iterator[GatewayServer]:
 def free_port_run(count: int) -> int:
     """A free loopback port with the ``count - 1`` after it free as well: the gateway listens on its
     port and one port per broker after it (PROCESSOR_GATEWAY_NODE_IDS)."""
-    from processor.devstack.stack import free_port  # the local stack's: only where one runs
+    from processor.devstack.servers import free_port  # the local stack's: only where one runs
 
     while True:
         port = free_port()
@@ -87,7 +87,7 @@ def loopback_gateway(stack_env: dict[str, str], data_dir: Path, **overrides: str
     """The settings of a gateway over the archive ``stack_env`` names (its Kafka, S3 and PROCESSOR_*
     choices), on free loopback ports, with a data directory of its own; ``overrides`` last."""
     from processor.config import load_settings
-    from processor.devstack.stack import free_port  # the local stack's: only where one runs
+    from processor.devstack.servers import free_port  # the local stack's: only where one runs
 
     port, web = free_port_run(4), free_port()
     settings = load_settings(
@@ -110,7 +110,7 @@ def tls_gateway_env(stack: StackInfo, data_dir: Path) -> tuple[dict[str, str], i
     ports, its data directory, the stack's node ids, archived reads, TLS towards clients with the
     broker's certificate (valid for 127.0.0.1); (settings, gateway port, web port). The caller adds
     the principal and the cluster's settings."""
-    from processor.devstack.stack import free_port  # the local stack's: only where one runs
+    from processor.devstack.servers import free_port  # the local stack's: only where one runs
 
     secured = stack.secured
     assert secured is not None, "the secured stack"

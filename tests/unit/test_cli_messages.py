@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from processor.devstack.stack import free_port
+from processor.devstack.servers import free_port
 from processor.errors import ConfigError
 from processor.kafka.admin import BROKER_CHECK_TIMEOUT_S
 from processor.wiring.data_dir import DataDirLock

