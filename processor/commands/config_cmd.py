@@ -32,7 +32,7 @@ from processor.logs import MASK, mask_url_password, setup_logging
 from processor.units import format_duration_ms, format_size
 
 if TYPE_CHECKING:
-    from processor.kafka.admin import Permission
+    from processor.kafka.permission_check import Permission
 
 AWS_VARIABLES = (
     "AWS_ACCESS_KEY_ID",
@@ -111,7 +111,7 @@ SECURITY_DOC = "docs/security.md#kafka-acls-each-role-needs"
 def worker_permissions(settings: Settings) -> list[Permission]:
     """The ACLs a worker's principal needs, as docs/security.md lists them (the optional
     DescribeConfigs on the cluster left out: without it the worker skips one check and says so)."""
-    from processor.kafka.admin import Permission  # deferred: confluent_kafka, only with --connect
+    from processor.kafka.permission_check import Permission  # deferred: confluent_kafka, only with --connect
 
     return [
         *(
@@ -154,7 +154,8 @@ def _reach(settings: Settings, timeout_s: float) -> tuple[list[str], list[str], 
     """(what was reached, configuration problems, unreachable services): the broker with the checks
     the worker starts with (processor.kafka.admin.check_broker), then the bucket with a HeadBucket
     on the readiness probe's client (short timeouts, no retries). Nothing is created."""
-    from processor.kafka.admin import BROKER_REFUSED_S, check_broker, missing_permissions, partition_counts
+    from processor.kafka.admin import BROKER_REFUSED_S, check_broker, partition_counts
+    from processor.kafka.permission_check import missing_permissions
     from processor.wiring.storage import build_storage
 
     reached: list[str] = []

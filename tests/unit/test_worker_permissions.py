@@ -8,7 +8,7 @@ from pathlib import Path
 
 from processor.commands.config_cmd import worker_permissions
 from processor.config import load_settings
-from processor.kafka.admin import operation_name
+from processor.kafka.permission_check import operation_name
 
 DOC = Path(__file__).parents[2] / "docs" / "security.md"
 
