@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
-from processor.devstack import stack
+from processor.devstack import emulators, stack
 from tests.support.archive import OffloadedArchive, offload_archive
 from tests.support.fault_proxy import FaultProxy
 
@@ -73,6 +76,46 @@ def unit_of_work(nodeid: str) -> str:
         if module.startswith(prefix):
             return unit
     return module
+
+
+# The cloud emulators (processor/devstack/emulators.py) take minutes to install on a fresh machine
+# (fake-gcs-server is built from its Go module). The run's first process starts that in the
+# background at once, so it overlaps the tests before the cloud ones; those wait on the installer's
+# lock if it is not done, or install themselves if it failed (its log's tail is reported at the end).
+_EMULATOR_PREFETCH: list[tuple[subprocess.Popen[bytes], Path]] = []
+EMULATOR_PREFETCH_WAIT_S = 60.0
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput") or emulators.installed():
+        return  # an xdist worker (the controller prefetches), or nothing to install
+    log_path = Path(tempfile.mkdtemp(prefix="emulator-prefetch-")) / "install.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "processor.devstack.emulators"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    _EMULATOR_PREFETCH.append((proc, log_path))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for proc, log_path in _EMULATOR_PREFETCH:
+        try:
+            code = proc.wait(timeout=EMULATOR_PREFETCH_WAIT_S)
+        except subprocess.TimeoutExpired:  # a short run: the next run starts the install again
+            proc.kill()
+            proc.wait()
+            continue
+        if code != 0:
+            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+            said = f"installing the cloud emulators failed (exit {code}); its log ({log_path}) ends:\n{tail}"
+            reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(said, red=True)
+            else:
+                print(said, file=sys.stderr)
 
 
 @pytest.hookimpl(optionalhook=True)

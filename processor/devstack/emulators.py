@@ -288,6 +288,12 @@ def running(kind: str, root: Path, bucket: str, port: int, timeout_s: float = 90
         stop_process(proc)
 
 
+def installed() -> bool:
+    """Whether both emulators are installed in this machine's cache already."""
+    names = (f"azurite-{AZURITE_VERSION}", f"fake-gcs-server-{FAKE_GCS_VERSION}")
+    return all((cache_root() / name / COMPLETE).is_file() for name in names)
+
+
 def install_all() -> dict[str, Path]:
     """Install both emulators now (``python -m processor.devstack.emulators``: a machine's set-up
     step, so a first test run or ``dev up`` does not spend minutes building them)."""
