@@ -29,7 +29,8 @@ FROM ${PYTHON_IMAGE} AS builder
 # see the runtime stage). Each has its lock: requirements/worker.txt or requirements/spark.txt. Both
 # locks include the msk extra (aws-msk-iam-sasl-signer-python), so either image authenticates to
 # Amazon MSK with IAM (the chart's kafka.sasl.oauthTokenProvider=aws-msk-iam) without a build of its own,
-# and what requirements/image.in adds (cryptography, which `processor` imports at start).
+# the gcs and azure extras (each cloud's storage client and credential chain: PROCESSOR_STORAGE=gcs
+# or azure), and what requirements/image.in adds (cryptography, which `processor` imports at start).
 ARG EXTRAS=""
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN apt-get update \

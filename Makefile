@@ -72,8 +72,8 @@ docs: $(STAMP)
 LOCK := $(BIN)/uv pip compile --quiet --no-config --index-url https://pypi.org/simple \
 	--python-version 3.11 --python-platform linux --generate-hashes --custom-compile-command "make lock"
 lock: $(STAMP)
-	$(LOCK) pyproject.toml requirements/image.in --extra msk -o requirements/worker.txt
-	$(LOCK) pyproject.toml requirements/image.in --extra msk --extra spark -o requirements/spark.txt
+	$(LOCK) pyproject.toml requirements/image.in --extra msk --extra gcs --extra azure -o requirements/worker.txt
+	$(LOCK) pyproject.toml requirements/image.in --extra msk --extra gcs --extra azure --extra spark -o requirements/spark.txt
 	$(LOCK) requirements/build.in -o requirements/build.txt
 
 # The sdist and the wheel (built from that sdist, so the sdist is checked too) in $(DIST)/, with the
