@@ -38,7 +38,7 @@ import fastavro
 
 from processor.errors import FormatError
 from processor.kafka.partition import TopicPartition
-from processor.metadata import segment_metadata_decoder
+from processor.metadata import segment_batch_decoder, segment_metadata_decoder
 from processor.metadata.model import (
     DELETE_STATES,
     ClaimKind,
@@ -323,7 +323,7 @@ def decode_message(key: bytes | None, value: bytes | None) -> MetadataRecord:
 
 
 # A consumed batch with at least this many plain segment records is read by the compiled batch
-# reader (segment_metadata_decoder.read_segments): it pays numba's import and compilation (~1-3 s,
+# reader (segment_batch_decoder.read_segments): it pays numba's import and compilation (~1-3 s,
 # once a process) only where a process folds that many records at once (a follower catching up, a
 # CLI call folding a whole metadata topic), not for a handful.
 BATCH_DECODE_MIN = 2_000
@@ -346,7 +346,7 @@ def decode_messages(
         if len(plain) >= BATCH_DECODE_MIN:
             values = [value for i in plain if (value := messages[i][1]) is not None]
             fast = [None] * len(messages)
-            for i, segment in zip(plain, segment_metadata_decoder.read_segments(values), strict=True):
+            for i, segment in zip(plain, segment_batch_decoder.read_segments(values), strict=True):
                 fast[i] = segment
     out: list[MetadataRecord | FormatError | None] = []
     append = out.append

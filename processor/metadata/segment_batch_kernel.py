@@ -1,6 +1,6 @@
 """The compiled part of the batched segment-record reader (numba): walks the Avro bodies of a whole
 consumed batch of RemoteLogSegmentMetadata values in one call and writes, per record, its numbers and
-where each of its strings lies. Pure; :func:`processor.metadata.segment_metadata_decoder.read_segments`
+where each of its strings lies. Pure; :func:`processor.metadata.segment_batch_decoder.read_segments`
 turns the rows into records.
 
 Why compiled: read one by one in Python, a segment record's varints and strings were about half of

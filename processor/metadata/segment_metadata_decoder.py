@@ -79,8 +79,8 @@ EXPECTED_LAYOUT: tuple[Any, ...] = (
     ),
 )
 
-_STATES = tuple(SegmentState(s) for s in EXPECTED_LAYOUT[1][9][1][1])
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+STATES = tuple(SegmentState(s) for s in EXPECTED_LAYOUT[1][9][1][1])
+UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def layout(schema: Any) -> Any:
@@ -189,20 +189,20 @@ def _slot_builder() -> Callable[..., RemoteLogSegmentMetadata]:
     return build
 
 
-_build = _slot_builder()
+build_record = _slot_builder()
 
 
 def _segment_metadata(*values: Any) -> RemoteLogSegmentMetadata:
     """RemoteLogSegmentMetadata(*values), all fields given positionally, without __init__'s setattrs."""
     if len(values) != len(_SLOT_SETTERS):
         raise ValueError(f"{len(values)} values for {len(_SLOT_SETTERS)} fields")
-    return _build(*values)
+    return build_record(*values)
 
 
 # Segment ids of recent records, by the exact bytes that encode them (topic, topic id, partition, UUID):
 # a segment's records repeat its id, and a UUID and a frozen dataclass cost more than the lookup.
-_IDS: dict[bytes, RemoteLogSegmentId] = {}
-_IDS_MAX = 16384
+SEGMENT_IDS: dict[bytes, RemoteLogSegmentId] = {}
+SEGMENT_IDS_MAX = 16384
 
 
 def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
@@ -235,15 +235,15 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
         p = e
     else:
         sid, p = _string(buf, p)
-    segment_id = _IDS.get(buf[id_start:p])
+    segment_id = SEGMENT_IDS.get(buf[id_start:p])
     if segment_id is None:
-        if _UUID.fullmatch(sid) is None:
+        if UUID_TEXT.fullmatch(sid) is None:
             raise _Unhandled
         segment_id = RemoteLogSegmentId(topic, partition, uuid.UUID(sid), topic_id)
         if p <= len(buf):  # not a slice cut short by the end
-            if len(_IDS) >= _IDS_MAX:
-                _IDS.clear()
-            _IDS[buf[id_start:p]] = segment_id
+            if len(SEGMENT_IDS) >= SEGMENT_IDS_MAX:
+                SEGMENT_IDS.clear()
+            SEGMENT_IDS[buf[id_start:p]] = segment_id
     b = buf[p]
     p += 1
     if b < 0x80:
@@ -316,16 +316,16 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
         size, p = _varint_tail(buf, p, b)
     b = buf[p]
     p += 1
-    if b & 1 or b >= 2 * len(_STATES):
+    if b & 1 or b >= 2 * len(STATES):
         raise _Unhandled
-    state = _STATES[b >> 1]
+    state = STATES[b >> 1]
     tail = buf[p:]
-    fields = _TAILS.get(tail)
+    fields = RECORD_TAILS.get(tail)
     if fields is None:
         fields = _read_tail(buf, p)
-        if len(_TAILS) >= _TAILS_MAX:
-            _TAILS.clear()
-        _TAILS[tail] = fields
+        if len(RECORD_TAILS) >= RECORD_TAILS_MAX:
+            RECORD_TAILS.clear()
+        RECORD_TAILS[tail] = fields
     (
         custom,
         txn_index_empty,
@@ -338,7 +338,7 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
         replaces,
         supersedes,
     ) = fields
-    return _build(
+    return build_record(
         segment_id,
         start,
         end,
@@ -366,8 +366,8 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
 # a segment's copy records and its finished deletion repeat them byte for byte, and a lookup costs
 # less than reading two strings and six numbers again. Only bytes read whole to the record's end are
 # kept.
-_TAILS: dict[bytes, tuple[Any, ...]] = {}
-_TAILS_MAX = 16384
+RECORD_TAILS: dict[bytes, tuple[Any, ...]] = {}
+RECORD_TAILS_MAX = 16384
 
 
 def _read_tail(buf: bytes, p: int) -> tuple[Any, ...]:
@@ -441,7 +441,7 @@ def _read_tail(buf: bytes, p: int) -> tuple[Any, ...]:
         if buf[p] == 0:
             p += 1
         elif p + 1 < n and buf[p] == 2 and buf[p + 1] < 8 and not buf[p + 1] & 1:
-            replaces = _STATES[buf[p + 1] >> 1]
+            replaces = STATES[buf[p + 1] >> 1]
             p += 2
         else:
             raise _Unhandled
@@ -478,127 +478,9 @@ def _uuid_block(buf: bytes, p: int) -> tuple[tuple[uuid.UUID, ...], int]:
     ids = []
     for _ in range(count):
         text, p = _string(buf, p)
-        if _UUID.fullmatch(text) is None:
+        if UUID_TEXT.fullmatch(text) is None:
             raise _Unhandled
         ids.append(uuid.UUID(text))
     if buf[p] != 0:
         raise _Unhandled  # a second block
     return tuple(ids), p + 1
-
-
-# -- a consumed batch at a time -----------------------------------------------------------------------
-
-_WRITERS: dict[bytes, str] = {}  # writer ids by their bytes (a handful of writers write every record)
-_WRITERS_MAX = 4096
-
-
-def read_segments(values: list[bytes]) -> list[RemoteLogSegmentMetadata | None]:
-    """:func:`read_segment_metadata` of each framed value (a RemoteLogSegmentMetadata's, the framing
-    checked by the caller), the whole list walked by compiled code
-    (:mod:`processor.metadata.segment_batch_kernel`) and the records built here from its rows, with
-    the same caches and checks as the one-record reader. None where the walk or a check leaves the
-    value to the one-record path (which then reads it, or leaves it to fastavro)."""
-    import numpy as np
-
-    from processor.metadata import segment_batch_kernel as k  # numba: loaded with the first batch
-
-    count = len(values)
-    joined = b"".join(values)
-    ends = np.cumsum(np.fromiter(map(len, values), np.int64, count))
-    starts = ends - np.fromiter(map(len, values), np.int64, count)
-    buf = np.frombuffer(joined, np.uint8)
-    rows = np.empty((count, k.COLUMNS), np.int64)
-    pairs = np.empty((len(joined) // 2 + 1, 2), np.int64)
-    starts.flags.writeable = False
-    ends.flags.writeable = False
-    used = k.read_rows(buf, starts, ends, rows, pairs)
-    epochs = list(map(tuple, pairs[:used].tolist()))
-    states = _STATES
-    ids, tails, writers = _IDS, _TAILS, _WRITERS
-    build = _build
-    out: list[RemoteLogSegmentMetadata | None] = []
-    append = out.append
-    for value, row in zip(values, rows.tolist(), strict=True):
-        if not row[0]:
-            append(None)
-            continue
-        try:
-            id_bytes = value[2 : row[15]]
-            segment_id = ids.get(id_bytes)
-            if segment_id is None:
-                sid = value[row[20] : row[21]].decode()
-                if _UUID.fullmatch(sid) is None:
-                    append(None)
-                    continue
-                topic_id = None if row[18] < 0 else value[row[18] : row[19]].decode()
-                segment_id = RemoteLogSegmentId(
-                    value[row[16] : row[17]].decode(), row[1], uuid.UUID(sid), topic_id
-                )
-                if len(ids) >= _IDS_MAX:
-                    ids.clear()
-                ids[id_bytes] = segment_id
-            writer_bytes = value[row[22] : row[23]]
-            writer_id = writers.get(writer_bytes)
-            if writer_id is None:
-                writer_id = writer_bytes.decode()
-                if len(writers) >= _WRITERS_MAX:
-                    writers.clear()
-                writers[writer_bytes] = writer_id
-            tail = value[row[26] :]
-            fields = tails.get(tail)
-            if fields is None:
-                fields = (
-                    None if row[27] < 0 else value[row[27] : row[28]],
-                    row[13] == 1,
-                    value[row[29] : row[30]].decode(),
-                    value[row[31] : row[32]].decode(),
-                    row[9],
-                    row[10],
-                    row[11],
-                    row[12],
-                    None if row[14] < 0 else states[row[14]],
-                    (),
-                )
-                if len(tails) >= _TAILS_MAX:
-                    tails.clear()
-                tails[tail] = fields
-            first = row[24]
-            (
-                custom,
-                txn_index_empty,
-                data_key,
-                index_key,
-                format_version,
-                record_count,
-                index_crc32,
-                index_size,
-                replaces,
-                supersedes,
-            ) = fields
-            append(
-                build(
-                    segment_id,
-                    row[2],
-                    row[3],
-                    row[4],
-                    row[5],
-                    writer_id,
-                    row[6],
-                    tuple(epochs[first : first + row[25]]),
-                    row[7],
-                    states[row[8]],
-                    data_key,
-                    index_key,
-                    format_version,
-                    record_count,
-                    index_crc32,
-                    index_size,
-                    custom,
-                    txn_index_empty,
-                    replaces,
-                    supersedes,
-                )
-            )
-        except (UnicodeDecodeError, ValueError):
-            append(None)  # the one-record path decides (and fastavro says what is wrong)
-    return out

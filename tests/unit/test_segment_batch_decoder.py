@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
-from processor.metadata import codec, segment_metadata_decoder
+from processor.metadata import codec, segment_batch_decoder, segment_metadata_decoder
 from processor.metadata.codec import decode_message, decode_messages, encode_value, record_key
 from processor.metadata.model import (
     MetadataRecord,
@@ -63,7 +63,7 @@ def as_compared(decoded: MetadataRecord | FormatError | None) -> MetadataRecord 
 @given(st.lists(segment_metadata(), min_size=1, max_size=6))
 def test_generated_records_read_the_same_as_one_by_one(metas: list[RemoteLogSegmentMetadata]) -> None:
     values = [encode_value(m) for m in metas]
-    got = segment_metadata_decoder.read_segments(values)
+    got = segment_batch_decoder.read_segments(values)
     for meta, value, record in zip(metas, values, got, strict=True):
         if meta.supersedes:
             assert record is None  # a rewrite's record: left to the one-record reader
@@ -77,7 +77,7 @@ def test_corrupted_records_read_the_same_or_are_left_to_the_one_record_reader(
     metas: list[RemoteLogSegmentMetadata], data: st.DataObject
 ) -> None:
     values = [corrupt(encode_value(m), data) if data.draw(st.booleans()) else encode_value(m) for m in metas]
-    for value, record in zip(values, segment_metadata_decoder.read_segments(values), strict=True):
+    for value, record in zip(values, segment_batch_decoder.read_segments(values), strict=True):
         if record is not None:
             assert record == one_by_one(value)
 
@@ -85,7 +85,7 @@ def test_corrupted_records_read_the_same_or_are_left_to_the_one_record_reader(
 @given(st.lists(st.binary(max_size=200), min_size=1, max_size=10))
 def test_garbage_is_never_read_where_the_one_record_reader_refuses(bodies: list[bytes]) -> None:
     values = [b"\x01\x00" + body for body in bodies]
-    for value, record in zip(values, segment_metadata_decoder.read_segments(values), strict=True):
+    for value, record in zip(values, segment_batch_decoder.read_segments(values), strict=True):
         assert record is None or record == one_by_one(value)
 
 
@@ -154,7 +154,7 @@ def test_a_large_batch_of_plain_records_is_read_by_the_compiled_walk() -> None:
         )
     messages = [(record_key(m), encode_value(m)) for m in metas]
     messages[7] = (messages[7][0], messages[7][1][:-3])  # cut short: its error, the others decoded
-    read = segment_metadata_decoder.read_segments([v for _k, v in messages if v is not None])
+    read = segment_batch_decoder.read_segments([v for _k, v in messages if v is not None])
     assert sum(r is not None for r in read) == len(metas) - 1
     decoded = decode_messages(messages)
     assert [as_compared(d) for d in decoded] == [outcome(k, v) for k, v in messages]
