@@ -15,10 +15,8 @@ corrupt, a key that cannot be had raises SegmentKeyError (SegmentShreddedError o
 from __future__ import annotations
 
 import bisect
-import collections
 import contextlib
 import itertools
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -27,17 +25,16 @@ from processor import metrics
 from processor.errors import (
     CorruptObjectError,
     FormatError,
-    ObjectNotFoundError,
     OffsetNotInRemoteError,
-    SegmentObjectMissingError,
 )
 from processor.kafka.partition import TopicPartition
 from processor.metadata.model import RemoteLogSegmentMetadata
-from processor.reader.block_cache import BlockCache, combined_crc
+from processor.reader.block_cache import BlockCache
 from processor.reader.lost_ranges import lost_range_end
-from processor.reader.segment_blocks import check_block, fetch_index
+from processor.reader.segment_blocks import check_block
+from processor.reader.segment_fetch import SegmentFetcher
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentCipher, SegmentDecryption
-from processor.segment.block_header import BLOCK_FORMAT_V1, BLOCK_HEADER_LEN
+from processor.segment.block_header import BLOCK_FORMAT_V1
 from processor.segment.blocks import block_payload, decode_block
 from processor.segment.blocks_v1 import decode_records_v1
 from processor.segment.blocks_v2 import block_batches
@@ -63,12 +60,6 @@ class SegmentLookup(Protocol):
     def segment_for_timestamp(
         self, tp: TopicPartition, timestamp: int
     ) -> RemoteLogSegmentMetadata | None: ...
-
-
-@dataclass
-class ReadStats:
-    requests: int = 0
-    bytes_requested: int = 0
 
 
 @dataclass
@@ -110,16 +101,12 @@ class RemoteReader:
         decryption: SegmentDecryption = NO_DECRYPTION,
         block_cache: BlockCache | None = None,
     ) -> None:
-        self.storage = storage
-        # blocks read before, from local disk (None: every block from storage)
-        self.block_cache = block_cache
+        # the segments' objects: index and blocks, from the block cache or storage (segment_fetch.py)
+        self.fetch = SegmentFetcher(storage, keys, index_cache_entries, decryption, block_cache)
+        self.storage, self.block_cache, self.keys = storage, block_cache, keys
         self.lookup = lookup
-        self.keys = keys
         self.decryption = decryption
-        self.stats = ReadStats()
-        self._indexes: collections.OrderedDict[object, SegmentIndex] = collections.OrderedDict()
-        self._index_cache_entries = index_cache_entries
-        self._lock = threading.Lock()
+        self.stats = self.fetch.stats
 
     # -- public API -------------------------------------------------------------------------------
 
@@ -194,7 +181,7 @@ class RemoteReader:
             fetched = 0  # stored bytes of the blocks read (whole_blocks)
             current: RemoteLogSegmentMetadata | None = segment
             while current is not None:
-                index = self._index(current)
+                index = self.fetch.index(current)
                 number = index.block_for_offset(out.next_offset)
                 while number is not None and number < len(index.blocks):
                     if whole_blocks:
@@ -258,7 +245,7 @@ class RemoteReader:
     ) -> bool:
         """Add the batches of blocks ``first..last`` to ``out``; True once ``max_bytes`` is reached."""
         cipher = self.decryption.cipher(segment)
-        stored_blocks = self._stored_blocks(segment, index, first, last)
+        stored_blocks = self.fetch.stored_blocks(segment, index, first, last)
         for number, (stored, fresh) in zip(range(first, last + 1), stored_blocks, strict=True):
             info = index.blocks[number]
             where = f"{segment.data_object_key} block {number}"
@@ -282,7 +269,9 @@ class RemoteReader:
                 raise CorruptObjectError(
                     str(exc), object_key=segment.data_object_key, segment=str(segment.segment_id)
                 ) from exc
-            self._verified(segment, info.position, stored, fresh, None if cipher else header.payload_crc32)
+            self.fetch.verified(
+                segment, info.position, stored, fresh, None if cipher else header.payload_crc32
+            )
             for batch in batches:
                 batch_last = batch_last_offset(batch)
                 if batch_last < out.next_offset:
@@ -294,91 +283,7 @@ class RemoteReader:
                 out.next_offset = batch_last + 1
         return out.size >= max_bytes
 
-    # -- internals --------------------------------------------------------------------------------
-
-    def _stored_blocks(
-        self, segment: RemoteLogSegmentMetadata, index: SegmentIndex, first: int, last: int
-    ) -> list[tuple[memoryview, bool]]:
-        """The stored bytes of blocks ``first..last``, each with whether it came from storage: from
-        the block cache where it has them, the rest with one ranged GET per run of consecutive
-        blocks. Not verified here: the caller caches a block from storage once it verified it."""
-        key = segment.data_object_key
-        numbers = range(first, last + 1)
-        cache = self.block_cache
-        found: dict[int, memoryview] = {}
-        fresh: set[int] = set()
-        if cache is not None:
-            for n in numbers:
-                info = index.blocks[n]
-                cached = cache.get(key, info.position, info.length)
-                if cached is not None:
-                    found[n] = memoryview(cached)
-        run: list[int] = []
-        for n in [*numbers, last + 1]:
-            if n <= last and n not in found:
-                run.append(n)
-                continue
-            if run:
-                start = index.blocks[run[0]].position
-                end = index.blocks[run[-1]].position + index.blocks[run[-1]].length
-                data = memoryview(self._get(segment, key, start, end - start))
-                for m in run:
-                    info = index.blocks[m]
-                    found[m] = data[info.position - start : info.position - start + info.length]
-                    fresh.add(m)
-                run = []
-        return [(found[n], n in fresh) for n in numbers]
-
-    def _verified(
-        self,
-        segment: RemoteLogSegmentMetadata,
-        position: int,
-        stored: memoryview,
-        fresh: bool,
-        payload_crc: int | None = None,
-    ) -> None:
-        """A block read from storage and verified goes into the block cache (never one that failed:
-        bytes damaged on their way would otherwise stay). ``payload_crc``: the verified CRC-32 of
-        its stored payload (an unencrypted block), so the cache's CRC of the whole block is had
-        without reading it again."""
-        if fresh and self.block_cache is not None:
-            crc = None
-            if payload_crc is not None:
-                crc = combined_crc(stored[:BLOCK_HEADER_LEN], payload_crc, len(stored) - BLOCK_HEADER_LEN)
-            self.block_cache.put(segment.data_object_key, position, stored, crc)
-
-    def _get(self, segment: RemoteLogSegmentMetadata, key: str, start: int, length: int) -> bytes:
-        try:
-            data = self.storage.read(key, start, length)
-        except ObjectNotFoundError as exc:
-            raise SegmentObjectMissingError(
-                "object is missing", object_key=key, segment=str(segment.segment_id)
-            ) from exc
-        with self._lock:
-            self.stats.requests += 1
-            self.stats.bytes_requested += length
-        metrics.REMOTE_FETCH_BYTES.labels(segment.segment_id.topic).inc(len(data))
-        return data
-
-    def _index(self, segment: RemoteLogSegmentMetadata) -> SegmentIndex:
-        sid = segment.segment_id.id
-        with self._lock:
-            cached = self._indexes.get(sid)
-            if cached is not None:
-                self._indexes.move_to_end(sid)
-                return cached
-        index = fetch_index(
-            self.storage,
-            self.keys,
-            segment,
-            lambda key, start, length: self._get(segment, key, start, length),
-            self.decryption.cipher(segment),
-        )
-        with self._lock:
-            self._indexes[sid] = index
-            while len(self._indexes) > self._index_cache_entries:
-                self._indexes.popitem(last=False)
-        return index
+    # -- reading records --------------------------------------------------------------------------
 
     def _read(
         self,
@@ -395,7 +300,7 @@ class RemoteReader:
         returned = returned_bytes = 0
         current: RemoteLogSegmentMetadata | None = segment
         while current is not None and returned < max_records:
-            index = self._index(current)
+            index = self.fetch.index(current)
             first = (
                 index.block_for_offset(offset) if timestamp is None else index.block_for_timestamp(timestamp)
             )
@@ -469,7 +374,7 @@ class RemoteReader:
         min_offset: int | None = None,
     ) -> Iterator[list[KafkaRecord]]:
         cipher = self.decryption.cipher(segment)
-        stored_blocks = self._stored_blocks(segment, index, first, last)
+        stored_blocks = self.fetch.stored_blocks(segment, index, first, last)
         for number, (stored, fresh) in zip(range(first, last + 1), stored_blocks, strict=True):
             info = index.blocks[number]
             where = f"{segment.data_object_key} block {number}"
@@ -481,7 +386,7 @@ class RemoteReader:
                 raise CorruptObjectError(
                     str(exc), object_key=segment.data_object_key, segment=str(segment.segment_id)
                 ) from exc
-            self._verified(segment, info.position, stored, fresh)
+            self.fetch.verified(segment, info.position, stored, fresh)
             yield records
 
 

@@ -201,7 +201,7 @@ def test_a_flipped_byte_or_a_swapped_block_never_gives_a_wrong_record(encrypted,
     tp = TopicPartition(topic, 1)
     reader = reader_for()
     segment = next(iter(reader.lookup.finished_segments(tp, 0)))
-    index = reader._index(segment)
+    index = reader.fetch.index(segment)
     assert len(index.blocks) >= 2
     first, second = index.blocks[0], index.blocks[1]
     key = segment.data_object_key
