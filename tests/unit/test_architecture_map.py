@@ -158,3 +158,12 @@ def test_the_checks_find_drift() -> None:
         {"cli"},
         {"leader", "gateway"},
     ]
+
+
+# A module past this many lines is a sign it mixes jobs (CONTRIBUTING.md): split it by job.
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_is_over_the_size_that_says_it_mixes_jobs() -> None:
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in PROCESSOR.rglob("*.py")}
+    assert {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES} == {}
