@@ -25,8 +25,9 @@ STALE_EPOCH = "stale_epoch"
 OLD_TOPIC_ID = "old_topic_id"
 
 
-class StaleRecordError(IllegalTransitionError):
-    """A segment record fenced out: from an older writer epoch or a retired topic id."""
+class RejectedRecordError(IllegalTransitionError):
+    """A record the fold does not accept, with the reason it is counted under (``reason``: a stale
+    epoch, a retired topic id, an overlap, an unmet condition, ... processor/metadata/fold_reasons.py)."""
 
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
@@ -46,10 +47,10 @@ class Lineage:
         current: RemoteLogSegmentMetadata | None,
     ) -> Lineage:
         """The lineage after accepting ``record`` (the segment's state before it is ``current``);
-        raises StaleRecordError when the record is fenced out. Changes nothing itself."""
+        raises RejectedRecordError when the record is fenced out. Changes nothing itself."""
         epoch = record.writer_epoch
         if epoch < self.max_epoch:
-            raise StaleRecordError(
+            raise RejectedRecordError(
                 f"{record.state.value} of {record.segment_id} from writer epoch {epoch} "
                 f"({record.writer_id}), older than epoch {self.max_epoch} already seen",
                 STALE_EPOCH,
@@ -61,7 +62,7 @@ class Lineage:
         copying = record.state in (SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED)
         if tid in self.retired:
             if copying:
-                raise StaleRecordError(
+                raise RejectedRecordError(
                     f"{record.state.value} of {record.segment_id} for topic id {tid}, which a "
                     f"re-created topic ({self.topic_id}) replaced",
                     OLD_TOPIC_ID,
@@ -72,7 +73,7 @@ class Lineage:
         if copying and current is None:  # a new segment of a new topic: the topic was re-created
             return Lineage(new_epoch, tid, self.retired | {self.topic_id}, True)
         if copying:
-            raise StaleRecordError(
+            raise RejectedRecordError(
                 f"{record.state.value} of {record.segment_id} changes its topic id to {tid}", OLD_TOPIC_ID
             )
         return Lineage(new_epoch, self.topic_id, self.retired, self.legacy_retired)

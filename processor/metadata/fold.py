@@ -25,9 +25,9 @@ from processor.metadata.codec import (
     delete_key,
     segment_key,
 )
-from processor.metadata.fencing import StaleRecordError
+from processor.metadata.fencing import RejectedRecordError
 from processor.metadata.fold_claim_rules import claim_key_of, claim_records
-from processor.metadata.fold_reasons import ILLEGAL, INTERNAL, INVALID, UNDECODABLE, RejectedRecord
+from processor.metadata.fold_reasons import ILLEGAL, INTERNAL, INVALID, UNDECODABLE
 from processor.metadata.fold_rules import decide, decide_tombstone, parse_key, rejected_change
 from processor.metadata.fold_state import Change, FoldStore
 from processor.metadata.memory_store import MemoryStore, PartitionView
@@ -112,7 +112,7 @@ class Fold:
         try:
             change = decide(self.store, offset, record, raw, key)
             self.store.commit(tp, change)
-        except StaleRecordError as exc:
+        except RejectedRecordError as exc:
             return self._reject(tp, record, raw, exc.reason, str(exc), key)
         except IllegalTransitionError as exc:
             return self._reject(tp, record, raw, ILLEGAL, str(exc), key)
@@ -189,7 +189,7 @@ class Fold:
             decided = decide_tombstone(self.store, key)
         except FormatError as exc:
             return Verdict(False, UNDECODABLE, str(exc))
-        except RejectedRecord as exc:
+        except RejectedRecordError as exc:
             log.warning("metadata tombstone rejected: %s", exc)
             self._shadow_by_key(key)  # the owner re-publishes the state it would have removed
             return Verdict(False, exc.reason, str(exc))

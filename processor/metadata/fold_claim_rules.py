@@ -10,8 +10,8 @@ from dataclasses import replace
 
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import CLAIM_KEY_PART, delete_key, log_start_offset_key, segment_key
-from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH, Lineage
-from processor.metadata.fold_reasons import NO_CLAIM, UNSERVABLE, RejectedRecord
+from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH, Lineage, RejectedRecordError
+from processor.metadata.fold_reasons import NO_CLAIM, UNSERVABLE
 from processor.metadata.fold_state import Change, Claim, FoldStore, PartitionHeader
 from processor.metadata.model import (
     ClaimKind,
@@ -53,7 +53,7 @@ def copy_lineage(
     named = claim.topic_id if claim is not None else None
     if copying and named not in (None, lineage.topic_id) and tid != named:
         # the holder claimed under a new id (a re-created topic): what it copies is the new topic's
-        raise RejectedRecord(
+        raise RejectedRecordError(
             f"{record.state.value} of {record.segment_id} for topic id {tid}, but the current claim "
             f"names topic id {named} (the partition's is {lineage.topic_id})",
             UNSERVABLE if tid is None else OLD_TOPIC_ID,
@@ -66,7 +66,7 @@ def copy_lineage(
         return lineage
     if current is None and named == tid and tid not in lineage.retired:
         return Lineage(lineage.max_epoch, tid, lineage.retired | {lineage.topic_id}, True)
-    raise RejectedRecord(
+    raise RejectedRecordError(
         f"{record.state.value} of {record.segment_id} for topic id {tid}, but the partition's is "
         f"{lineage.topic_id}",
         OLD_TOPIC_ID,
@@ -89,15 +89,15 @@ def check_epoch(header: PartitionHeader, epoch: int, record: MetadataRecord) -> 
             return
         # the claim's epoch, another writer: a version without claims whose epoch (its consumer
         # group's generation) happens to equal the claim's offset, or a forgery
-        raise RejectedRecord(
+        raise RejectedRecordError(
             f"{_describe(record)} from writer {writer!r} with the epoch of claim {claim.epoch}, which "
             f"{claim.writer_id!r} holds",
             STALE_EPOCH,
         )
     what = _describe(record)
     if claim is None:
-        raise RejectedRecord(f"{what} (writer epoch {epoch}) while nobody holds a claim", NO_CLAIM)
-    raise RejectedRecord(
+        raise RejectedRecordError(f"{what} (writer epoch {epoch}) while nobody holds a claim", NO_CLAIM)
+    raise RejectedRecordError(
         f"{what} from writer epoch {epoch}, but the current claim is {claim.epoch} ({claim.writer_id})",
         STALE_EPOCH,
     )
@@ -159,7 +159,7 @@ def decide_claim(store: FoldStore, offset: int, claim: PartitionClaim) -> Change
     header = store.header(tp)
     if claim.kind is ClaimKind.RELEASE:
         if header.claim is None or header.claim.epoch != claim.released_epoch:
-            raise RejectedRecord(
+            raise RejectedRecordError(
                 f"release of claim {claim.released_epoch}, but the current claim is {header.current_epoch}",
                 STALE_EPOCH,
             )
@@ -172,7 +172,7 @@ def decide_claim(store: FoldStore, offset: int, claim: PartitionClaim) -> Change
         held = header.claim
         if held is not None and held.epoch == restated:
             if (held.claim_id, held.writer_id, held.kind) != (claim.claim_id, claim.writer_id, claim.kind):
-                raise RejectedRecord(
+                raise RejectedRecordError(
                     f"{claim.kind.value} claim {claim.claim_id} of {claim.writer_id!r} states claim "
                     f"{restated} again, which is {held.claim_id} of {held.writer_id!r}",
                     STALE_EPOCH,
@@ -192,7 +192,7 @@ def decide_claim(store: FoldStore, offset: int, claim: PartitionClaim) -> Change
         ):
             # a later claim was made since (current, or released: an operator's command): a zombie
             # stating its old claim again never makes it current again
-            raise RejectedRecord(
+            raise RejectedRecordError(
                 f"{claim.kind.value} claim {claim.claim_id} states claim {restated} again, but the current "
                 f"claim is {header.current_epoch} (the highest so far {header.highest_claim_epoch})",
                 STALE_EPOCH,

@@ -1,9 +1,10 @@
 """Why the metadata fold rejects a record: the ``reason`` label of
-processor_metadata_records_rejected_total, and the exception a rule raises with it."""
+processor_metadata_records_rejected_total, which a rule raises with
+:class:`processor.metadata.fencing.RejectedRecordError`."""
 
 from __future__ import annotations
 
-from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH, StaleRecordError
+from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH
 
 # Why a record was rejected: the ``reason`` label of processor_metadata_records_rejected_total.
 UNDECODABLE = "undecodable"
@@ -28,5 +29,3 @@ REASONS = (
     MISPLACED,
     INTERNAL,
 )
-
-RejectedRecord = StaleRecordError  # a record the fold does not accept, with the reason it counts under

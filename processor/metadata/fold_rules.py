@@ -80,8 +80,9 @@ from processor.metadata.codec import (
     record_key,
     segment_key,
 )
+from processor.metadata.fencing import RejectedRecordError
 from processor.metadata.fold_claim_rules import check_epoch, copy_lineage, decide_claim, switch_unserves
-from processor.metadata.fold_reasons import CONDITION, MISPLACED, OVERLAP, UNSERVABLE, RejectedRecord
+from processor.metadata.fold_reasons import CONDITION, MISPLACED, OVERLAP, UNSERVABLE
 from processor.metadata.fold_state import Change, FoldStore
 from processor.metadata.model import (
     DELETE_STATES,
@@ -110,7 +111,7 @@ def _check_condition(record: RemoteLogSegmentMetadata, current: RemoteLogSegment
     if current.state is SegmentState.DELETE_SEGMENT_STARTED:
         return
     assert record.replaces_state is not None
-    raise RejectedRecord(
+    raise RejectedRecordError(
         f"DELETE_SEGMENT_STARTED of {record.segment_id} planned on {record.replaces_state.value}, but the "
         f"segment is {current.state.value} now",
         CONDITION,
@@ -127,7 +128,7 @@ def _superseded(
     named = frozenset(new.supersedes)
     for s in overlapping:
         if s.segment_id.id not in named or s.start_offset < new.start_offset or s.end_offset > new.end_offset:
-            raise RejectedRecord(
+            raise RejectedRecordError(
                 f"{new.state.value} of {new.segment_id} ({new.start_offset}..{new.end_offset}) overlaps "
                 f"served segment {s.segment_id} ({s.start_offset}..{s.end_offset}), which it "
                 f"{'does not name' if s.segment_id.id not in named else 'does not cover'}",
@@ -187,7 +188,7 @@ def decide_segment(
         if record.writer_epoch == lineage.max_epoch and (tid is None or tid == lineage.topic_id):
             after = lineage  # what admit returns here, field for field (one lineage less a record)
         else:
-            after = lineage.admit(record, current)  # the old rules; raises StaleRecordError
+            after = lineage.admit(record, current)  # the old rules; raises RejectedRecordError
     if type(record) is RemoteLogSegmentMetadata and record.replaces_state is not None:
         _check_condition(record, current)
     if (
@@ -227,7 +228,7 @@ def decide_segment(
     if header.claimed and new.state is _FINISHED and not serves:
         # never accepted without being served: its writer would count it done, and nobody would
         # read it (a copy that carried no topic id, say, in a topic that was re-created)
-        raise RejectedRecord(
+        raise RejectedRecordError(
             f"{new.state.value} of {record.segment_id} (topic id {new.segment_id.topic_id}) would not be "
             f"served: the partition's topic id is {after.topic_id}",
             UNSERVABLE,
@@ -247,13 +248,13 @@ def decide_segment(
                 others = []
             if others:
                 first = others[0]
-                raise RejectedRecord(
+                raise RejectedRecordError(
                     f"{new.state.value} of {record.segment_id} ({new.start_offset}..{new.end_offset}) "
                     f"overlaps served segment {first.segment_id} ({first.start_offset}..{first.end_offset})",
                     OVERLAP,
                 )
         elif new.supersedes:
-            raise RejectedRecord(
+            raise RejectedRecordError(
                 f"{new.state.value} of {record.segment_id} supersedes segments, but no claim of "
                 f"{tp} was ever made: a rewrite is written under its owner's claim",
                 UNSERVABLE,
@@ -370,7 +371,7 @@ def decide_tombstone(store: FoldStore, key: bytes | None) -> tuple[TopicPartitio
             return None  # no claim of the partition was ever accepted: nothing depends on the key
         # a claim's record is never removed: a reader of the compacted topic would judge the claim's
         # records without it (and reject them); the holder states its claim again
-        raise RejectedRecord(f"tombstone of claim key {key!r}: a claim is never forgotten", MISPLACED)
+        raise RejectedRecordError(f"tombstone of claim key {key!r}: a claim is never forgotten", MISPLACED)
     text, slash, suffix = rest.partition("/")
     if slash and suffix != DELETE_KEY_SUFFIX:
         raise FormatError(f"tombstone with a key that names no segment: {key!r}")
@@ -385,13 +386,13 @@ def decide_tombstone(store: FoldStore, key: bytes | None) -> tuple[TopicPartitio
         return tp, Change(shadow=(own_key, False), orphan=(sid, None))
     expected = delete_key(current.segment_id) if slash else segment_key(current.segment_id)
     if own_key != expected:
-        raise RejectedRecord(
+        raise RejectedRecordError(
             f"tombstone {key!r} names segment {current.segment_id} of another partition", MISPLACED
         )
     if current.state is not SegmentState.DELETE_SEGMENT_FINISHED:
         # Only a finished deletion may be forgotten. Anything else would unserve the segment here
         # while a reader of the compacted topic still serves it; the owner re-publishes its state.
-        raise RejectedRecord(
+        raise RejectedRecordError(
             f"tombstone of segment {current.segment_id} in state {current.state.value} (not deleted)",
             MISPLACED,
         )

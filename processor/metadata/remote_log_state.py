@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from processor.errors import IllegalTransitionError
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import CLAIM_KEY_PART, LOG_START_OFFSET_KEY_SUFFIX, delete_key, segment_key
-from processor.metadata.fencing import Lineage, StaleRecordError
+from processor.metadata.fencing import Lineage, RejectedRecordError
 from processor.metadata.fold import MetadataFold
 from processor.metadata.fold_state import PartitionHeader
 from processor.metadata.memory_store import PartitionView
@@ -254,13 +254,13 @@ class RemoteLogState:
 
     def apply(self, record: MetadataRecord) -> int:
         """Apply ``record`` as the next message; returns the offset it got (a claim's epoch). Raises
-        StaleRecordError or IllegalTransitionError (with the fold's reason) when the fold rejects it."""
+        RejectedRecordError or IllegalTransitionError (with the fold's reason) when the fold rejects it."""
         offset = self.fold._next_offset
         verdict = self.fold.append(record)
         if not verdict.accepted:
             if verdict.reason == "illegal":
                 raise IllegalTransitionError(verdict.detail)
-            raise StaleRecordError(verdict.detail, verdict.reason or "rejected")
+            raise RejectedRecordError(verdict.detail, verdict.reason or "rejected")
         return offset
 
     def apply_message(self, offset: int, key: bytes | None, value: bytes | None) -> str | None:

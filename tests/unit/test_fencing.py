@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.kafka.partition import TopicPartition
-from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH, StaleRecordError
+from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH, RejectedRecordError
 from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
 from processor.metadata.remote_log_state import PartitionRemoteState, RemoteLogState, stamped
 from processor.segment.object_keys import ObjectKeyFactory
@@ -103,7 +103,7 @@ def test_records_from_an_older_epoch_are_rejected_in_every_state() -> None:
         to(started, S.COPY_SEGMENT_FINISHED),
         to(started, S.DELETE_SEGMENT_STARTED),
     ):
-        with pytest.raises(StaleRecordError) as exc:
+        with pytest.raises(RejectedRecordError) as exc:
             state.apply(record)
         assert exc.value.reason == STALE_EPOCH
     assert state.segments[started.segment_id.id].state is S.COPY_SEGMENT_STARTED
@@ -142,7 +142,7 @@ def test_a_recreated_topic_is_a_new_history() -> None:
     state.apply(to(new_started, S.COPY_SEGMENT_FINISHED))
     assert [s.segment_id for s in state.finished()] == [new_started.segment_id]
     # old-id copies are fenced; old-id deletes are accepted (retention removes the old history)
-    with pytest.raises(StaleRecordError) as exc:
+    with pytest.raises(RejectedRecordError) as exc:
         state.apply(seg(400, 499, epoch=1, topic_id=OLD_ID))
     assert exc.value.reason == OLD_TOPIC_ID
     state.apply(to(old, S.DELETE_SEGMENT_STARTED, epoch=1))
@@ -171,7 +171,7 @@ def test_served_segments_never_overlap_and_newer_epochs_win(raw: list[tuple[int,
         for record in (started, to(started, S.COPY_SEGMENT_FINISHED)) if finish else (started,):
             try:
                 state.apply(record)
-            except StaleRecordError:
+            except RejectedRecordError:
                 break
     served = state.finished()
     for prev, cur in itertools.pairwise(served):

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from processor import metrics
 from processor.follower.metadata_cache import MetadataCache
-from processor.metadata.fencing import StaleRecordError
+from processor.metadata.fencing import RejectedRecordError
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
 from processor.metadata.remote_log_state import RemoteLogState
 from tests.unit.test_fencing import NEW_ID, OLD_ID, TP, seg, to
@@ -126,7 +126,7 @@ def test_cache_and_fold_agree(tmp_path: Path, raw: list[tuple], batch_size: int)
     for i in range(0, len(stream), batch_size):
         cache.apply_batch(msgs(list(stream[i : i + batch_size]), first=i))
     for r in stream:
-        with contextlib.suppress(StaleRecordError):
+        with contextlib.suppress(RejectedRecordError):
             fold.apply(r)
     served_by_cache = [s.segment_id for s in cache.finished_segments(TP)]
     assert served_by_cache == [s.segment_id for s in fold.partition(TP).finished()]
