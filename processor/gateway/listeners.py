@@ -17,9 +17,9 @@ from typing import Any
 
 from processor import metrics
 from processor.errors import ConfigError, OffsetNotInRemoteError
-from processor.gateway.connection import REQUEST_TIMEOUT_S, ClientConnection
+from processor.gateway.address_rewrite import PortMap
+from processor.gateway.client_connection import REQUEST_TIMEOUT_S, ClientConnection
 from processor.gateway.protocol import Frame
-from processor.gateway.rewrite import PortMap
 from processor.gateway.state import Archive, GatewayState, Send
 from processor.gateway.upstream import Upstream
 from processor.kafka.partition import TopicPartition

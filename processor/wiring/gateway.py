@@ -8,9 +8,9 @@ import ssl
 from processor import metrics
 from processor.config import Settings
 from processor.errors import ConfigError
+from processor.gateway.address_rewrite import PortMap
 from processor.gateway.listeners import Gateway, check_node_ids, reader_archive
 from processor.gateway.prefetch import Prefetcher
-from processor.gateway.rewrite import PortMap
 from processor.gateway.state import GatewayState, ReadMode
 from processor.kafka.clients import connection, new_admin
 from processor.reader.remote_reader import RemoteReader

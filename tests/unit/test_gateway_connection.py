@@ -16,9 +16,9 @@ from contextlib import asynccontextmanager
 import pytest
 from prometheus_client import REGISTRY
 
-from processor.gateway.connection import ClientConnection
+from processor.gateway.address_rewrite import PortMap
+from processor.gateway.client_connection import ClientConnection
 from processor.gateway.protocol import framed
-from processor.gateway.rewrite import PortMap
 from processor.gateway.state import Archive, GatewayState, ReadMode
 from processor.gateway.upstream import Upstream, read_frame
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from processor.gateway.connection import ClientConnection
+from processor.gateway.address_rewrite import PortMap
+from processor.gateway.client_connection import ClientConnection
 from processor.gateway.protocol import (
     decode_response,
     encode_request,
@@ -22,7 +23,6 @@ from processor.gateway.protocol import (
     request_schema,
     response_schema,
 )
-from processor.gateway.rewrite import PortMap
 from processor.gateway.state import Archive, GatewayState, ReadMode
 from processor.gateway.upstream import Upstream, read_frame
 from processor.kafka.api_keys import API_FETCH, API_METADATA, API_PRODUCE

@@ -17,7 +17,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from processor.errors import ConfigError
-from processor.gateway.connection import ClientConnection
+from processor.gateway.address_rewrite import PortMap
+from processor.gateway.client_connection import ClientConnection
 from processor.gateway.listeners import Gateway, check_node_ids
 from processor.gateway.protocol import (
     decode_response,
@@ -28,7 +29,6 @@ from processor.gateway.protocol import (
     request_schema,
     response_schema,
 )
-from processor.gateway.rewrite import PortMap
 from processor.gateway.state import Archive, GatewayState, ReadMode
 from processor.gateway.upstream import Upstream, read_frame
 from processor.kafka.api_keys import API_DESCRIBE_CLUSTER, API_FETCH, API_FIND_COORDINATOR, API_METADATA

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
+from processor.gateway.address_rewrite import PortMap, cap_api_versions, rewrite_addresses
 from processor.gateway.fetch_answers import answer_fetch
 from processor.gateway.list_offsets import answer_list_offsets
 from processor.gateway.protocol import (
@@ -33,7 +34,6 @@ from processor.gateway.protocol import (
     request_schema,
     response_schema,
 )
-from processor.gateway.rewrite import PortMap, cap_api_versions, rewrite_addresses
 from processor.gateway.state import Archive, GatewayState, ReadMode
 from processor.gateway.state import build as _build
 from processor.kafka.api_keys import API_FETCH, API_LIST_OFFSETS

@@ -60,7 +60,7 @@ def test_an_unchanged_copy_keeps_them_too(tmp_path: Path) -> None:
         ("reader/record_json.py", "from tests.support import fault_proxy", "not allowed to import tests"),
         # a role reads no settings: the wiring builds it from them
         (
-            "gateway/rewrite.py",
+            "gateway/address_rewrite.py",
             "from processor.config import Settings",
             "processor.gateway is not allowed to import processor.config",
         ),
@@ -77,7 +77,7 @@ def test_an_unchanged_copy_keeps_them_too(tmp_path: Path) -> None:
         ),
         # roles on one floor do not import each other
         (
-            "gateway/rewrite.py",
+            "gateway/address_rewrite.py",
             "from processor.restore import plan",
             "processor.gateway is not allowed to import processor.restore",
         ),

@@ -3,7 +3,7 @@ at a time and ``MAX_REQUEST_BYTES`` of requests (the reader waits, so one client
 by its in-flight frames; answers are bounded by the Fetch limits).
 
 Each request is handled by API: the ones the gateway changes (ApiVersions, Metadata,
-FindCoordinator, DescribeCluster, Fetch, ListOffsets) through :mod:`processor.gateway.rewrite` and
+FindCoordinator, DescribeCluster, Fetch, ListOffsets) through :mod:`processor.gateway.address_rewrite` and
 :mod:`processor.gateway.fetch_answers`; every other request goes to the upstream broker as bytes
 and its answer comes back as bytes. A Produce with ``acks=0`` has no answer (Kafka sends none).
 A frame the gateway cannot handle, or an upstream that fails, closes this connection only; so do a
@@ -23,6 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from processor import metrics
+from processor.gateway.address_rewrite import PortMap, cap_api_versions, rewrite_addresses
 from processor.gateway.fetch_access import learn_topic_ids
 from processor.gateway.fetch_answers import answer_fetch
 from processor.gateway.fetch_walk import fetch_node_endpoints
@@ -41,7 +42,6 @@ from processor.gateway.protocol import (
     produce_acks,
     request_head,
 )
-from processor.gateway.rewrite import PortMap, cap_api_versions, rewrite_addresses
 from processor.gateway.socket_writer import GatheringWriter
 from processor.gateway.state import Archive, GatewayState, Send
 from processor.gateway.upstream import FrameTimeout, Upstream, read_frame
