@@ -41,12 +41,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from processor.errors import ConfigError, ServiceUnavailableError, StorageError
+from processor.devstack.servers import wait_writable
+from processor.errors import ConfigError, ServiceUnavailableError
 from processor.storage.chunk_storage import ChunkStorage
 
 AZURITE_VERSION = "3.37.0"
@@ -64,7 +64,6 @@ GCS = "gcs"
 AZURE = "azure"
 S3 = "s3"
 KINDS = (S3, GCS, AZURE)
-_PROBE_KEY = ".probe"
 
 
 def cache_root() -> Path:
@@ -231,26 +230,10 @@ def storage_for(emulator: Emulator, bucket: str, **tuning: object) -> ChunkStora
 def wait_ready(emulator: Emulator, bucket: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     """Ready means a real write works: create the bucket or container, put and delete a probe."""
     storage = storage_for(emulator, bucket, connect_timeout_s=2, read_timeout_s=5, max_attempts=1)
-    deadline = time.monotonic() + timeout_s
+    server = emulator.log_name.removesuffix(".log")
+    where = f"the {emulator.kind} emulator at {emulator.endpoint}"
     try:
-        while True:
-            if proc.poll() is not None:
-                raise ServiceUnavailableError(
-                    f"{emulator.log_name.removesuffix('.log')} exited with code {proc.returncode} "
-                    "during start"
-                )
-            try:
-                storage.create_bucket()  # type: ignore[attr-defined]
-                storage.delete(_PROBE_KEY)
-                storage.create(_PROBE_KEY, [b"ok"])
-                storage.delete(_PROBE_KEY)
-                return
-            except StorageError as exc:
-                if time.monotonic() > deadline:
-                    raise ServiceUnavailableError(
-                        f"the {emulator.kind} emulator at {emulator.endpoint} did not accept a write: {exc}"
-                    ) from exc
-                time.sleep(0.25)
+        wait_writable(storage, storage.create_bucket, proc, server, where, timeout_s)  # type: ignore[attr-defined]
     finally:
         storage.close()
 

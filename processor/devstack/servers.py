@@ -14,11 +14,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from processor.errors import ConfigError, ServiceUnavailableError, StorageError
 from processor.kafka.clients import new_admin
 from processor.kafka.security import KafkaConnection
+from processor.storage.chunk_storage import ChunkStorage
 from processor.storage.s3 import s3_storage
 
 # The dev stack's S3 credentials (SeaweedFS takes any; these are set so clients send some)
@@ -113,25 +115,37 @@ def wait_s3(endpoint: str, bucket: str, proc: subprocess.Popen[bytes], timeout_s
         access_key_id=DEV_ACCESS_KEY,
         secret_access_key=DEV_SECRET_KEY,
     )
-    deadline = time.monotonic() + timeout_s
     try:
-        while True:
-            if proc.poll() is not None:
-                raise ServiceUnavailableError(f"weed exited with code {proc.returncode} during start")
-            try:
-                storage.create_bucket()
-                storage.delete(_PROBE_KEY)  # a probe left by an interrupted start
-                storage.create(_PROBE_KEY, [b"ok"])
-                storage.delete(_PROBE_KEY)
-                return
-            except StorageError as exc:
-                if time.monotonic() > deadline:
-                    raise ServiceUnavailableError(
-                        f"SeaweedFS S3 at {endpoint} did not accept a write: {exc}"
-                    ) from exc
-                time.sleep(0.25)
+        wait_writable(storage, storage.create_bucket, proc, "weed", f"SeaweedFS S3 at {endpoint}", timeout_s)
     finally:
         storage.close()
+
+
+def wait_writable(
+    storage: ChunkStorage,
+    create_bucket: Callable[[], None],
+    proc: subprocess.Popen[bytes],
+    server: str,
+    where: str,
+    timeout_s: float,
+) -> None:
+    """Wait until a store just started takes a real write: its bucket (or container) created, a probe
+    object put and deleted (one an interrupted start left, deleted first). Raises
+    ServiceUnavailableError when the server exits or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise ServiceUnavailableError(f"{server} exited with code {proc.returncode} during start")
+        try:
+            create_bucket()
+            storage.delete(_PROBE_KEY)
+            storage.create(_PROBE_KEY, [b"ok"])
+            storage.delete(_PROBE_KEY)
+            return
+        except StorageError as exc:
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(f"{where} did not accept a write: {exc}") from exc
+            time.sleep(0.25)
 
 
 def tansu_command(tansu: str, listen: str, advertised: str) -> list[str]:
