@@ -81,6 +81,11 @@ SUPPORTED_OPTIONS: dict[str, str] = {
     "s3.bucket": "default PROCESSOR_S3_BUCKET",
     "s3.prefix": "default PROCESSOR_S3_PREFIX",
     "s3.region": "default PROCESSOR_S3_REGION",
+    "storage": "the archive's store: s3, gcs or azure (default PROCESSOR_STORAGE)",
+    "gcs.bucket": "default PROCESSOR_GCS_BUCKET",
+    "gcs.endpoint": "default PROCESSOR_GCS_ENDPOINT_URL (an emulator's)",
+    "azure.container": "default PROCESSOR_AZURE_CONTAINER",
+    "azure.accountUrl": "default PROCESSOR_AZURE_ACCOUNT_URL",
     "encryption.keyring": "key ring directory for keyring-encrypted segments (default "
     "PROCESSOR_ENCRYPTION_KEYRING; KMS-encrypted ones need only kms:Decrypt)",
     "tail": "live: continue on the live topic past the archive (and fill archive holes from it)",

@@ -6,18 +6,62 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from processor.config import Settings
+from processor.errors import ConfigError
 from processor.kafka.security import KafkaConnection, KafkaSecurity
 from processor.segment.object_keys import validate_prefix, validate_topic
 from processor.spark.bounds import option
 from processor.spark.connection import Connection
 from processor.spark.options import kafka_client_settings
 
+# Options that choose and place the archive's store, each in place of its PROCESSOR_* setting. A
+# cloud store's credentials are never options (options show in Spark's plans and UI): they come from
+# the process's settings or the cloud's own chain (application-default credentials, workload identity).
+STORE_OPTIONS = {
+    "storage": "storage",
+    "gcs.bucket": "gcs_bucket",
+    "gcs.endpoint": "gcs_endpoint_url",
+    "azure.container": "azure_container",
+    "azure.accountUrl": "azure_account_url",
+}
+
+
+def with_store_options(options: Mapping[str, str], settings: Settings) -> Settings:
+    """``settings`` with the store options given in place of their settings, checked as the settings
+    are (a bad value raises ConfigError naming the option)."""
+    given = {name: value for name in STORE_OPTIONS if (value := option(options, name)) is not None}
+    if not given:
+        return settings
+    try:
+        return Settings.model_validate(
+            {**settings.model_dump(), **{STORE_OPTIONS[name]: value for name, value in given.items()}}
+        )
+    except ValidationError as exc:
+        problems = "; ".join(_problem(e) for e in exc.errors())
+        raise ConfigError(f"the archive's store options ({', '.join(sorted(given))}): {problems}") from None
+
+
+def _problem(error: Mapping[str, object]) -> str:
+    """One validation error in the options' words: ``storage`` must be ..., or what a store needs
+    (the setting named with the option that gives it)."""
+    loc = error.get("loc") or ()
+    field = str(loc[0]) if isinstance(loc, tuple) and loc else ""
+    if field == "storage":
+        return f"storage must be s3, gcs or azure (got {error.get('input')!r})"
+    text = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    for name, setting in STORE_OPTIONS.items():
+        if name == "storage":
+            continue  # "PROCESSOR_STORAGE=gcs needs ...": the option's value, as the settings name it
+        variable = f"PROCESSOR_{setting.upper()}"
+        text = text.replace(variable, f"the option {name} (or {variable})")
+    return text
+
 
 def spark_connection(options: Mapping[str, str], settings: Settings) -> Connection:
     """Connection options, each falling back to the worker's PROCESSOR_* variable, then its default."""
+    settings = with_store_options(options, settings)
     bucket = option(options, "s3.bucket") or settings.s3_bucket
     # Spark's Kafka-source security options (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*), or
     # else the process's PROCESSOR_* security settings.
