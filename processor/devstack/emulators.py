@@ -36,7 +36,6 @@ Azurite (3.37):
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import subprocess
@@ -45,6 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from processor.devstack.jars import locked
 from processor.devstack.servers import wait_writable
 from processor.errors import ConfigError, ServiceUnavailableError
 from processor.storage.chunk_storage import ChunkStorage
@@ -74,17 +74,6 @@ def cache_root() -> Path:
     return Path(base) / "kafka-tiered-processor" / "tools"
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def _install(name: str, tool: str, command: list[str], env: dict[str, str] | None = None) -> Path:
     """Run ``command`` (with ``{dir}`` replaced by a staging folder) once per machine; the folder."""
     target = cache_root() / name
@@ -92,7 +81,7 @@ def _install(name: str, tool: str, command: list[str], env: dict[str, str] | Non
         return target
     if shutil.which(tool) is None:
         raise ConfigError(f"installing {name} needs {tool} on PATH")
-    with _locked(cache_root() / f"{name}.lock"):
+    with locked(cache_root() / f"{name}.lock"):
         if (target / COMPLETE).is_file():  # another process installed it while we waited
             return target
         staging = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=cache_root()))

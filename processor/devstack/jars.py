@@ -51,7 +51,8 @@ def java_tools_missing() -> list[str]:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock of this machine's processes on ``path`` (a cache's installer)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -74,7 +75,7 @@ def resolve(name: str) -> Path:
             f"resolving {source.name} needs {' and '.join(missing)} on PATH "
             "(Java 17 and Maven; or run the stack on Tansu: --broker tansu)"
         )
-    with _locked(cache_root() / f"{name}-{digest}.lock"):
+    with locked(cache_root() / f"{name}-{digest}.lock"):
         if (target / COMPLETE).is_file():  # another process resolved it while we waited
             return target
         staging = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=cache_root()))
