@@ -136,6 +136,9 @@ def publish_metadata(
             "linger.ms": 20,
             "batch.size": MiB,
             "queue.buffering.max.kbytes": 512 * 1024,
+            # a batch retried under load must not land after the next one: a segment's FINISHED
+            # before its STARTED is a record the fold rightly rejects, and the bench counts applies
+            "enable.idempotence": True,
         }
     )
     tps = [TopicPartition("orders", p) for p in range(100)]
