@@ -14,7 +14,9 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from benchmarks import cpu
 from benchmarks.report import Figure, Report
 from processor.config import load_settings
 from processor.devstack import stack
@@ -111,9 +113,19 @@ def bench_merge(report: Report, info: stack.StackInfo, workdir: Path, segments: 
         before = state().finished()
         total = sum(s.segment_size_in_bytes for s in before)
         deleter = SegmentDeleter(storage, meta, meta, meta, "bench", keys, meta.confirm)
+        proving = deleter.proven_superseded
+
+        def proven_superseded(*args: Any, **kwargs: Any) -> frozenset[uuid.UUID]:
+            t = time.perf_counter()
+            try:
+                return proving(*args, **kwargs)
+            finally:
+                spent["proof"] += time.perf_counter() - t
+
+        deleter.proven_superseded = proven_superseded  # type: ignore[method-assign]
         limits = MergeLimits(target_bytes=64 * MiB, small_bytes=8 * MiB, min_age_ms=0)
         decryption = SegmentDecryption({})
-        spent = {"read": 0.0, "delete": 0.0}
+        spent = {"read": 0.0, "delete": 0.0, "proof": 0.0}
 
         def build(run: MergeRun) -> SealedSegment:
             t = time.perf_counter()
@@ -134,17 +146,22 @@ def bench_merge(report: Report, info: stack.StackInfo, workdir: Path, segments: 
             finally:
                 spent["delete"] += time.perf_counter() - t
 
+        pids = cpu.stack_pids(info)
+        cpu0 = cpu.snapshot(pids)
         t0 = time.perf_counter()
         merged, _runs = merge_partition(
             tp, state, epoch, limits, int(time.time() * 1000), build, copier, delete
         )
         merge_s = time.perf_counter() - t0
+        merge_cpu = cpu.used(cpu0, cpu.snapshot(pids))
         assert not merged.failed and merged.segments_after < len(before), merged
         # the same bytes as one plain copy: what the copier spends on a segment it rolled itself
         plain = _segment(tp.partition, start, total)
+        cpu0 = cpu.snapshot(pids)
         t0 = time.perf_counter()
         copier.copy(tp, plain, epoch)
         copy_s = time.perf_counter() - t0
+        copy_cpu = cpu.used(cpu0, cpu.snapshot(pids))
     finally:
         for info_ in storage.list(prefix + "/"):
             storage.delete(info_.key)
@@ -162,8 +179,9 @@ def bench_merge(report: Report, info: stack.StackInfo, workdir: Path, segments: 
             "",
             None,
             f"{mib:.0f} MiB into {merged.segments_after} segments in {merge_s:.1f} s: sources read back "
-            f"and checked {spent['read']:.1f} s, deleted {spent['delete']:.1f} s (each a confirmed record "
-            f"and three objects), upload the rest; the plain copy {copy_s:.1f} s; load average "
-            f"{os.getloadavg()[0]:.1f}",
+            f"and checked {spent['read']:.1f} s, deleted {spent['delete']:.1f} s (of which the proof, "
+            f"every source's index read against the merge's, {spent['proof']:.1f} s), upload the rest; "
+            f"the plain copy {copy_s:.1f} s; CPU-s merge: {cpu.breakdown(merge_cpu)} (bench process: "
+            f"consumer), plain copy: {cpu.breakdown(copy_cpu)}; load average {os.getloadavg()[0]:.1f}",
         )
     )

@@ -3,6 +3,7 @@ metadata and deletion topics behind small protocols, a pass's outcome, a deletio
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -11,6 +12,16 @@ from processor.metadata.model import MetadataRecord, RemoteLogSegmentMetadata
 
 class MetadataWriter(Protocol):
     def publish(self, record: MetadataRecord) -> int: ...
+
+
+def publish_all(writer: MetadataWriter, records: Sequence[MetadataRecord]) -> list[int]:
+    """Publish ``records`` in order; their offsets. A writer with ``publish_many`` (the metadata
+    topic's publisher: one wait for all the acknowledgements) sends them together, any other one
+    by one."""
+    many: Callable[[Sequence[MetadataRecord]], list[int]] | None = getattr(writer, "publish_many", None)
+    if many is not None:
+        return many(records)
+    return [writer.publish(r) for r in records]
 
 
 class Tombstones(Protocol):

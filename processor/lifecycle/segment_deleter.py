@@ -1,11 +1,17 @@
 """Carries out deletions in KIP-405's order; storage and Kafka sit behind the small protocols below.
 
 For one partition: publish the new remote log start offset first (readers stop serving below it at
-once), then for each segment, oldest first: a conditional DELETE_SEGMENT_STARTED naming the state
+once), then for its segments, oldest first: a conditional DELETE_SEGMENT_STARTED naming the state
 the plan saw (readers accept it only while the segment is still in that state, so a copy that
 finished after the plan is never deleted as dangling), confirmed accepted through the follower,
-then its objects (manifest first; a missing object is success), then DELETE_SEGMENT_FINISHED. The
-tombstones that let compaction forget the segment come in a later pass, once the owner's view shows
+then its objects (manifest first; a missing object is success), then DELETE_SEGMENT_FINISHED. Each
+step is taken for all the segments of the pass at once (:meth:`SegmentDeleter.delete_segments`):
+every STARTED published with one wait for the broker's acknowledgements and confirmed in order,
+then every confirmed segment's manifest, then their data, index and key filter objects
+(``delete_many``: S3's DeleteObjects, a thousand keys a request), then every FINISHED; a merge of
+a thousand small segments costs a handful of requests where it cost four thousand and a thousand
+acknowledgements one after the other. A segment whose STARTED is not confirmed has no object
+touched. The tombstones that let compaction forget the segment come in a later pass, once the owner's view shows
 the DELETE_SEGMENT_FINISHED and every rejected record of the partition has been neutralised
 (:meth:`SegmentDeleter.forget`, processor/lifecycle/retention_service.py).
 
@@ -38,7 +44,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import replace
 
 from processor import metrics
@@ -58,6 +64,7 @@ from processor.lifecycle.ports import (
     FailedDeletions,
     MetadataWriter,
     Tombstones,
+    publish_all,
 )
 from processor.lifecycle.retention_policy import DeleteReason, RetentionPlan
 from processor.lifecycle.rewrite_proof import (
@@ -77,7 +84,7 @@ from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.metadata.sink import Confirm
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentDecryption
 from processor.segment.object_keys import ObjectKeyFactory, SegmentObjectKeys
-from processor.storage.chunk_storage import ChunkStorage
+from processor.storage.chunk_storage import ChunkStorage, NotDeletedError
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +133,15 @@ class SegmentDeleter:
     def _publish_confirmed(self, record: MetadataRecord, what: str) -> None:
         offset = self.metadata.publish(record)
         if self.confirm(record, offset) is not True:
-            raise FencedWriterError(
-                f"{what} (writer epoch {getattr(record, 'writer_epoch', '?')}) was not accepted by the "
-                f"metadata topic's readers: another claim holds {record.topic_partition}, or the "
-                "segment's state changed since the pass planned (a copy finished); stopping"
-            )
+            raise self._refused(record, what)
+
+    @staticmethod
+    def _refused(record: MetadataRecord, what: str) -> FencedWriterError:
+        return FencedWriterError(
+            f"{what} (writer epoch {getattr(record, 'writer_epoch', '?')}) was not accepted by the "
+            f"metadata topic's readers: another claim holds {record.topic_partition}, or the "
+            "segment's state changed since the pass planned (a copy finished); stopping"
+        )
 
     def move_log_start_offset(
         self, tp: TopicPartition, offset: int, writer_epoch: int, decided: bool = True
@@ -187,12 +198,7 @@ class SegmentDeleter:
             *((s, DeleteReason.DANGLING) for s in dangling),
             *plan.expired,
         ]
-        for segment, reason in work:
-            error = self.delete_segment(segment, reason, writer_epoch)
-            if error is None:
-                out.deleted.append(segment)
-            else:
-                out.failed.append((segment, error))
+        self.delete_segments(work, writer_epoch, out)
         return out
 
     def owned_objects(self, segment: RemoteLogSegmentMetadata) -> SegmentObjectKeys:
@@ -291,31 +297,77 @@ class SegmentDeleter:
         self, segment: RemoteLogSegmentMetadata, reason: DeleteReason, writer_epoch: int
     ) -> str | None:
         """Delete one segment; returns None when done, or the storage error (recorded for retry)."""
+        out = DeletionOutcome()
+        self.delete_segments([(segment, reason)], writer_epoch, out)
+        return out.failed[0][1] if out.failed else None
+
+    def delete_segments(
+        self,
+        work: Sequence[tuple[RemoteLogSegmentMetadata, DeleteReason]],
+        writer_epoch: int,
+        out: DeletionOutcome,
+    ) -> None:
+        """Delete several segments of one partition, in the order of the module docstring, each step
+        for all of them at once: every DELETE_SEGMENT_STARTED published together (one wait for the
+        broker's acknowledgements) and confirmed, then the manifests of the confirmed ones, then
+        their other objects (``delete_many``: S3's DeleteObjects, a thousand keys a request), then
+        their DELETE_SEGMENT_FINISHED together. Done ones go to ``out.deleted``, those whose objects
+        could not all be deleted to ``out.failed`` (recorded for retry). A record the readers do not
+        accept stops the confirmations there: the segments confirmed before it are deleted, no
+        object of it or of any later one is touched, and FencedWriterError is raised."""
+        if not work:
+            return
+        stated = [self._deletion_record(segment, writer_epoch) for segment, _ in work]
+        offsets = publish_all(self.metadata, stated)
+        confirmed: list[tuple[RemoteLogSegmentMetadata, RemoteLogSegmentMetadata, DeleteReason]] = []
+        refused: FencedWriterError | None = None
+        for (segment, reason), record, offset in zip(work, stated, offsets, strict=True):
+            if self.confirm(record, offset) is not True:
+                again = " stated again" if segment.state is _S.DELETE_SEGMENT_STARTED else ""
+                refused = self._refused(record, f"DELETE_SEGMENT_STARTED of {segment.segment_id}{again}")
+                break
+            self.started[segment.segment_id.id] = (writer_epoch, record.event_timestamp_ms)
+            confirmed.append((segment, record, reason))
+        errors = self.delete_objects_of([record for _, record, _ in confirmed])
+        finished = []
+        for segment, record, reason in confirmed:
+            error = errors.get(segment.segment_id.id)
+            if error is not None:
+                out.failed.append((segment, error))
+                continue
+            finished.append((segment, record.with_state(_S.DELETE_SEGMENT_FINISHED, self.clock_ms()), reason))
+        publish_all(self.metadata, [deleted for _, deleted, _ in finished])
+        for segment, deleted, reason in finished:
+            self.finished[segment.segment_id.id] = deleted.event_timestamp_ms
+            if reason is DeleteReason.RETRY:
+                self.failed.resolve(segment)  # it may also wait on the deletion topic: done now
+            metrics.SEGMENTS_DELETED.labels(reason.value).inc()
+            log.info(
+                "deleted remote segment %s (%d..%d, %s)",
+                segment.segment_id,
+                segment.start_offset,
+                segment.end_offset,
+                reason.value,
+            )
+            out.deleted.append(segment)
+        if refused is not None:
+            raise refused
+
+    def _deletion_record(
+        self, segment: RemoteLogSegmentMetadata, writer_epoch: int
+    ) -> RemoteLogSegmentMetadata:
+        """The DELETE_SEGMENT_STARTED that deletes ``segment`` under this writer's claim: conditional
+        on the state the plan saw (a copy that finished since the plan makes the fold reject it, and
+        then nothing is deleted), or, for a deletion found in the metadata, stated again
+        (:meth:`state_deletion_again`)."""
         if segment.state is _S.DELETE_SEGMENT_STARTED:
-            deleting = self.state_deletion_again(segment, writer_epoch)
-        else:
-            # conditional on the state the plan saw, and confirmed before any object goes: a copy
-            # that finished since the plan makes the fold reject it (then nothing is deleted)
-            deleting = segment.deleting(self.clock_ms(), self.writer_id, writer_epoch)
-            self._publish_confirmed(deleting, f"DELETE_SEGMENT_STARTED of {segment.segment_id}")
-            self.started[segment.segment_id.id] = (writer_epoch, deleting.event_timestamp_ms)
-        error = self.delete_objects(deleting)
-        if error is not None:
-            return error
-        deleted = deleting.with_state(_S.DELETE_SEGMENT_FINISHED, self.clock_ms())
-        self.metadata.publish(deleted)
-        self.finished[segment.segment_id.id] = deleted.event_timestamp_ms
-        if reason is DeleteReason.RETRY:
-            self.failed.resolve(segment)  # it may also wait on the deletion topic: done now
-        metrics.SEGMENTS_DELETED.labels(reason.value).inc()
-        log.info(
-            "deleted remote segment %s (%d..%d, %s)",
-            segment.segment_id,
-            segment.start_offset,
-            segment.end_offset,
-            reason.value,
-        )
-        return None
+            return replace(
+                segment,
+                writer_id=self.writer_id,
+                writer_epoch=writer_epoch,
+                event_timestamp_ms=self.clock_ms(),
+            )
+        return segment.deleting(self.clock_ms(), self.writer_id, writer_epoch)
 
     def state_deletion_again(
         self, segment: RemoteLogSegmentMetadata, writer_epoch: int
@@ -325,9 +377,7 @@ class SegmentDeleter:
         claim was taken since, a segment served again by the next holder), and the readers then
         reject the record (another claim, or the segment no longer being deleted: the condition it
         names), so nothing is deleted. Raises FencedWriterError then."""
-        again = replace(
-            segment, writer_id=self.writer_id, writer_epoch=writer_epoch, event_timestamp_ms=self.clock_ms()
-        )
+        again = self._deletion_record(segment, writer_epoch)
         self._publish_confirmed(again, f"DELETE_SEGMENT_STARTED of {segment.segment_id} stated again")
         self.started[segment.segment_id.id] = (writer_epoch, again.event_timestamp_ms)
         return again
@@ -336,25 +386,67 @@ class SegmentDeleter:
         """Delete the manifests of every segment about to be deleted, before any of them goes: a
         deletion that stops half way leaves objects a rebuild of the metadata never serves again
         (processor/rebuild/). A manifest that cannot be deleted now is deleted with its segment."""
+        manifests: dict[uuid.UUID, tuple[str, ...]] = {}
         for segment in segments:
             try:
-                self.storage.delete(self.owned_objects(segment).manifest)
-            except (StorageError, InvalidNameError) as exc:
+                manifests[segment.segment_id.id] = (self.owned_objects(segment).manifest,)
+            except InvalidNameError as exc:
                 log.warning("could not delete the manifest of %s yet: %s", segment.segment_id, exc)
+        for sid, error in self._delete_keys(manifests).items():
+            log.warning("could not delete the manifest of %s yet: %s", sid, error)
 
     def delete_objects(self, segment: RemoteLogSegmentMetadata) -> str | None:
         """Delete the segment's own objects; on a storage error (or keys that are not the segment's)
         count it, record the segment on the deletion topic and return the error."""
+        return self.delete_objects_of([segment]).get(segment.segment_id.id)
+
+    def delete_objects_of(self, segments: Sequence[RemoteLogSegmentMetadata]) -> dict[uuid.UUID, str]:
+        """Delete the own objects of several segments, whose deletion is started and confirmed: the
+        manifests of all of them first (a deletion that stops half way leaves nothing a rebuild
+        would serve again), then, of those whose manifest is gone, the data, index and key filter,
+        each step in as few requests as the store allows (``delete_many``). Returns the segments
+        that are not done, each with its error: counted, recorded on the deletion topic for retry
+        (keys that are not the segment's own are such an error too)."""
+        errors: dict[uuid.UUID, str] = {}
+        owned: dict[uuid.UUID, SegmentObjectKeys] = {}
+        for segment in segments:
+            try:
+                owned[segment.segment_id.id] = self.owned_objects(segment)
+            except InvalidNameError as exc:
+                errors[segment.segment_id.id] = str(exc)
+        errors.update(self._delete_keys({sid: (keys.manifest,) for sid, keys in owned.items()}))
+        rest = {
+            sid: (keys.data, keys.index, keys.key_filter) for sid, keys in owned.items() if sid not in errors
+        }
+        errors.update(self._delete_keys(rest))
+        for segment in segments:
+            error = errors.get(segment.segment_id.id)
+            if error is not None:
+                metrics.DELETE_FAILURES.inc()
+                log.warning(
+                    "could not delete the objects of %s (%s); queued for retry", segment.segment_id, error
+                )
+                self.failed.record_failed(segment)
+        return errors
+
+    def _delete_keys(self, keys_of: Mapping[uuid.UUID, Sequence[str]]) -> dict[uuid.UUID, str]:
+        """Delete every key of ``keys_of`` (segment -> its keys) at once; the segments with a key
+        left, each with that key's error. An error that does not name its keys leaves every
+        segment of the call undone (their deletion is retried whole: deleting is idempotent)."""
+        keys = [key for segment_keys in keys_of.values() for key in segment_keys]
+        if not keys:
+            return {}
         try:
-            keys = self.owned_objects(segment)
-            for key in keys.in_delete_order():
-                self.storage.delete(key)
-        except (StorageError, InvalidNameError) as exc:
-            metrics.DELETE_FAILURES.inc()
-            log.warning("could not delete the objects of %s (%s); queued for retry", segment.segment_id, exc)
-            self.failed.record_failed(segment)
-            return str(exc)
-        return None
+            self.storage.delete_many(keys)
+        except NotDeletedError as exc:
+            return {
+                sid: "; ".join(f"{k}: {exc.errors[k]}" for k in segment_keys if k in exc.errors)
+                for sid, segment_keys in keys_of.items()
+                if any(k in exc.errors for k in segment_keys)
+            }
+        except StorageError as exc:
+            return dict.fromkeys(keys_of, str(exc))
+        return {}
 
     def forget(self, segment: RemoteLogSegmentMetadata) -> bool:
         """Tombstone a segment whose DELETE_SEGMENT_FINISHED the owner's view shows, so compaction

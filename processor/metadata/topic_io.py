@@ -6,7 +6,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,6 +222,72 @@ class DurableProducer:
             raise MetadataTopicError(f"publishing to {topic} failed: {result['err']}")
         return int(result["offset"])
 
+    def send_many(
+        self,
+        topic: str,
+        messages: Sequence[tuple[int, bytes, bytes | None]],
+        timeout_s: float = 30.0,
+        domain: bytes = authentication.DOMAIN_METADATA,
+    ) -> list[int]:
+        """Produce several messages ``(partition, key, value)`` and wait once for all their
+        acknowledgements (one round trip for many records, where :meth:`send` costs one each);
+        returns their offsets in order. The producer is idempotent, so they land in the order given
+        within a partition. Raises MetadataTopicError if any is not acknowledged (others may be)."""
+        if not messages:
+            return []
+        signer = authentication.installed()
+        offsets: list[int | None] = [None] * len(messages)
+        errors: list[KafkaError] = []
+        pending = [len(messages)]
+        done = threading.Event()
+        counting = threading.Lock()  # deliveries may be served by any thread polling the producer
+
+        def delivered(at: int) -> Callable[[KafkaError | None, Any], None]:
+            def on_delivery(err: KafkaError | None, msg: Any) -> None:
+                with counting:
+                    if err is not None:
+                        errors.append(err)
+                    else:
+                        offsets[at] = msg.offset()
+                    pending[0] -= 1
+                    if pending[0] == 0:
+                        done.set()
+
+            return on_delivery
+
+        deadline = time.monotonic() + timeout_s
+        with self._lock:  # one batch after the other: the records of one call stay together
+            for at, (partition, key, value) in enumerate(messages):
+                while True:
+                    try:
+                        self._producer.produce(
+                            topic,
+                            value=value,
+                            key=key,
+                            partition=partition,
+                            on_delivery=delivered(at),
+                            headers=signer.headers(domain, key, value),
+                        )
+                        break
+                    except BufferError as exc:  # the local queue is full: let deliveries drain it
+                        if time.monotonic() >= deadline:
+                            raise MetadataTopicError(f"cannot publish to {topic}: {exc}") from exc
+                        self._producer.poll(0.05)
+                    except KafkaException as exc:
+                        raise MetadataTopicError(f"cannot publish to {topic}: {exc}") from exc
+        while not done.is_set() and time.monotonic() < deadline:
+            self._producer.poll(0.05)
+        if not done.is_set():
+            raise MetadataTopicError(
+                f"publishing {len(messages)} records to {topic} timed out after {timeout_s:.0f} s "
+                f"({pending[0]} not acknowledged)"
+            )
+        if errors:
+            raise MetadataTopicError(
+                f"publishing to {topic} failed for {len(errors)} of {len(messages)} records: {errors[0]}"
+            )
+        return [int(o) for o in offsets if o is not None]
+
     def close(self) -> None:
         self._producer.flush(10)
 
@@ -240,6 +306,16 @@ class MetadataPublisher:
         """Publish one record durably; returns its offset. Raises MetadataTopicError."""
         partition = metadata_partition_for(record.topic_partition, self.num_partitions)
         return self._producer.send(self.topic, partition, record_key(record), encode_value(record), timeout_s)
+
+    def publish_many(self, records: Sequence[MetadataRecord], timeout_s: float = 30.0) -> list[int]:
+        """Publish several records durably, waiting once for all of them; returns their offsets in
+        order (a deletion's records of many segments: one round trip, not one each). Raises
+        MetadataTopicError if any is not acknowledged (the others may be)."""
+        messages = [
+            (metadata_partition_for(r.topic_partition, self.num_partitions), record_key(r), encode_value(r))
+            for r in records
+        ]
+        return self._producer.send_many(self.topic, messages, timeout_s)
 
     def close(self) -> None:
         self._producer.close()

@@ -137,15 +137,21 @@ class ChunkStorage(abc.ABC):
         """Release clients and threads."""
 
 
-def not_deleted(failed: dict[str, StorageError]) -> StorageError:
+class NotDeletedError(StorageError):
+    """What ``delete_many`` could not delete: ``errors`` names each key left with its own error (every
+    other key was deleted), so a caller deleting several segments at once knows which are done."""
+
+    def __init__(self, message: str, errors: dict[str, StorageError]) -> None:
+        super().__init__(message, retriable=all(e.retriable for e in errors.values()))
+        self.errors = errors
+
+
+def not_deleted(failed: dict[str, StorageError]) -> NotDeletedError:
     """One error for the keys a batch delete left, each named with its own error (retriable when
     every one of them is)."""
     shown = "; ".join(f"{k}: {e}" for k, e in builtins.list(failed.items())[:5])
     more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
-    return StorageError(
-        f"{len(failed)} objects not deleted: {shown}{more}",
-        retriable=all(e.retriable for e in failed.values()),
-    )
+    return NotDeletedError(f"{len(failed)} objects not deleted: {shown}{more}", dict(failed))
 
 
 class ChainedReader(io.RawIOBase):

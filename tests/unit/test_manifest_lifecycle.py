@@ -103,13 +103,15 @@ def test_a_deletion_removes_each_manifest_before_its_objects_once_its_delete_is_
         DELETER_TP, plan, writer_epoch=epoch
     )
     assert out.deleted == segs and list(storage.list("")) == []
-    # each segment's manifest first (a rebuild never brings back a segment whose objects went), and
-    # only once its DELETE_SEGMENT_STARTED was accepted: a pass stopped (fenced) before that leaves
-    # the served segment its manifest, the proof that it was acknowledged
-    # (and its key filter last: a segment may have none, deleting a missing object is no error)
+    # the manifests of every segment first (a rebuild never brings back a segment whose objects
+    # went), and only once their DELETE_SEGMENT_STARTED were accepted: a pass stopped (fenced) before
+    # that leaves the served segment its manifest, the proof that it was acknowledged; then each
+    # one's other objects (its key filter last: a segment may have none, deleting a missing object
+    # is no error)
+    assert storage.deleted[: len(segs)] == [manifest_key(s.data_object_key) for s in segs]
     for i, s in enumerate(segs):
-        assert storage.deleted[4 * i : 4 * i + 4] == [
-            manifest_key(s.data_object_key),
+        at = len(segs) + 3 * i
+        assert storage.deleted[at : at + 3] == [
             s.data_object_key,
             s.index_object_key,
             s.data_object_key + KEY_FILTER_SUFFIX,

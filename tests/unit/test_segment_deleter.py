@@ -154,14 +154,17 @@ def test_deletes_in_kafka_order_and_leaves_no_objects(tmp_path: Path) -> None:
     )
     per_segment = journal.events[1:]
     assert len(per_segment) == 2 * len(segs), "no tombstone yet: the next pass forgets the segments"
-    for i, _seg in enumerate(segs):
-        started, finished = per_segment[2 * i : 2 * i + 2]
+    # every STARTED first (published together, confirmed before any object goes), oldest first, then
+    # every FINISHED
+    for i, seg in enumerate(segs):
+        started, finished = per_segment[i], per_segment[len(segs) + i]
         assert (
             isinstance(started[1], RemoteLogSegmentMetadata)
+            and started[1].segment_id == seg.segment_id
             and started[1].state is S.DELETE_SEGMENT_STARTED
             and started[1].replaces_state is S.COPY_SEGMENT_FINISHED  # conditional on what was planned
         )
-        assert isinstance(finished[1], RemoteLogSegmentMetadata)
+        assert isinstance(finished[1], RemoteLogSegmentMetadata) and finished[1].segment_id == seg.segment_id
         assert finished[1].state is S.DELETE_SEGMENT_FINISHED and finished[1].writer_id == "w-ret"
     assert list(storage.list("")) == []
     assert metrics.SEGMENTS_DELETED.labels("time")._value.get() - before == 3
@@ -196,9 +199,9 @@ def test_failed_deletes_are_queued_counted_and_retried(tmp_path: Path) -> None:
     out = deleter.execute(TP, plan, 2)
     assert out.deleted == stuck and list(storage.list("")) == []
     # each deletion stated again (confirmed) before its objects go, then finished
-    assert [k for k, _ in journal.events] == ["publish", "publish", "resolved"] * 2
+    assert [k for k, _ in journal.events] == ["publish"] * 4 + ["resolved"] * 2
     states = [r.state for _, r in journal.events if isinstance(r, RemoteLogSegmentMetadata)]
-    assert states == [S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED] * 2
+    assert states == [S.DELETE_SEGMENT_STARTED] * 2 + [S.DELETE_SEGMENT_FINISHED] * 2
 
 
 def test_a_retried_deletion_the_readers_refuse_deletes_nothing(tmp_path: Path) -> None:
