@@ -30,12 +30,13 @@ from processor.errors import (
 from processor.kafka.partition import TopicPartition
 from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.reader.block_cache import BlockCache
+from processor.reader.block_records import block_records
 from processor.reader.lost_ranges import lost_range_end
 from processor.reader.segment_blocks import check_block
 from processor.reader.segment_fetch import SegmentFetcher
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentCipher, SegmentDecryption
 from processor.segment.block_header import BLOCK_FORMAT_V1
-from processor.segment.blocks import block_payload, decode_block
+from processor.segment.blocks import block_payload
 from processor.segment.blocks_v1 import decode_records_v1
 from processor.segment.blocks_v2 import block_batches
 from processor.segment.entries_v2 import batch_last_offset, check_batch_crc, records_as_batches
@@ -320,7 +321,9 @@ class RemoteReader:
                 # a block's records at a time (they are in offset order): the start found by
                 # bisection, the rest sliced, the byte budget summed in one pass (a Python step per
                 # record here cost as much as decoding the records)
-                for records in self._read_blocks(current, index, number, last, offset):
+                # with no timestamp to find, no more records are decoded than are still wanted
+                limit = None if timestamp is not None else max_records - returned
+                for records in self._read_blocks(current, index, number, last, offset, limit):
                     start = bisect.bisect_left(records, offset, key=_offset_of)
                     if timestamp is not None:
                         at = timestamp
@@ -372,21 +375,36 @@ class RemoteReader:
         first: int,
         last: int,
         min_offset: int | None = None,
+        limit: int | None = None,
     ) -> Iterator[list[KafkaRecord]]:
+        """Each block's records from ``min_offset`` on; once ``limit`` records were yielded the
+        caller stops (blocks are fetched before the first is decoded), so each block decodes only
+        the records still wanted (``block_records``)."""
         cipher = self.decryption.cipher(segment)
         stored_blocks = self.fetch.stored_blocks(segment, index, first, last)
+        left = limit
         for number, (stored, fresh) in zip(range(first, last + 1), stored_blocks, strict=True):
             info = index.blocks[number]
             where = f"{segment.data_object_key} block {number}"
             try:
                 block = _opened(stored, info.position, cipher, where)
                 check_block(block, info, where)
-                records = decode_block(block, where=where, min_offset=min_offset)
+                # a block from the cache matched the CRC-32 of the whole block verified when it was
+                # cached: its payload CRC is not computed again (each batch's CRC-32C still is)
+                records = block_records(
+                    block,
+                    where=where,
+                    min_offset=min_offset,
+                    limit=left,
+                    payload_crc=fresh or cipher is not None,
+                )
             except FormatError as exc:
                 raise CorruptObjectError(
                     str(exc), object_key=segment.data_object_key, segment=str(segment.segment_id)
                 ) from exc
             self.fetch.verified(segment, info.position, stored, fresh)
+            if left is not None:
+                left -= len(records)
             yield records
 
 
