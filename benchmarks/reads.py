@@ -49,14 +49,36 @@ def bench_read_latency(
     span = min(1000, max(1, per_partition // 2))  # 1000 in real runs; smaller in the smoke run
     targets = [(rng.randrange(PARTITIONS), rng.randrange(0, per_partition - span)) for _ in range(reads)]
 
+    # every GET each read makes is recorded, to be made again alone below (the floor: the S3 server's
+    # and the client's part of a read, nothing of the reader's)
+    requested: list[list[tuple[str, int, int]]] = []
+    storage_read = storage.read
+
+    def recorded_read(key: str, offset: int, length: int) -> bytes:
+        requested[-1].append((key, offset, length))
+        return storage_read(key, offset, length)
+
+    storage.read = recorded_read  # type: ignore[method-assign]
     remote: list[float] = []
+    remote_cpu = 0.0
     for p, offset in targets:
-        t0 = time.perf_counter()
+        requested.append([])
+        t0, c0 = time.perf_counter(), time.process_time()
         got = reader.read_from_offset(
             TopicPartition(topic.name, p), offset, max_records=span, max_bytes=1 << 40
         )
         remote.append(time.perf_counter() - t0)
+        remote_cpu += time.process_time() - c0
         assert len(got) == span and got[0].offset == offset
+    storage.read = storage_read  # type: ignore[method-assign]
+    bare: list[float] = []
+    bare_cpu = 0.0
+    for gets in requested:
+        t0, c0 = time.perf_counter(), time.process_time()
+        for key, start, length in gets:
+            storage_read(key, start, length)
+        bare.append(time.perf_counter() - t0)
+        bare_cpu += time.process_time() - c0
 
     consumer = new_consumer(info.bootstrap_servers, "bench-seek")
     broker: list[float] = []
@@ -87,6 +109,18 @@ def bench_read_latency(
                 (r / b <= 1.0) if name == "p50" else None,
             )
         )
+        report.add(
+            Figure(
+                "reads",
+                f"the same reads' GETs alone (boto3, one after another), {name}",
+                percentile(bare, p) * 1000,
+                "ms",
+                "the remote read",
+                r,
+                percentile(bare, p) * 1000 / r,
+                note="the floor: the S3 server and the client's request, no decode",
+            )
+        )
     report.add(
         Figure(
             "reads",
@@ -94,6 +128,17 @@ def bench_read_latency(
             reader.stats.bytes_requested / reads / 1e6,
             "MB",
             note=f"{reader.stats.requests / reads:.2f} GETs per read",
+        )
+    )
+    report.add(
+        Figure(
+            "reads",
+            "CPU of this process per read (mean)",
+            remote_cpu / reads * 1000,
+            "ms",
+            "its GETs alone",
+            bare_cpu / reads * 1000,
+            remote_cpu / max(bare_cpu, 1e-9),
         )
     )
 
