@@ -33,7 +33,7 @@ from processor.reader.block_cache import BlockCache
 from processor.reader.block_records import block_records
 from processor.reader.lost_ranges import lost_range_end
 from processor.reader.segment_blocks import check_block
-from processor.reader.segment_fetch import SegmentFetcher
+from processor.reader.segment_fetch import Ahead, SegmentFetcher
 from processor.reader.segment_keys import NO_DECRYPTION, SegmentCipher, SegmentDecryption
 from processor.segment.block_header import BLOCK_FORMAT_V1
 from processor.segment.blocks import block_payload
@@ -101,9 +101,12 @@ class RemoteReader:
         index_cache_entries: int = 1024,
         decryption: SegmentDecryption = NO_DECRYPTION,
         block_cache: BlockCache | None = None,
+        ahead_of_index: bool | None = None,
     ) -> None:
         # the segments' objects: index and blocks, from the block cache or storage (segment_fetch.py)
-        self.fetch = SegmentFetcher(storage, keys, index_cache_entries, decryption, block_cache)
+        self.fetch = SegmentFetcher(
+            storage, keys, index_cache_entries, decryption, block_cache, ahead_of_index
+        )
         self.storage, self.block_cache, self.keys = storage, block_cache, keys
         self.lookup = lookup
         self.decryption = decryption
@@ -182,7 +185,9 @@ class RemoteReader:
             fetched = 0  # stored bytes of the blocks read (whole_blocks)
             current: RemoteLogSegmentMetadata | None = segment
             while current is not None:
-                index = self.fetch.index(current)
+                index, ahead = self.fetch.index_and_ahead(
+                    current, out.next_offset, max_bytes - (fetched if whole_blocks else out.size)
+                )
                 number = index.block_for_offset(out.next_offset)
                 while number is not None and number < len(index.blocks):
                     if whole_blocks:
@@ -190,13 +195,13 @@ class RemoteReader:
                         if last is None:
                             return out
                         fetched += sum(index.blocks[n].length for n in range(number, last + 1))
-                        self._add_blocks(out, current, index, number, last, 1 << 62)
+                        self._add_blocks(out, current, index, number, last, 1 << 62, ahead)
                         number = last + 1
                         continue
                     last = self._last_block_needed(
                         index, number, out.next_offset, 1 << 30, max_bytes - out.size
                     )
-                    if self._add_blocks(out, current, index, number, last, max_bytes):
+                    if self._add_blocks(out, current, index, number, last, max_bytes, ahead):
                         return out
                     number = last + 1
                 following = next(iter(self.lookup.finished_segments(tp, current.end_offset + 1)), None)
@@ -243,10 +248,11 @@ class RemoteReader:
         first: int,
         last: int,
         max_bytes: int,
+        ahead: Ahead | None = None,
     ) -> bool:
         """Add the batches of blocks ``first..last`` to ``out``; True once ``max_bytes`` is reached."""
         cipher = self.decryption.cipher(segment)
-        stored_blocks = self.fetch.stored_blocks(segment, index, first, last)
+        stored_blocks = self.fetch.stored_blocks(segment, index, first, last, ahead)
         for number, (stored, fresh) in zip(range(first, last + 1), stored_blocks, strict=True):
             info = index.blocks[number]
             where = f"{segment.data_object_key} block {number}"
@@ -301,7 +307,13 @@ class RemoteReader:
         returned = returned_bytes = 0
         current: RemoteLogSegmentMetadata | None = segment
         while current is not None and returned < max_records:
-            index = self.fetch.index(current)
+            ahead: Ahead | None = None
+            if timestamp is None:  # where the read starts is known: its blocks' GET goes with the index's
+                per_record = current.segment_size_in_bytes / max(1, current.record_count)
+                want = min(int(per_record * (max_records - returned)), max_bytes - returned_bytes)
+                index, ahead = self.fetch.index_and_ahead(current, offset, want)
+            else:
+                index = self.fetch.index(current)
             first = (
                 index.block_for_offset(offset) if timestamp is None else index.block_for_timestamp(timestamp)
             )
@@ -323,7 +335,7 @@ class RemoteReader:
                 # record here cost as much as decoding the records)
                 # with no timestamp to find, no more records are decoded than are still wanted
                 limit = None if timestamp is not None else max_records - returned
-                for records in self._read_blocks(current, index, number, last, offset, limit):
+                for records in self._read_blocks(current, index, number, last, offset, limit, ahead):
                     start = bisect.bisect_left(records, offset, key=_offset_of)
                     if timestamp is not None:
                         at = timestamp
@@ -376,12 +388,13 @@ class RemoteReader:
         last: int,
         min_offset: int | None = None,
         limit: int | None = None,
+        ahead: Ahead | None = None,
     ) -> Iterator[list[KafkaRecord]]:
         """Each block's records from ``min_offset`` on; once ``limit`` records were yielded the
         caller stops (blocks are fetched before the first is decoded), so each block decodes only
         the records still wanted (``block_records``)."""
         cipher = self.decryption.cipher(segment)
-        stored_blocks = self.fetch.stored_blocks(segment, index, first, last)
+        stored_blocks = self.fetch.stored_blocks(segment, index, first, last, ahead)
         left = limit
         for number, (stored, fresh) in zip(range(first, last + 1), stored_blocks, strict=True):
             info = index.blocks[number]
