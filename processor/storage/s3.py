@@ -3,7 +3,8 @@
 - ``create`` is conditional (``If-None-Match: *``) for single PUTs and for multipart completion, so a
   second writer gets ``ObjectExistsError`` instead of overwriting.
 - Objects above ``multipart_threshold`` go up as multipart uploads whose parts are sent in parallel
-  from memory views of the segment's blocks (no joined copy); a failed upload is aborted.
+  from memory views of the segment's blocks (no joined copy); a failed upload is aborted. Bodies
+  are ``upload_body.ViewsReader``s: the socket is sent views of the blocks, never copies.
 - ``delete_many`` is DeleteObjects, 1,000 keys a request (its answer lists failures key by key).
 - Reads are ranged GETs. Errors map to the storage taxonomy (:func:`storage_error`): 404 ->
   ObjectNotFoundError, 412 -> ObjectExistsError, 416 -> InvalidRangeError, the rest -> StorageError
@@ -39,7 +40,6 @@ from processor.errors import (
 )
 from processor.storage.chunk_storage import (
     Buffer,
-    ChainedReader,
     ChunkInfo,
     ChunkStorage,
     MultipartUpload,
@@ -53,6 +53,7 @@ from processor.storage.s3_client import (
     label_parts,
     new_s3_client,
 )
+from processor.storage.upload_body import ViewsReader
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -186,7 +187,7 @@ class S3ChunkStorage(ChunkStorage):
                 self._client.put_object(
                     Bucket=self.bucket,
                     Key=key,
-                    Body=cast(IO[bytes], ChainedReader(parts)),
+                    Body=cast(IO[bytes], ViewsReader(parts)),
                     ContentLength=size,
                     ContentType=OBJECT_CONTENT_TYPE,
                     IfNoneMatch="*",
@@ -261,7 +262,7 @@ class S3ChunkStorage(ChunkStorage):
                     Key=key,
                     UploadId=upload_id,
                     PartNumber=number,
-                    Body=cast(IO[bytes], ChainedReader(group)),
+                    Body=cast(IO[bytes], ViewsReader(group)),
                     ContentLength=sum(len(v) for v in group),
                 )
                 return {"PartNumber": number, "ETag": resp["ETag"]}
