@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
+import operator
 import sys
 
 from processor.config import load_settings
 from processor.kafka.partition import TopicPartition
-from processor.reader.record_json import segment_to_json
+from processor.reader.record_json import segment_rows_json
 from processor.segment.object_keys import validate_topic
 from processor.wiring.read_side import open_read_side
+
+# A text line: id, partition, start, end, state, size, object key (fields of a listing row).
+_TEXT_LINE = "%-36s  %9s  %12s  %12s  %-22s  %12s  %s\n"
+_TEXT_FIELDS = operator.itemgetter(0, 2, 3, 4, 5, 6, 12)
 
 
 def cmd_segments(args: argparse.Namespace) -> int:
@@ -22,21 +26,18 @@ def cmd_segments(args: argparse.Namespace) -> int:
         tps = [tp for tp in cache.topic_partitions() if tp.topic == topic]
         if args.partition is not None:
             tps = [tp for tp in tps if tp == TopicPartition(topic, args.partition)]
-        rows = [segment_to_json(s) for tp in tps for s in cache.listed_segments(tp)]
+        # rows straight from the cache's bytes (no model a segment), all read before anything is
+        # written: a listing that fails writes nothing
+        rows = cache.listed_rows(tps)
     finally:
         side.close()
     out = sys.stdout
     if args.json:
-        encode = json.JSONEncoder().encode  # one encoder for every row
-        out.writelines(encode(row) + "\n" for row in rows)
+        out.write(segment_rows_json(rows))
     else:
         head = f"{'id':36}  {'partition':>9}  {'start':>12}  {'end':>12}  {'state':22}  {'size':>12}"
         out.write(head + "  object key\n")
-        out.writelines(
-            f"{r['id']:36}  {r['partition']:>9}  {r['start_offset']:>12}  {r['end_offset']:>12}  "
-            f"{r['state']:22}  {r['size_bytes']:>12}  {r['object_key']}\n"
-            for r in rows
-        )
+        out.write("".join(map(_TEXT_LINE.__mod__, map(_TEXT_FIELDS, rows))))
     return 0
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
-from rocksdict import Rdict, RdictIter
+from rocksdict import Rdict, RdictIter, ReadOptions
 
 from processor.follower.cache_keys import I64, MAX_UUID, O_VALUE, U32, U64, tp_key, tp_of_key
+from processor.follower.listing_rows import Row, model_row, rows_of_values
 from processor.kafka.partition import TopicPartition
 from processor.metadata.codec import decode_value
 from processor.metadata.fold_state import PartitionHeader
@@ -22,6 +23,12 @@ def _segment_of(raw: bytes) -> RemoteLogSegmentMetadata:
     record = decode_value(raw)
     assert isinstance(record, RemoteLogSegmentMetadata)
     return record
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    """The first key after every key that starts with ``prefix`` (an iterator's upper bound)."""
+    stem = prefix.rstrip(b"\xff")
+    return stem[:-1] + bytes((stem[-1] + 1,))
 
 
 class CacheQueries:
@@ -186,6 +193,28 @@ class CacheQueries:
     def listed_segments(self, tp: TopicPartition, from_offset: int = 0) -> Iterator[RemoteLogSegmentMetadata]:
         """Every segment of ``tp`` not yet DELETE_SEGMENT_FINISHED that ends at or after ``from_offset``."""
         return self._segments_of(self.scan_keys(b"L", tp, from_offset))
+
+    def listed_rows(self, tps: list[TopicPartition]) -> list[Row]:
+        """The listing rows (:mod:`processor.follower.listing_rows`) of every segment of ``tps`` not
+        yet DELETE_SEGMENT_FINISHED, partition by partition in order of start offset: the rows of
+        ``listed_segments`` of each, read from the stored bytes without a model per segment.
+
+        Each partition's ``L`` keys come from one iterator bounded to its prefix and the ``S`` values
+        from one multi-get (rocksdict: a call for all, not a Python step a key). Where an ``L`` value
+        is not the 8-byte end offset the fold writes (a damaged cache), the listing is that of
+        ``listed_segments``, which decides what such a cache lists and raises what it raises."""
+        keys: list[bytes | str | int | float | bool] = []  # rocksdict's key type (raw mode: bytes)
+        for tp in tps:
+            head = b"L" + tp_key(tp)
+            bounded = ReadOptions()
+            bounded.set_iterate_upper_bound(_prefix_end(head))
+            # raw mode: keys and values are bytes (rocksdict types them as any key type)
+            entries: list[tuple[bytes, bytes]] = list(self._db.items(from_key=head, read_opt=bounded))  # type: ignore[arg-type]
+            if not all(len(end) >= 8 and end[0] < 0x80 for _key, end in entries):  # I64 >= 0
+                return [model_row(s) for tp in tps for s in self.listed_segments(tp)]
+            keys.extend(b"S" + key[-16:] for key, _end in entries)
+        values: list[bytes | None] = self._db.get(keys) if keys else []  # type: ignore[assignment]
+        return rows_of_values(values, _segment_of)
 
     def _segments_of(self, keys: Iterator[tuple[bytes, bytes]]) -> Iterator[RemoteLogSegmentMetadata]:
         """The ``S`` record of each ``O``/``L`` key's segment (its id's bytes end the key: no UUID

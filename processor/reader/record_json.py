@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json.encoder
+from collections.abc import Sequence
 from typing import Any
 
 from processor.metadata.model import RemoteLogSegmentMetadata
@@ -41,3 +43,35 @@ def segment_to_json(segment: RemoteLogSegmentMetadata) -> dict[str, Any]:
         "object_key": segment.data_object_key,
         "index_key": segment.index_object_key,
     }
+
+
+# The keys of segment_to_json in its order: a listing row (processor.follower.listing_rows.Row) holds
+# their values in the same order.
+SEGMENT_JSON_FIELDS = (
+    "id", "topic", "partition", "start_offset", "end_offset", "state", "size_bytes", "record_count",
+    "max_timestamp_ms", "writer", "writer_epoch", "topic_id", "object_key", "index_key",
+)  # fmt: skip
+_JSON_LINE = "{" + ", ".join(f'"{name}": %s' for name in SEGMENT_JSON_FIELDS) + "}\n"
+
+
+def segment_rows_json(rows: Sequence[Sequence[Any]]) -> str:
+    """One JSON object a line for each listing row: byte for byte what ``json.JSONEncoder().encode``
+    writes for ``segment_to_json`` of the row's segment (its separators, its ASCII escaping through
+    the same C function, ``null`` for a missing topic id, integers as ``repr``), without a dict and
+    an encoder's walk a row (a third of a listing's time before)."""
+    string = json.encoder.encode_basestring_ascii
+    line = _JSON_LINE
+    return "".join(
+        [
+            line
+            % (
+                string(sid), string(topic), partition, start, end, string(state), size, count, max_ts,
+                string(writer), epoch, "null" if topic_id is None else string(topic_id), string(data),
+                string(index),
+            )
+            for (
+                sid, topic, partition, start, end, state, size, count, max_ts, writer, epoch, topic_id, data,
+                index,
+            ) in rows
+        ]
+    )  # fmt: skip
