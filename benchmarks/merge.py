@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +123,19 @@ def bench_merge(report: Report, info: stack.StackInfo, workdir: Path, segments: 
                 spent["proof"] += time.perf_counter() - t
 
         deleter.proven_superseded = proven_superseded  # type: ignore[method-assign]
+        deleting = storage.delete_many
+
+        def delete_many(keys: Iterable[str]) -> None:
+            t = time.perf_counter()
+            try:
+                deleting(keys)
+            finally:
+                spent["objects"] += time.perf_counter() - t
+
+        storage.delete_many = delete_many  # type: ignore[method-assign]
         limits = MergeLimits(target_bytes=64 * MiB, small_bytes=8 * MiB, min_age_ms=0)
         decryption = SegmentDecryption({})
-        spent = {"read": 0.0, "delete": 0.0, "proof": 0.0}
+        spent = {"read": 0.0, "delete": 0.0, "proof": 0.0, "objects": 0.0}
 
         def build(run: MergeRun) -> SealedSegment:
             t = time.perf_counter()
@@ -180,7 +190,8 @@ def bench_merge(report: Report, info: stack.StackInfo, workdir: Path, segments: 
             None,
             f"{mib:.0f} MiB into {merged.segments_after} segments in {merge_s:.1f} s: sources read back "
             f"and checked {spent['read']:.1f} s, deleted {spent['delete']:.1f} s (of which the proof, "
-            f"every source's index read against the merge's, {spent['proof']:.1f} s), upload the rest; "
+            f"every source's index read against the merge's, {spent['proof']:.1f} s, the objects' "
+            f"deletes {spent['objects']:.1f} s, the rest its records), upload the rest; "
             f"the plain copy {copy_s:.1f} s; CPU-s merge: {cpu.breakdown(merge_cpu)} (bench process: "
             f"consumer), plain copy: {cpu.breakdown(copy_cpu)}; load average {os.getloadavg()[0]:.1f}",
         )
