@@ -3,14 +3,17 @@ block's decode, cut; damaged bytes are refused whether or not the damage lies in
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
-from processor.reader.block_records import batch_records_within, block_records
+from processor.reader.block_records import batch_records_within, block_records, make_record
 from processor.segment.blocks import decode_block
 from processor.segment.entries_v2 import parse_batch_header
+from processor.segment.records import Header, KafkaRecord, TimestampType
 from processor.segment.segment_assembler import SegmentAssembler
 from tests.batch_samples import make_batch
 from tests.support.segment_v1_writer import SegmentBuilder
@@ -91,3 +94,27 @@ def test_a_control_batch_holds_no_records_and_a_bad_limit_is_refused() -> None:
     (block,) = _v2_blocks([3], [0], "none", "keep")
     with pytest.raises(ValueError, match="limit"):
         block_records(memoryview(block), where="b", limit=-1)
+
+
+@given(
+    offset=st.integers(0, 2**63 - 1),
+    ts=st.integers(-1, 2**63 - 1),
+    ts_type=st.sampled_from(list(TimestampType)),
+    key=st.one_of(st.none(), st.binary(max_size=20)),
+    value=st.one_of(st.none(), st.binary(max_size=20)),
+    headers=st.lists(st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=5))), max_size=3),
+)
+def test_a_record_built_by_its_slots_is_the_constructors(
+    offset: int,
+    ts: int,
+    ts_type: TimestampType,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[Header],
+) -> None:
+    assert make_record is not KafkaRecord  # the fast path is the one in use
+    made = make_record(offset, ts, ts_type, key, value, tuple(headers))
+    built = KafkaRecord(offset, ts, ts_type, key, value, tuple(headers))
+    assert made == built and hash(made) == hash(built) and repr(made) == repr(built)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.offset = 1  # type: ignore[misc]
