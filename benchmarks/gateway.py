@@ -45,8 +45,12 @@ from confluent_kafka import TopicPartition as KafkaTP
 from benchmarks import cpu
 from benchmarks.offload import PARTITIONS, LoadedTopic, load_topic, read_archive
 from benchmarks.report import Figure, Report, percentile
+from processor.config import load_settings
 from processor.devstack import servers, stack
 from processor.devstack.truncate import truncate_topic
+from processor.kafka.partition import TopicPartition
+from processor.wiring.follower import build_follower, build_reader
+from processor.wiring.storage import build_storage
 
 MiB = 1024 * 1024
 
@@ -201,6 +205,36 @@ def _random_reads(
     return first, whole
 
 
+def _block_get_floor(
+    env: dict[str, str], workdir: Path, topic: LoadedTopic, targets: list[tuple[int, int]]
+) -> list[float]:
+    """Per target, the seconds of one ranged GET of the block holding its offset, alone: the S3
+    server's and the S3 client's part of a cold seek (the indexes read first, outside the timing)."""
+    settings = load_settings(env)
+    follower = build_follower(settings, 4, cache_dir=workdir / f"floor-cache-{uuid.uuid4().hex[:6]}")
+    storage = build_storage(settings)
+    try:
+        follower.materializer.catch_up()
+        reader = build_reader(settings, storage, follower.rlmm)
+        blocks = []
+        for p, offset in targets:
+            segment = follower.rlmm.finished_segment_for_offset(TopicPartition(topic.name, p), offset)
+            assert segment is not None, (p, offset)
+            index = reader.fetch.index(segment)
+            number = index.block_for_offset(offset)
+            assert number is not None, (p, offset)
+            blocks.append((segment.data_object_key, index.blocks[number]))
+        seconds = []
+        for key, block in blocks:
+            t0 = time.perf_counter()
+            storage.read(key, block.position, block.length)
+            seconds.append(time.perf_counter() - t0)
+        return seconds
+    finally:
+        follower.close()
+        storage.close()
+
+
 @dataclass
 class Read:
     seconds: float
@@ -315,6 +349,7 @@ def bench_gateway(
     with running_gateway(env, workdir, cache_bytes=0, node_ids=nodes) as gw:
         c_first, _c_whole = _random_reads(gw.bootstrap, topic, cold_targets, span)
     cb_first, _cb_whole = _random_reads(info.bootstrap_servers, topic, cold_targets, span)
+    bare_get = _block_get_floor(env, workdir, topic, cold_targets)
     for name, p in (("p50", 50), ("p99", 99)):
         g, b = percentile(g_whole, p) * 1000, percentile(b_whole, p) * 1000
         report.add(
@@ -349,5 +384,13 @@ def bench_gateway(
             Figure(
                 "gateway", f"first record of a cold archived offset (from S3), {name}",
                 percentile(c_first, p) * 1000, "ms", "from the broker", percentile(cb_first, p) * 1000,
+            )
+        )  # fmt: skip
+        report.add(
+            Figure(
+                "gateway", f"the same offsets' blocks, one bare ranged GET each (boto3), {name}",
+                percentile(bare_get, p) * 1000, "ms", "first record through the gateway",
+                percentile(c_first, p) * 1000, percentile(bare_get, p) / max(percentile(c_first, p), 1e-9),
+                note="the floor of a cold seek: the S3 server's answer alone",
             )
         )  # fmt: skip
