@@ -121,6 +121,10 @@ class RocksFoldStore:
         self.served_changes: dict[TopicPartition, dict[int, RemoteLogSegmentMetadata | None]] = {}
         self.served_adds: dict[TopicPartition, _ServedAdds] = {}
         self.bookkeeping: dict[TopicPartition, tuple[set[bytes], set[uuid.UUID]]] = {}
+        # the last partition asked for and its entry: a record's checks ask twice in a row (a
+        # TopicPartition's hash is a Python call)
+        self._kept_tp: TopicPartition | None = None
+        self._kept: tuple[set[bytes], set[uuid.UUID]] = (set(), set())
 
     def written(self) -> None:
         """The batch was written: what it changed is what the database says now."""
@@ -133,7 +137,7 @@ class RocksFoldStore:
     # -- reads -----------------------------------------------------------------------------------
 
     def header(self, tp: TopicPartition) -> PartitionHeader:
-        header = self.headers.get(tp)
+        header = self.headers.get(tp) if self.headers else None  # a batch changes few, often none
         return header if header is not None else self.queries.header(tp)
 
     def segment(self, sid: uuid.UUID) -> RemoteLogSegmentMetadata | None:
@@ -143,20 +147,25 @@ class RocksFoldStore:
         return seg  # type: ignore[return-value]
 
     def _bookkept(self, tp: TopicPartition) -> tuple[set[bytes], set[uuid.UUID]]:
+        if tp is self._kept_tp:
+            return self._kept
         kept = self.bookkeeping.get(tp)
         if kept is None:
             shadowed, orphans = self.queries.bookkeeping(tp)
             kept = self.bookkeeping[tp] = (set(shadowed), set(orphans))
+        self._kept_tp, self._kept = tp, kept
         return kept
 
     def is_shadowed(self, tp: TopicPartition, key: bytes) -> bool:
-        return key in self._bookkept(tp)[0]
+        shadowed = self._bookkept(tp)[0]
+        return bool(shadowed) and key in shadowed
 
     def shadowed_keys(self, tp: TopicPartition) -> set[bytes]:
         return set(self._bookkept(tp)[0])
 
     def is_orphan(self, tp: TopicPartition, sid: uuid.UUID) -> bool:
-        return sid in self._bookkept(tp)[1]
+        orphans = self._bookkept(tp)[1]
+        return bool(orphans) and sid in orphans  # none, nearly always: no UUID hash (a Python call)
 
     def served_overlapping(self, tp: TopicPartition, start: int, end: int) -> list[RemoteLogSegmentMetadata]:
         """Served segments of ``tp`` reaching into ``start..end``, this batch's changes included: one
@@ -271,8 +280,9 @@ class RocksFoldStore:
                 self._served_adds(tp).add(new)
             else:
                 writes[b"O" + suffix] = None
+                if served.get(key_int) is not None:  # served by this batch (listed in served_adds)
+                    self._no_longer_served(tp, new)
                 served[key_int] = None
-                self._no_longer_served(tp, new)
             self.segments[key_int] = new
         if change.header is not None:
             writes[b"E" + ptp] = encode_header(change.header)
@@ -312,16 +322,15 @@ class CacheWriter:
         result = ApplyResult()
         store = self.store
         fold = Fold(store, topics)
-        next_offsets: dict[int, int] = {}
         applied = 0
         messages = messages if isinstance(messages, list) else list(messages)
         try:
             verdicts = fold.apply_messages([(offset, key, value) for _p, offset, key, value in messages])
-            for (partition, offset, _key, _value), verdict in zip(messages, verdicts, strict=True):
-                next_offsets[partition] = offset + 1
+            for message, verdict in zip(messages, verdicts, strict=True):
                 if verdict.accepted and not verdict.ignored:
                     applied += 1
                     continue
+                partition, offset = message.partition, message.offset
                 if verdict.ignored:
                     result.not_accepted[(partition, offset)] = None
                     continue
@@ -334,19 +343,22 @@ class CacheWriter:
                     "metadata record %d@%d rejected (%s): %s", partition, offset, reason, verdict.detail
                 )
             result.applied = applied
+            # each partition's last message (a consumed batch holds each partition's in order)
+            next_offsets = {partition: offset + 1 for partition, offset, _key, _value in messages}
             # the partitions whose header (claim) changed, and those with an accepted record
             result.claims = {tp: header.current_epoch for tp, header in store.headers.items()}
             result.active = set(store.headers) | {
-                seg.topic_partition for seg in store.segments.values() if seg is not None
+                seg.segment_id.topic_partition for seg in store.segments.values() if seg is not None
             }
             for partition, offset in next_offsets.items():
                 store.writes[b"C" + U32.pack(partition)] = I64.pack(offset)
             batch = WriteBatch(raw_mode=True)
+            put, delete = batch.put, batch.delete
             for key, value in store.writes.items():
                 if value is None:
-                    batch.delete(key)
+                    delete(key)
                 else:
-                    batch.put(key, value)
+                    put(key, value)
             self._db.write(batch)
         except BaseException:
             store.begin()  # nothing of the batch was written: forget it

@@ -52,7 +52,7 @@ from processor.metadata.model import (
     RemotePartitionDeleteMetadata,
     SegmentState,
 )
-from processor.metadata.validation import check_key, check_record, uuid_text
+from processor.metadata.validation import check_key, check_record, check_segment, uuid_text
 
 FRAMING_VERSION = 1
 TYPE_SEGMENT = 0
@@ -350,16 +350,35 @@ def decode_messages(
                 fast[i] = segment
     out: list[MetadataRecord | FormatError | None] = []
     append = out.append
-    for i, (key, value) in enumerate(messages):
+    segment_type = RemoteLogSegmentMetadata
+    known_records = fast if fast is not None else [None] * len(messages)
+    for (key, value), known in zip(messages, known_records, strict=True):
         try:
             if value is None:
                 append(None)
-                continue
-            known = None if fast is None else fast[i]
-            append(_checked(key, known) if known is not None else decode_message(key, value))
+            elif known is None:
+                append(decode_message(key, value))
+            elif type(known) is segment_type:
+                append(_checked_segment(key, known))
+            else:
+                append(_checked(key, known))
         except FormatError as exc:
             append(exc)
     return out
+
+
+def _checked_segment(key: bytes | None, record: RemoteLogSegmentMetadata) -> MetadataRecord:
+    """:func:`_checked` of a RemoteLogSegmentMetadata (the batch's common record), its key built
+    as :func:`segment_record_key` builds it, with two calls less."""
+    check_segment(record)
+    sid = record.segment_id
+    if record.state in _DELETE_STATES:
+        expected = _delete_key(sid.topic, sid.partition, sid.id.int)
+    else:
+        expected = _segment_key(sid.topic, sid.partition, sid.id.int)
+    if key != expected:
+        return _checked(key, record)  # the rules for another key (an earlier version's), or the error
+    return record
 
 
 _PLAIN_SEGMENT_FRAME = bytes((FRAMING_VERSION, TYPE_SEGMENT))

@@ -31,7 +31,7 @@ from processor.metadata.fold_reasons import ILLEGAL, INTERNAL, INVALID, UNDECODA
 from processor.metadata.fold_rules import decide, decide_tombstone, parse_key, rejected_change
 from processor.metadata.fold_state import Change, FoldStore
 from processor.metadata.memory_store import MemoryStore, PartitionView
-from processor.metadata.model import DELETE_STATES, MetadataRecord
+from processor.metadata.model import DELETE_STATES, MetadataRecord, RemoteLogSegmentMetadata
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,22 @@ class Fold:
         given before the next message is applied."""
         decoded = decode_messages([(key, value) for _offset, key, value in messages])
         apply_decoded = self.apply_decoded
+        apply_record = self.apply_record
+        topics = self.topics
+        # a decoded segment record of a kept topic goes to apply_record, as apply_decoded would send
+        # it (one call a record less), unless a subclass does more in apply_decoded
+        direct = type(self).apply_decoded is Fold.apply_decoded
+        segment = RemoteLogSegmentMetadata
         for (offset, key, value), outcome in zip(messages, decoded, strict=True):
-            yield apply_decoded(offset, key, value, outcome)
+            if (
+                direct
+                and type(outcome) is segment
+                and value is not None
+                and (topics is None or outcome.segment_id.topic in topics)
+            ):
+                yield apply_record(offset, outcome, value, key)
+            else:
+                yield apply_decoded(offset, key, value, outcome)
 
     def apply_decoded(
         self,

@@ -175,9 +175,10 @@ def decide_segment(
     raw: bytes | None,
     key: bytes | None = None,
 ) -> Change:
-    tp = record.topic_partition
+    segment_id = record.segment_id
+    tp = segment_id.topic_partition
     header = store.header(tp)
-    sid = record.segment_id.id
+    sid = segment_id.id
     current = store.segment(sid)
     if header.claimed:
         check_epoch(header, record.writer_epoch, record)

@@ -41,17 +41,19 @@ class RemoteLogSegmentId:
     partition: int
     id: uuid.UUID
     topic_id: str | None = None
+    # The id's partition, kept (not compared, not shown): every record of a segment asks for it
+    # several times on the fold's path, and a property costs a Python call each time.
+    topic_partition: TopicPartition = field(init=False, repr=False, compare=False)
 
-    @property
-    def topic_partition(self) -> TopicPartition:
-        return _topic_partition(self.topic, self.partition)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topic_partition", shared_topic_partition(self.topic, self.partition))
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}/{self.id}"
 
 
 @lru_cache(maxsize=65_536)
-def _topic_partition(topic: str, partition: int) -> TopicPartition:
+def shared_topic_partition(topic: str, partition: int) -> TopicPartition:
     """One shared TopicPartition per partition: every record of a segment asks for it, several times."""
     return TopicPartition(topic, partition)
 

@@ -6,10 +6,8 @@ record decodes to the same value either way (tests/unit/test_segment_batch_decod
 
 from __future__ import annotations
 
-import uuid
-
 from processor.metadata import segment_metadata_decoder as decoder
-from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata
+from processor.metadata.model import RemoteLogSegmentMetadata
 
 _WRITERS: dict[bytes, str] = {}  # writer ids by their bytes (a handful of writers write every record)
 _WRITERS_MAX = 4096
@@ -39,6 +37,7 @@ def read_segments(values: list[bytes]) -> list[RemoteLogSegmentMetadata | None]:
     states = decoder.STATES
     ids, tails, writers = decoder.SEGMENT_IDS, decoder.RECORD_TAILS, _WRITERS
     build = decoder.build_record
+    new_id, new_uuid = decoder.build_segment_id, decoder.uuid_of_text
     out: list[RemoteLogSegmentMetadata | None] = []
     append = out.append
     for value, row in zip(values, rows.tolist(), strict=True):
@@ -54,9 +53,7 @@ def read_segments(values: list[bytes]) -> list[RemoteLogSegmentMetadata | None]:
                     append(None)
                     continue
                 topic_id = None if row[18] < 0 else value[row[18] : row[19]].decode()
-                segment_id = RemoteLogSegmentId(
-                    value[row[16] : row[17]].decode(), row[1], uuid.UUID(sid), topic_id
-                )
+                segment_id = new_id(value[row[16] : row[17]].decode(), row[1], new_uuid(sid), topic_id)
                 if len(ids) >= decoder.SEGMENT_IDS_MAX:
                     ids.clear()
                 ids[id_bytes] = segment_id

@@ -26,7 +26,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
+from processor.metadata.model import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    SegmentState,
+    shared_topic_partition,
+)
 
 SCHEMA_FILE = "RemoteLogSegmentMetadata.avsc"
 
@@ -192,6 +197,41 @@ def _slot_builder() -> Callable[..., RemoteLogSegmentMetadata]:
 build_record = _slot_builder()
 
 
+_ID_SETTERS = tuple(
+    getattr(RemoteLogSegmentId, f.name).__set__ for f in dataclasses.fields(RemoteLogSegmentId)
+)
+_ID_FIELDS = tuple(f.name for f in dataclasses.fields(RemoteLogSegmentId))
+assert _ID_FIELDS == ("topic", "partition", "id", "topic_id", "topic_partition"), _ID_FIELDS
+_set_topic, _set_partition, _set_id, _set_topic_id, _set_tp = _ID_SETTERS
+_topic_partition = shared_topic_partition
+
+
+def build_segment_id(topic: str, partition: int, sid: uuid.UUID, topic_id: str | None) -> RemoteLogSegmentId:
+    """RemoteLogSegmentId(topic, partition, sid, topic_id) slot by slot, as the frozen __init__ and
+    its __post_init__ would set them (a new segment's first record makes one)."""
+    segment_id = _NEW(RemoteLogSegmentId)
+    _set_topic(segment_id, topic)
+    _set_partition(segment_id, partition)
+    _set_id(segment_id, sid)
+    _set_topic_id(segment_id, topic_id)
+    _set_tp(segment_id, _topic_partition(topic, partition))
+    return segment_id
+
+
+_UUID = uuid.UUID
+_UUID_SETATTR = object.__setattr__
+_UUID_UNKNOWN = uuid.SafeUUID.unknown
+
+
+def uuid_of_text(text: str) -> uuid.UUID:
+    """uuid.UUID(text) of a canonical lower-case UUID string (matched by UUID_TEXT first), set as
+    its __init__ sets it (``int`` and ``is_safe``) without its parsing of every other form."""
+    value = _NEW(_UUID)
+    _UUID_SETATTR(value, "int", int(text.replace("-", ""), 16))
+    _UUID_SETATTR(value, "is_safe", _UUID_UNKNOWN)
+    return value
+
+
 def _segment_metadata(*values: Any) -> RemoteLogSegmentMetadata:
     """RemoteLogSegmentMetadata(*values), all fields given positionally, without __init__'s setattrs."""
     if len(values) != len(_SLOT_SETTERS):
@@ -239,7 +279,7 @@ def _read(buf: bytes, p: int) -> RemoteLogSegmentMetadata:
     if segment_id is None:
         if UUID_TEXT.fullmatch(sid) is None:
             raise _Unhandled
-        segment_id = RemoteLogSegmentId(topic, partition, uuid.UUID(sid), topic_id)
+        segment_id = build_segment_id(topic, partition, uuid_of_text(sid), topic_id)
         if p <= len(buf):  # not a slice cut short by the end
             if len(SEGMENT_IDS) >= SEGMENT_IDS_MAX:
                 SEGMENT_IDS.clear()

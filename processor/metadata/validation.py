@@ -102,7 +102,7 @@ def _check_writer(record: MetadataRecord, writer_id: str, epoch: int) -> None:
         raise _fail(record, f"writer epoch {epoch} outside -1..{MAX_EPOCH}")
 
 
-def _check_segment(record: RemoteLogSegmentMetadata) -> None:
+def check_segment(record: RemoteLogSegmentMetadata) -> None:
     sid = record.segment_id
     problem = _tp_problem(sid.topic, sid.partition, sid.topic_id)
     if problem is not None:
@@ -192,7 +192,7 @@ def _key_problem(
 def check_record(record: MetadataRecord) -> MetadataRecord:
     """Return ``record`` if it lies within the bounds above, else raise FormatError naming the field."""
     if isinstance(record, RemoteLogSegmentMetadata):
-        _check_segment(record)
+        check_segment(record)
     elif isinstance(record, RemoteLogSegmentMetadataUpdate):
         sid = record.segment_id
         _check_tp(record, sid.topic, sid.partition, sid.topic_id)
