@@ -9,8 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from processor import metrics
-from processor.errors import FencedWriterError, InvalidNameError, StorageError
-from processor.lifecycle.ports import FINISH, UNPROVEN, DeletionOutcome
+from processor.lifecycle.ports import FINISH, UNPROVEN, DeletionOutcome, publish_all
 from processor.lifecycle.retention_policy import DeleteReason
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED
@@ -34,6 +33,7 @@ def retry_failed(
     deleted; an entry for a segment the fold no longer knows is resolved (already gone), one
     for a segment the fold does not show as being deleted is resolved and never deleted."""
     out = DeletionOutcome()
+    todo: list[RemoteLogSegmentMetadata] = []
     for entry in pending:
         state = known(entry)
         if state is not None and state.state is _S.DELETE_SEGMENT_STARTED:
@@ -54,29 +54,33 @@ def retry_failed(
                 )
             deleter.failed.resolve(entry)
             continue
-        try:
-            state = deleter.state_deletion_again(state, writer_epoch)
-        except FencedWriterError as exc:  # left for the next pass, judged on the state it shows then
-            log.warning("deletion topic entry for %s not retried: %s", entry.segment_id, exc)
+        if all(t.segment_id.id != state.segment_id.id for t in todo):  # an entry found twice: once
+            todo.append(state)
+    # the rest as a retention pass deletes (processor/lifecycle/segment_deleter.py): every deletion
+    # stated again together and confirmed, then the objects of the confirmed ones, then their FINISHED
+    again, refused = deleter.state_deletions_again(todo, writer_epoch)
+    for segment, exc in refused:  # left for the next pass, judged on the state it shows then
+        log.warning("deletion topic entry for %s not retried: %s", segment.segment_id, exc)
+    errors = deleter.delete_objects_of(again, record=False)  # their entries stay on the topic
+    finished = []
+    for state in again:
+        error = errors.get(state.segment_id.id)
+        if error is not None:
+            out.failed.append((state, error))
             continue
-        try:
-            keys = deleter.owned_objects(state)
-            for key in keys.in_delete_order():
-                deleter.storage.delete(key)
-        except (StorageError, InvalidNameError) as exc:
-            metrics.DELETE_FAILURES.inc()
-            out.failed.append((state, str(exc)))
-            continue
-        finished = replace(
-            state,
-            state=_S.DELETE_SEGMENT_FINISHED,
-            event_timestamp_ms=deleter.clock_ms(),
-            writer_id=deleter.writer_id,
-            writer_epoch=writer_epoch,
+        finished.append(
+            replace(
+                state,
+                state=_S.DELETE_SEGMENT_FINISHED,
+                event_timestamp_ms=deleter.clock_ms(),
+                writer_id=deleter.writer_id,
+                writer_epoch=writer_epoch,
+            )
         )
-        deleter.metadata.publish(finished)
-        deleter.finished[state.segment_id.id] = finished.event_timestamp_ms
-        deleter.failed.resolve(state)
+    publish_all(deleter.metadata, finished)
+    for done in finished:
+        deleter.finished[done.segment_id.id] = done.event_timestamp_ms
+        deleter.failed.resolve(done)
         metrics.SEGMENTS_DELETED.labels(DeleteReason.RETRY.value).inc()
-        out.deleted.append(state)
+        out.deleted.append(done)
     return out

@@ -11,9 +11,9 @@ then every confirmed segment's manifest, then their data, index and key filter o
 (``delete_many``: S3's DeleteObjects, a thousand keys a request), then every FINISHED; a merge of
 a thousand small segments costs a handful of requests where it cost four thousand and a thousand
 acknowledgements one after the other. A segment whose STARTED is not confirmed has no object
-touched. The tombstones that let compaction forget the segment come in a later pass, once the owner's view shows
-the DELETE_SEGMENT_FINISHED and every rejected record of the partition has been neutralised
-(:meth:`SegmentDeleter.forget`, processor/lifecycle/retention_service.py).
+touched. The tombstones that let compaction forget the segment come in a later pass, once the
+owner's view shows the DELETE_SEGMENT_FINISHED and every rejected record of the partition has been
+neutralised (:meth:`SegmentDeleter.forget`, processor/lifecycle/retention_service.py).
 
 Proof (processor/metadata/deletion_proof.py): a segment that is not served and has a manifest is
 acknowledged data a lagging or compacted view does not know: it is never deleted here, only
@@ -382,6 +382,25 @@ class SegmentDeleter:
         self.started[segment.segment_id.id] = (writer_epoch, again.event_timestamp_ms)
         return again
 
+    def state_deletions_again(
+        self, segments: Sequence[RemoteLogSegmentMetadata], writer_epoch: int
+    ) -> tuple[list[RemoteLogSegmentMetadata], list[tuple[RemoteLogSegmentMetadata, FencedWriterError]]]:
+        """:meth:`state_deletion_again` for several deletions at once: every record published with
+        one wait for the acknowledgements, then each confirmed. Returns the records the readers
+        accepted (their objects may go) and the segments whose record they did not, each with why
+        (nothing of those may be deleted now)."""
+        stated = [self._deletion_record(segment, writer_epoch) for segment in segments]
+        offsets = publish_all(self.metadata, stated)
+        accepted, refused = [], []
+        for segment, again, offset in zip(segments, stated, offsets, strict=True):
+            if self.confirm(again, offset) is not True:
+                what = f"DELETE_SEGMENT_STARTED of {segment.segment_id} stated again"
+                refused.append((segment, self._refused(again, what)))
+                continue
+            self.started[segment.segment_id.id] = (writer_epoch, again.event_timestamp_ms)
+            accepted.append(again)
+        return accepted, refused
+
     def forget_manifests(self, segments: Iterable[RemoteLogSegmentMetadata]) -> None:
         """Delete the manifests of every segment about to be deleted, before any of them goes: a
         deletion that stops half way leaves objects a rebuild of the metadata never serves again
@@ -400,13 +419,16 @@ class SegmentDeleter:
         count it, record the segment on the deletion topic and return the error."""
         return self.delete_objects_of([segment]).get(segment.segment_id.id)
 
-    def delete_objects_of(self, segments: Sequence[RemoteLogSegmentMetadata]) -> dict[uuid.UUID, str]:
+    def delete_objects_of(
+        self, segments: Sequence[RemoteLogSegmentMetadata], record: bool = True
+    ) -> dict[uuid.UUID, str]:
         """Delete the own objects of several segments, whose deletion is started and confirmed: the
         manifests of all of them first (a deletion that stops half way leaves nothing a rebuild
         would serve again), then, of those whose manifest is gone, the data, index and key filter,
         each step in as few requests as the store allows (``delete_many``). Returns the segments
         that are not done, each with its error: counted, recorded on the deletion topic for retry
-        (keys that are not the segment's own are such an error too)."""
+        (keys that are not the segment's own are such an error too; ``record`` False: a retry of
+        the deletion topic's own entries, which stay there)."""
         errors: dict[uuid.UUID, str] = {}
         owned: dict[uuid.UUID, SegmentObjectKeys] = {}
         for segment in segments:
@@ -426,7 +448,8 @@ class SegmentDeleter:
                 log.warning(
                     "could not delete the objects of %s (%s); queued for retry", segment.segment_id, error
                 )
-                self.failed.record_failed(segment)
+                if record:
+                    self.failed.record_failed(segment)
         return errors
 
     def _delete_keys(self, keys_of: Mapping[uuid.UUID, Sequence[str]]) -> dict[uuid.UUID, str]:

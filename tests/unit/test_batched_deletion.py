@@ -12,6 +12,7 @@ import pytest
 
 from processor import metrics
 from processor.errors import FencedWriterError, StorageError
+from processor.lifecycle.deletion_retries import retry_failed
 from processor.lifecycle.retention_policy import RetentionLimits, plan_retention
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.model import MetadataRecord, RemoteLogSegmentMetadata, SegmentState
@@ -131,3 +132,28 @@ def test_a_refused_record_leaves_its_segment_and_every_later_one_untouched(tmp_p
     assert states(journal)[4:] == [(S.DELETE_SEGMENT_FINISHED, s.segment_id.id) for s in segs[:2]]
     assert set(deleter.started) == {s.segment_id.id for s in segs[:2]}  # only confirmed ones are its own
     assert [b for batch in storage.batches for b in batch if any(b in owned(s) for s in segs[2:])] == []
+
+
+def test_the_deletion_topics_entries_are_retried_together(tmp_path: Path) -> None:
+    """Entries of the deletion topic (deletions this deleter started): stated again in one publish,
+    their objects deleted in two batch deletes, finished in one publish; one the readers refuse is
+    left whole for the next pass, and its entry stays."""
+    storage = Batches(tmp_path)
+    segs = segments_with_manifests(storage, 3)
+    stuck = [s.deleting(2, "w", 2) for s in segs]
+    refused = segs[1].segment_id.id
+    journal = BatchJournal()
+
+    def confirm(record: MetadataRecord, offset: int) -> bool:
+        return not (isinstance(record, RemoteLogSegmentMetadata) and record.segment_id.id == refused)
+
+    deleter = SegmentDeleter(storage, journal, journal, journal, "w", KEYS, confirm)
+    for s in stuck:
+        deleter.started[s.segment_id.id] = (s.writer_epoch, s.event_timestamp_ms)  # its own
+    by_id = {s.segment_id.id: s for s in stuck}
+    out = retry_failed(deleter, segs, 2, lambda s: by_id[s.segment_id.id])
+    assert [s.segment_id for s in out.deleted] == [segs[0].segment_id, segs[2].segment_id]
+    assert out.failed == [] and journal.calls == [3, 2] and len(storage.batches) == 2
+    assert keys_in(storage) == set(owned(segs[1])[:3])  # the refused one keeps every object
+    resolved = [sid for kind, sid in journal.events if kind == "resolved"]
+    assert resolved == [segs[0].segment_id.id, segs[2].segment_id.id]  # its entry stays pending
