@@ -301,7 +301,13 @@ class RetentionService:
                     log.warning("retention pass: %s", exc)
                     result.fenced.append(tp)
                     continue
-                self._rewrites_checked[tp] = (epoch, claim_id)  # every served rewrite, once a claim
+                # every served rewrite is checked once a claim, and again after a pass deleted one: a
+                # deleted rewrite serves again what it superseded, which may be a rewrite of an earlier
+                # claim (a forged one under a forged one) that no pass of this claim has checked
+                if any(s.supersedes for s in (*outcome.deleted, *(f for f, _error in outcome.failed))):
+                    self._rewrites_checked.pop(tp, None)
+                else:
+                    self._rewrites_checked[tp] = (epoch, claim_id)
                 if sweep is not None and listed is not None and claim is not None and not outcome.failed:
                     if not self._sweep(tp, part, plan, sweep, listed, in_flight | self.in_flight(tp)):
                         result.sweeps_failed.append(tp)

@@ -101,22 +101,17 @@ class PartitionRemoteState:
         """Known segments (any state) that an accepted rewrite (a merge, an erase) supersedes,
         directly or through a rewrite it superseded in turn (a merge of a merge whose sources were
         not deleted yet), and that are not served, each with the rewrite that holds its offsets now.
-        A rewrite counts once readers accepted its FINISHED: in COPY_SEGMENT_FINISHED, or being
-        deleted from it (retention, or a forged delete its holder undoes); never a copy that did not
+        A rewrite counts while readers serve it; never one being deleted (by retention, or by a
+        forged delete its holder means to undo: serving it again can fail, a forged rewrite over the
+        same offsets say, and its sources would then hold the only copy), nor a copy that did not
         finish. Only segments wholly inside the rewrite's offsets count (the fold unserved exactly
         those). The record alone is no proof (it may be forged with the claim's epoch and writer id):
-        the deleter checks that the rewrite's objects are in the bucket
+        the deleter reads the rewrite's index and checks it covers the source's records
         (:meth:`~processor.lifecycle.segment_deleter.SegmentDeleter.proven_superseded`)."""
         served = {s.segment_id.id for s in self.finished()}
         out: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
         for rewrite in self.segments.values():
-            if not rewrite.supersedes or not (
-                rewrite.state is _S.COPY_SEGMENT_FINISHED
-                or (
-                    rewrite.state is _S.DELETE_SEGMENT_STARTED
-                    and rewrite.replaces_state is _S.COPY_SEGMENT_FINISHED
-                )
-            ):
+            if not rewrite.supersedes or rewrite.segment_id.id not in served:
                 continue
             todo = list(rewrite.supersedes)
             while todo:

@@ -143,6 +143,9 @@ class Topic:
         self.accepted: dict[int, bool] = {}
         self.foreign_accepted: list[str] = []  # accepted records of a writer not holding the claim
         self.self_fenced: list[str] = []  # a claim holder's own record rejected
+        # the offset of the latest forged record the readers accepted, by partition: a holder's
+        # record written from a view read before it may lose to it (the fold's condition at work)
+        self.forged_accepted_at: dict[TopicPartition, int] = {}
 
     def append(self, key: bytes, value: bytes | None, forged: bool = False, signature: str = "good") -> int:
         """Append a message; ``forged``: a hostile record carrying a claim holder's epoch and writer
@@ -159,6 +162,8 @@ class Topic:
             shown = "tombstone" if value is None else repr(verdict.record or value[:16])
             print(f"  @{offset} {key.decode(errors='replace')} {verdict.accepted} {verdict.reason} {shown}")
         record = verdict.record
+        if forged and verdict.accepted and record is not None:
+            self.forged_accepted_at[record.topic_partition] = offset
         if record is None or isinstance(record, PartitionClaim):
             return offset
         claim = claims.get(record.topic_partition)
@@ -173,6 +178,10 @@ class Topic:
             and verdict.reason != CONDITION
             and writer in self.writers
             and getattr(record, "writer_epoch", None) == claim.epoch
+            # not raced by a forged record accepted under this claim: no view read before that can
+            # know it, and the holder's record losing to it is the condition doing its work (the
+            # holder's next pass, on a view that shows it, deletes the forgery and repairs)
+            and self.forged_accepted_at.get(record.topic_partition, -1) < claim.epoch
         ):
             self.self_fenced.append(
                 f"{writer}'s own record at {offset} rejected: {verdict.reason} {verdict.detail}"

@@ -761,6 +761,11 @@ class OwnershipModel(RuleBasedStateMachine):
                         # served again by the command's own pass (a forged delete undone), then deleted
                         # as the user asked
                         self.forged.pop(seg.segment_id.id, None)
+                # the user's own retention: offsets below ``before`` are deleted as asked, also
+                # those of an acknowledged segment a served rewrite (forged, say) held at the time
+                for sid, seg in self.acked.items():
+                    if seg.topic_partition == tp and seg.end_offset < before:
+                        self.retention_deleted.setdefault(sid, seg.max_timestamp_ms)
         release = PartitionClaim(tp, self._uuid(), ClaimKind.RELEASE, "op", 0, released_epoch=epoch)
         self.topic.publish(release)
 

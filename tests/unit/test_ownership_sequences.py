@@ -114,3 +114,66 @@ def test_a_rebuilt_archive_starts_where_its_first_segment_does(model: OwnershipM
     model.operator_takes_the_partition(Draws(P0, 1))
     _check(model)
     assert model._state(P0).log_start_offset == 2
+
+
+P0 = TPS[0]
+
+
+def _ids(model: OwnershipModel, tp: TopicPartition) -> list[tuple[int, int, list[int]]]:
+    """Served segments as (start, end, the low bytes of the ids they supersede)."""
+    return [
+        (s.start_offset, s.end_offset, [sid.int & 0xFF for sid in s.supersedes])
+        for s in model._state(tp).finished()
+    ]
+
+
+def test_a_source_is_never_deleted_on_the_proof_of_a_rewrite_being_deleted(model: OwnershipModel) -> None:
+    """An erasure's rewrite is published and its process dies before deleting the source. A forged
+    delete of the rewrite serves the source again; a forged junk rewrite over it and the next
+    segment then takes both. A merge by the next holder finds the source superseded, and its proof
+    must not be the erasure's rewrite (being deleted: the holder may fail to serve it again, the
+    junk rewrite overlapping it). It took that as proof and deleted the source, the only copy of
+    its offsets; now the source stays, and the holder's passes serve everything again."""
+    model.claim("B0")
+    model.produce(P0, 2)
+    model.copy_whole("B0", length=1)
+    model.copy_whole("B0", length=1)
+    model.erase("B0", crash_at="after_finished", copies=0, holders=0)
+    assert _ids(model, P0) == [(0, 0, [2]), (1, 1, [])]  # the rewrite of segment 2, not yet deleted
+    rewrite = next(s for s in model._state(P0).finished() if s.supersedes)
+    model.forged_delete("conditional", Draws(P0, rewrite, "none"))
+    _check(model)
+    model.forged_rewrite(Draws(P0, 0, 2, True, "none"))  # junk objects at its keys
+    _check(model)
+    assert _ids(model, P0) == [(0, 1, [2, 3])]
+    model.claim("A0")
+    model.merge("A0", crash_at=None, copies=0)
+    _check(model)
+    model.claim("B0")
+    model.cleanup("B0")  # the junk rewrite does not read back: deleted, 2 and 3 served again
+    _check(model)
+    model.cleanup("B0")  # the forged delete undone: the erasure's rewrite served again
+    _check(model)
+    assert _ids(model, P0) == [(0, 0, [2]), (1, 1, [])]
+
+
+def test_a_rewrite_served_again_is_checked_at_the_next_pass(model: OwnershipModel) -> None:
+    """A forged rewrite with junk objects takes a segment, and a second one without objects takes
+    the first. The holder's next claim checks every served rewrite once: it finds the second has no
+    objects and deletes it, which serves the first again. That one, of an earlier claim, was never
+    checked under this claim and hid the segment for good; a pass that deletes a rewrite now has
+    the next pass check every served rewrite again."""
+    model.claim("A0")
+    model.produce(P0, 1)
+    model.copy_whole("A0", length=1)
+    model.forged_rewrite(Draws(P0, 0, 1, True, "none"))
+    _check(model)
+    model.forged_rewrite(Draws(P0, 0, 1, False, "none"))
+    _check(model)
+    model.claim("A0")
+    model.cleanup("A0")
+    _check(model)
+    assert _ids(model, P0) == [(0, 0, [2])]  # the junk rewrite, served again
+    model.cleanup("A0")
+    _check(model)
+    assert _ids(model, P0) == [(0, 0, [])]
