@@ -47,6 +47,7 @@ from processor.leader.engine_gauges import LAG_INTERVAL_S, drop_partition_gauges
 from processor.leader.engine_loop import EngineLoop
 from processor.leader.high_watermarks import HighWatermarks
 from processor.leader.led_partition import LedPartition, PartitionStatus
+from processor.leader.malloc_tuning import tune_allocator
 from processor.leader.offload_buffer import OffloadBuffer
 from processor.leader.roll_policy import RollPolicy, RollReason
 from processor.leader.segment_copier import SegmentCopier
@@ -118,6 +119,7 @@ class OffloadEngine(EngineLoop):
     # -- control, from any thread -----------------------------------------------------------------
 
     def start(self, timeout_s: float = 60.0) -> None:
+        tune_allocator()  # fetch responses reuse mapped pages (malloc_tuning)
         self._start_thread(timeout_s)  # raises what kept the batch source from starting
         if self._high_watermarks is not None:
             self._high_watermarks.start()
