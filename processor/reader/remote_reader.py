@@ -185,9 +185,11 @@ class RemoteReader:
             fetched = 0  # stored bytes of the blocks read (whole_blocks)
             current: RemoteLogSegmentMetadata | None = segment
             while current is not None:
-                index, ahead = self.fetch.index_and_ahead(
-                    current, out.next_offset, max_bytes - (fetched if whole_blocks else out.size)
-                )
+                # no guess of the blocks while the index comes (index_and_ahead): a gateway's
+                # fetch wants one block or a few, and the guess's wider range (a block each side)
+                # cost more here than the index's round trip it saves (measured, SeaweedFS on two
+                # shared cores: 35 against 31 ms at p50 for a 1 MiB fetch at an uncached index)
+                index, ahead = self.fetch.index(current), None
                 number = index.block_for_offset(out.next_offset)
                 while number is not None and number < len(index.blocks):
                     if whole_blocks:

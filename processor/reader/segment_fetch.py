@@ -6,11 +6,12 @@ into the cache once its reader verified it. Counts the requests and bytes it ask
 A read whose segment's index is not in the LRU would wait for two round trips, the index GET and then
 the blocks' GET. ``index_and_ahead`` makes them at once: the blocks' byte range is guessed from the
 metadata alone (``guess_range``: the offset's share of the segment's offsets, of its bytes, widened
-by a block each side; the index object's size says how many blocks there are), and the guess's bytes
-serve every block run it covers once the index has said where the blocks are. Bytes from a guess
-are checked as any others (block header against the index entry, CRCs); a run the guess missed is
-read with its own GET, as before. The guess costs the bytes fetched beyond the blocks needed (about
-two blocks), only on an index miss.
+by a block each side; the index object's size says how many blocks there are), and the guess's
+bytes serve every block run it covers once the index has said where the blocks are. Bytes from a
+guess are checked as any others (block header against the index entry, CRCs); a run the guess
+missed is read with its own GET, as before. The guess costs the bytes fetched beyond the blocks
+needed (about a block), only on an index miss, and only record reads make it (a gateway's fetch of
+one block would fetch two or three: see ``RemoteReader.read_batches``).
 """
 
 from __future__ import annotations
@@ -80,8 +81,10 @@ def guess_range(segment: RemoteLogSegmentMetadata, offset: int, want_bytes: int)
     blocks = max(1, (segment.index_size_in_bytes - INDEX_FIXED_BYTES - topic_bytes) // INDEX_BYTES_PER_BLOCK)
     block = size / blocks
     at = size * (offset - segment.start_offset) / span
-    start = max(0, int(at - 1.25 * block))
-    end = min(size, int(at + max(want_bytes, 0) + 1.25 * block) + 1)
+    # the block holding the offset starts at most a block before it, the last block wanted ends at
+    # most a block after the bytes wanted (with records of even size; a tenth more for uneven ones)
+    start = max(0, int(at - 1.1 * block))
+    end = min(size, int(at + max(want_bytes, 0) + 1.1 * block) + 1)
     if end - start > MAX_AHEAD_BYTES:
         return None
     return start, end - start
