@@ -28,6 +28,7 @@ from processor.segment.entries_v2 import BatchHeader, split_batches
 
 READ_UNCOMMITTED = 0
 EARLIEST = -2
+LATEST = -1
 FETCH_MAX_BYTES = 8 * 1024 * 1024
 # The reader only fetches below the high watermark, where any broker answers as soon as it has the
 # bytes (min_bytes 1), so a long wait costs nothing; a short one starves on Tansu, which answers a
@@ -78,12 +79,16 @@ async def _read(
         while end is None or position < end:
             try:
                 try:
+                    if end is None and await _list_offset(client, tp, LATEST) == position:
+                        # nothing to read (a restore's new progress partition): asked first, as a
+                        # fetch at the end would wait FETCH_MAX_WAIT_MS for bytes that never come
+                        return []
                     records, high_watermark, log_start = await _fetch(client, tp, position)
                 except kafka_errors.UnknownTopicOrPartitionError:
                     return []
                 except kafka_errors.OffsetOutOfRangeError:
                     # below the log start (retention, compaction): begin there, once
-                    earliest = await _earliest(client, tp)
+                    earliest = await _list_offset(client, tp, EARLIEST)
                     if out or earliest <= position:
                         raise ServiceUnavailableError(f"{tp}: offset {position} is out of range") from None
                     position = earliest
@@ -118,11 +123,12 @@ async def _read(
         await client.close()
 
 
-async def _earliest(client: AIOKafkaClient, tp: TopicPartition) -> int:
+async def _list_offset(client: AIOKafkaClient, tp: TopicPartition, which: int) -> int:
+    """The log start (``EARLIEST``) or end (``LATEST``: the high watermark) of ``tp``."""
     node = client.cluster.leader_for_partition(KafkaTP(tp.topic, tp.partition))
     if node is None or node < 0:
         raise kafka_errors.LeaderNotAvailableError(str(tp))
-    request = requests.list_offsets(READ_UNCOMMITTED, tp.topic, tp.partition, EARLIEST)
+    request = requests.list_offsets(READ_UNCOMMITTED, tp.topic, tp.partition, which)
     result = requests.list_offsets_result(await wire.send(client, node, request), tp.topic, tp.partition)
     if result is None:
         raise kafka_errors.UnknownTopicOrPartitionError(str(tp))
