@@ -1,6 +1,7 @@
 """An archive on Google Cloud Storage and on Azure Blob Storage (their emulators): a worker offloads
 it, and `processor fetch`, `processor verify`, a Kafka client through the gateway and the Spark
-source read it back byte for byte.
+source read it back byte for byte; then the commands that rewrite, rebuild, restore and delete an
+archive (merge, erase, rebuild-metadata, restore, delete-topic) run on it in one scenario, last.
 
 One module, one emulator per backend (module-scoped, beside the session stack's Kafka broker: no
 second broker), a small topic: the contract suite tests each backend's storage operations; this
@@ -10,6 +11,7 @@ enough for them)."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import time
@@ -30,7 +32,11 @@ from processor.devstack.stack import StackInfo
 from processor.kafka.admin import ensure_topic
 from processor.kafka.clients import new_admin
 from processor.kafka.partition import TopicPartition
+from processor.metadata.model import PartitionDeleteState, RemoteLogSegmentMetadata
+from processor.metadata.topic_io import load_remote_state
+from processor.segment.object_keys import ObjectKeyFactory
 from processor.wiring.gateway_server import GatewayServer
+from tests.integration.restore_support import committed_target
 from tests.integration.worker_process import WorkerProcess, worker_env
 from tests.support.cli import run_cli
 from tests.support.gateway_thread import gateway_running
@@ -211,3 +217,98 @@ def test_dev_up_with_a_cloud_store_starts_and_stops_its_emulator(kind: str, tmp_
     assert down.returncode == 0 and kind in down.stdout
     for pid in pids.values():
         assert not Path(f"/proc/{pid}").exists() or "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+
+
+ERASED_KEY = b"key-5"  # about one record in a hundred
+
+
+def _served(archive: CloudArchive, meta: str) -> list[RemoteLogSegmentMetadata]:
+    state, _ = load_remote_state(archive.info.kafka, meta)
+    return [
+        s for p in range(PARTITIONS) for s in state.partition(TopicPartition(archive.topic, p)).finished()
+    ]
+
+
+def _fingerprint(segments: list[RemoteLogSegmentMetadata]) -> list[tuple[Any, ...]]:
+    """Which bytes a segment serves (a rebuild publishes under its own writer id and epoch)."""
+    return sorted(
+        (str(s.segment_id.id), s.segment_id.partition, s.start_offset, s.end_offset, s.data_object_key,
+         s.index_object_key, s.index_crc32, s.segment_size_in_bytes, s.record_count)
+        for s in segments
+    )  # fmt: skip
+
+
+def _fetched(archive: CloudArchive, partition: int, count: int) -> list[tuple[Any, ...]]:
+    done = run_cli(
+        archive.cli_env, "fetch", "--topic", archive.topic, "--partition", str(partition), "--offset", "0",
+        "--max-records", str(count), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    return [(r["offset"], _b64(r["key"]), _b64(r["value"])) for r in rows]
+
+
+def _b64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+def test_merge_erase_rebuild_restore_and_delete_topic_on_it(archive: CloudArchive) -> None:
+    """Every command that rewrites, rebuilds, restores or deletes an archive, on each cloud store,
+    in the order an operator might run them: merge (fewer segments, every record byte-exact), erase
+    (one key's records gone, the rest byte-exact), rebuild-metadata from the store alone (the same
+    segments served), restore into a new topic (what is left, byte-exact), delete-topic (nothing of
+    the topic left in the store). Runs last in the module: it leaves the archive erased and deleted."""
+    env = {**archive.cli_env, "PROCESSOR_ERASURE_SECRET": "an erasure secret for the cloud test"}
+    want = {p: [(i, r.key, r.value) for i, r in enumerate(rs)] for p, rs in archive.by_partition.items()}
+    before = _served(archive, archive.metadata_topic)
+
+    merging = {
+        **env,
+        "PROCESSOR_MERGE_TARGET_BYTES": str(4 * 1024 * 1024),
+        "PROCESSOR_MERGE_SMALL_BYTES": str(1024 * 1024),
+        "PROCESSOR_MERGE_MIN_AGE_MS": "0",
+    }
+    merged = run_cli(merging, "merge", "--topic", archive.topic, "--json")
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    after_merge = _served(archive, archive.metadata_topic)
+    assert len(after_merge) < len(before)
+    for p in range(PARTITIONS):
+        assert _fetched(archive, p, len(want[p])) == want[p]
+
+    erased = run_cli(env, "erase", "--topic", archive.topic, "--key", ERASED_KEY.decode(), "--json")
+    assert erased.returncode == 0, erased.stdout + erased.stderr
+    erased_count = sum(1 for rs in archive.by_partition.values() for r in rs if r.key == ERASED_KEY)
+    assert json.loads(erased.stdout)["records_removed"] == erased_count > 0
+    # what is left is read back byte-exact by the restore below
+
+    rebuilt_meta = f"{archive.metadata_topic}_rebuilt"
+    rebuilt = run_cli(env, "rebuild-metadata", "--to-topic", rebuilt_meta, "--json")
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    assert _fingerprint(_served(archive, rebuilt_meta)) == _fingerprint(
+        _served(archive, archive.metadata_topic)
+    )
+
+    target = f"{archive.topic}-restored"
+    restored = run_cli(env, "restore", "--topic", archive.topic, "--to-topic", target, "--json")
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    for p, rs in archive.by_partition.items():
+        records, aborted = committed_target(archive.info.kafka, TopicPartition(target, p))
+        assert aborted == 0
+        assert [(r.key, r.value, r.headers, r.timestamp) for r in records] == [
+            (r.key, r.value, r.headers, r.timestamp) for r in rs if r.key != ERASED_KEY
+        ]
+
+    deleted = run_cli(env, "delete-topic", "--topic", archive.topic, "--include-live")
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    keys = ObjectKeyFactory(PREFIX)
+    storage = emulators.storage_for(_emulator_of(archive), BUCKET)
+    try:
+        left = [c.key for c in storage.list(keys.topic_listing_prefix(archive.topic))]
+    finally:
+        storage.close()
+    # the restore's offset maps stay (restore-groups reads them; the restores/ folder is no partition's)
+    assert [k for k in left if "/restores/" not in k] == []
+    state, _ = load_remote_state(archive.info.kafka, archive.metadata_topic)
+    for p in range(PARTITIONS):
+        part = state.partition(TopicPartition(archive.topic, p))
+        assert part.delete_state is PartitionDeleteState.DELETE_PARTITION_FINISHED and part.finished() == []
