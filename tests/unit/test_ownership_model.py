@@ -534,6 +534,8 @@ class OwnershipModel(RuleBasedStateMachine):
                 model.acked[rewrite.segment_id.id] = rewrite
                 for sid in supersedes:
                     model.superseded[sid] = rewrite.segment_id.id
+                    # its offsets are the acknowledged rewrite's now: no longer to be served again
+                    model.forged.pop(sid, None)
                 return rewrite
 
         deleter = self._deleter(owner)
@@ -858,8 +860,8 @@ class OwnershipModel(RuleBasedStateMachine):
             part = self.topic.live.partition(tp)
             if rw in part.served:
                 deleting.update({v: tp for v in part.segments[rw].supersedes if v in self.acked})
-            else:
-                del self.forged_rewrites[rw]  # lost with the tail
+            elif rw not in part.segments:
+                del self.forged_rewrites[rw]  # lost with the tail (one only superseded may return)
         self.forged = deleting
         for sid in [x for x in self.acked if x not in served and x not in deleting]:
             self.lost_acked[sid] = self.acked.pop(sid)
@@ -975,6 +977,7 @@ class OwnershipModel(RuleBasedStateMachine):
         if (
             self.topic.accepted[self.topic.publish(forged, forged=True, signature=self._signature(data))]
             and victim.segment_id.id not in self.superseded
+            and victim.segment_id.id not in self.forged_rewrites  # a forgery: nothing to serve again
         ):
             self.forged[victim.segment_id.id] = tp  # (a merge's source served again meanwhile: garbage)
 
@@ -1267,7 +1270,9 @@ class OwnershipModel(RuleBasedStateMachine):
             )
             for a, b in itertools.pairwise(live):
                 assert a.end_offset < b.start_offset, (
-                    f"{tp}: overlap {a.start_offset}..{a.end_offset} / {b.start_offset}"
+                    f"{tp}: overlap {a.start_offset}..{a.end_offset} / {b.start_offset} "
+                    f"({a.segment_id.id} {a.state.value} / {b.segment_id.id} {b.state.value}; "
+                    f"waiting to be served again: {sorted(str(f.segment_id.id) for f in forged)})"
                 )
             live = [s for s in live if s.segment_id.id not in again]
             assert all(s.topic_partition == tp for s in live), f"another partition's segment served for {tp}"
