@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING
 from confluent_kafka import TopicPartition as KafkaTP
 
-from processor.devstack import jars, stack
+from processor.devstack import emulators, jars, stack
 from processor.devstack.stack import StackInfo
 from processor.kafka.admin import ensure_topic
 from processor.kafka.clients import new_admin, new_consumer, new_producer
@@ -42,7 +42,9 @@ def spark(local_stack: StackInfo) -> Iterator[Any]:
     from processor.spark_sources import local_session
 
     # Spark's own Kafka source too (tests/spark/test_kafka_source.py), from the pinned Maven file
-    extra = {}
+    # the emulators' public credentials, as each node's settings (tests/spark/test_cloud_stores.py)
+    extra = {"spark__executorEnv__PROCESSOR_AZURE_ACCOUNT_KEY": emulators.AZURITE_KEY,
+             "spark__executorEnv__PROCESSOR_GCS_ANONYMOUS": "true"}  # fmt: skip
     if local_stack.broker == stack.KAFKA:
         extra["spark__jars"] = ",".join(str(jar) for jar in jars.jar_files("spark-kafka"))
     session = local_session(
