@@ -79,6 +79,7 @@ class Leadership:
         self.fenced: dict[TopicPartition, float] = {}  # assigned here, held by another claim (since)
         self._lock = threading.Lock()
         self.fenced_revocations = 0
+        self.failure: BaseException | None = None  # an assignment's claims failed unexpectedly
 
     def revoked(self, tps: Iterable[TopicPartition]) -> None:
         log.debug("rebalance: %d partitions revoked; waiting for the new assignment", len(list(tps)))
@@ -96,7 +97,20 @@ class Leadership:
                 for tp in leaving:
                     self.leading.pop(tp, None)
                     self.fenced.pop(tp, None)
-        held = self._claim(coming)
+        try:
+            held = self._claim(coming)
+        except ProcessorError as exc:  # Kafka or the bucket unreachable now: the reclaim timer retries
+            now = time.monotonic()
+            with self._lock:
+                for tp in coming:
+                    if tp not in self.leading:
+                        self.fenced.setdefault(tp, now)
+            log.warning(
+                "claiming %d newly assigned partitions failed (%s); claimed again by the reclaim timer",
+                len(coming),
+                exc,
+            )
+            return
         log.info(
             "assignment (generation %d): %d kept, %d new, %d revoked; %d of the new held by other claims",
             generation,

@@ -34,7 +34,11 @@ def add_data_path_timers(
 ) -> None:
     @app.timer(WATCH_INTERVAL_S)  # type: ignore[untyped-decorator]
     async def watch_engine() -> None:
-        failure = engine.failure or (materializer.failure if materializer else None)
+        failure = (
+            engine.failure
+            or (materializer.failure if materializer else None)
+            or (leadership.failure if leadership else None)
+        )
         if failure is not None:
             log.error("the worker's data path failed: %s; stopping the worker", failure)
             await app.crash(failure)
