@@ -219,9 +219,11 @@ _NAMED: dict[str, Any] = {"RemoteLogSegmentState": dict(_FIELDS)["state"]}
 
 
 @cache
-def _optional_from() -> int:
+def _optional_from() -> int | None:
     """How many leading fields every readable record has: the fields of the oldest schema in
-    ``schemas/history/`` (each later schema appended fields with defaults); the rest may be absent."""
+    ``schemas/history/`` (each later schema appended fields with defaults); the rest may be absent.
+    None when an earlier schema is not such a prefix of the current one: then this module reads
+    nothing and the model path reads every value."""
     from processor.metadata import codec, segment_metadata_decoder
 
     fewest = len(_FIELDS)
@@ -229,16 +231,18 @@ def _optional_from() -> int:
         text = (codec.schema_dir() / "history" / name).read_text(encoding="utf-8")
         fields = segment_metadata_decoder.layout(json.loads(text))[1]
         if tuple(fields) != _FIELDS[: len(fields)]:
-            raise AssertionError(f"schema {name} is not a prefix of {segment_metadata_decoder.SCHEMA_FILE}")
+            return None
         fewest = min(fewest, len(fields))
     return fewest
 
 
 @cache
 def _enabled() -> bool:
+    """Whether the schema file has the layout the walk follows (the fast reader's own check) and
+    every earlier schema is a prefix of it."""
     from processor.metadata import codec
 
-    return codec._segment_metadata_decoder_enabled()
+    return codec._segment_metadata_decoder_enabled() and _optional_from() is not None
 
 
 def _walk(values: list[bytes]) -> _Walk:
@@ -256,7 +260,7 @@ def _walk(values: list[bytes]) -> _Walk:
     walk = _Walk(buf, starts, ends)
     walk.fail(np.arange(count), (lengths < 2) | (buf[starts] != 1) | (buf[np.minimum(starts + 1, ends)] != 0))
     everyone = np.arange(count)
-    optional_from = _optional_from()
+    optional_from = _optional_from() or len(_FIELDS)
     for i, (name, kind) in enumerate(_FIELDS):
         active = everyone[walk.ok]
         if i >= optional_from:  # records that end here were written before this field existed
