@@ -213,7 +213,7 @@ def test_the_listing_from_bytes_is_the_model_listing_corrupted_values_included(
         cache.close()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(segment_metadata(), min_size=1, max_size=8))
 def test_json_and_text_lines_are_those_of_segment_to_json(segments: list[RemoteLogSegmentMetadata]) -> None:
     rows = [model_row(s) for s in segments]
@@ -239,7 +239,7 @@ def counting_decode() -> tuple[list[bytes], Any]:
     return decoded, decode
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(topic_segments())
 def test_plain_records_are_read_from_the_bytes_without_a_model(
     segments: list[RemoteLogSegmentMetadata],
