@@ -27,6 +27,7 @@ from processor.metadata.model import (
     SegmentState,
 )
 from processor.metadata.remote_log_state import PartitionRemoteState
+from processor.metadata.topic_io import MetadataPublisher, ensure_metadata_topic, read_partitions
 from processor.reader.segment_keys import NO_DECRYPTION
 from processor.rewrite.merge_plan import MergeLimits
 from processor.rewrite.merge_runner import merge_partition
@@ -189,3 +190,22 @@ def test_a_batched_deletion_cut_half_way_loses_nothing_and_the_rest_is_retried(
         for info in direct.list(keys.prefix + "/"):
             direct.delete(info.key)
         proxied.close()
+
+
+def test_publish_many_lands_every_record_in_order_with_one_wait(local_stack: StackInfo) -> None:
+    """The publisher's batch (what the deleter publishes a pass's records with) on the real broker:
+    every record acknowledged, its offsets in the order given, each read back as published; and one
+    call after another keeps them apart."""
+    topic = f"__meta_many_{uuid.uuid4().hex[:8]}"
+    parts = ensure_metadata_topic(local_stack.bootstrap_servers, topic, 1, 1)
+    publisher = MetadataPublisher(local_stack.bootstrap_servers, topic, parts)
+    try:
+        claims = [PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, f"w{i}", i) for i in range(50)]
+        first = publisher.publish_many(claims[:40])
+        assert first == list(range(40))
+        assert publisher.publish_many(claims[40:]) == list(range(40, 50))
+        assert publisher.publish_many([]) == []
+    finally:
+        publisher.close()
+    read = [m.record for m in read_partitions(local_stack.bootstrap_servers, topic, [0])]
+    assert read == claims

@@ -117,7 +117,7 @@ def test_delete_topic_resumes_after_a_crash_half_way_and_ends_empty(
     assert initial >= 40
 
     # Slow deletes (a real S3 behind a proxy that delays each DELETE), then kill -9 half way.
-    fault_proxy.add_rule(FaultRule("delay", frozenset({"delete"}), delay_s=0.1))
+    fault_proxy.add_rule(FaultRule("delay", frozenset({"delete", "delete_objects"}), delay_s=0.1))
     slow_env = {**env, "PROCESSOR_S3_ENDPOINT_URL": fault_proxy.endpoint_url}
     proc = subprocess.Popen(
         [sys.executable, "-m", "processor", "delete-topic", "--topic", topic, "--include-live"],

@@ -55,11 +55,15 @@ def test_retention_by_size_and_time_with_failed_deletes_draining(
         PROCESSOR_REMOTE_RETENTION_OVERRIDES=f"{TIMED.topic}=ms:{DAY},{TIMED.topic}=bytes:-1",
         PROCESSOR_RETENTION_CHECK_MS="1000",
     )
-    # Every DELETE of the size-limited topic's objects fails (non-retriable) until the rule goes.
+    # Every delete of the size-limited topic's objects fails (non-retriable) until the rule goes: the
+    # deleter's batch deletes (DeleteObjects, whose body names the keys) and single ones alike.
     failing = fault_proxy.add_rule(
         error_rule(
-            {"delete"}, status=403, code="AccessDenied", path_contains=f"/{PREFIX}/{SIZED.topic}-"
-        )  # its topic-id folder
+            {"delete", "delete_objects"},
+            status=403,
+            code="AccessDenied",
+            path_contains=f"{PREFIX}/{SIZED.topic}-",  # its topic-id folder
+        )
     )
     now = int(time.time() * 1000)
     produce(local_stack.bootstrap_servers, TIMED.topic, 0, 60, now - 3 * DAY)  # old records

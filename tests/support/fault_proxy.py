@@ -102,7 +102,8 @@ def s3_error_body(code: str, message: str) -> bytes:
 @dataclass
 class FaultRule:
     """Apply ``action`` to a ``share`` of the requests whose kind is in ``kinds`` (all kinds when
-    empty) and whose path contains ``path_contains``, at most ``limit`` times (None = no limit)."""
+    empty) and whose path (for a DeleteObjects request, also its body: the keys it names) contains
+    ``path_contains``, at most ``limit`` times (None = no limit)."""
 
     action: Action
     kinds: frozenset[str] = frozenset()
@@ -279,7 +280,9 @@ class FaultProxy:
         query = {k: v for k, v in request.query.items()}
         headers = {k.lower(): v for k, v in request.headers.items()}
         kind = request_kind(request.method, request.path, query, headers)
-        rule = self._pick(kind, request.path)
+        # a DeleteObjects request names its keys in its body: rules match them as they match a path
+        where = request.path + body.decode("utf-8", "replace") if kind == "delete_objects" else request.path
+        rule = self._pick(kind, where)
         if rule is not None:
             if rule.action == "error":
                 return web.Response(
