@@ -24,14 +24,14 @@ from pathlib import Path
 if __package__ in (None, ""):  # started as a file: the tree of the working directory
     sys.path.insert(0, os.getcwd())
 
-from benchmarks.reads import _segment  # noqa: E402
-from processor.follower.cache_writes import RawMessage  # noqa: E402
-from processor.follower.metadata_cache import MetadataCache  # noqa: E402
-from processor.kafka.partition import TopicPartition  # noqa: E402
-from processor.metadata import codec  # noqa: E402
-from processor.metadata.codec import encode_value, metadata_partition_for, record_key  # noqa: E402
-from processor.metadata.model import SegmentState  # noqa: E402
-from processor.runtime import tune_gc  # noqa: E402
+from benchmarks.reads import _segment
+from processor.follower.cache_writes import RawMessage
+from processor.follower.metadata_cache import MetadataCache
+from processor.kafka.partition import TopicPartition
+from processor.metadata import codec
+from processor.metadata.codec import encode_value, metadata_partition_for, record_key
+from processor.metadata.model import SegmentState
+from processor.runtime import tune_gc
 
 BATCH = 10_000
 PARTS = 4
