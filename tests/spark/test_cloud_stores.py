@@ -114,6 +114,7 @@ def test_a_spark_read_of_an_archive_on_a_cloud_store_is_byte_exact(
 
 def cloud_connection(info: StackInfo, emulator: emulators.Emulator, meta: str, prefix: str) -> Connection:
     """The audit's connection to an archive on the emulator (its credentials travel in the tasks)."""
+    store: tuple[tuple[str, str], ...]
     if emulator.kind == emulators.GCS:
         store = (("bucket", BUCKET), ("endpoint_url", emulator.endpoint), ("anonymous", "true"))
     else:
