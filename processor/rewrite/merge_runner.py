@@ -7,9 +7,12 @@ operator command's ``ADMIN`` claim). Per run, in this order:
    they read the merged segment, in one step), then its manifest;
 3. delete the sources by the proof anyone deletes them by: in the view read after that FINISHED, a
    served merge names them and its index, read back and verified, covers each of them
-   (:meth:`~processor.lifecycle.segment_deleter.SegmentDeleter.proven_superseded`); then a
-   conditional DELETE_SEGMENT_STARTED, objects, FINISHED. A source the view serves again (the
-   merge's deletion started meanwhile: retention, or a forged record its holder undoes) is kept.
+   (:meth:`~processor.lifecycle.segment_deleter.SegmentDeleter.proven_superseded`); then, for all
+   of the run's proven sources together, a conditional DELETE_SEGMENT_STARTED each (published at
+   once, each confirmed), their manifests, their other objects, their FINISHED records
+   (:meth:`~processor.lifecycle.segment_deleter.SegmentDeleter.delete_segments`). A source the
+   view serves again (the merge's deletion started meanwhile: retention, or a forged record its
+   holder undoes) is kept.
 
 Killed anywhere: before 2's FINISHED is accepted, the sources are still served and the attempt is a
 dangling copy the owner removes; after it, the merged segment is served and the sources are

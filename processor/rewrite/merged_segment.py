@@ -8,6 +8,13 @@ segment's data key where it is encrypted), and the result is checked against the
 is held in memory whole: its size is bounded by the merge's target size. Sources are read
 ``READ_THREADS`` at a time, each source's index and data object fetched at once (small objects: the
 requests' latency, not the bytes, bound a merge of many), and assembled in offset order.
+
+Server-side copy (S3's UploadPartCopy, or a backend's compose) is not used: the merged data object
+is not its sources' objects end to end (their batches are re-blocked under one new index, each
+block verified, encrypted with the merged segment's own data key where the archive is encrypted,
+and read for its key filter), and S3 copies parts of at least 5 MiB where the segments merged are
+below ``PROCESSOR_MERGE_SMALL_BYTES`` and mostly far smaller. It would apply only to sources of
+5 MiB and more, unencrypted and without key filters, whose blocks were kept as they are.
 """
 
 from __future__ import annotations
