@@ -16,7 +16,7 @@ import os
 from datetime import datetime
 
 from processor.commands.progress import progress
-from processor.config import load_settings
+from processor.config import Settings, load_settings
 from processor.errors import ConfigError
 from processor.kafka.security import (
     ENV_NAMES,
@@ -227,6 +227,17 @@ def print_summary(summary: RestoreSummary) -> None:
     )
 
 
+def archive_store(settings: Settings) -> str:
+    """The archive's bucket or container as a restore's progress records name it (a rerun must read
+    the same one): an S3 bucket by its name, as always; a GCS bucket as ``gs://BUCKET``, an Azure
+    container as ``azure://CONTAINER`` (never its account's credentials)."""
+    if settings.storage == "gcs":
+        return f"gs://{settings.gcs_bucket}"
+    if settings.storage == "azure":
+        return f"azure://{settings.azure_container}"
+    return settings.s3_bucket
+
+
 def cmd_restore(args: argparse.Namespace) -> int:
     settings = load_settings()
     request = request_from_args(args, settings.kafka)
@@ -237,7 +248,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         prepared = PreparedRestore(
             request,
             ArchiveTopic(side.reader, side.follower.cache, request.topic),
-            settings.s3_bucket,
+            archive_store(settings),
             settings.s3_prefix,
         )
         try:
