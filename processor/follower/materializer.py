@@ -274,10 +274,14 @@ class Materializer:
             while len(self._not_accepted) > VERDICTS_KEPT:
                 (partition, offset), _ = self._not_accepted.popitem(last=False)
                 self._known_from[partition] = max(self._known_from.get(partition, 0), offset + 1)
-            for msg in messages:
-                if msg.partition not in self._known_from:
-                    self._known_from[msg.partition] = msg.offset  # verdicts known from here on
-                self._applied[msg.partition] = max(self._applied.get(msg.partition, 0), msg.offset + 1)
+            # each metadata partition's first and last message of the batch (a consumed batch holds
+            # a partition's messages in offset order), not a step a message
+            firsts = {msg.partition: msg.offset for msg in reversed(messages)}
+            lasts = {msg.partition: msg.offset for msg in messages}
+            for partition, first in firsts.items():
+                if partition not in self._known_from:
+                    self._known_from[partition] = first  # verdicts known from here on
+                self._applied[partition] = max(self._applied.get(partition, 0), lasts[partition] + 1)
             self._applied_cv.notify_all()
 
     def wait_applied(self, partition: int, offset: int, timeout_s: float = 10.0) -> bool:
