@@ -127,6 +127,16 @@ def clean_partition(
         drop = RetentionPlan(expired=tuple((r, DeleteReason.UNREADABLE) for r in unreadable))
         return RetentionPlan(), deleter.execute(tp, drop, epoch)
     repairs = part.repairs()
+    stranded = part.stranded()
+    if stranded:
+        log.error(
+            "%s: %d finished segments are served by nothing (%s; the rewrites over them deleted inner "
+            "first): stating them again, which serves them",
+            tp,
+            len(stranded),
+            ", ".join(str(s.segment_id) for s in stranded),
+        )
+        repairs = [*repairs, *(s for s in stranded if s not in repairs)]
     log_start_shadowed = part.log_start_shadowed()
     if part.claim_shadowed():
         # a tombstone under this claim's key: state the claim again, then re-publish every state

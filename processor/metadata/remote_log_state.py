@@ -216,6 +216,41 @@ class PartitionRemoteState:
         )
         return [holding[k] for k in sorted(self.shadowed) if k in holding]
 
+    def stranded(self) -> list[RemoteLogSegmentMetadata]:
+        """Finished segments of the claimed partition's history that nothing serves and nothing
+        holds: no served segment overlaps them and no served rewrite names them, directly or through
+        a rewrite it named. A rewrite is left so when the rewrites over it were deleted inner first
+        (a holder deleting a forged rewrite from a view that did not show the forged rewrite over it
+        yet: deleting the outer one then gives back a deleted one). Its objects are there and its
+        offsets unserved: the holder states it again (a repair), which serves it. Only the outermost
+        of nested ones, and none that overlaps one before it; none below the remote log start."""
+        if not self.header.claimed:
+            return []  # before claims, a newer epoch's overlapping copy replaced older ones for good
+        served = self.finished()
+        held = {s.segment_id.id for s in served} | set(self.rewrite_proofs())
+        candidates = [
+            s
+            for s in self.segments.values()
+            if s.state is _S.COPY_SEGMENT_FINISHED
+            and s.segment_id.id not in held
+            and self.in_lineage(s)
+            and s.end_offset >= self.log_start_offset
+            and not any(o.start_offset <= s.end_offset and s.start_offset <= o.end_offset for o in served)
+        ]
+        inner: set[uuid.UUID] = set()
+        todo = [sid for c in candidates for sid in c.supersedes]
+        while todo:
+            sid = todo.pop()
+            if sid not in inner:
+                inner.add(sid)
+                named = self.segments.get(sid)
+                todo.extend(() if named is None else named.supersedes)
+        out: list[RemoteLogSegmentMetadata] = []
+        for s in sorted(candidates, key=lambda c: (c.start_offset, -c.end_offset, str(c.segment_id.id))):
+            if s.segment_id.id not in inner and (not out or out[-1].end_offset < s.start_offset):
+                out.append(s)
+        return out
+
     def claim_records(self) -> list[RemoteLogSegmentMetadata]:
         """The states the current claim wrote that a reader needs its claim for: its served segments
         and the deletions it recorded (re-published when the claim is stated again)."""

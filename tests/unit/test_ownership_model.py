@@ -650,7 +650,8 @@ class OwnershipModel(RuleBasedStateMachine):
             }
             for sid, tp in self.forged.items():
                 assert tp != owner.tp or sid in served or sid in gone, (
-                    "a forged delete still unserves after the holder's pass"
+                    f"a forged delete still unserves {sid} after the holder's pass (served: "
+                    f"{sorted(map(str, served))})"
                 )
         if result.fenced and self._state(owner.tp).current_epoch != owner.epoch:
             self._fenced(owner)  # taken over (else: its plan lost to a copy that finished since)

@@ -177,3 +177,27 @@ def test_a_rewrite_served_again_is_checked_at_the_next_pass(model: OwnershipMode
     model.cleanup("A0")
     _check(model)
     assert _ids(model, P0) == [(0, 0, [])]
+
+
+def test_a_rewrite_left_under_deleted_rewrites_is_served_again(model: OwnershipModel) -> None:
+    """A merge's FINISHED is accepted and its process dies. A forged rewrite without objects takes
+    it over; the holder's follower sees that one, then a second forged rewrite takes over the
+    first. The holder deletes the first (its view does not show the second yet), then the second:
+    deleting that gives back a deleted segment, and the merge, the only holder of its offsets, was
+    served by nothing until a rebuild. The holder's next pass finds it stranded and states it again."""
+    model.claim("C0")
+    model.merge("C0", crash_at="after_finished", copies=2)
+    assert _ids(model, P0) == [(0, 1, [2, 3])]
+    model.claim("A0")
+    model.forged_rewrite(Draws(P0, 0, 1, False, "none"))
+    _check(model)
+    model.follower_notices("A0")
+    model.forged_rewrite(Draws(P0, 0, 1, False, "none"))
+    _check(model)
+    model.cleanup("A0")  # deletes the first forged rewrite: the second still serves its offsets
+    _check(model)
+    model.cleanup("A0")  # deletes the second: nothing is served
+    _check(model)
+    model.cleanup("A0")  # the merge, stranded, is stated again
+    _check(model)
+    assert _ids(model, P0) == [(0, 1, [2, 3])]
