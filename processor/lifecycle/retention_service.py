@@ -33,7 +33,7 @@ from processor.lifecycle.sweep import (
     write_missing_manifests,
 )
 from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED
-from processor.metadata.model import SegmentState
+from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.segment.object_keys import MANIFEST_SUFFIX
 from processor.storage.chunk_storage import ChunkInfo
@@ -187,7 +187,11 @@ def clean_partition(
             )
     if not plan.empty:
         start = min(proven, part.log_start_offset)
-        out.merge(deleter.execute(tp, plan, epoch, start, part.in_lineage, rewritten))
+
+        def corrupt(rewrite: RemoteLogSegmentMetadata) -> str | None:
+            return deleter.evidence.corrupt_with_sources_kept(rewrite, part)
+
+        out.merge(deleter.execute(tp, plan, epoch, start, part.in_lineage, rewritten, corrupt))
     return plan, out
 
 

@@ -169,6 +169,7 @@ class SegmentDeleter:
         log_start_offset: int = 0,
         servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
         rewritten: Set[uuid.UUID] = frozenset(),
+        corrupt: Callable[[RemoteLogSegmentMetadata], str | None] | None = None,
     ) -> DeletionOutcome:
         """Carry out one partition's plan in order; see the module docstring. Raises
         FencedWriterError as soon as one of its records is not accepted."""
@@ -179,7 +180,7 @@ class SegmentDeleter:
         requeue = []
         start = max(log_start_offset, plan.new_log_start_offset or 0)
         for segment in plan.requeue:
-            proof = self.prove_deletion(segment, writer_epoch, start, servable, rewritten)
+            proof = self.prove_deletion(segment, writer_epoch, start, servable, rewritten, corrupt)
             if proof == FINISH:
                 requeue.append(segment)
             elif proof == REFUSED_ACKNOWLEDGED:
@@ -244,6 +245,7 @@ class SegmentDeleter:
         log_start_offset: int = 0,
         servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
         rewritten: Set[uuid.UUID] = frozenset(),
+        corrupt: Callable[[RemoteLogSegmentMetadata], str | None] | None = None,
     ) -> str:
         """Whether a deletion found in DELETE_SEGMENT_STARTED may be finished here: one this deleter
         started (its own confirmed record), one of a segment below the remote log start offset
@@ -279,6 +281,25 @@ class SegmentDeleter:
             return UNPROVEN
         if not complete:
             return FINISH
+        if segment.supersedes and corrupt is not None:
+            # a rewrite is served again only if its index verifies: junk at its keys (a forged
+            # rewrite the holder found unreadable and began to delete) would hide the segments it
+            # names, which hold its offsets and are served while its deletion stands
+            try:
+                why = corrupt(segment)
+            except StorageError as exc:
+                proof_failed(PROOF_STORAGE_ERROR, f"the deletion of rewrite {segment.segment_id}", exc)
+                return UNPROVEN
+            if why is not None:
+                log.error(
+                    "the deletion of rewrite %s (%d..%d) was not started by this worker; its index does "
+                    "not verify (%s) and the segments it names are finished: finishing it",
+                    segment.segment_id,
+                    segment.start_offset,
+                    segment.end_offset,
+                    why,
+                )
+                return FINISH
         log.error(
             "the deletion of %s (%d..%d) was not started by this worker and all its objects are in "
             "place (a forged record, or a worker that stopped before deleting anything): serving it again",

@@ -201,3 +201,25 @@ def test_a_rewrite_left_under_deleted_rewrites_is_served_again(model: OwnershipM
     model.cleanup("A0")  # the merge, stranded, is stated again
     _check(model)
     assert _ids(model, P0) == [(0, 1, [2, 3])]
+
+
+def test_a_junk_rewrite_whose_deletion_another_writer_finds_is_not_served_again(
+    model: OwnershipModel,
+) -> None:
+    """A forged rewrite with junk objects at its keys takes a segment; the holder finds it does not
+    read back and starts deleting it, and its objects fail to go. An operator's command then finds a
+    deletion it did not start with every object in place and undid it as a forged delete, serving
+    the junk again over the segment. A rewrite is now served again only if its index verifies."""
+    model.claim("A0")
+    model.produce(P0, 1)
+    model.copy_whole("A0", length=1)
+    model.forged_rewrite(Draws(P0, 0, 1, True, "none"))
+    _check(model)
+    model.follower_notices("A0")
+    model.storage_fails(failing=True)
+    model.cleanup("A0")  # DELETE_SEGMENT_STARTED of the junk rewrite; its objects stay
+    _check(model)
+    model.storage_fails(failing=False)
+    model.operator_takes_the_partition(Draws(P0, None))
+    _check(model)
+    assert _ids(model, P0) == [(0, 0, [])]
