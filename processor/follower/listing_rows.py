@@ -343,7 +343,7 @@ def _fast_rows(values: list[bytes]) -> list[Row | None]:
     n = len(values)
     walk = _walk(values)
     c, ok, buf = walk.columns, walk.ok, walk.buf
-    # The bounds of validation._check_segment and the model's own checks, on the columns; a record
+    # The bounds of validation.check_segment and the model's own checks, on the columns; a record
     # outside them goes to the model path, which raises the error naming the field.
     start, end, count = c["start_offset"], c["end_offset"], c["record_count"]
     ok &= (start >= 0) & (start <= end) & (end <= validation.MAX_OFFSET)
