@@ -66,12 +66,12 @@ from processor.errors import (
 )
 from processor.storage.chunk_storage import (
     Buffer,
-    ChainedReader,
     ChunkInfo,
     ChunkStorage,
     MultipartUpload,
     not_deleted,
 )
+from processor.storage.upload_body import ChainedReader
 
 log = logging.getLogger(__name__)
 # The SDK logs every request and answer at INFO (headers included): one line per ranged read

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import abc
 import builtins
-import io
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -152,70 +151,6 @@ def not_deleted(failed: dict[str, StorageError]) -> NotDeletedError:
     shown = "; ".join(f"{k}: {e}" for k, e in builtins.list(failed.items())[:5])
     more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
     return NotDeletedError(f"{len(failed)} objects not deleted: {shown}{more}", dict(failed))
-
-
-class ChainedReader(io.RawIOBase):
-    """A seekable, read-only file over several buffers, so uploads need no joined copy."""
-
-    def __init__(self, parts: Sequence[Buffer]) -> None:
-        super().__init__()
-        self._parts = [memoryview(p).cast("B") for p in parts]
-        self._starts: list[int] = []
-        total = 0
-        for p in self._parts:
-            self._starts.append(total)
-            total += len(p)
-        self._len = total
-        self._pos = 0
-
-    def __len__(self) -> int:
-        return self._len
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._len}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer: Buffer) -> int:  # type: ignore[override]
-        out = memoryview(buffer).cast("B")
-        written = 0
-        while written < len(out) and self._pos < self._len:
-            i = self._part_at(self._pos)
-            part = self._parts[i]
-            inner = self._pos - self._starts[i]
-            n = min(len(out) - written, len(part) - inner)
-            out[written : written + n] = part[inner : inner + n]
-            written += n
-            self._pos += n
-        return written
-
-    def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0:
-            size = self._len - self._pos
-        buf = bytearray(min(size, max(self._len - self._pos, 0)))
-        n = self.readinto(buf)
-        return bytes(buf[:n])
-
-    def _part_at(self, pos: int) -> int:
-        lo, hi = 0, len(self._parts) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self._starts[mid] <= pos:
-                lo = mid
-            else:
-                hi = mid - 1
-        while len(self._parts[lo]) == 0 and lo + 1 < len(self._parts):
-            lo += 1
-        return lo
 
 
 def split_parts(parts: Sequence[Buffer], part_size: int) -> list[list[memoryview]]:

@@ -365,7 +365,11 @@ def test_a_deletion_its_own_process_started_is_finished_and_one_cut_short_is_sta
     expire = RetentionLimits(retention_bytes=0)
     for crash in (False, True):
         first = deleter(log, storage)
-        first.delete_objects_of = lambda segments: {s.segment_id.id: "injected" for s in segments}  # type: ignore[method-assign]
+
+        def failing(segments: Sequence[RemoteLogSegmentMetadata], *_: object) -> dict[uuid.UUID, str]:
+            return {s.segment_id.id: "injected" for s in segments}
+
+        first.delete_objects_of = failing  # type: ignore[method-assign,assignment]
         clean_partition(TP, log.state(), first, epoch, expire, 10**6)
         assert served(log.fold) == set() and objects_of(a) <= keys_in(storage)
         if not crash:
