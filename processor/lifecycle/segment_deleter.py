@@ -179,8 +179,15 @@ class SegmentDeleter:
             out.log_start_offset = plan.new_log_start_offset
         requeue = []
         start = max(log_start_offset, plan.new_log_start_offset or 0)
-        for segment in plan.requeue:
+        named_by_restored: set[uuid.UUID] = set()
+        # rewrites first: one served again holds the offsets of the segments it names, which are
+        # then left as they are (published again too, they would overlap it and be refused)
+        for segment in sorted(plan.requeue, key=lambda s: not s.supersedes):
+            if segment.segment_id.id in named_by_restored:
+                continue
             proof = self.prove_deletion(segment, writer_epoch, start, servable, rewritten, corrupt)
+            if proof == RESTORED:
+                named_by_restored.update(segment.supersedes)
             if proof == FINISH:
                 requeue.append(segment)
             elif proof == REFUSED_ACKNOWLEDGED:

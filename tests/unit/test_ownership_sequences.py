@@ -223,3 +223,23 @@ def test_a_junk_rewrite_whose_deletion_another_writer_finds_is_not_served_again(
     model.operator_takes_the_partition(Draws(P0, None))
     _check(model)
     assert _ids(model, P0) == [(0, 0, [])]
+
+
+def test_a_new_owner_serves_again_a_merge_not_its_sources_too(model: OwnershipModel) -> None:
+    """A merge and its sources are all being deleted by retention and their objects failed to go;
+    the next owner did not start those deletions, so it serves them again. It published the merge
+    and each source again in the order it found them, and a source after the merge overlapped it:
+    the owner's own record was refused. The merge goes first now, and the sources it names are
+    left to it."""
+    model.claim("A0")
+    model.merge("A0", crash_at="after_finished", copies=2)
+    model.claim("A0")
+    model.storage_fails(failing=True)
+    model.produce(P0, 3)
+    model.retention("A0", keep=3)  # the merge and both sources: deletions started, objects stay
+    _check(model)
+    assert _ids(model, P0) == []
+    model.claim("B0")
+    model.retention("B0", keep=7)
+    _check(model)
+    assert _ids(model, P0) == [(0, 1, [2, 3])]
