@@ -6,6 +6,7 @@ record decodes to the same value either way (tests/unit/test_segment_batch_decod
 
 from __future__ import annotations
 
+from processor.metadata import model_builders
 from processor.metadata import segment_metadata_decoder as decoder
 from processor.metadata.model import RemoteLogSegmentMetadata
 
@@ -40,8 +41,8 @@ def read_segments(values: list[bytes]) -> list[RemoteLogSegmentMetadata | None]:
     cols = rows.T.tolist()
     states = decoder.STATES
     ids, tails, writers = decoder.SEGMENT_IDS, decoder.RECORD_TAILS, _WRITERS
-    build = decoder.build_record
-    new_id, new_uuid = decoder.build_segment_id, decoder.uuid_of_text
+    build = model_builders.build_record
+    new_id, new_uuid = model_builders.build_segment_id, model_builders.uuid_of_text
     out: list[RemoteLogSegmentMetadata | None] = []
     append = out.append
     # the columns every record asks for, one tuple a record (zip reuses it); the others by index

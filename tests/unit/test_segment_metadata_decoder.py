@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.errors import FormatError
-from processor.metadata import segment_metadata_decoder
+from processor.metadata import model_builders, segment_metadata_decoder
 from processor.metadata.codec import (
     TYPE_SEGMENT,
     decode_body_with_fastavro,
@@ -192,12 +192,12 @@ def test_segment_ids_are_reused_only_for_the_same_encoded_id() -> None:
 def test_the_slot_constructor_builds_what_the_dataclass_builds_and_checks_the_same() -> None:
     meta = _sample()
     values = [getattr(meta, f.name) for f in dataclasses.fields(RemoteLogSegmentMetadata)]
-    built = segment_metadata_decoder._segment_metadata(*values)
+    built = model_builders._segment_metadata(*values)
     assert built == meta and hash(built) == hash(meta) and repr(built) == repr(meta)
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.start_offset = 5  # type: ignore[misc]
     values[2] = meta.start_offset - 1  # end_offset < start_offset
     with pytest.raises(ValueError, match="invalid offsets"):
-        segment_metadata_decoder._segment_metadata(*values)
+        model_builders._segment_metadata(*values)
     with pytest.raises(ValueError):
-        segment_metadata_decoder._segment_metadata(*values[:-1])  # every field, or nothing
+        model_builders._segment_metadata(*values[:-1])  # every field, or nothing
