@@ -67,9 +67,13 @@ class ViewsReader(io.RawIOBase):
         self._pos = base + offset
         return self._pos
 
-    def read(self, size: int | None = -1) -> memoryview:
-        """Up to ``size`` bytes (all that is left of the current buffer when ``size`` is negative
-        or None) as a view of one buffer; an empty view at the end."""
+    def read(self, size: int | None = -1) -> memoryview | bytes:
+        """Up to ``size`` bytes as a view of one buffer (``http.client`` reads so, a block size at a
+        time); an empty view at the end. Without a size, everything left as ``bytes``: a caller
+        that reads a body whole (moto's request parser, say) wants one bytes-like object it can
+        treat as such, and joining is a copy either way."""
+        if size is None or size < 0:
+            return self.readall()
         return self._view(size)
 
     def _view(self, size: int | None) -> memoryview:
@@ -104,7 +108,7 @@ class ChainedReader(ViewsReader):
     """The same reader for clients that need ``read`` to return ``bytes`` (the GCS and Azure SDKs
     hash, concatenate and retry with what they read): one copy a read, into the bytes returned."""
 
-    def read(self, size: int | None = -1) -> bytes:  # type: ignore[override]
+    def read(self, size: int | None = -1) -> bytes:
         left = self._len - self._pos
         buf = bytearray(left if size is None or size < 0 else min(size, left))
         return bytes(buf[: self.readinto(buf)])
