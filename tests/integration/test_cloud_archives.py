@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import json
 import time
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ from processor.metadata.model import PartitionDeleteState, RemoteLogSegmentMetad
 from processor.metadata.topic_io import load_remote_state
 from processor.segment.object_keys import ObjectKeyFactory
 from processor.wiring.gateway_server import GatewayServer
+from tests.integration.lifecycle_support import wait_for
 from tests.integration.restore_support import committed_target
 from tests.integration.worker_process import WorkerProcess, worker_env
 from tests.support.cli import run_cli
@@ -215,8 +217,16 @@ def test_dev_up_with_a_cloud_store_starts_and_stops_its_emulator(kind: str, tmp_
     finally:
         down = run_cli({}, "dev", "down", "--dir", d)
     assert down.returncode == 0 and kind in down.stdout
-    for pid in pids.values():
-        assert not Path(f"/proc/{pid}").exists() or "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    for name, pid in pids.items():
+        wait_for(f"{name} (pid {pid}) stopped", functools.partial(_gone, pid), 30)
+
+
+def _gone(pid: int) -> bool:
+    """Whether the process has exited (a zombie waiting for its parent to reap it counts)."""
+    try:
+        return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
 
 
 ERASED_KEY = b"key-5"  # about one record in a hundred
