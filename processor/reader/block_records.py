@@ -17,18 +17,13 @@ Version 1 blocks (one entry per record, early versions) are decoded as before an
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable
 
-from aiokafka.record.default_records import DefaultRecordBatch
-
-from processor.errors import FormatError
 from processor.segment.block_header import BLOCK_FORMAT_V1
 from processor.segment.blocks import block_payload
 from processor.segment.blocks_v1 import decode_records_v1
 from processor.segment.blocks_v2 import block_batches
-from processor.segment.checksums import batch_crc_ok
-from processor.segment.entries_v2 import batch_last_offset
+from processor.segment.entries_v2 import batch_last_offset, batch_records
 from processor.segment.records import Header, KafkaRecord, TimestampType
 
 _CREATE_TIME = TimestampType.CREATE_TIME
@@ -105,25 +100,5 @@ def batch_records_within(
     batch: memoryview | bytes, *, where: str, min_offset: int | None = None, limit: int | None = None
 ) -> list[KafkaRecord]:
     """One batch's records from ``min_offset`` on, at most ``limit`` (CRC-32C verified, any codec;
-    a control batch holds none). The records below ``min_offset`` are stepped over by aiokafka's C
-    reader without a ``KafkaRecord`` built for them, and reading stops at ``limit``."""
-    raw = bytes(batch)
-    try:
-        if not batch_crc_ok(raw):
-            raise FormatError(f"{where}: record batch CRC-32C mismatch")
-        decoded = DefaultRecordBatch(raw)
-        if decoded.is_control_batch:
-            return []
-        ts_type = _LOG_APPEND_TIME if decoded.timestamp_type else _CREATE_TIME
-        records = iter(decoded)
-        if min_offset is not None and decoded.base_offset < min_offset:
-            low = min_offset
-            records = itertools.dropwhile(lambda r: r.offset < low, records)
-        if limit is not None:
-            records = itertools.islice(records, limit)
-        make = make_record
-        return [make(r.offset, r.timestamp, ts_type, r.key, r.value, tuple(r.headers)) for r in records]
-    except FormatError:
-        raise
-    except Exception as exc:  # aiokafka raises its own errors (and struct/zstd ones) for bad bytes
-        raise FormatError(f"{where}: record batch does not decode: {exc!r}") from exc
+    a control batch holds none), each built through its slots (:data:`make_record`)."""
+    return batch_records(batch, where=where, min_offset=min_offset, limit=limit, make=make_record)

@@ -31,8 +31,9 @@ v0/v1 message set is refused with a FormatError naming the partition and offset.
 
 from __future__ import annotations
 
+import itertools
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,8 +166,18 @@ def iter_batch_entries(payload: bytes | bytearray | memoryview, *, where: str) -
         pos = start + entry_len
 
 
-def batch_records(batch: bytes | bytearray | memoryview, *, where: str = "batch") -> list[KafkaRecord]:
-    """Decode one batch's records with aiokafka's C reader (CRC-32C verified, any codec).
+def batch_records(
+    batch: bytes | bytearray | memoryview,
+    *,
+    where: str = "batch",
+    min_offset: int | None = None,
+    limit: int | None = None,
+    make: Callable[..., KafkaRecord] = KafkaRecord,
+) -> list[KafkaRecord]:
+    """Decode one batch's records with aiokafka's C reader (CRC-32C verified, any codec), from
+    ``min_offset`` on and at most ``limit`` of them: the records below are stepped over by the C
+    reader without a record built for them, and reading stops at ``limit``. ``make`` builds each
+    record from its fields in KafkaRecord's order (a faster builder of the same record may be given).
 
     Control batches (transaction markers) hold no data records: they decode to nothing.
     """
@@ -178,9 +189,13 @@ def batch_records(batch: bytes | bytearray | memoryview, *, where: str = "batch"
         if decoded.is_control_batch:
             return []
         ts_type = _LOG_APPEND_TIME if decoded.timestamp_type else _CREATE_TIME
-        return [
-            KafkaRecord(r.offset, r.timestamp, ts_type, r.key, r.value, tuple(r.headers)) for r in decoded
-        ]
+        records: Iterator[Any] = iter(decoded)
+        if min_offset is not None and decoded.base_offset < min_offset:
+            low = min_offset
+            records = itertools.dropwhile(lambda r: r.offset < low, records)
+        if limit is not None:
+            records = itertools.islice(records, limit)
+        return [make(r.offset, r.timestamp, ts_type, r.key, r.value, tuple(r.headers)) for r in records]
     except FormatError:
         raise
     except Exception as exc:  # aiokafka raises its own errors (and struct/zstd ones) for bad bytes
