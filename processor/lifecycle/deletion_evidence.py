@@ -200,13 +200,23 @@ class DeletionEvidence:
         """Why ``rewrite``'s index does not verify, when every segment it names is still FINISHED
         (None: it verifies, or something it names is gone, or its key cannot be had). Raises
         StorageError."""
-        named = [part.segments.get(sid) for sid in rewrite.supersedes]
-        if any(s is None or s.state is not _S.COPY_SEGMENT_FINISHED for s in named):
+        if not sources_kept(rewrite, part):
             return None
+        return self.index_fault(rewrite)
+
+    def index_fault(self, rewrite: RemoteLogSegmentMetadata) -> str | None:
+        """Why ``rewrite``'s index does not verify against its metadata (None: it verifies, or its
+        key cannot be had: that proves nothing). Raises StorageError."""
         try:
             fetch_index(self.storage, self.keys, rewrite, cipher=self.decryption.cipher(rewrite))
         except (CorruptObjectError, InvalidRangeError) as exc:  # shorter than its metadata says: corrupt
             return str(exc)
         except SegmentKeyError as exc:
-            proof_failed(PROOF_UNREADABLE, f"checking served rewrite {rewrite.segment_id}", exc)
+            proof_failed(PROOF_UNREADABLE, f"checking rewrite {rewrite.segment_id}", exc)
         return None
+
+
+def sources_kept(rewrite: RemoteLogSegmentMetadata, part: PartitionRemoteState) -> bool:
+    """Whether every segment ``rewrite`` names is still FINISHED in ``part``."""
+    named = [part.segments.get(sid) for sid in rewrite.supersedes]
+    return all(s is not None and s.state is _S.COPY_SEGMENT_FINISHED for s in named)

@@ -18,6 +18,7 @@ from typing import Protocol
 from processor.errors import FencedWriterError, ProcessorError, StorageError
 from processor.health import HEALTH
 from processor.kafka.partition import TopicPartition
+from processor.lifecycle.deletion_evidence import sources_kept
 from processor.lifecycle.deletion_retries import retry_failed
 from processor.lifecycle.deletion_topic import DeletionTopic
 from processor.lifecycle.ports import DeletionOutcome
@@ -188,10 +189,13 @@ def clean_partition(
     if not plan.empty:
         start = min(proven, part.log_start_offset)
 
-        def corrupt(rewrite: RemoteLogSegmentMetadata) -> str | None:
-            return deleter.evidence.corrupt_with_sources_kept(rewrite, part)
+        def corrupt(rewrite: RemoteLogSegmentMetadata) -> tuple[str, bool] | None:
+            why = deleter.evidence.index_fault(rewrite)
+            return None if why is None else (why, sources_kept(rewrite, part))
 
-        out.merge(deleter.execute(tp, plan, epoch, start, part.in_lineage, rewritten, corrupt))
+        out.merge(
+            deleter.execute(tp, plan, epoch, start, part.in_lineage, rewritten, corrupt, part.restorable)
+        )
     return plan, out
 
 

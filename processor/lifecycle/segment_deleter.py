@@ -55,12 +55,11 @@ from processor.errors import (
 )
 from processor.kafka.partition import TopicPartition
 from processor.lifecycle.deletion_evidence import DeletionEvidence
+from processor.lifecycle.deletions_found_started import DeletionsFoundStarted
 from processor.lifecycle.object_deletion import ObjectDeletion
 from processor.lifecycle.ports import (
     FINISH,
-    LEFT,
     RESTORED,
-    UNPROVEN,
     DeletionOutcome,
     FailedDeletions,
     MetadataWriter,
@@ -68,10 +67,6 @@ from processor.lifecycle.ports import (
     publish_all,
 )
 from processor.lifecycle.retention_policy import DeleteReason, RetentionPlan
-from processor.lifecycle.rewrite_proof import (
-    PROOF_STORAGE_ERROR,
-    proof_failed,
-)
 from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED
 from processor.metadata.fold_state import Claim
 from processor.metadata.model import (
@@ -96,7 +91,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class SegmentDeleter(ObjectDeletion):
+class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
     def __init__(
         self,
         storage: ChunkStorage,
@@ -170,7 +165,8 @@ class SegmentDeleter(ObjectDeletion):
         log_start_offset: int = 0,
         servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
         rewritten: Set[uuid.UUID] = frozenset(),
-        corrupt: Callable[[RemoteLogSegmentMetadata], str | None] | None = None,
+        corrupt: Callable[[RemoteLogSegmentMetadata], tuple[str, bool] | None] | None = None,
+        restorable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
     ) -> DeletionOutcome:
         """Carry out one partition's plan in order; see the module docstring. Raises
         FencedWriterError as soon as one of its records is not accepted."""
@@ -181,14 +177,22 @@ class SegmentDeleter(ObjectDeletion):
         requeue = []
         start = max(log_start_offset, plan.new_log_start_offset or 0)
         named_by_restored: set[uuid.UUID] = set()
+        restored: list[RemoteLogSegmentMetadata] = []
         # rewrites first: one served again holds the offsets of the segments it names, which are
-        # then left as they are (published again too, they would overlap it and be refused)
+        # then left as they are (published again too, they would overlap it and be refused); so is
+        # anything else overlapping one served again in this pass (the view predates it)
         for segment in sorted(plan.requeue, key=lambda s: not s.supersedes):
-            if segment.segment_id.id in named_by_restored:
+            if segment.segment_id.id in named_by_restored or any(
+                r.start_offset <= segment.end_offset and segment.start_offset <= r.end_offset
+                for r in restored
+            ):
                 continue
-            proof = self.prove_deletion(segment, writer_epoch, start, servable, rewritten, corrupt)
+            proof = self.prove_deletion(
+                segment, writer_epoch, start, servable, rewritten, corrupt, restorable
+            )
             if proof == RESTORED:
                 named_by_restored.update(segment.supersedes)
+                restored.append(segment)
             if proof == FINISH:
                 requeue.append(segment)
             elif proof == REFUSED_ACKNOWLEDGED:
@@ -242,82 +246,6 @@ class SegmentDeleter(ObjectDeletion):
         rewritten = frozenset(s.segment_id.id for s in sources)
         outcome = self.execute(tp, plan, writer_epoch, rewritten=rewritten)
         return unproven + [f"{s.segment_id}: {error}" for s, error in outcome.failed]
-
-    def prove_deletion(
-        self,
-        segment: RemoteLogSegmentMetadata,
-        writer_epoch: int,
-        log_start_offset: int = 0,
-        servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
-        rewritten: Set[uuid.UUID] = frozenset(),
-        corrupt: Callable[[RemoteLogSegmentMetadata], str | None] | None = None,
-    ) -> str:
-        """Whether a deletion found in DELETE_SEGMENT_STARTED may be finished here: one this deleter
-        started (its own confirmed record), one of a segment below the remote log start offset
-        (retention moves it past the segments it deletes first), one the fold accepted while the
-        copy was unfinished (never served; refused if the segment has a manifest), one a served
-        rewrite supersedes (``rewritten``: the owner's accepted rewrite names it), or one whose data
-        or index is gone already (its deletion is under way). Any other deletion of a served segment
-        of the partition's history, with all its objects in place (a record forged with the claim's
-        epoch and writer id, or left by a process that crashed before deleting anything), is undone:
-        the segment is published again as COPY_SEGMENT_FINISHED under this writer's claim and served
-        again (``RESTORED``; when the readers do not accept that, ``LEFT``). One of a segment the
-        partition would not serve (a retired topic id's: ``processor delete-topic`` deletes those),
-        or any when ``servable`` is not given (the caller does not know the partition's history), is
-        left as it is (``LEFT``). A storage error while asking (a HEAD that fails) proves nothing:
-        ``UNPROVEN``, the deletion waits for the next pass."""
-        if self.started.get(segment.segment_id.id) == (segment.writer_epoch, segment.event_timestamp_ms):
-            return FINISH
-        if segment.replaces_state is _S.COPY_SEGMENT_STARTED:
-            found = self.evidence.acknowledged_or_unknown(segment)
-            if found is None:
-                return UNPROVEN
-            return REFUSED_ACKNOWLEDGED if found else FINISH
-        if segment.segment_id.id in rewritten:
-            return FINISH  # a served rewrite supersedes it: its offsets are read from the rewrite
-        if servable is None or not servable(segment):
-            return LEFT
-        if segment.end_offset < log_start_offset:
-            return FINISH
-        try:
-            complete = self.evidence.has_objects(segment)  # keys not its own: not complete
-        except StorageError as exc:  # no answer is no proof: a failed HEAD never finishes a deletion
-            proof_failed(PROOF_STORAGE_ERROR, f"the deletion of {segment.segment_id}", exc)
-            return UNPROVEN
-        if not complete:
-            return FINISH
-        if segment.supersedes and corrupt is not None:
-            # a rewrite is served again only if its index verifies: junk at its keys (a forged
-            # rewrite the holder found unreadable and began to delete) would hide the segments it
-            # names, which hold its offsets and are served while its deletion stands
-            try:
-                why = corrupt(segment)
-            except StorageError as exc:
-                proof_failed(PROOF_STORAGE_ERROR, f"the deletion of rewrite {segment.segment_id}", exc)
-                return UNPROVEN
-            if why is not None:
-                log.error(
-                    "the deletion of rewrite %s (%d..%d) was not started by this worker; its index does "
-                    "not verify (%s) and the segments it names are finished: finishing it",
-                    segment.segment_id,
-                    segment.start_offset,
-                    segment.end_offset,
-                    why,
-                )
-                return FINISH
-        log.error(
-            "the deletion of %s (%d..%d) was not started by this worker and all its objects are in "
-            "place (a forged record, or a worker that stopped before deleting anything): serving it again",
-            segment.segment_id,
-            segment.start_offset,
-            segment.end_offset,
-        )
-        try:
-            self.repair(replace(segment, state=_S.COPY_SEGMENT_FINISHED, replaces_state=None), writer_epoch)
-        except FencedWriterError as exc:  # taken over, or it overlaps what is served now: left as it is
-            log.error("%s stays unserved: %s", segment.segment_id, exc)
-            return LEFT
-        return RESTORED
 
     def delete_segment(
         self, segment: RemoteLogSegmentMetadata, reason: DeleteReason, writer_epoch: int

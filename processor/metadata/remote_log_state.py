@@ -80,6 +80,18 @@ class PartitionRemoteState:
     def in_lineage(self, seg: RemoteLogSegmentMetadata) -> bool:
         return self.lineage.serves(seg.segment_id.topic_id, self._topic_id())
 
+    def restorable(self, seg: RemoteLogSegmentMetadata) -> bool:
+        """Whether ``seg``, stated FINISHED again, would be served: no served segment overlaps it
+        that it does not name (the fold refuses such a FINISHED as an overlap)."""
+        named = set(seg.supersedes)
+        return not any(
+            o.start_offset <= seg.end_offset
+            and seg.start_offset <= o.end_offset
+            and o.segment_id.id != seg.segment_id.id
+            and o.segment_id.id not in named
+            for o in self.finished()
+        )
+
     def finished(self) -> list[RemoteLogSegmentMetadata]:
         """The finished segments served for the partition (of the current topic id), by start offset."""
         return sorted(

@@ -603,3 +603,24 @@ def test_a_manifest_backfill_that_fails_fails_that_sweep_alone_and_the_pass_repo
     storage.failing = False
     assert service.run_pass({TP: epoch}).ok  # retried: the missing manifest is written
     assert manifest_key(new.data_object_key) in keys_in(storage)
+
+
+def test_a_deletion_not_started_here_is_left_when_served_segments_hold_its_offsets(tmp_path: Path) -> None:
+    """A forged DELETE_SEGMENT_STARTED unserves X (all its objects in place); a copy of the same
+    offsets is then served. The owner's pass did not start X's deletion, but stating X again would
+    overlap what is served: it is left as it is (objects kept), with no record the readers refuse."""
+    storage = FilesystemChunkStorage(tmp_path)
+    log = Log()
+    epoch = log.claim("w")
+    _ok, x = copy(log, 0, 9, epoch)
+    upload(storage, x)
+    forged = dataclasses.replace(x.with_state(S.DELETE_SEGMENT_STARTED, 3), replaces_state=None)
+    assert log.confirm(forged, log.publish(forged))
+    assert served(log.fold) == set()
+    ok, y = copy(log, 0, 9, epoch)
+    assert ok
+    upload(storage, y)
+    clean_partition(TP, log.state(), deleter(log, storage), epoch, RetentionLimits(), 0)
+    assert served(log.fold) == {y.segment_id.id}
+    assert log.fold.rejected == {}, log.fold.rejected
+    assert objects_of(x) <= keys_in(storage)

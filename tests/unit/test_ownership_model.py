@@ -223,6 +223,9 @@ class OwnershipModel(RuleBasedStateMachine):
         self.topic_id = TOPIC_ID
         self.failed_deletions = FailedDeletions()
         self.retention_deleted: dict[uuid.UUID, int] = {}  # segment -> the time cutoff that expired it
+        # the latest time cutoff a retention pass of the partition used: what is below it expired
+        # under the user's limit, and a later pass (one without limits too) may delete it
+        self.expired_to: dict[TopicPartition, int] = {}
         # rejected records under a claim's key: offset -> (partition, offset by which it was neutralised)
         self.claim_hits: dict[int, tuple[TopicPartition, int | None]] = {}
         self.forged: dict[uuid.UUID, TopicPartition] = {}  # unserved by a forged delete of their claim
@@ -620,6 +623,8 @@ class OwnershipModel(RuleBasedStateMachine):
             RetentionLimits() if keep is None else RetentionLimits(retention_ms=keep)
         )
         cutoff = self.source_ends[owner.tp] - (keep or 0)
+        if keep is not None:
+            self.expired_to[owner.tp] = max(cutoff, self.expired_to.get(owner.tp, cutoff))
         # a pass whose proofs could not be read leaves what they would have undone for the next one
         up_to_date = (
             owner.pinned is None and owner.view_at >= self.topic.next_offset and not self.bucket.proofs_fail
@@ -677,9 +682,11 @@ class OwnershipModel(RuleBasedStateMachine):
                 assert seg.max_timestamp_ms <= expired_with, "a rewrite's source deleted inside the limit"
                 self.retention_deleted[seg.segment_id.id] = expired_with
             elif seg.state is S.COPY_SEGMENT_FINISHED and seg.segment_id.id in part.served:
-                assert keep is not None, "a pass without retention deleted a served segment"
-                assert seg.max_timestamp_ms <= cutoff, "retention deleted a segment inside its limit"
-                self.retention_deleted[seg.segment_id.id] = cutoff
+                # expired under this pass's limit, or an earlier pass's (whose start offset stands)
+                expired = self.expired_to.get(owner.tp)
+                assert expired is not None, "a pass without retention deleted a served segment"
+                assert seg.max_timestamp_ms <= expired, "retention deleted a segment inside its limit"
+                self.retention_deleted[seg.segment_id.id] = expired
 
     def _saw_own_writes(self, owner: Owner) -> None:
         """A pass confirms its records through the owner's follower, and the next pass waits for

@@ -243,3 +243,57 @@ def test_a_new_owner_serves_again_a_merge_not_its_sources_too(model: OwnershipMo
     model.retention("B0", keep=7)
     _check(model)
     assert _ids(model, P0) == [(0, 1, [2, 3])]
+
+
+def test_a_junk_rewrite_whose_named_segment_is_being_deleted_is_not_served_again(
+    model: OwnershipModel,
+) -> None:
+    """Two rewrites forged one over the other over a segment, the outer with junk at its keys; the
+    holder deletes the outer (its index does not verify), then the inner (no objects), which gives
+    the segment back, and then a forged delete unserves the segment. The next owner, finding all
+    three deletions unstarted by it, served the junk rewrite again (its index was checked only while
+    what it names was finished), hiding the segment, and then published the segment again over it
+    (refused). A rewrite whose index does not verify is never served again; the segment is."""
+    model.claim("C0")
+    model.storage_fails(failing=True)
+    model.hostile_claim_tombstone(
+        "garbage", Draws(P0, b"orders/0/claim/00000000-0000-5eed-0000-000000000001", "none")
+    )
+    model.claim("C0")
+    model.claim("A1")
+    model.erase("A1", copies=1, crash_at=None, holders=0)  # a copy of 0..0 (nothing to erase)
+    model.forged_rewrite(Draws(P1, 0, 2, False, "none"))  # no objects
+    model.forged_rewrite(Draws(P1, 0, 3, True, "none"))  # junk objects, naming the first
+    model.claim("A1")
+    model.cleanup("A1")  # the junk rewrite's deletion started; its objects stay
+    model.retention("A1", keep=4)  # the empty rewrite's deletion started: the copy is served again
+    _check(model)
+    copy = model._state(P1).finished()[0]
+    assert copy.supersedes == ()
+    model.forged_delete("unconditional", Draws(P1, copy, "wrong"))
+    assert _ids(model, P1) == []
+    model.claim("B1")
+    model.retention("B1", keep=9)
+    _check(model)
+    assert [s.segment_id for s in model._state(P1).finished()] == [copy.segment_id]
+
+
+def test_a_pass_without_limits_deletes_what_an_earlier_pass_expired(model: OwnershipModel) -> None:
+    """A retention pass expires offset 0 (it publishes the remote log start offset past it) while
+    forged rewrites hold it; their deletions give back, pass after pass, the rewrite they named,
+    which lies below that start. A pass with no limits then deletes it: the user's retention
+    expired it already (the model took that for a deletion without a limit)."""
+    model.claim("A1")
+    model.erase("A1", copies=1, crash_at=None, holders=0)
+    model.proofs_fail(failing=True)
+    model.forged_rewrite(Draws(P1, 0, 1, True, "none"))
+    model.forged_rewrite(Draws(P1, 0, 1, True, "wrong"))
+    model.claim("B1")
+    model.retention("B1", keep=0)  # offset 0 expires; the outer forged rewrite is deleted
+    _check(model)
+    model.retention("B1", keep=3)
+    _check(model)
+    model.cleanup("B1")
+    _check(model)
+    assert _ids(model, P1) == []
+    assert model._state(P1).log_start_offset == 1
