@@ -1073,7 +1073,8 @@ class OwnershipModel(RuleBasedStateMachine):
         if self.topic.accepted[self.topic.publish(forged, forged=True, signature=self._signature(data))]:
             self.forged_rewrites[sid.id] = tp
             for v in victims:
-                if v.segment_id.id in self.acked:
+                # (a merge's source served again meanwhile is garbage: its merge holds its offsets)
+                if v.segment_id.id in self.acked and v.segment_id.id not in self.superseded:
                     self.forged[v.segment_id.id] = tp
 
     @precondition(lambda self: self._claimed())
@@ -1284,13 +1285,20 @@ class OwnershipModel(RuleBasedStateMachine):
                 )
             live = [s for s in live if s.segment_id.id not in again]
             assert all(s.topic_partition == tp for s in live), f"another partition's segment served for {tp}"
+            # offsets a forged delete unserved wait for the holder's pass (checked there), also those
+            # of a forged-deleted merge left out above because a forged rewrite took over a source
+            hidden = [
+                (part.segments[x].start_offset, part.segments[x].end_offset)
+                for x in self.forged
+                if x in part.segments
+            ]
             for a, b in itertools.pairwise(live):
                 assert a.end_offset < b.start_offset, (
                     f"{tp}: overlap {a.start_offset}..{a.end_offset} / {b.start_offset}"
                 )
-                assert b.start_offset == a.end_offset + 1, (
-                    f"{tp}: gap {a.end_offset + 1}..{b.start_offset - 1}"
-                )
+                assert b.start_offset == a.end_offset + 1 or any(
+                    lo <= a.end_offset + 1 and b.start_offset - 1 <= hi for lo, hi in hidden
+                ), f"{tp}: gap {a.end_offset + 1}..{b.start_offset - 1}"
             if live and part.log_start_offset > 0:
                 assert live[0].start_offset <= part.log_start_offset
 

@@ -297,3 +297,29 @@ def test_a_pass_without_limits_deletes_what_an_earlier_pass_expired(model: Owner
     _check(model)
     assert _ids(model, P1) == []
     assert model._state(P1).log_start_offset == 1
+
+
+def test_a_forged_delete_of_a_merges_source_given_back_waits_for_the_holders_passes(
+    model: OwnershipModel,
+) -> None:
+    """A merge's FINISHED is forged-deleted, which gives back its sources; a forged rewrite takes
+    over the first of them and a forged delete unserves the last: its offsets are served by nothing
+    until the holder's passes delete the forged rewrite and serve the merge again (the model took
+    that wait for a gap the rules do not allow)."""
+    model.claim("B1")
+    model.merge("B1", copies=3, crash_at="after_finished")  # 0..2 merged; its sources not deleted
+    model.claim("A1")
+    merged = next(s for s in model._state(P1).finished() if s.supersedes)
+    model.forged_delete("conditional", Draws(P1, merged, "none"))
+    _check(model)
+    assert _ids(model, P1) == [(0, 0, []), (1, 1, []), (2, 2, [])]
+    model.forged_rewrite(Draws(P1, 0, 1, False, "none"))
+    last = model._state(P1).finished()[-1]
+    model.forged_delete("conditional", Draws(P1, last, "none"))
+    _check(model)
+    assert [(s.start_offset, s.end_offset) for s in model._state(P1).finished()] == [(0, 0), (1, 1)]
+    for _ in range(3):
+        model.follower_notices("A1")
+        model.cleanup("A1")
+        _check(model)
+    assert [(s.start_offset, s.end_offset) for s in model._state(P1).finished()] == [(0, 2)]
