@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from processor import metrics
-from processor.lifecycle.ports import FINISH, UNPROVEN, DeletionOutcome, publish_all
+from processor.lifecycle.ports import FINISH, UNPROVEN, DeletionOutcome, PartitionChecks, publish_all
 from processor.lifecycle.retention_policy import DeleteReason
 from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED
@@ -37,7 +37,7 @@ def retry_failed(
     for entry in pending:
         state = known(entry)
         if state is not None and state.state is _S.DELETE_SEGMENT_STARTED:
-            proof = deleter.prove_deletion(state, writer_epoch, log_start_offset, servable)
+            proof = deleter.prove_deletion(state, writer_epoch, log_start_offset, PartitionChecks(servable))
             if proof == UNPROVEN:
                 continue  # the entry stays for the next pass
             if proof != FINISH:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Set
 from dataclasses import replace
 
 from processor.errors import FencedWriterError, StorageError
 from processor.lifecycle.deletion_evidence import DeletionEvidence
-from processor.lifecycle.ports import FINISH, LEFT, RESTORED, UNPROVEN
+from processor.lifecycle.ports import FINISH, LEFT, NO_CHECKS, RESTORED, UNPROVEN, PartitionChecks
 from processor.lifecycle.rewrite_proof import PROOF_STORAGE_ERROR, proof_failed
 from processor.metadata.deletion_proof import REFUSED_ACKNOWLEDGED
 from processor.metadata.model import RemoteLogSegmentMetadata, SegmentState
@@ -37,10 +36,7 @@ class DeletionsFoundStarted:
         segment: RemoteLogSegmentMetadata,
         writer_epoch: int,
         log_start_offset: int = 0,
-        servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
-        rewritten: Set[uuid.UUID] = frozenset(),
-        corrupt: Callable[[RemoteLogSegmentMetadata], tuple[str, bool] | None] | None = None,
-        restorable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
+        checks: PartitionChecks = NO_CHECKS,
     ) -> str:
         """Whether a deletion found in DELETE_SEGMENT_STARTED may be finished here: one this deleter
         started (its own confirmed record), one of a segment below the remote log start offset
@@ -65,7 +61,8 @@ class DeletionsFoundStarted:
             if found is None:
                 return UNPROVEN
             return REFUSED_ACKNOWLEDGED if found else FINISH
-        if segment.segment_id.id in rewritten:
+        servable, corrupt, restorable = checks.servable, checks.corrupt, checks.restorable
+        if segment.segment_id.id in checks.rewritten:
             return FINISH  # a served rewrite supersedes it: its offsets are read from the rewrite
         if servable is None or not servable(segment):
             return LEFT

@@ -3,7 +3,8 @@ metadata and deletion topics behind small protocols, a pass's outcome, a deletio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -33,6 +34,23 @@ class FailedDeletions(Protocol):
 
     def resolve(self, segment: RemoteLogSegmentMetadata) -> None: ...
 
+
+@dataclass(frozen=True)
+class PartitionChecks:
+    """What the deleter asks of the partition's view when it finds a deletion it did not start
+    (:meth:`~processor.lifecycle.segment_deleter.SegmentDeleter.prove_deletion`); each left out
+    proves nothing. ``servable``: whether a segment belongs to the history the partition serves;
+    ``rewritten``: the segments a served rewrite was read and shown to hold; ``corrupt``: why a
+    rewrite's index does not verify, and whether every segment it names is FINISHED (None: it
+    verifies); ``restorable``: whether a segment stated FINISHED again would be served."""
+
+    servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None
+    rewritten: Set[uuid.UUID] = frozenset()
+    corrupt: Callable[[RemoteLogSegmentMetadata], tuple[str, bool] | None] | None = None
+    restorable: Callable[[RemoteLogSegmentMetadata], bool] | None = None
+
+
+NO_CHECKS = PartitionChecks()
 
 FINISH = "finish"  # prove_deletion: the deletion may be finished
 RESTORED = "restored"  # prove_deletion: not proven; the segment is served again

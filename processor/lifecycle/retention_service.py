@@ -21,7 +21,7 @@ from processor.kafka.partition import TopicPartition
 from processor.lifecycle.deletion_evidence import sources_kept
 from processor.lifecycle.deletion_retries import retry_failed
 from processor.lifecycle.deletion_topic import DeletionTopic
-from processor.lifecycle.ports import DeletionOutcome
+from processor.lifecycle.ports import DeletionOutcome, PartitionChecks
 from processor.lifecycle.remote_log_gauges import RemoteLogGauges
 from processor.lifecycle.retention_config import RetentionConfig
 from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, RetentionPlan, plan_retention
@@ -194,7 +194,9 @@ def clean_partition(
             return None if why is None else (why, sources_kept(rewrite, part))
 
         out.merge(
-            deleter.execute(tp, plan, epoch, start, part.in_lineage, rewritten, corrupt, part.restorable)
+            deleter.execute(
+                tp, plan, epoch, start, PartitionChecks(part.in_lineage, rewritten, corrupt, part.restorable)
+            )
         )
     return plan, out
 

@@ -59,10 +59,12 @@ from processor.lifecycle.deletions_found_started import DeletionsFoundStarted
 from processor.lifecycle.object_deletion import ObjectDeletion
 from processor.lifecycle.ports import (
     FINISH,
+    NO_CHECKS,
     RESTORED,
     DeletionOutcome,
     FailedDeletions,
     MetadataWriter,
+    PartitionChecks,
     Tombstones,
     publish_all,
 )
@@ -163,10 +165,7 @@ class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
         plan: RetentionPlan,
         writer_epoch: int,
         log_start_offset: int = 0,
-        servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
-        rewritten: Set[uuid.UUID] = frozenset(),
-        corrupt: Callable[[RemoteLogSegmentMetadata], tuple[str, bool] | None] | None = None,
-        restorable: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
+        checks: PartitionChecks = NO_CHECKS,
     ) -> DeletionOutcome:
         """Carry out one partition's plan in order; see the module docstring. Raises
         FencedWriterError as soon as one of its records is not accepted."""
@@ -187,9 +186,7 @@ class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
                 for r in restored
             ):
                 continue
-            proof = self.prove_deletion(
-                segment, writer_epoch, start, servable, rewritten, corrupt, restorable
-            )
+            proof = self.prove_deletion(segment, writer_epoch, start, checks)
             if proof == RESTORED:
                 named_by_restored.update(segment.supersedes)
                 restored.append(segment)
@@ -244,7 +241,7 @@ class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
             return unproven
         plan = RetentionPlan(expired=tuple((s, DeleteReason.REWRITTEN) for s in sources))
         rewritten = frozenset(s.segment_id.id for s in sources)
-        outcome = self.execute(tp, plan, writer_epoch, rewritten=rewritten)
+        outcome = self.execute(tp, plan, writer_epoch, checks=PartitionChecks(rewritten=rewritten))
         return unproven + [f"{s.segment_id}: {error}" for s, error in outcome.failed]
 
     def delete_segment(
