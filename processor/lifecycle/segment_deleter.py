@@ -177,12 +177,17 @@ class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
         start = max(log_start_offset, plan.new_log_start_offset or 0)
         named_by_restored: set[uuid.UUID] = set()
         restored: list[RemoteLogSegmentMetadata] = []
-        # rewrites first: one served again holds the offsets of the segments it names, which are
-        # then left as they are (published again too, they would overlap it and be refused); so is
-        # anything else overlapping one served again in this pass (the view predates it)
-        for segment in sorted(plan.requeue, key=lambda s: not s.supersedes):
+        # rewrites first, the widest first (a merge of merges before the merges it names): one
+        # served again holds the offsets of the segments it names, which are then left as they are
+        # (published again too, they would overlap it and be refused); so is anything else
+        # overlapping one served again in this pass that it does not name (the view predates it)
+        for segment in sorted(
+            plan.requeue, key=lambda s: (not s.supersedes, s.start_offset - s.end_offset, s.start_offset)
+        ):
             if segment.segment_id.id in named_by_restored or any(
-                r.start_offset <= segment.end_offset and segment.start_offset <= r.end_offset
+                r.start_offset <= segment.end_offset
+                and segment.start_offset <= r.end_offset
+                and r.segment_id.id not in segment.supersedes
                 for r in restored
             ):
                 continue

@@ -323,3 +323,35 @@ def test_a_forged_delete_of_a_merges_source_given_back_waits_for_the_holders_pas
         model.cleanup("A1")
         _check(model)
     assert [(s.start_offset, s.end_offset) for s in model._state(P1).finished()] == [(0, 2)]
+
+
+def test_a_merge_of_merges_is_served_again_before_the_merge_it_names(model: OwnershipModel) -> None:
+    """A merge of a merge and a copy, every source's deletion started and its objects left (deletes
+    fail); a forged delete then unserves the outer merge, and nothing is served for its offsets. The
+    next owner served the inner merge and the copy again first and then left the outer merge, which
+    overlapped what it had just served: offsets served, but not by the rewrite that holds them. The
+    widest rewrite goes first now, and what it names is left to it."""
+    model.storage_fails(failing=True)
+    model.claim("B0")
+    model.merge("B0", copies=2, crash_at=None)  # 0..1 merged, its sources' deletions started
+    model.claim("B0")
+    model.operator_takes_the_partition(Draws(P0, None))
+    model.hostile_claim_tombstone(
+        "current", Draws(P0, b"orders/0/claim/00000000-0000-5eed-0000-000000000001", "none")
+    )
+    model.produce(P1, 1)
+    model.claim("A1")
+    model.retention("B0", keep=0)
+    model.copy_whole("A1", length=1)
+    model.claim("B0")
+    model.operator_takes_the_partition(Draws(P1, None))
+    model.merge("B0", copies=1, crash_at=None)  # the merge and a new copy merged: 0..2
+    _check(model)
+    outer = model._state(P0).finished()[0]
+    assert (outer.start_offset, outer.end_offset) == (0, 2) and len(outer.supersedes) == 2
+    model.forged_delete("conditional", Draws(P0, outer, "none"))
+    assert _ids(model, P0) == []
+    model.claim("B0")
+    model.retention("B0", keep=0)
+    _check(model)
+    assert [s.segment_id for s in model._state(P0).finished()] == [outer.segment_id]
