@@ -155,6 +155,12 @@ def clean_partition(
             out.refused.append((orphan, error))
         elif error is not None:
             out.failed.append((orphan, error))
+    refused = [s for s in part.refused_copies(epoch) if s.segment_id.id not in in_flight | skip]
+    if refused:
+        # before the repairs: a reader of the compacted topic judges the refused records without
+        # what a repair states again after them (the deletion is accepted by both readers)
+        out.merge(deleter.execute(tp, RetentionPlan(dangling=tuple(refused)), epoch))
+        skip = skip | {s.segment_id.id for s in refused}
     for segment in repairs:
         deleter.repair(segment, epoch)
     if log_start_shadowed:

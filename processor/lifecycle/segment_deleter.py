@@ -315,7 +315,11 @@ class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
         """The DELETE_SEGMENT_STARTED that deletes ``segment`` under this writer's claim: conditional
         on the state the plan saw (a copy that finished since the plan makes the fold reject it, and
         then nothing is deleted), or, for a deletion found in the metadata, stated again
-        (:meth:`state_deletion_again`)."""
+        (:meth:`state_deletion_again`). A copy of an earlier claim that never finished is deleted
+        unconditionally: no record of that claim is accepted any more, so the condition changes
+        nothing for readers of the live topic, while a reader of the compacted topic that accepted a
+        FINISHED the live readers refused (:meth:`PartitionRemoteState.refused_copies`) would refuse
+        a conditional one."""
         if segment.state is _S.DELETE_SEGMENT_STARTED:
             return replace(
                 segment,
@@ -323,7 +327,10 @@ class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
                 writer_epoch=writer_epoch,
                 event_timestamp_ms=self.clock_ms(),
             )
-        return segment.deleting(self.clock_ms(), self.writer_id, writer_epoch)
+        record = segment.deleting(self.clock_ms(), self.writer_id, writer_epoch)
+        if segment.state is _S.COPY_SEGMENT_STARTED and segment.writer_epoch < writer_epoch:
+            return replace(record, replaces_state=None)
+        return record
 
     def state_deletion_again(
         self, segment: RemoteLogSegmentMetadata, writer_epoch: int

@@ -228,6 +228,20 @@ class PartitionRemoteState:
         )
         return [holding[k] for k in sorted(self.shadowed) if k in holding]
 
+    def refused_copies(self, epoch: int) -> list[RemoteLogSegmentMetadata]:
+        """Copies of an earlier claim than ``epoch`` that never finished, whose copy key a rejected
+        record shadows (a FINISHED refused because it overlapped a served segment, say). A reader of
+        the compacted topic judges that record without what it was judged against once the cleaner
+        passes a record that shadowed that (and the repair comes after it): it may accept it. The
+        holder deletes them before it repairs anything: no claim can finish them any more."""
+        return [
+            s
+            for s in self.segments.values()
+            if s.state is _S.COPY_SEGMENT_STARTED
+            and s.writer_epoch < epoch
+            and segment_key(s.segment_id) in self.shadowed
+        ]
+
     def stranded(self) -> list[RemoteLogSegmentMetadata]:
         """Finished segments of the claimed partition's history that nothing serves and nothing
         holds: no served segment overlaps them and no served rewrite names them, directly or through
