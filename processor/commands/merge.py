@@ -25,7 +25,7 @@ from processor.errors import ConfigError, ProcessorError
 from processor.kafka.partition import TopicPartition
 from processor.rewrite.merge_passes import merge_claimed
 from processor.rewrite.merge_plan import LeftAlone, MergeLimits, MergeRun, left_alone
-from processor.rewrite.merge_runner import MergeReport, planned_runs
+from processor.rewrite.merge_runner import MergeReport, merge_candidates, planned_runs
 from processor.segment.object_keys import validate_topic
 from processor.units import format_duration_ms, format_size
 from processor.wiring.deletion_context import DeletionContext, open_context
@@ -170,8 +170,7 @@ def _merge(
     now = int(time.time() * 1000)
     state = ctx.state(tp)
     runs = planned_runs(state, limits, now)
-    waiting = state.named_by_deleting_rewrites()  # as planned_runs leaves them out
-    left = left_alone([s for s in state.finished() if s.segment_id.id not in waiting], runs, limits, now)
+    left = left_alone(merge_candidates(state), runs, limits, now)
     if dry_run or (not runs and not state.rewritten()):
         return MergeReport(tp, segments_before=len(state.finished())), runs, left, None
     epoch = ctx.claim(tp)  # workers leading tp stop writing it until the claim is released

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from processor.errors import ProcessorError
 from processor.kafka.partition import TopicPartition
+from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.rewrite.merge_plan import MergeLimits, MergeRun, plan_merges
 from processor.rewrite.ports import Copier, DeleteSuperseded, delete_leftovers
@@ -51,11 +52,19 @@ class MergeReport:
         return self.segments_before - self.merged_segments + self.runs
 
 
-def planned_runs(part: PartitionRemoteState, limits: MergeLimits, now_ms: int) -> list[MergeRun]:
-    """The runs to merge of a partition's served segments, but for the sources of a rewrite being
-    deleted (a forged delete's holder serves that rewrite again, which takes them over once more)."""
+def merge_candidates(part: PartitionRemoteState) -> list[RemoteLogSegmentMetadata]:
+    """A partition's served segments a merge may take: not the sources of a rewrite being deleted (a
+    forged delete's holder serves that rewrite again, which takes them over once more), nor those
+    wholly below the remote log start offset (expired: retention deletes them; merged, their records
+    would live on in a segment of their own)."""
     waiting = part.named_by_deleting_rewrites()
-    return plan_merges([s for s in part.finished() if s.segment_id.id not in waiting], limits, now_ms)
+    start = part.log_start_offset
+    return [s for s in part.finished() if s.segment_id.id not in waiting and s.end_offset >= start]
+
+
+def planned_runs(part: PartitionRemoteState, limits: MergeLimits, now_ms: int) -> list[MergeRun]:
+    """The runs to merge of a partition's :func:`merge_candidates`."""
+    return plan_merges(merge_candidates(part), limits, now_ms)
 
 
 def merge_partition(

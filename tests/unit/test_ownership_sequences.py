@@ -383,3 +383,28 @@ def test_a_reader_of_the_compacted_topic_agrees_about_a_merge_refused_over_a_sha
     _check(model)
     model.compact(Draws(9))  # the rewrite's accepted FINISHED goes, the merge's refused one stays
     _check(model)
+
+
+def test_a_merge_leaves_segments_below_the_remote_log_start_alone(model: OwnershipModel) -> None:
+    """A merge's sources could not be proven (reads fail) and stay; retention then expires
+    everything and deletes the merge, which gives the sources back below the new remote log start.
+    The next merge took them again: their expired records lived on in a new segment, which a
+    rebuild of the metadata (it does not know the start offset) served apart from the rest."""
+    model.produce(P0, 4)
+    model.proofs_fail(failing=True)
+    model.claim("A0")
+    model.copy_whole("A0", length=1)
+    model.merge("A0", copies=2, crash_at=None)  # 0..2 merged; its sources not proven, kept
+    model.claim("B0")
+    model.copy_whole("B0", length=5)
+    model.claim("A0")
+    model.retention("A0", keep=0)  # everything expires: the start moves to 6
+    _check(model)
+    start = model._state(P0).log_start_offset
+    assert start == 6
+    model.merge("A0", copies=2, crash_at="after_finished")
+    _check(model)
+    merged = [s for s in model._state(P0).finished() if s.supersedes]
+    assert merged and all(s.start_offset >= start for s in merged)
+    model.metadata_topic_lost_and_rebuilt()
+    _check(model)
