@@ -745,6 +745,8 @@ class OwnershipModel(RuleBasedStateMachine):
         epoch = self.topic.publish(claim)
         op = Owner("op", tp, epoch, view_at=self.topic.next_offset)
         before = data.draw(st.none() | st.integers(0, max(source_end, 0)), label="delete before")
+        if before is not None:
+            self.expired_to[tp] = max(before - 1, self.expired_to.get(tp, before - 1))
         with contextlib.suppress(StorageError):  # the command fails; run again later
             clean_partition(tp, self._state(tp), self._deleter(op), epoch, RetentionLimits(), source_end)
             part = self._state(tp)  # the command reads back what its own pass wrote
@@ -1265,10 +1267,15 @@ class OwnershipModel(RuleBasedStateMachine):
             # a segment the user's retention was deleting that a rebuild served again (its objects had
             # not gone yet: docs/restore-and-recovery.md) may stand apart from the rest until
             # retention deletes it again; overlaps are still checked for it
-            # (also a source of a rewrite retention deleted: its offsets expired with the rewrite's)
-            again = {x for x in self.retention_deleted if x in part.served} | {
-                x for x, r in self.superseded.items() if r in self.retention_deleted and x in part.served
-            }
+            # (also a source of a rewrite retention deleted: its offsets expired with the rewrite's;
+            # and any segment wholly expired by the user's limits or delete-before, an erasure's
+            # rewrite of one say: a rebuild does not know the start offset)
+            expired_to = self.expired_to.get(tp, -1)
+            again = (
+                {x for x in self.retention_deleted if x in part.served}
+                | {x for x, r in self.superseded.items() if r in self.retention_deleted and x in part.served}
+                | {x for x in part.served if part.segments[x].max_timestamp_ms <= expired_to}
+            )
             # a rewrite unserved by a forged delete gives its offsets back to its sources still there
             # (processor/metadata/fold_rules.py) until the holder serves it again
             given_back = {v for f in forged for v in f.supersedes}
@@ -1304,7 +1311,9 @@ class OwnershipModel(RuleBasedStateMachine):
                     lo <= a.end_offset + 1 and b.start_offset - 1 <= hi for lo, hi in hidden
                 ), f"{tp}: gap {a.end_offset + 1}..{b.start_offset - 1}"
             if first is not None and part.log_start_offset > 0:
-                assert first <= part.log_start_offset
+                # (a rebuild does not know the start offset: what the user's limits and delete-before
+                # expired earlier may lie above the start a later command sets)
+                assert first <= max(part.log_start_offset, self.expired_to.get(tp, -1) + 1)
 
     @invariant()
     def only_the_claim_holder_writes(self) -> None:
