@@ -1267,15 +1267,14 @@ class OwnershipModel(RuleBasedStateMachine):
             # a segment the user's retention was deleting that a rebuild served again (its objects had
             # not gone yet: docs/restore-and-recovery.md) may stand apart from the rest until
             # retention deletes it again; overlaps are still checked for it
-            # (also a source of a rewrite retention deleted: its offsets expired with the rewrite's;
-            # and any segment wholly expired by the user's limits or delete-before, an erasure's
-            # rewrite of one say: a rebuild does not know the start offset)
+            # (also a source of a rewrite retention deleted: its offsets expired with the rewrite's)
+            again = {x for x in self.retention_deleted if x in part.served} | {
+                x for x, r in self.superseded.items() if r in self.retention_deleted and x in part.served
+            }
+            # offsets the user's limits or delete-before expired may be missing between segments a
+            # rebuild served again (it does not know the start offset; an erasure's rewrite of an
+            # expired segment, say): a segment's time is its end offset here
             expired_to = self.expired_to.get(tp, -1)
-            again = (
-                {x for x in self.retention_deleted if x in part.served}
-                | {x for x, r in self.superseded.items() if r in self.retention_deleted and x in part.served}
-                | {x for x in part.served if part.segments[x].max_timestamp_ms <= expired_to}
-            )
             # a rewrite unserved by a forged delete gives its offsets back to its sources still there
             # (processor/metadata/fold_rules.py) until the holder serves it again
             given_back = {v for f in forged for v in f.supersedes}
@@ -1307,8 +1306,10 @@ class OwnershipModel(RuleBasedStateMachine):
                 assert a.end_offset < b.start_offset, (
                     f"{tp}: overlap {a.start_offset}..{a.end_offset} / {b.start_offset}"
                 )
-                assert b.start_offset == a.end_offset + 1 or any(
-                    lo <= a.end_offset + 1 and b.start_offset - 1 <= hi for lo, hi in hidden
+                assert (
+                    b.start_offset == a.end_offset + 1
+                    or b.start_offset - 1 <= expired_to
+                    or any(lo <= a.end_offset + 1 and b.start_offset - 1 <= hi for lo, hi in hidden)
                 ), f"{tp}: gap {a.end_offset + 1}..{b.start_offset - 1}"
             if first is not None and part.log_start_offset > 0:
                 # (a rebuild does not know the start offset: what the user's limits and delete-before
