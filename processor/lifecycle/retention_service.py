@@ -155,7 +155,8 @@ def clean_partition(
             out.refused.append((orphan, error))
         elif error is not None:
             out.failed.append((orphan, error))
-    refused = [s for s in part.refused_copies(epoch) if s.segment_id.id not in in_flight | skip]
+    busy = in_flight | skip
+    refused = [s for s in part.refused_copies(epoch) if s.segment_id.id not in busy]
     if refused:
         # before the repairs: a reader of the compacted topic judges the refused records without
         # what a repair states again after them (the deletion is accepted by both readers)
