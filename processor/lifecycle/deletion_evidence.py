@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from processor import metrics
 from processor.errors import (
@@ -54,6 +55,16 @@ def _index_or_failure(reader: RewriteProofs, segment: RemoteLogSegmentMetadata) 
     except NotProven:
         return False  # remembered by the reader, raised again (and reported) by the proof needing it
     return True
+
+
+@dataclass
+class UnreadableRewrites:
+    """Served rewrites that do not read back (:meth:`DeletionEvidence.unreadable_rewrites`):
+    ``delete`` loses nothing (no objects, or what it names is FINISHED), ``unserve`` keeps the
+    objects (what it names is gone; unserved segments beneath it hold its offsets)."""
+
+    delete: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    unserve: list[RemoteLogSegmentMetadata] = field(default_factory=list)
 
 
 class DeletionEvidence:
@@ -161,48 +172,52 @@ class DeletionEvidence:
 
     def unreadable_rewrites(
         self, part: PartitionRemoteState, writer_epoch: int, every: bool
-    ) -> list[RemoteLogSegmentMetadata]:
+    ) -> UnreadableRewrites:
         """Served rewrites whose data or index object is not in the bucket: a rewrite's objects are
         uploaded before its FINISHED is published, so one without them was forged (with the claim's
         epoch and writer id) or lost its data. Those under this claim are checked on every pass, all
         of them when ``every`` (once per claim: the ones of earlier claims, an operator's merge).
+        They are deleted: their objects are not there to lose.
 
         A rewrite whose objects are there but whose index does not verify against its metadata (junk
         or another segment's objects at its keys) is one too, when every segment it names is still
         FINISHED: deleting it then serves them again and loses nothing (the index is read only then).
-        A storage error, or an encrypted index whose key cannot be had, proves nothing: the rewrite
-        stays, counted, and is checked again at the next pass."""
-        out = []
+        When what it names is gone but finished segments nothing serves hold every offset of it
+        (:meth:`PartitionRemoteState.held_beneath`: a rewrite it named was deleted and forgotten),
+        it is only unserved, its objects kept: those segments are served again, and its objects may
+        still be the only copy of what it holds. A storage error, or an encrypted index whose key
+        cannot be had, proves nothing: the rewrite stays, counted, and is checked again at the next
+        pass."""
+        out = UnreadableRewrites()
+        beneath: Callable[[RemoteLogSegmentMetadata], bool] | None = None
         for rewrite in part.finished():
             if not rewrite.supersedes or not (every or rewrite.writer_epoch == writer_epoch):
                 continue
+            kept = sources_kept(rewrite, part)
+            if not kept and beneath is None:
+                beneath = part.held_beneath()
             try:
                 present = self.has_objects(rewrite)
-                corrupt = present and self.corrupt_with_sources_kept(rewrite, part)
+                held = kept or (beneath is not None and beneath(rewrite))
+                corrupt = self.index_fault(rewrite) if present and held else None
             except StorageError as exc:
                 proof_failed(PROOF_STORAGE_ERROR, f"checking served rewrite {rewrite.segment_id}", exc)
                 continue
-            if not present or corrupt is not None:
-                log.error(
-                    "served rewrite %s (%d..%d) %s (a forged record, or its data was lost): deleting it, "
-                    "which serves again what it superseded",
-                    rewrite.segment_id,
-                    rewrite.start_offset,
-                    rewrite.end_offset,
-                    "has no objects in the bucket" if not present else f"does not read back ({corrupt})",
-                )
-                out.append(rewrite)
+            if present and corrupt is None:
+                continue
+            delete = not present or kept
+            log.error(
+                "served rewrite %s (%d..%d) %s (a forged record, or its data was lost): %s",
+                rewrite.segment_id,
+                rewrite.start_offset,
+                rewrite.end_offset,
+                "has no objects in the bucket" if not present else f"does not read back ({corrupt})",
+                "deleting it, which serves again what it superseded"
+                if delete
+                else "unserving it, its objects kept, which serves again the unserved segments beneath it",
+            )
+            (out.delete if delete else out.unserve).append(rewrite)
         return out
-
-    def corrupt_with_sources_kept(
-        self, rewrite: RemoteLogSegmentMetadata, part: PartitionRemoteState
-    ) -> str | None:
-        """Why ``rewrite``'s index does not verify, when every segment it names is still FINISHED
-        (None: it verifies, or something it names is gone, or its key cannot be had). Raises
-        StorageError."""
-        if not sources_kept(rewrite, part):
-            return None
-        return self.index_fault(rewrite)
 
     def index_fault(self, rewrite: RemoteLogSegmentMetadata) -> str | None:
         """Why ``rewrite``'s index does not verify against its metadata (None: it verifies, or its

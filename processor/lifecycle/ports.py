@@ -63,11 +63,15 @@ class DeletionOutcome:
     deleted: list[RemoteLogSegmentMetadata] = field(default_factory=list)
     failed: list[tuple[RemoteLogSegmentMetadata, str]] = field(default_factory=list)
     refused: list[tuple[RemoteLogSegmentMetadata, str]] = field(default_factory=list)  # no proof
+    # served segments whose deletion started with their objects kept (an unreadable rewrite that
+    # may hold the only copy of its records, over unserved segments that hold its offsets)
+    unserved: list[RemoteLogSegmentMetadata] = field(default_factory=list)
     log_start_offset: int | None = None
 
     def merge(self, other: DeletionOutcome) -> None:
         self.deleted += other.deleted
         self.failed += other.failed
         self.refused += other.refused
+        self.unserved += other.unserved
         if other.log_start_offset is not None:
             self.log_start_offset = other.log_start_offset

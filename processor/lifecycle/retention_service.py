@@ -121,12 +121,17 @@ def clean_partition(
     assert claim is not None  # its epoch is this writer's
     deleter.claims[tp] = (epoch, claim.claim_id)
     unreadable = deleter.evidence.unreadable_rewrites(part, epoch, every_rewrite)
-    if unreadable:
+    if unreadable.delete or unreadable.unserve:
         # a served rewrite without its objects (a record forged with the claim's epoch and writer id:
         # readers cannot tell it from the holder's own): deleted, which serves again the segments it
-        # superseded; the rest of the pass waits for a view that shows it
-        drop = RetentionPlan(expired=tuple((r, DeleteReason.UNREADABLE) for r in unreadable))
-        return RetentionPlan(), deleter.execute(tp, drop, epoch)
+        # superseded; one whose objects may hold the only copy is unserved, its objects kept; the
+        # rest of the pass (which states again the segments beneath) waits for a view that shows it
+        drop = RetentionPlan(expired=tuple((r, DeleteReason.UNREADABLE) for r in unreadable.delete))
+        out = deleter.execute(tp, drop, epoch)
+        for rewrite in unreadable.unserve:
+            deleter.unserve(rewrite, epoch)
+        out.unserved += unreadable.unserve
+        return RetentionPlan(), out
     repairs = part.repairs()
     stranded = part.stranded()
     if stranded:

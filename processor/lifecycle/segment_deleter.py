@@ -410,6 +410,16 @@ class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
         )
         self._publish_confirmed(record, f"repair of {segment.segment_id}")
 
+    def unserve(self, segment: RemoteLogSegmentMetadata, writer_epoch: int) -> None:
+        """Stop serving a served segment without deleting anything: its DELETE_SEGMENT_STARTED,
+        conditional on its FINISHED, and no object touched. Not recorded as started here, so no pass
+        of this deleter finishes it on its own word: one that finds it started proves it again
+        (:meth:`prove_deletion`), and leaves an unreadable rewrite's objects as they are."""
+        self._publish_confirmed(
+            segment.deleting(self.clock_ms(), self.writer_id, writer_epoch),
+            f"DELETE_SEGMENT_STARTED of {segment.segment_id} (objects kept)",
+        )
+
     def repair_log_start(self, tp: TopicPartition, offset: int, writer_epoch: int) -> None:
         self.move_log_start_offset(tp, offset, writer_epoch, decided=False)
 

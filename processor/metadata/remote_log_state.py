@@ -10,8 +10,10 @@ cannot drop an accepted state (:meth:`PartitionRemoteState.repairs`).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from processor.errors import IllegalTransitionError
@@ -108,6 +110,28 @@ class PartitionRemoteState:
             for s in self.segments.values()
             if s.state is _S.COPY_SEGMENT_FINISHED and self.in_lineage(s) and s.segment_id.id not in served
         ]
+
+    def held_beneath(self) -> Callable[[RemoteLogSegmentMetadata], bool]:
+        """Whether finished segments nothing serves, wholly inside a served segment's offsets,
+        cover every offset of it at or above the remote log start offset: unserved, it would leave no
+        offset unserved (they are served again as :meth:`stranded`). A rewrite whose sources are
+        gone can have such segments beneath it when a rewrite it named (whose sources they are) was
+        deleted and forgotten. One sort of the unserved finished segments, then a search a call (the
+        list is empty but for garbage waiting for its proof)."""
+        hidden = sorted(self.superseded(), key=lambda s: (s.start_offset, s.end_offset))
+        starts = [s.start_offset for s in hidden]
+        floor = self.log_start_offset
+
+        def covered(segment: RemoteLogSegmentMetadata) -> bool:
+            need = max(segment.start_offset, floor)
+            for s in hidden[bisect.bisect_left(starts, segment.start_offset) :]:
+                if need > segment.end_offset or s.start_offset > need:
+                    break
+                if s.end_offset <= segment.end_offset and s.segment_id.id != segment.segment_id.id:
+                    need = max(need, s.end_offset + 1)
+            return need > segment.end_offset
+
+        return covered
 
     def rewrite_proofs(self) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
         """Known segments (any state) that an accepted rewrite (a merge, an erase) supersedes,

@@ -146,6 +146,9 @@ class Topic:
         # the offset of the latest forged record the readers accepted, by partition: a holder's
         # record written from a view read before it may lose to it (the fold's condition at work)
         self.forged_accepted_at: dict[TopicPartition, int] = {}
+        # what each accepted rewrite named, kept after the fold forgets the rewrite (its deletion
+        # finished and its keys were tombstoned): a rewrite over it still holds those offsets
+        self.named: dict[uuid.UUID, tuple[uuid.UUID, ...]] = {}
 
     def append(self, key: bytes, value: bytes | None, forged: bool = False, signature: str = "good") -> int:
         """Append a message; ``forged``: a hostile record carrying a claim holder's epoch and writer
@@ -164,6 +167,8 @@ class Topic:
         record = verdict.record
         if forged and verdict.accepted and record is not None:
             self.forged_accepted_at[record.topic_partition] = offset
+        if verdict.accepted and isinstance(record, RemoteLogSegmentMetadata) and record.supersedes:
+            self.named[record.segment_id.id] = record.supersedes
         if record is None or isinstance(record, PartitionClaim):
             return offset
         claim = claims.get(record.topic_partition)

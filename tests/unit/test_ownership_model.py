@@ -637,7 +637,12 @@ class OwnershipModel(RuleBasedStateMachine):
             self._saw_own_writes(owner)
         after = self._state(owner.tp)
         touched = {
-            x.segment_id.id for x in [*result.outcome.deleted, *(x for x, _e in result.outcome.failed)]
+            x.segment_id.id
+            for x in [
+                *result.outcome.deleted,
+                *(x for x, _e in result.outcome.failed),
+                *result.outcome.unserved,
+            ]
         }
         dropped = touched & set(self.forged_rewrites)
         for sid in {x.segment_id.id for x in result.outcome.deleted} & dropped:
@@ -1251,8 +1256,7 @@ class OwnershipModel(RuleBasedStateMachine):
             covered: set[uuid.UUID] = set()
             todo = [rw for rw in self.forged_rewrites if rw in part.served]
             while todo:
-                named = part.segments.get(todo.pop())
-                for v in () if named is None else named.supersedes:
+                for v in self.topic.named.get(todo.pop(), ()):
                     if v not in covered:
                         covered.add(v)
                         todo.append(v)

@@ -672,3 +672,32 @@ def test_a_reader_of_the_compacted_topic_agrees_after_hostile_records_on_two_par
     _check(model)
     model.compact(data=Draws(32))
     _check(model)
+
+
+def test_an_unreadable_rewrite_over_a_forgotten_rewrite_gives_its_offsets_back(
+    model: OwnershipModel,
+) -> None:
+    """An erasure rewrites one of two copies; a forged rewrite takes both over, and a second one,
+    with junk at its keys, takes the first over. Retention deletes the first forged rewrite (no
+    objects), and an operator's pass forgets it. The junk rewrite then named only a forgotten
+    segment: its holder kept it served (what it names was not FINISHED), over the two segments that
+    hold its offsets, which nothing served again. It is unserved now, its objects kept, and the
+    holder's next pass serves the two again."""
+    model.claim("B1")
+    model.erase("B1", copies=2, crash_at="mid_delete", holders=0)  # 0..0 rewritten, 1..1 kept
+    model.forged_rewrite(Draws(P1, 0, 3, False, "none"))  # over both, no objects
+    model.claim("A1")
+    model.forged_rewrite(Draws(P1, 0, 3, True, "none"))  # over the first forged one, junk objects
+    junk = model._state(P1).finished()[0]
+    model.retention("A1", keep=9)  # deletes the forged rewrite without objects
+    model.operator_takes_the_partition(Draws(P1, None))  # and forgets it
+    _check(model)
+    assert [s.segment_id for s in model._state(P1).finished()] == [junk.segment_id]
+    model.claim("B1")
+    model.retention("B1", keep=9)
+    _check(model)
+    model.retention("B1", keep=9)
+    _check(model)
+    assert _ids(model, P1) == [(0, 0, [2]), (1, 1, [])]
+    assert model._state(P1).segments[junk.segment_id.id].state is SegmentState.DELETE_SEGMENT_STARTED
+    assert model.bucket.stat(junk.data_object_key) is not None  # its objects kept

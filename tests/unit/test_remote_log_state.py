@@ -9,7 +9,12 @@ import pytest
 
 from processor.errors import IllegalTransitionError
 from processor.kafka.partition import TopicPartition
-from processor.metadata.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
+from processor.metadata.model import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogStartOffset,
+    SegmentState,
+)
 from processor.metadata.remote_log_state import RemoteLogState, coverage_gaps_and_overlaps
 
 TP = TopicPartition("t", 0)
@@ -78,3 +83,23 @@ def test_fold_rejects_illegal_steps_without_changing_state() -> None:
     with pytest.raises(IllegalTransitionError):
         state.apply(dataclasses.replace(done, state=S.COPY_SEGMENT_STARTED))
     assert state.partition(TP).segments[done.segment_id.id] == done
+
+
+def test_held_beneath_asks_whether_unserved_segments_cover_a_served_one() -> None:
+    """Unserved finished segments inside a served one's offsets, covering each of them at or above
+    the remote log start offset: the served one can be unserved without leaving a gap."""
+    state = RemoteLogState()
+    low, high, other = seg(0, 4), seg(5, 9), seg(10, 14)
+    wide = dataclasses.replace(seg(0, 9), writer_epoch=1)  # a newer epoch's: low and high unserved
+    part_wide = dataclasses.replace(seg(10, 19), writer_epoch=1)  # only 10..14 beneath it
+    for record in (low, high, other, wide, part_wide):
+        state.apply(record)
+    part = state.partition(TP)
+    assert [s.segment_id for s in part.finished()] == [wide.segment_id, part_wide.segment_id]
+    covered = part.held_beneath()
+    assert covered(wide)
+    assert not covered(part_wide)  # 15..19 held by nothing beneath it
+    state.apply(RemoteLogStartOffset(TP, 6, 0, "w", 1))
+    assert state.partition(TP).held_beneath()(wide)  # (only 6..9 needed now)
+    state.apply(RemoteLogStartOffset(TP, 20, 0, "w", 1))
+    assert state.partition(TP).held_beneath()(part_wide)  # nothing of it above the start
