@@ -150,6 +150,7 @@ def clean_partition(
         deleter.restate_claim(tp, claim)
         repairs = [*repairs, *(s for s in part.claim_records() if s not in repairs)]
         log_start_shadowed = part.log_start_offset > 0
+    repairs = part.in_restatement_order(repairs)
     # rejected records first, then the states they shadow: a rejected FINISHED was judged against
     # what is served, and a reader of a topic compacted between a shadowing record and its repair
     # judges it without the shadowed state (it may serve it); its deletion comes before the repair

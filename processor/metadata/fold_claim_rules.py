@@ -45,14 +45,26 @@ def copy_lineage(
     another topic id than the partition's is rejected (``old_topic_id``) unless it is the first copy
     of a new segment under a claim made with that id (not a retired one): then the topic was deleted
     and re-created, a new history begins (the old id is retired, its segments stop being served).
-    Deletes of any id are accepted (a retired history is still cleaned up)."""
+    A segment whose deletion started counts as new here: a segment served again after a deletion
+    its holder did not start is stated FINISHED again, and once the cleaner removed its first copy
+    records, that statement is the only one a reader of the compacted topic sees of its copy, after
+    the deletion (what any reader accepts the same way for a segment it never saw: the deletion of
+    an unknown segment is accepted as a snapshot). Deletes of any id are accepted (a retired
+    history is still cleaned up)."""
     lineage = header.lineage
     tid = record.segment_id.topic_id
     copying = record.state in (SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED)
     claim = header.claim
     named = claim.topic_id if claim is not None else None
-    if copying and named not in (None, lineage.topic_id) and tid != named:
-        # the holder claimed under a new id (a re-created topic): what it copies is the new topic's
+    if (
+        copying
+        and named not in (None, lineage.topic_id)
+        and tid != named
+        and (tid is None or tid != lineage.topic_id)
+    ):
+        # the holder claimed under a new id (a re-created topic): what it copies is the new topic's;
+        # until its first copy switches the history, the one still served may be stated again (its
+        # holder's repairs: a reader of the compacted topic may know them only from those)
         raise RejectedRecordError(
             f"{record.state.value} of {record.segment_id} for topic id {tid}, but the current claim "
             f"names topic id {named} (the partition's is {lineage.topic_id})",
@@ -64,7 +76,8 @@ def copy_lineage(
         return replace(lineage, topic_id=tid)
     if not copying:
         return lineage
-    if current is None and named == tid and tid not in lineage.retired:
+    new = current is None or current.state is SegmentState.DELETE_SEGMENT_STARTED
+    if new and named == tid and tid not in lineage.retired:
         return Lineage(lineage.max_epoch, tid, lineage.retired | {lineage.topic_id}, True)
     raise RejectedRecordError(
         f"{record.state.value} of {record.segment_id} for topic id {tid}, but the partition's is "

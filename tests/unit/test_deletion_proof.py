@@ -34,7 +34,7 @@ from processor.metadata.model import (
 from processor.metadata.remote_log_state import PartitionRemoteState
 from processor.storage.chunk_storage import Buffer, ChunkInfo
 from processor.storage.filesystem import FilesystemChunkStorage
-from tests.unit.test_claims import KEYS, TP, Log, copy, deleter, segment
+from tests.unit.test_claims import KEYS, TP, Log, _with_topic_id, copy, deleter, segment
 
 S = SegmentState
 OLD_ID, NEW_ID = str(uuid.UUID(int=1)), str(uuid.UUID(int=2))
@@ -624,3 +624,29 @@ def test_a_deletion_not_started_here_is_left_when_served_segments_hold_its_offse
     assert served(log.fold) == {y.segment_id.id}
     assert log.fold.rejected == {}, log.fold.rejected
     assert objects_of(x) <= keys_in(storage)
+
+
+def test_a_restored_segment_of_a_recreated_topic_is_served_from_the_compacted_topic() -> None:
+    """A re-created topic's first copy (it switches the history); a forged claim under a made-up id
+    and a forged DELETE_SEGMENT_STARTED of the copy; an operator's claim serves it again (its
+    FINISHED stated again). Once the cleaner drops the first copy's records, that statement is the
+    only copy record a reader of the compacted topic sees, and it comes after the deletion. Before,
+    that reader refused it (``old_topic_id``: the deletion of a segment it never saw does not switch
+    the history, and a segment being deleted did not count as a first copy) and served nothing."""
+    log = Log()
+    log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, OLD_ID))
+    owner = log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "w", 0, NEW_ID))
+    first = _with_topic_id(segment(0, 9, owner, S.COPY_SEGMENT_STARTED), NEW_ID, owner)
+    assert log.confirm(first, log.publish(first))
+    done = first.with_state(S.COPY_SEGMENT_FINISHED, 1)
+    assert log.confirm(done, log.publish(done))
+    made_up = str(uuid.UUID(int=99))
+    forger = log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.LEAD, "mallory", 0, made_up))
+    assert log.accepted[log.publish(done.deleting(2, "mallory", forger))]
+    assert served(log.fold) == set()
+    admin = log.publish(PartitionClaim(TP, uuid.uuid4(), ClaimKind.ADMIN, "op", 0, NEW_ID))
+    again = dataclasses.replace(done, writer_id="op", writer_epoch=admin, event_timestamp_ms=3)
+    assert log.confirm(again, log.publish(again))
+    assert served(log.fold) == {done.segment_id.id}
+    for point in range(len(log.messages) + 1):
+        assert served(fresh(log, point)) == {done.segment_id.id}, f"a cleaner point at {point}"

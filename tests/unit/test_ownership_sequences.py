@@ -121,6 +121,21 @@ def test_a_rebuilt_archive_starts_where_its_first_segment_does(model: OwnershipM
 P0 = TPS[0]
 
 
+def _every_cleaning_point_agrees(model: OwnershipModel) -> None:
+    """A reader of the topic the cleaner compacted up to any point serves what live readers do."""
+    log = list(model.topic.log)
+    try:
+        for point in range(len(log) + 1):
+            model.topic.log = list(log)
+            model.topic.compact(point)
+            try:
+                model.every_reader_agrees()
+            except AssertionError as exc:
+                raise AssertionError(f"a cleaner point at {point}: {exc}") from exc
+    finally:
+        model.topic.log = log
+
+
 def _ids(model: OwnershipModel, tp: TopicPartition) -> list[tuple[int, int, list[int]]]:
     """Served segments as (start, end, the low bytes of the ids they supersede)."""
     return [
@@ -701,3 +716,101 @@ def test_an_unreadable_rewrite_over_a_forgotten_rewrite_gives_its_offsets_back(
     assert _ids(model, P1) == [(0, 0, [2]), (1, 1, [])]
     assert model._state(P1).segments[junk.segment_id.id].state is SegmentState.DELETE_SEGMENT_STARTED
     assert model.bucket.stat(junk.data_object_key) is not None  # its objects kept
+
+
+@pytest.mark.parametrize("recreated", [False, True])
+def test_a_deletion_stated_again_is_followed_by_the_merge_over_its_offsets(
+    model: OwnershipModel, recreated: bool
+) -> None:
+    """A forged rewrite over two segments is deleted by the holder (no objects), which serves them
+    again; the holder merges them. A stale owner's DELETE_SEGMENT_STARTED of the forged rewrite,
+    rejected, shadows its delete key; the next owner states the deletion again and forgets the
+    segments. Before: a cleaner point between that statement and the tombstones kept the forged
+    rewrite's FINISHED and its deletion stated again after the merge's FINISHED, so a reader of the
+    compacted topic refused the merge (it overlapped the rewrite, still served there) and served
+    one source given back. The served segments over a deletion stated again are stated again after
+    it, also under a claim that names a re-created topic's id before its first copy."""
+    model.claim("C0")
+    _check(model)
+    model.operator_takes_the_partition(data=Draws(TopicPartition(topic="orders", partition=0), 0))
+    _check(model)
+    model.claim("C0")
+    _check(model)
+    model.claim("B1")
+    _check(model)
+    model.claim("B1")
+    _check(model)
+    model.erase("B1", copies=2, crash_at="mid_delete", holders=0)
+    _check(model)
+    model.claim("C0")
+    _check(model)
+    model.claim("C0")
+    _check(model)
+    model.hostile_tombstone(
+        data=Draws(
+            TopicPartition(topic="orders", partition=1),
+            RemoteLogSegmentMetadata(
+                segment_id=RemoteLogSegmentId(
+                    topic="orders",
+                    partition=1,
+                    id=UUID("00000000-0000-5eed-0000-000000000007"),
+                    topic_id="6f1c1d5e-0000-4000-8000-000000000001",
+                ),
+                start_offset=0,
+                end_offset=0,
+                max_timestamp_ms=0,
+                event_timestamp_ms=1,
+                writer_id="B",
+                writer_epoch=5,
+                segment_leader_epochs=((0, 0),),
+                segment_size_in_bytes=128,
+                state=SegmentState.COPY_SEGMENT_FINISHED,
+                data_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/1/00000000000000000000-00000000-0000-5eed-0000-000000000007-e5.log",
+                index_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/1/00000000000000000000-00000000-0000-5eed-0000-000000000007-e5.log-index",
+                segment_format_version=2,
+                record_count=1,
+                index_crc32=2_519_464_159,
+                index_size_in_bytes=176,
+                custom_metadata=None,
+                txn_index_empty=True,
+                replaces_state=None,
+                supersedes=(),
+            ),
+            "none",
+        ),
+        kind="delete_key",
+    )
+    _check(model)
+    model.claim("A0")
+    _check(model)
+    model.operator_takes_the_partition(data=Draws(TopicPartition(topic="orders", partition=0), None))
+    _check(model)
+    model.claim("A1")
+    _check(model)
+    model.forged_rewrite(data=Draws(TopicPartition(topic="orders", partition=1), 0, 3, False, "none"))
+    _check(model)
+    model.claim("A0")
+    _check(model)
+    model.claim("C0")
+    _check(model)
+    model.claim("A1")
+    _check(model)
+    model.claim("A1")
+    _check(model)
+    model.claim("B1")
+    _check(model)
+    model.retention("B1", keep=9)
+    _check(model)
+    model.merge("B1", copies=0, crash_at="mid_delete")
+    _check(model)
+    model.cleanup("A1")
+    _check(model)
+    if recreated:  # the claim below names a new topic id; nothing copied under it yet
+        model.topic_recreated()
+    model.claim("A1")
+    _check(model)
+    model.retention("A1", keep=8)
+    _check(model)
+    served = model._served(model.topic.live, P1)  # (of the history a first copy would retire)
+    assert [(start, end) for start, end, _state in served.values()] == [(0, 1)]
+    _every_cleaning_point_agrees(model)
