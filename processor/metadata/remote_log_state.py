@@ -263,6 +263,8 @@ class PartitionRemoteState:
         served segment overlapping one of those deletions (added when not among ``states``): see
         :meth:`repairs`."""
         deleted = [s for s in states if s.state in DELETE_STATES]
+        if not deleted:
+            return states
         served = sorted((self.segments[x] for x in self.served), key=lambda s: s.start_offset)
         over = [  # what readers serve (the history a re-created topic's first copy retires too)
             s
