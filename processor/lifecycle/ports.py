@@ -42,12 +42,15 @@ class PartitionChecks:
     proves nothing. ``servable``: whether a segment belongs to the history the partition serves;
     ``rewritten``: the segments a served rewrite was read and shown to hold; ``corrupt``: why a
     rewrite's index does not verify, and whether every segment it names is FINISHED (None: it
-    verifies); ``restorable``: whether a segment stated FINISHED again would be served."""
+    verifies); ``restorable``: whether a segment stated FINISHED again would be served;
+    ``served_over``: the served segments over a segment's offsets that do not name it (stated again
+    after a deletion found started is stated again: see ``SegmentDeleter.execute``)."""
 
     servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None
     rewritten: Set[uuid.UUID] = frozenset()
     corrupt: Callable[[RemoteLogSegmentMetadata], tuple[str, bool] | None] | None = None
     restorable: Callable[[RemoteLogSegmentMetadata], bool] | None = None
+    served_over: Callable[[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]] | None = None
 
 
 NO_CHECKS = PartitionChecks()

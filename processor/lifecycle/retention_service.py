@@ -208,7 +208,11 @@ def clean_partition(
 
         out.merge(
             deleter.execute(
-                tp, plan, epoch, start, PartitionChecks(part.in_lineage, rewritten, corrupt, part.restorable)
+                tp,
+                plan,
+                epoch,
+                start,
+                PartitionChecks(part.in_lineage, rewritten, corrupt, part.restorable, part.served_over),
             )
         )
     return plan, out

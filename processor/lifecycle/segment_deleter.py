@@ -214,7 +214,33 @@ class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
             *plan.expired,
         ]
         self.delete_segments(work, writer_epoch, out)
+        self._state_served_over_again(requeue, work, writer_epoch, out, checks)
         return out
+
+    def _state_served_over_again(
+        self,
+        requeue: Sequence[RemoteLogSegmentMetadata],
+        work: Sequence[tuple[RemoteLogSegmentMetadata, DeleteReason]],
+        writer_epoch: int,
+        out: DeletionOutcome,
+        checks: PartitionChecks,
+    ) -> None:
+        """A deletion found started and stated again here moves, for a reader of the compacted
+        topic, to where it is stated now: a segment served over its offsets meanwhile (one it gave
+        back, its state re-published since) would be judged there while it is still served, and
+        refused. Each is stated again after it (none deleted in this pass)."""
+        if checks.served_over is None or not requeue:
+            return
+        failed = {s.segment_id.id for s, _error in out.failed}
+        stated = [s for s in requeue if s in out.deleted or s.segment_id.id in failed]
+        busy = {s.segment_id.id for s, _reason in work}
+        again: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        for segment in stated:
+            for served in checks.served_over(segment):
+                if served.segment_id.id not in busy:
+                    again.setdefault(served.segment_id.id, served)
+        for served in again.values():
+            self.repair(served, writer_epoch)
 
     def proven_superseded(
         self, part: PartitionRemoteState, only: Set[uuid.UUID] | None = None

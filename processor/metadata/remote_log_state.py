@@ -94,6 +94,20 @@ class PartitionRemoteState:
             for o in self.finished()
         )
 
+    def served_over(self, seg: RemoteLogSegmentMetadata) -> list[RemoteLogSegmentMetadata]:
+        """The segments readers serve (of any topic id) over ``seg``'s offsets that do not name it."""
+        return sorted(
+            (
+                o
+                for o in (self.segments[x] for x in self.served)
+                if o.start_offset <= seg.end_offset
+                and seg.start_offset <= o.end_offset
+                and o.segment_id.id != seg.segment_id.id
+                and seg.segment_id.id not in o.supersedes
+            ),
+            key=lambda o: o.start_offset,
+        )
+
     def finished(self) -> list[RemoteLogSegmentMetadata]:
         """The finished segments served for the partition (of the current topic id), by start offset."""
         return sorted(

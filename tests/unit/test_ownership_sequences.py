@@ -814,3 +814,107 @@ def test_a_deletion_stated_again_is_followed_by_the_merge_over_its_offsets(
     served = model._served(model.topic.live, P1)  # (of the history a first copy would retire)
     assert [(start, end) for start, end, _state in served.values()] == [(0, 1)]
     _every_cleaning_point_agrees(model)
+
+
+def test_a_segment_over_a_deletion_stated_again_is_stated_again_after_it(model: OwnershipModel) -> None:
+    """A forged rewrite over a copy, then a forged delete of the rewrite, which gives the copy back;
+    a hostile tombstone of the copy's key (rejected), so the holder states the copy again. The
+    holder's pass then finishes the rewrite's deletion (it has no objects), restating its
+    DELETE_SEGMENT_STARTED after the copy's repair. Before: once compacted, the rewrite's deletion
+    came after the copy's FINISHED, which was refused there as an overlap, and a reader of the
+    compacted topic served nothing. The served segments over a deletion found started are now
+    stated again after it."""
+    model.claim("A1")
+    _check(model)
+    model.claim("A1")
+    _check(model)
+    model.claim("A1")
+    _check(model)
+    model.claim("A1")
+    _check(model)
+    model.claim("A1")
+    _check(model)
+    model.erase("A1", copies=2, crash_at="before_finished", holders=1)
+    _check(model)
+    model.hostile(data=Draws(TopicPartition(topic="orders", partition=1), "none", b""), kind="garbage")
+    _check(model)
+    model.forged_rewrite(data=Draws(TopicPartition(topic="orders", partition=1), 1, 1, False, "none"))
+    _check(model)
+    model.forged_delete(
+        data=Draws(
+            TopicPartition(topic="orders", partition=1),
+            RemoteLogSegmentMetadata(
+                segment_id=RemoteLogSegmentId(
+                    topic="orders",
+                    partition=1,
+                    id=UUID("00000000-0000-5eed-0000-00000000000a"),
+                    topic_id="6f1c1d5e-0000-4000-8000-000000000001",
+                ),
+                start_offset=1,
+                end_offset=1,
+                max_timestamp_ms=1,
+                event_timestamp_ms=0,
+                writer_id="A",
+                writer_epoch=4,
+                segment_leader_epochs=((0, 1),),
+                segment_size_in_bytes=1,
+                state=SegmentState.COPY_SEGMENT_FINISHED,
+                data_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/1/00000000000000000001-00000000-0000-5eed-0000-00000000000a-e4.log",
+                index_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/1/00000000000000000001-00000000-0000-5eed-0000-00000000000a-e4.log-index",
+                segment_format_version=2,
+                record_count=1,
+                index_crc32=0,
+                index_size_in_bytes=1,
+                custom_metadata=None,
+                txn_index_empty=True,
+                replaces_state=None,
+                supersedes=(UUID("00000000-0000-5eed-0000-000000000007"),),
+            ),
+            "none",
+        ),
+        kind="conditional",
+    )
+    _check(model)
+    model.hostile_tombstone(
+        data=Draws(
+            TopicPartition(topic="orders", partition=1),
+            RemoteLogSegmentMetadata(
+                segment_id=RemoteLogSegmentId(
+                    topic="orders",
+                    partition=1,
+                    id=UUID("00000000-0000-5eed-0000-000000000007"),
+                    topic_id="6f1c1d5e-0000-4000-8000-000000000001",
+                ),
+                start_offset=1,
+                end_offset=1,
+                max_timestamp_ms=1,
+                event_timestamp_ms=2,
+                writer_id="A",
+                writer_epoch=4,
+                segment_leader_epochs=((0, 1),),
+                segment_size_in_bytes=128,
+                state=SegmentState.COPY_SEGMENT_FINISHED,
+                data_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/1/00000000000000000001-00000000-0000-5eed-0000-000000000007-e4.log",
+                index_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/1/00000000000000000001-00000000-0000-5eed-0000-000000000007-e4.log-index",
+                segment_format_version=2,
+                record_count=1,
+                index_crc32=3_437_610_498,
+                index_size_in_bytes=176,
+                custom_metadata=None,
+                txn_index_empty=True,
+                replaces_state=None,
+                supersedes=(),
+            ),
+            "none",
+        ),
+        kind="own_key",
+    )
+    _check(model)
+    model.claim("A1")
+    _check(model)
+    model.claim("A1")
+    _check(model)
+    model.retention("A1", keep=2)
+    _check(model)
+    assert _ids(model, P1) == [(1, 1, [])]
+    _every_cleaning_point_agrees(model)
