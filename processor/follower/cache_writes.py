@@ -206,21 +206,29 @@ class RocksFoldStore:
         out.update({sid: seg for sid, seg in changes.items() if seg is not None})
         return list(out.values())
 
-    def deleting(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
-        """Segments of ``tp`` in a delete state, this batch's changes included. A finished deletion
-        is kept under its id only (not listed by partition): this reads every segment the cache
-        holds, which happens only when a claim's records are to be re-published (a tombstone under
-        a claim's key: rare)."""
+    def unserved(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
+        """Segments of ``tp`` not served (in a delete state, or finished and superseded), this
+        batch's changes included. A finished deletion is kept under its id only (not listed by
+        partition): this reads every segment the cache holds, which happens only when a claim's
+        records are to be re-published (a tombstone under a claim's key: rare)."""
+        served = {s.segment_id.id.int for s in self.served(tp)}
+
+        def wanted(seg: RemoteLogSegmentMetadata) -> bool:
+            return seg.topic_partition == tp and (
+                seg.state in DELETE_STATES
+                or (seg.state is SegmentState.COPY_SEGMENT_FINISHED and seg.segment_id.id.int not in served)
+            )
+
         out: dict[int, RemoteLogSegmentMetadata] = {}
         for key, _value in self.queries.prefixed(b"S"):
             sid = int.from_bytes(key[1:17])
             if sid in self.segments:
                 continue
             seg = self.queries.segment(uuid.UUID(int=sid))
-            if seg is not None and seg.topic_partition == tp and seg.state in DELETE_STATES:
+            if seg is not None and wanted(seg):
                 out[sid] = seg
         for sid, change in self.segments.items():
-            if change is not None and change.topic_partition == tp and change.state in DELETE_STATES:
+            if change is not None and wanted(change):
                 out[sid] = change
         return list(out.values())
 

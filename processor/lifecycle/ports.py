@@ -44,13 +44,16 @@ class PartitionChecks:
     rewrite's index does not verify, and whether every segment it names is FINISHED (None: it
     verifies); ``restorable``: whether a segment stated FINISHED again would be served;
     ``served_over``: the served segments over a segment's offsets that do not name it (stated again
-    after a deletion found started is stated again: see ``SegmentDeleter.execute``)."""
+    after a deletion found started is stated again: see ``SegmentDeleter.execute``); ``given_back``:
+    the segments a served rewrite's deletion gives back that a reader may hold without their claim
+    (stated again after the deletion)."""
 
     servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None
     rewritten: Set[uuid.UUID] = frozenset()
     corrupt: Callable[[RemoteLogSegmentMetadata], tuple[str, bool] | None] | None = None
     restorable: Callable[[RemoteLogSegmentMetadata], bool] | None = None
     served_over: Callable[[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]] | None = None
+    given_back: Callable[[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]] | None = None
 
 
 NO_CHECKS = PartitionChecks()

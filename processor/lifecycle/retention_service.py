@@ -127,7 +127,7 @@ def clean_partition(
         # superseded; one whose objects may hold the only copy is unserved, its objects kept; the
         # rest of the pass (which states again the segments beneath) waits for a view that shows it
         drop = RetentionPlan(expired=tuple((r, DeleteReason.UNREADABLE) for r in unreadable.delete))
-        out = deleter.execute(tp, drop, epoch)
+        out = deleter.execute(tp, drop, epoch, checks=PartitionChecks(given_back=part.given_back_marked))
         for rewrite in unreadable.unserve:
             deleter.unserve(rewrite, epoch)
         out.unserved += unreadable.unserve
@@ -212,7 +212,14 @@ def clean_partition(
                 plan,
                 epoch,
                 start,
-                PartitionChecks(part.in_lineage, rewritten, corrupt, part.restorable, part.served_over),
+                PartitionChecks(
+                    part.in_lineage,
+                    rewritten,
+                    corrupt,
+                    part.restorable,
+                    part.served_over,
+                    part.given_back_marked,
+                ),
             )
         )
     return plan, out

@@ -228,15 +228,22 @@ class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
         """A deletion found started and stated again here moves, for a reader of the compacted
         topic, to where it is stated now: a segment served over its offsets meanwhile (one it gave
         back, its state re-published since) would be judged there while it is still served, and
-        refused. Each is stated again after it (none deleted in this pass)."""
-        if checks.served_over is None or not requeue:
-            return
+        refused. Each is stated again after it; so is a segment the deletion of a served rewrite
+        gives back that such a reader may hold without its claim (``checks.given_back``). None
+        deleted in this pass."""
         failed = {s.segment_id.id for s, _error in out.failed}
-        stated = [s for s in requeue if s in out.deleted or s.segment_id.id in failed]
+        stated = [s for s, _reason in work if s in out.deleted or s.segment_id.id in failed]
         busy = {s.segment_id.id for s, _reason in work}
+        found = {s.segment_id.id for s in requeue}
         again: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
         for segment in stated:
-            for served in checks.served_over(segment):
+            over = (
+                checks.served_over(segment)
+                if checks.served_over is not None and segment.segment_id.id in found
+                else []
+            )
+            back = checks.given_back(segment) if checks.given_back is not None else []
+            for served in (*over, *back):
                 if served.segment_id.id not in busy:
                     again.setdefault(served.segment_id.id, served)
         for served in again.values():

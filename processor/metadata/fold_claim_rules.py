@@ -14,6 +14,7 @@ from processor.metadata.fencing import OLD_TOPIC_ID, STALE_EPOCH, Lineage, Rejec
 from processor.metadata.fold_reasons import NO_CLAIM, UNSERVABLE
 from processor.metadata.fold_state import Change, Claim, FoldStore, PartitionHeader
 from processor.metadata.model import (
+    DELETE_STATES,
     ClaimKind,
     MetadataRecord,
     PartitionClaim,
@@ -136,9 +137,15 @@ def claim_records(
     """The keys holding an accepted state of ``tp`` whose record's epoch ``pick`` selects (served
     segments' copy keys, deleting segments' delete keys, the remote log start offset's key), to be
     marked shadowed: the owner re-publishes each under its claim
-    (:meth:`~processor.metadata.remote_log_state.PartitionRemoteState.repairs`)."""
+    (:meth:`~processor.metadata.remote_log_state.PartitionRemoteState.repairs`). Finished segments
+    a rewrite holds are marked too: a reader without their claim refused them, and once given back
+    (the rewrite deleted) they are served by the others; the owner re-publishes them then."""
     keys = [(segment_key(s.segment_id), True) for s in store.served(tp) if pick(s.writer_epoch)]
-    keys += [(delete_key(s.segment_id), True) for s in store.deleting(tp) if pick(s.writer_epoch)]
+    keys += [
+        (delete_key(s.segment_id) if s.state in DELETE_STATES else segment_key(s.segment_id), True)
+        for s in store.unserved(tp)
+        if pick(s.writer_epoch)
+    ]
     if header.log_start_offset > 0:
         keys.append((log_start_offset_key(tp), True))
     return keys

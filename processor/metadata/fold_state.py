@@ -77,9 +77,9 @@ class FoldStore(Protocol):
 
     def served(self, tp: TopicPartition) -> Iterable[RemoteLogSegmentMetadata]: ...
 
-    def deleting(self, tp: TopicPartition) -> Iterable[RemoteLogSegmentMetadata]:
-        """Segments of ``tp`` in a delete state the store lists (rare: a claim's records are being
-        re-published)."""
+    def unserved(self, tp: TopicPartition) -> Iterable[RemoteLogSegmentMetadata]:
+        """Segments of ``tp`` the store lists that are not served: in a delete state, or finished and
+        superseded (rare: a claim's records are being re-published)."""
         ...
 
     def shadowed_keys(self, tp: TopicPartition) -> Iterable[bytes]: ...

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from processor.kafka.partition import TopicPartition
 from processor.metadata.fold_state import Change, PartitionHeader
-from processor.metadata.model import DELETE_STATES, RemoteLogSegmentMetadata
+from processor.metadata.model import DELETE_STATES, RemoteLogSegmentMetadata, SegmentState
 
 
 def _overlaps(a: RemoteLogSegmentMetadata, start: int, end: int) -> bool:
@@ -77,9 +77,16 @@ class MemoryStore:
         part = self.partitions.get(tp)
         return set() if part is None else set(part.shadowed)
 
-    def deleting(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
+    def unserved(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
         part = self.partitions.get(tp)
-        return [] if part is None else [s for s in part.segments.values() if s.state in DELETE_STATES]
+        if part is None:
+            return []
+        return [
+            s
+            for s in part.segments.values()
+            if s.state in DELETE_STATES
+            or (s.state is SegmentState.COPY_SEGMENT_FINISHED and s.segment_id.id not in part.served)
+        ]
 
     def is_shadowed(self, tp: TopicPartition, key: bytes) -> bool:
         part = self.partitions.get(tp)

@@ -108,6 +108,28 @@ class PartitionRemoteState:
             key=lambda o: o.start_offset,
         )
 
+    def given_back_marked(self, rewrite: RemoteLogSegmentMetadata) -> list[RemoteLogSegmentMetadata]:
+        """The segments the deletion of served ``rewrite`` gives back (as the fold does: finished,
+        within its offsets, nothing else served over them) whose copy key is marked shadowed (a
+        reader without their claim refused them): re-published right after the deletion."""
+        if rewrite.segment_id.id not in self.served:
+            return []
+        out: list[RemoteLogSegmentMetadata] = []
+        for sid in rewrite.supersedes:
+            s = self.segments.get(sid)
+            if (
+                s is not None
+                and s.state is _S.COPY_SEGMENT_FINISHED
+                and segment_key(s.segment_id) in self.shadowed
+                and self.lineage.serves(s.segment_id.topic_id, self.lineage.topic_id)
+                and rewrite.start_offset <= s.start_offset
+                and s.end_offset <= rewrite.end_offset
+                and all(o.segment_id.id == rewrite.segment_id.id for o in self.served_over(s))
+                and not any(a.start_offset <= s.end_offset and s.start_offset <= a.end_offset for a in out)
+            ):
+                out.append(s)
+        return out
+
     def finished(self) -> list[RemoteLogSegmentMetadata]:
         """The finished segments served for the partition (of the current topic id), by start offset."""
         return sorted(

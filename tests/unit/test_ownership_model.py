@@ -70,6 +70,7 @@ from processor.lifecycle.segment_deleter import SegmentDeleter
 from processor.metadata.codec import decode_value, delete_key, encode_value, record_key, segment_key
 from processor.metadata.fold import MetadataFold
 from processor.metadata.manifest import manifest_key
+from processor.metadata.memory_store import PartitionView
 from processor.metadata.model import (
     ClaimKind,
     PartitionClaim,
@@ -1179,7 +1180,7 @@ class OwnershipModel(RuleBasedStateMachine):
         pending: set[bytes] = set()
         for tp in TPS:
             view = self.topic.live.partition(tp)
-            pending |= set(view.shadowed) | {segment_key(o.segment_id) for o in view.orphans.values()}
+            pending |= _to_neutralise(view) | {segment_key(o.segment_id) for o in view.orphans.values()}
         guard = self.topic.next_offset
         # a rejected record under a claim's key: until its partition has nothing left to neutralise
         # the cleaner stays before it; it passes it only together with everything that neutralised it
@@ -1208,7 +1209,7 @@ class OwnershipModel(RuleBasedStateMachine):
         rejected claim-key record had nothing left to neutralise."""
         for t, (tp, settled) in list(self.claim_hits.items()):
             view = self.topic.live.partition(tp)
-            if settled is None and not view.shadowed and not view.orphans:
+            if settled is None and not _to_neutralise(view) and not view.orphans:
                 self.claim_hits[t] = (tp, self.topic.next_offset)
 
     def _establishes(self, offset: int) -> bool:
@@ -1387,6 +1388,17 @@ class OwnershipModel(RuleBasedStateMachine):
             assert cached.header == view.header
             assert cached.shadowed == view.shadowed
             assert cached.orphans == view.orphans
+
+
+def _to_neutralise(view: PartitionView) -> set[bytes]:
+    """The shadowed keys an owner's pass re-publishes: all but those of finished segments a rewrite
+    holds (marked when their claim's key was hit; re-published once given back)."""
+    held = {
+        segment_key(s.segment_id)
+        for x, s in view.segments.items()
+        if s.state is S.COPY_SEGMENT_FINISHED and x not in view.served
+    }
+    return set(view.shadowed) - held
 
 
 def _holds(name: str) -> object:

@@ -918,3 +918,144 @@ def test_a_segment_over_a_deletion_stated_again_is_stated_again_after_it(model: 
     _check(model)
     assert _ids(model, P1) == [(1, 1, [])]
     _every_cleaning_point_agrees(model)
+
+
+def test_segments_a_rewrite_holds_are_stated_again_once_given_back_after_their_claim_was_hit(
+    model: OwnershipModel,
+) -> None:
+    """A merge, a forged rewrite over it and the next copy, then hostile records under claim keys:
+    the merge's claim key is hit and an operator takes the partition, which re-publishes what is
+    served (the forged rewrite), not the merge and copy it holds. Before: once compacted, a reader
+    without the merge's claim refused both, and when the holder deleted the forged rewrite (junk
+    at its keys) live readers served them again and that reader served nothing there. Their keys
+    are now marked when the claim's key is hit, and stated again right after the deletion that
+    gives them back."""
+    model.claim("A1")
+    _check(model)
+    model.claim("A1")
+    _check(model)
+    model.claim("A1")
+    _check(model)
+    model.claim("A1")
+    _check(model)
+    model.claim("B0")
+    _check(model)
+    model.claim("A1")
+    _check(model)
+    model.claim("A1")
+    _check(model)
+    model.erase("B0", copies=2, crash_at="mid_delete", holders=0)
+    _check(model)
+    model.operator_takes_the_partition(data=Draws(TopicPartition(topic="orders", partition=1), None))
+    _check(model)
+    model.operator_takes_the_partition(data=Draws(TopicPartition(topic="orders", partition=0), None))
+    _check(model)
+    model.claim("B0")
+    _check(model)
+    model.claim("B0")
+    _check(model)
+    model.merge("B0", copies=3, crash_at="after_finished")
+    _check(model)
+    model.hostile_tombstone(
+        data=Draws(
+            TopicPartition(topic="orders", partition=0),
+            RemoteLogSegmentMetadata(
+                segment_id=RemoteLogSegmentId(
+                    topic="orders",
+                    partition=0,
+                    id=UUID("00000000-0000-5eed-0000-000000000014"),
+                    topic_id="6f1c1d5e-0000-4000-8000-000000000001",
+                ),
+                start_offset=0,
+                end_offset=3,
+                max_timestamp_ms=3,
+                event_timestamp_ms=5,
+                writer_id="B",
+                writer_epoch=21,
+                segment_leader_epochs=((0, 0),),
+                segment_size_in_bytes=512,
+                state=SegmentState.COPY_SEGMENT_FINISHED,
+                data_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-000000000014-e21.log",
+                index_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-000000000014-e21.log-index",
+                segment_format_version=2,
+                record_count=3,
+                index_crc32=162825863,
+                index_size_in_bytes=176,
+                custom_metadata=None,
+                txn_index_empty=True,
+                replaces_state=None,
+                supersedes=(
+                    UUID("00000000-0000-5eed-0000-00000000000a"),
+                    UUID("00000000-0000-5eed-0000-000000000009"),
+                    UUID("00000000-0000-5eed-0000-000000000011"),
+                    UUID("00000000-0000-5eed-0000-000000000012"),
+                ),
+            ),
+            "wrong",
+        ),
+        kind="other_partition",
+    )
+    _check(model)
+    model.forged_rewrite(data=Draws(TopicPartition(topic="orders", partition=0), 0, 2, True, "none"))
+    _check(model)
+    model.hostile_tombstone(
+        data=Draws(
+            TopicPartition(topic="orders", partition=0),
+            RemoteLogSegmentMetadata(
+                segment_id=RemoteLogSegmentId(
+                    topic="orders",
+                    partition=0,
+                    id=UUID("00000000-0000-5eed-0000-000000000015"),
+                    topic_id="6f1c1d5e-0000-4000-8000-000000000001",
+                ),
+                start_offset=0,
+                end_offset=4,
+                max_timestamp_ms=4,
+                event_timestamp_ms=0,
+                writer_id="B",
+                writer_epoch=21,
+                segment_leader_epochs=((0, 0),),
+                segment_size_in_bytes=1,
+                state=SegmentState.COPY_SEGMENT_FINISHED,
+                data_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-000000000015-e21.log",
+                index_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-000000000015-e21.log-index",
+                segment_format_version=2,
+                record_count=1,
+                index_crc32=0,
+                index_size_in_bytes=1,
+                custom_metadata=None,
+                txn_index_empty=True,
+                replaces_state=None,
+                supersedes=(
+                    UUID("00000000-0000-5eed-0000-000000000014"),
+                    UUID("00000000-0000-5eed-0000-000000000013"),
+                ),
+            ),
+            "wrong",
+        ),
+        kind="delete_key",
+    )
+    _check(model)
+    model.hostile_claim_tombstone(
+        data=Draws(
+            TopicPartition(topic="orders", partition=0),
+            b"orders/0/claim/00000000-0000-5eed-0000-000000000005",
+            "none",
+        ),
+        kind="garbage",
+    )
+    _check(model)
+    model.operator_takes_the_partition(data=Draws(TopicPartition(topic="orders", partition=1), 0))
+    _check(model)
+    model.hostile_claim_tombstone(
+        data=Draws(TopicPartition(topic="orders", partition=0), "wrong"), kind="current"
+    )
+    _check(model)
+    model.operator_takes_the_partition(data=Draws(TopicPartition(topic="orders", partition=0), 2))
+    _check(model)
+    model.claim("B0")
+    _check(model)
+    model.retention("B0", keep=7)
+    _check(model)
+    assert [(s, e) for s, e, _sup in _ids(model, P0)] == [(0, 3), (4, 4)]
+    _every_cleaning_point_agrees(model)
