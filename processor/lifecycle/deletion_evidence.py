@@ -65,6 +65,7 @@ class UnreadableRewrites:
 
     delete: list[RemoteLogSegmentMetadata] = field(default_factory=list)
     unserve: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    unchecked: bool = False  # one could not be checked (a storage error): the next pass asks again
 
 
 class DeletionEvidence:
@@ -202,6 +203,7 @@ class DeletionEvidence:
                 corrupt = self.index_fault(rewrite) if present and held else None
             except StorageError as exc:
                 proof_failed(PROOF_STORAGE_ERROR, f"checking served rewrite {rewrite.segment_id}", exc)
+                out.unchecked = True
                 continue
             if present and corrupt is None:
                 continue

@@ -73,11 +73,13 @@ class DeletionOutcome:
     # may hold the only copy of its records, over unserved segments that hold its offsets)
     unserved: list[RemoteLogSegmentMetadata] = field(default_factory=list)
     log_start_offset: int | None = None
+    rewrites_unchecked: bool = False  # a served rewrite's objects could not be checked (asked again)
 
     def merge(self, other: DeletionOutcome) -> None:
         self.deleted += other.deleted
         self.failed += other.failed
         self.refused += other.refused
         self.unserved += other.unserved
+        self.rewrites_unchecked = self.rewrites_unchecked or other.rewrites_unchecked
         if other.log_start_offset is not None:
             self.log_start_offset = other.log_start_offset

@@ -131,6 +131,7 @@ def clean_partition(
         for rewrite in unreadable.unserve:
             deleter.unserve(rewrite, epoch)
         out.unserved += unreadable.unserve
+        out.rewrites_unchecked = unreadable.unchecked
         return RetentionPlan(), out
     repairs = part.repairs()
     stranded = part.stranded()
@@ -154,7 +155,7 @@ def clean_partition(
     # rejected records first, then the states they shadow: a rejected FINISHED was judged against
     # what is served, and a reader of a topic compacted between a shadowing record and its repair
     # judges it without the shadowed state (it may serve it); its deletion comes before the repair
-    out = DeletionOutcome()
+    out = DeletionOutcome(rewrites_unchecked=unreadable.unchecked)
     for orphan in part.orphans.values():
         error = deleter.delete_orphan(orphan, epoch)
         if error == REFUSED_ACKNOWLEDGED:
@@ -347,8 +348,10 @@ class RetentionService:
                     continue
                 # every served rewrite is checked once a claim, and again after a pass deleted one: a
                 # deleted rewrite serves again what it superseded, which may be a rewrite of an earlier
-                # claim (a forged one under a forged one) that no pass of this claim has checked
-                if any(s.supersedes for s in (*outcome.deleted, *(f for f, _error in outcome.failed))):
+                # claim (a forged one under a forged one) that no pass of this claim has checked; and
+                # again after a pass that could not check one (a storage error)
+                touched = (*outcome.deleted, *(f for f, _error in outcome.failed), *outcome.unserved)
+                if outcome.rewrites_unchecked or any(s.supersedes for s in touched):
                     self._rewrites_checked.pop(tp, None)
                 else:
                     self._rewrites_checked[tp] = (epoch, claim_id)

@@ -1059,3 +1059,23 @@ def test_segments_a_rewrite_holds_are_stated_again_once_given_back_after_their_c
     _check(model)
     assert [(s, e) for s, e, _sup in _ids(model, P0)] == [(0, 3), (4, 4)]
     _every_cleaning_point_agrees(model)
+
+
+def test_a_rewrite_of_an_earlier_claim_that_could_not_be_checked_is_checked_at_the_next_pass(
+    model: OwnershipModel,
+) -> None:
+    """An erasure's rewrite, then a forged rewrite over it without objects; the next owner's first
+    pass cannot ask for the forged rewrite's objects (a storage error). Before: the check of an
+    earlier claim's rewrites ran once a claim, so the next passes never asked again and the forged
+    rewrite stayed served over the erasure's. A pass that could not check one checks all again."""
+    model.claim("A0")
+    model.proofs_fail(failing=True)
+    model.erase("A0", copies=1, crash_at=None, holders=0)
+    model.forged_rewrite(Draws(P0, 0, 2, False, "none"))
+    model.claim("B0")
+    model.cleanup("B0")  # the forged rewrite's objects cannot be asked for
+    _check(model)
+    model.proofs_fail(failing=False)
+    model.cleanup("B0")
+    _check(model)
+    assert _ids(model, P0) == [(0, 0, [2])]  # the erasure's rewrite, served again
