@@ -254,13 +254,11 @@ def decide_segment(
                     f"overlaps served segment {first.segment_id} ({first.start_offset}..{first.end_offset})",
                     OVERLAP,
                 )
-        elif new.supersedes:
-            raise RejectedRecordError(
-                f"{new.state.value} of {record.segment_id} supersedes segments, but no claim of "
-                f"{tp} was ever made: a rewrite is written under its owner's claim",
-                UNSERVABLE,
-            )
-        else:  # the old rule: the newest epoch's lineage wins where finished segments overlap
+        else:
+            # the old rule: the newest epoch's lineage wins where finished segments overlap. A rewrite
+            # too: rewrites are written under claims, and a reader sees one here only when the cleaner
+            # removed its claim's record (a tombstone under the claim's key): judged as the copies
+            # around it are, it takes over what it names as it did under its claim
             gone = [s for s in others if s.writer_epoch <= new.writer_epoch and s not in change.unserve]
             if gone:
                 change.unserve = (*change.unserve, *gone)

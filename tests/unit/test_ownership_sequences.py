@@ -1079,3 +1079,29 @@ def test_a_rewrite_of_an_earlier_claim_that_could_not_be_checked_is_checked_at_t
     model.cleanup("B0")
     _check(model)
     assert _ids(model, P0) == [(0, 0, [2])]  # the erasure's rewrite, served again
+
+
+def test_a_rewrite_whose_claim_the_cleaner_removed_is_judged_as_the_copies_around_it(
+    model: OwnershipModel,
+) -> None:
+    """An erasure's rewrite; a forged claim, then a hostile tombstone under the erasure's claim key
+    and forged rewrites over the erasure's; an operator takes the partition and re-publishes what is
+    served. Once the cleaner removes the claim's record, a reader of the compacted topic judged the
+    erasure's records before any claim: it served the copy and refused the erasure's rewrite (a
+    rewrite needed a claim), and then every forged rewrite over it, while live readers served the
+    last forged rewrite. A rewrite seen before any claim now takes over what it names as a newer
+    copy does, and both readers serve the same."""
+    model.produce(P0, 2)
+    model.claim("A0")
+    model.copy_whole("A0", length=5)
+    model.erase("A0", copies=0, crash_at="after_finished", holders=0)
+    assert _ids(model, P0) == [(0, 1, [2])]
+    claim = model._state(P0).header.claim
+    assert claim is not None
+    model.forged_claim("made_up", Draws(P0, "mallory", "none"))
+    model.hostile_claim_tombstone("any", Draws(P0, f"orders/0/claim/{claim.claim_id}".encode(), "none"))
+    model.forged_rewrite(Draws(P0, 0, 2, False, "none"))
+    model.forged_rewrite(Draws(P0, 0, 3, False, "none"))
+    model.operator_takes_the_partition(Draws(P0, None))
+    _check(model)
+    _every_cleaning_point_agrees(model)

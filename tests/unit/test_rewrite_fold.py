@@ -10,7 +10,7 @@ from pathlib import Path
 from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, plan_retention
 from processor.lifecycle.retention_service import clean_partition
 from processor.metadata.codec import decode_value
-from processor.metadata.fold_reasons import OVERLAP, UNSERVABLE
+from processor.metadata.fold_reasons import OVERLAP
 from processor.metadata.model import RemoteLogSegmentMetadata
 from processor.metadata.remote_log_state import RemoteLogState
 from processor.storage.filesystem import FilesystemChunkStorage
@@ -94,13 +94,19 @@ def test_only_the_current_claim_rewrites() -> None:
     assert served(log) == [(0, 9), (10, 19), (20, 29)]
 
 
-def test_a_rewrite_in_a_partition_never_claimed_is_refused() -> None:
+def test_a_rewrite_seen_before_any_claim_is_judged_as_a_copy() -> None:
+    """Rewrites are written under claims: a reader sees one before any claim only when the cleaner
+    removed its claim's record (a tombstone under the claim's key). It takes over what it overlaps
+    as a newer copy does, as it took over what it names under its claim; an older one is refused."""
     state = RemoteLogState()
     a = segment(0, 9, 1)
     state.fold.append(a)
     merged = dataclasses.replace(segment(0, 9, 2), supersedes=(a.segment_id.id,))
-    assert not state.fold.append(merged).accepted
-    assert state.fold.rejected == {UNSERVABLE: 1}
+    assert state.fold.append(merged).accepted
+    assert [s.segment_id for s in state.partition(a.topic_partition).finished()] == [merged.segment_id]
+    older = dataclasses.replace(segment(0, 9, 1), supersedes=(merged.segment_id.id,))
+    assert not state.fold.append(older).accepted
+    assert [s.segment_id for s in state.partition(a.topic_partition).finished()] == [merged.segment_id]
 
 
 def test_a_compacted_log_without_the_old_segments_serves_the_rewrite() -> None:
