@@ -231,8 +231,8 @@ class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
         refused. Each is stated again after it; so is a segment the deletion of a served rewrite
         gives back that such a reader may hold without its claim (``checks.given_back``). None
         deleted in this pass."""
-        failed = {s.segment_id.id for s, _error in out.failed}
-        stated = [s for s, _reason in work if s in out.deleted or s.segment_id.id in failed]
+        done = {s.segment_id.id for s in out.deleted} | {s.segment_id.id for s, _error in out.failed}
+        stated = [s for s, _reason in work if s.segment_id.id in done]
         busy = {s.segment_id.id for s, _reason in work}
         found = {s.segment_id.id for s in requeue}
         again: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}

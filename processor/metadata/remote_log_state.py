@@ -281,23 +281,20 @@ class PartitionRemoteState:
         there: the owner's tombstones, written later, would not neutralise it for a cleaner point
         between the two, which keeps the rejected record and the copy's FINISHED, and so serves the
         segment again). A copy key shadowed while the segment is being deleted needs nothing: the
-        delete key decides it is not served.
-
-        A deletion stated again moves, for a reader of the compacted topic, behind the records that
-        came after it: a served segment over its offsets (a merge of what a deleted rewrite held)
-        would be judged while the deleted one is still served, and refused. So the deletions go
-        first, then the served segments, then every served segment overlapping a deletion stated
-        again: each is judged again after it."""
+        delete key decides it is not served. Stated again in :meth:`in_restatement_order`."""
         holding = {segment_key(s.segment_id): s for s in self.finished()}
         holding.update(
             (delete_key(s.segment_id), s) for s in self.segments.values() if s.state in DELETE_STATES
         )
-        return self.in_restatement_order([holding[k] for k in sorted(self.shadowed) if k in holding])
+        return [holding[k] for k in sorted(self.shadowed) if k in holding]
 
     def in_restatement_order(self, states: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
         """``states`` to be stated again, deletions first, then the served segments, then every
-        served segment overlapping one of those deletions (added when not among ``states``): see
-        :meth:`repairs`."""
+        served segment overlapping one of those deletions (added when not among ``states``). A
+        deletion stated again moves, for a reader of the compacted topic, behind the records that
+        came after it: a served segment over its offsets (a merge of what a deleted rewrite held)
+        would be judged while the deleted one is still served, and refused; stated again after the
+        deletion, it is judged again there."""
         deleted = [s for s in states if s.state in DELETE_STATES]
         if not deleted:
             return states
