@@ -1245,6 +1245,18 @@ class OwnershipModel(RuleBasedStateMachine):
         served = {s.segment_id.id for tp in TPS for s in self._state(tp).finished()}
         for sid in [x for x in self.forged if x in served]:
             del self.forged[sid]  # served again
+        # a forged rewrite served again (a repair planned on a view from before its forged delete
+        # states it FINISHED once more) holds what it named again until the holder's next pass
+        todo = [rw for rw in self.forged_rewrites if rw in served]
+        seen = set(todo)
+        while todo:
+            for v in self.topic.named.get(todo.pop(), ()):
+                if v in seen or v in served:
+                    continue
+                seen.add(v)
+                todo.append(v)
+                if v in self.acked and v not in self.superseded:  # (a merge's source: its merge holds it)
+                    self.forged.setdefault(v, self.acked[v].segment_id.topic_partition)
         for sid, seg in self.acked.items():
             if sid in served or sid in self.forged:  # a forged delete: until the holder's next pass
                 continue

@@ -1105,3 +1105,35 @@ def test_a_rewrite_whose_claim_the_cleaner_removed_is_judged_as_the_copies_aroun
     model.operator_takes_the_partition(Draws(P0, None))
     _check(model)
     _every_cleaning_point_agrees(model)
+
+
+def test_a_forged_rewrite_a_stale_repair_serves_again_holds_what_it_named_until_the_next_pass(
+    model: OwnershipModel,
+) -> None:
+    """An erasure's rewrite; a forged rewrite without objects over it; a hostile tombstone under the
+    forged rewrite's key; a forged delete of the forged rewrite gives the erasure's rewrite back.
+    The holder, planning on a view from before that delete (the forged rewrite served, its key hit),
+    states the forged rewrite FINISHED again while its proofs cannot read the bucket: the erasure's
+    rewrite is hidden once more. Its next pass reads the bucket, finds the forged rewrite without
+    objects, deletes it, and the erasure's rewrite is served again for good."""
+    model.claim("B1")
+    model.forged_claim("made_up", Draws(P1, "mallory", "none"))
+    model.claim("A1")
+    model.erase("A1", copies=1, crash_at=None, holders=0)
+    (erased,) = model._state(P1).finished()
+    model.forged_rewrite(Draws(P1, 0, 1, False, "none"))
+    (forged,) = model._state(P1).finished()
+    assert forged.supersedes == (erased.segment_id.id,)
+    model.hostile_tombstone("own_key", Draws(P1, forged, "none"))
+    model.claim("A1")
+    model.forged_delete("conditional", Draws(P1, forged, "none"))
+    assert model._state(P1).finished() == [erased]
+    _check(model)
+    model.proofs_fail(failing=True)
+    model.retention("A1", keep=5)  # planned before the forged delete: the forged rewrite again
+    _check(model)
+    assert [s.segment_id.id for s in model._state(P1).finished()] == [forged.segment_id.id]
+    model.proofs_fail(failing=False)
+    model.retention("A1", keep=5)
+    _check(model)
+    assert [s.segment_id.id for s in model._state(P1).finished()] == [erased.segment_id.id]
