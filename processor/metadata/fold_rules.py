@@ -29,7 +29,9 @@ here the sequencer is the metadata log). From the first claim of ``tp`` on (*cla
   every served segment it overlaps is named there and lies within its offsets, and those stop being
   served in the same step (readers see the old segments or the new one, never both, never neither).
   The superseded segments stay in COPY_SEGMENT_FINISHED, unserved, until the owner deletes them:
-  the accepted rewrite is the proof (:mod:`processor.metadata.deletion_proof`);
+  the accepted rewrite is the proof (:mod:`processor.metadata.deletion_proof`). One's FINISHED
+  stated again (its holder re-publishing a key a rejected record hit) is accepted and not served,
+  where every served segment over it names it, directly or through a rewrite it names;
 - served = the accepted COPY_SEGMENT_FINISHED segments of the current topic id.
 
 Records of a partition before its first claim (written by versions without claims) are folded by
@@ -135,6 +137,33 @@ def _superseded(
                 OVERLAP,
             )
     return overlapping
+
+
+def _held(store: FoldStore, new: RemoteLogSegmentMetadata, served: list[RemoteLogSegmentMetadata]) -> bool:
+    """Whether every one of ``served`` (the served segments ``new`` overlaps) holds ``new``: lies
+    over all of its offsets and names it, or names a segment that does in turn (a merge's source
+    under an erasure's rewrite of the merge). Only segments over all of ``new``'s offsets are
+    followed, so the walk is one path down a rewrite's names; a rewrite's own FINISHED (its sources
+    lie within it, not over it) is answered without a lookup."""
+    sid = new.segment_id.id
+    for top in served:
+        if top.start_offset > new.start_offset or top.end_offset < new.end_offset:
+            return False
+    for top in served:
+        todo = [top]
+        seen: set[uuid.UUID] = set()
+        while todo:
+            holder = todo.pop()
+            if sid in holder.supersedes:
+                break
+            for named in holder.supersedes:
+                s = store.segment(named) if named not in seen else None
+                seen.add(named)
+                if s is not None and s.start_offset <= new.start_offset and new.end_offset <= s.end_offset:
+                    todo.append(s)
+        else:
+            return False
+    return bool(served)
 
 
 def _served_again(
@@ -243,6 +272,11 @@ def decide_segment(
         if header.claimed:
             if change.unserve:
                 others = [s for s in others if s not in change.unserve]
+            if others and _held(store, new, others):
+                # the holder states again a segment a served rewrite holds (its copy key was hit):
+                # accepted, not served. A reader of the compacted topic that lost the segment's
+                # first record needs this one to accept the rewrites over it (stated again after)
+                serves, others = False, []
             if new.supersedes and others:
                 others = _superseded(new, others)
                 change.unserve = (*change.unserve, *others)

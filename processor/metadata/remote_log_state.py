@@ -281,8 +281,18 @@ class PartitionRemoteState:
         there: the owner's tombstones, written later, would not neutralise it for a cleaner point
         between the two, which keeps the rejected record and the copy's FINISHED, and so serves the
         segment again). A copy key shadowed while the segment is being deleted needs nothing: the
-        delete key decides it is not served. Stated again in :meth:`in_restatement_order`."""
+        delete key decides it is not served. A finished segment a served rewrite holds too (a
+        merge under an erasure's rewrite of it): a reader of the compacted topic without its record
+        would judge the rewrite over it against the segments it holds in turn, and refuse it. Stated
+        again in :meth:`in_restatement_order`."""
+        if not self.shadowed:
+            return []
         holding = {segment_key(s.segment_id): s for s in self.finished()}
+        holding.update(
+            (segment_key(s.segment_id), s)
+            for s in (self.segments[x] for x in self.rewrite_proofs())
+            if s.state is _S.COPY_SEGMENT_FINISHED
+        )
         holding.update(
             (delete_key(s.segment_id), s) for s in self.segments.values() if s.state in DELETE_STATES
         )
@@ -296,15 +306,42 @@ class PartitionRemoteState:
         would be judged while the deleted one is still served, and refused; stated again after the
         deletion, it is judged again there."""
         deleted = [s for s in states if s.state in DELETE_STATES]
-        if not deleted:
+        held = self._sources_first(
+            [s for s in states if s.state is _S.COPY_SEGMENT_FINISHED and s.segment_id.id not in self.served]
+        )
+        if not deleted and not held:
             return states
+        under = [*deleted, *held]
         served = sorted((self.segments[x] for x in self.served), key=lambda s: s.start_offset)
         over = [  # what readers serve (the history a re-created topic's first copy retires too)
             s
             for s in served
-            if any(d.start_offset <= s.end_offset and s.start_offset <= d.end_offset for d in deleted)
+            if any(d.start_offset <= s.end_offset and s.start_offset <= d.end_offset for d in under)
         ]
-        return [*deleted, *(s for s in states if s not in deleted and s not in over), *over]
+        return [*under, *(s for s in states if s not in under and s not in over), *over]
+
+    @staticmethod
+    def _sources_first(held: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
+        """``held`` with every segment after the ones it names (a rewrite after its sources): a
+        reader of the compacted topic accepts a rewrite over the segments it names only once it
+        knows them."""
+        by_id = {s.segment_id.id: s for s in held}
+        out: list[RemoteLogSegmentMetadata] = []
+        placed: set[uuid.UUID] = set()
+
+        def place(s: RemoteLogSegmentMetadata, path: frozenset[uuid.UUID]) -> None:
+            sid = s.segment_id.id
+            if sid in placed or sid in path:
+                return
+            for named in s.supersedes:
+                if named in by_id:
+                    place(by_id[named], path | {sid})
+            placed.add(sid)
+            out.append(s)
+
+        for s in held:
+            place(s, frozenset())
+        return out
 
     def refused_copies(self, epoch: int) -> list[RemoteLogSegmentMetadata]:
         """Copies of an earlier claim than ``epoch`` that never finished, whose copy key a rejected

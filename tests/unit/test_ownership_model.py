@@ -1410,14 +1410,9 @@ class OwnershipModel(RuleBasedStateMachine):
 
 
 def _to_neutralise(view: PartitionView) -> set[bytes]:
-    """The shadowed keys an owner's pass re-publishes: all but those of finished segments a rewrite
-    holds (marked when their claim's key was hit; re-published once given back)."""
-    held = {
-        segment_key(s.segment_id)
-        for x, s in view.segments.items()
-        if s.state is S.COPY_SEGMENT_FINISHED and x not in view.served
-    }
-    return set(view.shadowed) - held
+    """The shadowed keys an owner's pass re-publishes: every one (a finished segment a rewrite holds
+    too, stated again before the rewrite over it)."""
+    return set(view.shadowed)
 
 
 def _holds(name: str) -> object:

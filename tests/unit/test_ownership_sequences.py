@@ -1137,3 +1137,33 @@ def test_a_forged_rewrite_a_stale_repair_serves_again_holds_what_it_named_until_
     model.retention("A1", keep=5)
     _check(model)
     assert [s.segment_id.id for s in model._state(P1).finished()] == [erased.segment_id.id]
+
+
+def test_a_held_segment_whose_key_was_hit_is_stated_again_before_the_rewrite_over_it(
+    model: OwnershipModel,
+) -> None:
+    """A merge whose process died before deleting its sources, then an erasure's rewrite of the merge
+    that cannot prove it garbage (the bucket cannot be read): the merge stays, finished, held by the
+    rewrite, with its own sources under it. A hostile tombstone under
+    the merge's key is rejected. Before: the holder re-published served segments only, so once the
+    cleaner passed the tombstone a reader of the compacted topic knew the copies but not the merge,
+    refused the erasure's rewrite (it overlaps copies it does not name) and served the erased
+    records. The holder states the merge again, then the rewrite over it; the fold accepts the
+    merge's statement without serving it, and every cleaner point serves what live readers do."""
+    model.claim("A0")
+    model.merge("A0", crash_at="after_finished", copies=2)  # dies before deleting its sources
+    (merged,) = model._state(P0).finished()
+    assert len(merged.supersedes) == 2
+    model.claim("A0")
+    model.proofs_fail(failing=True)  # the erasure cannot prove its or the merge's sources garbage
+    model.erase("A0", copies=0, crash_at=None, holders=1)
+    (erased,) = model._state(P0).finished()
+    assert erased.supersedes == (merged.segment_id.id,)
+    model.hostile_tombstone("own_key", Draws(P0, merged, "none"))
+    _check(model)
+    model.follower_notices("A0")
+    model.cleanup("A0")  # the bucket still cannot be read: nothing is deleted, the merge restated
+    _check(model)
+    assert [s.segment_id.id for s in model._state(P0).finished()] == [erased.segment_id.id]
+    _every_cleaning_point_agrees(model)
+    assert model._state(P0).shadowed == set()

@@ -63,9 +63,29 @@ def test_a_merge_takes_over_the_segments_it_names_in_one_step() -> None:
     # the merge's FINISHED again (a claim stated again re-publishes it) changes nothing
     assert log.confirm(merged, log.publish(merged))
     assert served(log) == [(0, 19), (20, 29)]
-    # an old segment's FINISHED again is an overlap: the first served segment of a range stays
-    assert not log.confirm(a, log.publish(dataclasses.replace(a, event_timestamp_ms=9)))
+    # a merged segment's FINISHED again (its holder re-publishing it after its key was hit) is
+    # accepted and not served: the merge holds its offsets
+    assert log.confirm(a, log.publish(dataclasses.replace(a, event_timestamp_ms=9)))
     assert served(log) == [(0, 19), (20, 29)]
+    assert [s.segment_id for s in log.state().rewritten()] == [a.segment_id, b.segment_id]
+
+
+def test_a_segment_held_under_a_rewrite_of_a_rewrite_stated_again_is_not_served() -> None:
+    """A merge's source under an erasure's rewrite of the merge: stated again, it is accepted (its
+    holder re-publishes it) and not served; one the served rewrite does not hold is an overlap."""
+    log = Log()
+    epoch, (a, b, c) = three(log)
+    ok, merged = rewrite(log, 0, 19, epoch, [a, b])
+    assert ok
+    ok, erased = rewrite(log, 0, 19, epoch, [merged])
+    assert ok
+    assert served(log) == [(0, 19), (20, 29)]
+    for held in (a, merged):
+        assert log.confirm(held, log.publish(dataclasses.replace(held, event_timestamp_ms=9)))
+    assert served(log) == [(0, 19), (20, 29)]
+    assert {s.segment_id for s in log.state().finished()} == {erased.segment_id, c.segment_id}
+    ok, _ = rewrite(log, 5, 12, epoch, [])
+    assert not ok and log.fold.rejected == {OVERLAP: 1}
 
 
 def test_a_rewrite_that_overlaps_a_segment_it_does_not_name_is_rejected() -> None:
