@@ -174,8 +174,10 @@ def clean_partition(
     if log_start_shadowed:
         deleter.repair_log_start(tp, part.log_start_offset, epoch)
     if not out.failed and not out.refused:
+        kept: set[uuid.UUID] = set()  # not forgotten this pass: what names them waits too
         for segment in part.deletion_finished():
-            deleter.forget(segment)
+            if any(x in kept for x in segment.supersedes) or not deleter.forget(segment):
+                kept.add(segment.segment_id.id)
     segments = [s for s in part.segments.values() if s.segment_id.id not in skip]
     served = {s.segment_id.id for s in part.finished()}
     rewritten = deleter.proven_superseded(part)

@@ -268,11 +268,26 @@ class PartitionRemoteState:
         return out
 
     def deletion_finished(self) -> list[RemoteLogSegmentMetadata]:
-        """Segments whose DELETE_SEGMENT_FINISHED the fold accepted: the owner tombstones their keys."""
-        return sorted(
-            (s for s in self.segments.values() if s.state is _S.DELETE_SEGMENT_FINISHED),
-            key=lambda s: (s.start_offset, str(s.segment_id.id)),
+        """Segments whose DELETE_SEGMENT_FINISHED the fold accepted: the owner tombstones their keys
+        in this order (and none after a segment it names that it could not tombstone). A rewrite
+        waits while a segment it names is known and not forgotten with it (a merge's source its
+        proof could not delete yet, under an erasure's rewrite of the merge), and comes after the
+        ones it names: a reader of the topic compacted past the rewrite's tombstone but not its
+        source's would serve the source (with the erased records) and refuse the rewrite over it,
+        which names only the merge. The waiting ones are found to a fixed point: a handful of
+        deletions a pass, between tombstones."""
+        done = {sid for sid, s in self.segments.items() if s.state is _S.DELETE_SEGMENT_FINISHED}
+        waiting = True
+        while waiting:
+            waiting = False
+            for sid in list(done):
+                if any(x in self.segments and x not in done for x in self.segments[sid].supersedes):
+                    done.discard(sid)
+                    waiting = True
+        ordered = sorted(
+            (self.segments[x] for x in done), key=lambda s: (s.start_offset, str(s.segment_id.id))
         )
+        return self._sources_first(ordered)
 
     def repairs(self) -> list[RemoteLogSegmentMetadata]:
         """Segments whose state a rejected record shadows: the owner re-publishes them under its own

@@ -10,9 +10,10 @@ from pathlib import Path
 from processor.lifecycle.retention_policy import DeleteReason, RetentionLimits, plan_retention
 from processor.lifecycle.retention_service import clean_partition
 from processor.metadata.codec import decode_value
+from processor.metadata.fold import MetadataFold
 from processor.metadata.fold_reasons import OVERLAP
 from processor.metadata.model import RemoteLogSegmentMetadata
-from processor.metadata.remote_log_state import RemoteLogState
+from processor.metadata.remote_log_state import PartitionRemoteState, RemoteLogState
 from processor.storage.filesystem import FilesystemChunkStorage
 from tests.support.indexed_segments import indexed, put
 from tests.unit.test_claims import TP, Log, S, copy, deleter, segment
@@ -321,3 +322,53 @@ def test_the_cache_applying_a_rewrite_and_a_later_overlap_in_one_batch_agrees_wi
         assert late.segment_id not in {s.segment_id for s in cache.remote_state(TP).finished()}
     finally:
         cache.close()
+
+
+def _compacted_serves(messages: list[tuple[int, bytes, bytes | None]], point: int) -> set[tuple[int, int]]:
+    """What a reader of the topic the cleaner compacted up to ``point`` serves."""
+    latest = {k: o for o, k, _ in messages if o < point}
+    fold = MetadataFold()
+    for o, k, v in messages:
+        if o >= point or (latest[k] == o and v is not None):
+            fold.apply_raw(o, k, v)
+    return {(s.start_offset, s.end_offset) for s in PartitionRemoteState.of(fold.partition(TP)).finished()}
+
+
+def test_a_deleted_rewrite_is_forgotten_only_once_no_segment_it_names_is_finished() -> None:
+    """A merge, an erasure's rewrite of the merge; the merge is deleted while one of its own sources
+    could not be (its proof failed). Tombstoning the merge then would leave a reader of the compacted
+    topic the source and the erasure's rewrite naming a segment it does not know: it would serve the
+    source (with the erased records) and refuse the rewrite. The merge is forgotten once its sources
+    are gone, and every cleaner point serves what live readers do."""
+    log = Log()
+    epoch, (a, b, c) = three(log)
+    ok, merged = rewrite(log, 0, 19, epoch, [a, b])
+    assert ok
+    ok, erased = rewrite(log, 0, 19, epoch, [merged])
+    assert ok
+
+    def delete(seg: RemoteLogSegmentMetadata) -> None:
+        deleting = seg.deleting(5, "w", epoch)
+        assert log.accepted[log.publish(deleting)]
+        assert log.accepted[log.publish(deleting.with_state(S.DELETE_SEGMENT_FINISHED, 6))]
+
+    def forget_and_check() -> None:
+        for seg in log.state().deletion_finished():
+            log.tombstone(seg)
+        live = set(served(log))
+        assert live == {(0, 19), (20, 29)}
+        for point in range(len(log.messages) + 1):
+            assert _compacted_serves(list(log.messages), point) == live, point
+
+    delete(merged)
+    delete(b)  # a's proof failed: a stays finished, held
+    forget_and_check()
+    assert set(log.state().segments) == {
+        a.segment_id.id,
+        merged.segment_id.id,
+        c.segment_id.id,
+        erased.segment_id.id,
+    }
+    delete(a)
+    forget_and_check()
+    assert set(log.state().segments) == {c.segment_id.id, erased.segment_id.id}
