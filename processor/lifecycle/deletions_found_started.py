@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 
 from processor.errors import FencedWriterError, StorageError
@@ -37,6 +38,7 @@ class DeletionsFoundStarted:
         writer_epoch: int,
         log_start_offset: int = 0,
         checks: PartitionChecks = NO_CHECKS,
+        restored: Sequence[RemoteLogSegmentMetadata] = (),
     ) -> str:
         """Whether a deletion found in DELETE_SEGMENT_STARTED may be finished here: one this deleter
         started (its own confirmed record), one of a segment below the remote log start offset
@@ -100,7 +102,7 @@ class DeletionsFoundStarted:
                     else "not served again, its objects kept (a segment it names is not finished)",
                 )
                 return FINISH if named_finished else LEFT
-        if restorable is not None and not restorable(segment):
+        if restorable is not None and not restorable(segment, restored):
             # stated again it would be refused: what it named was given back and is served (its
             # deletion forged, or a rewrite of one whose deletion was): its objects are left
             log.warning(

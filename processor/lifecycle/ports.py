@@ -42,7 +42,8 @@ class PartitionChecks:
     proves nothing. ``servable``: whether a segment belongs to the history the partition serves;
     ``rewritten``: the segments a served rewrite was read and shown to hold; ``corrupt``: why a
     rewrite's index does not verify, and whether every segment it names is FINISHED (None: it
-    verifies); ``restorable``: whether a segment stated FINISHED again would be served;
+    verifies); ``restorable``: whether a segment stated FINISHED again would be served (after
+    those given, stated again in the same pass);
     ``served_over``: the served segments over a segment's offsets that do not name it (stated again
     after a deletion found started is stated again: see ``SegmentDeleter.execute``); ``given_back``:
     the segments a served rewrite's deletion gives back that a reader may hold without their claim
@@ -51,7 +52,7 @@ class PartitionChecks:
     servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None
     rewritten: Set[uuid.UUID] = frozenset()
     corrupt: Callable[[RemoteLogSegmentMetadata], tuple[str, bool] | None] | None = None
-    restorable: Callable[[RemoteLogSegmentMetadata], bool] | None = None
+    restorable: Callable[[RemoteLogSegmentMetadata, Sequence[RemoteLogSegmentMetadata]], bool] | None = None
     served_over: Callable[[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]] | None = None
     given_back: Callable[[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]] | None = None
 

@@ -59,6 +59,7 @@ from processor.lifecycle.deletions_found_started import DeletionsFoundStarted
 from processor.lifecycle.object_deletion import ObjectDeletion
 from processor.lifecycle.ports import (
     FINISH,
+    LEFT,
     NO_CHECKS,
     RESTORED,
     DeletionOutcome,
@@ -180,25 +181,34 @@ class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
         # rewrites first, the widest first (a merge of merges before the merges it names): one
         # served again holds the offsets of the segments it names, which are then left as they are
         # (published again too, they would overlap it and be refused); so is anything else
-        # overlapping one served again in this pass that it does not name (the view predates it)
-        for segment in sorted(
+        # overlapping one served again in this pass that it does not name (the view predates it).
+        # A rewrite left because what it names was given back (deleted too, and served again only
+        # now) is asked again once that is served again: one round per level of rewrites
+        todo = sorted(
             plan.requeue, key=lambda s: (not s.supersedes, s.start_offset - s.end_offset, s.start_offset)
-        ):
-            if segment.segment_id.id in named_by_restored or any(
-                r.start_offset <= segment.end_offset
-                and segment.start_offset <= r.end_offset
-                and r.segment_id.id not in segment.supersedes
-                for r in restored
-            ):
-                continue
-            proof = self.prove_deletion(segment, writer_epoch, start, checks)
-            if proof == RESTORED:
-                named_by_restored.update(segment.supersedes)
-                restored.append(segment)
-            if proof == FINISH:
-                requeue.append(segment)
-            elif proof == REFUSED_ACKNOWLEDGED:
-                out.refused.append((segment, proof))
+        )
+        while todo:
+            left, before = [], len(restored)
+            for segment in todo:
+                if segment.segment_id.id in named_by_restored or any(
+                    r.start_offset <= segment.end_offset
+                    and segment.start_offset <= r.end_offset
+                    and r.segment_id.id not in segment.supersedes
+                    for r in restored
+                ):
+                    continue
+                proof = self.prove_deletion(segment, writer_epoch, start, checks, restored)
+                if proof == RESTORED:
+                    named_by_restored.update(segment.supersedes)
+                    restored.append(segment)
+                elif proof == LEFT and segment.supersedes:
+                    left.append(segment)
+                if proof == FINISH:
+                    requeue.append(segment)
+                elif proof == REFUSED_ACKNOWLEDGED:
+                    out.refused.append((segment, proof))
+            new = {r.segment_id.id for r in restored[before:]}  # none: every level is done
+            todo = [s for s in left if new.intersection(s.supersedes)]
         dangling = []
         for segment in plan.dangling:
             found = self.evidence.acknowledged_or_unknown(segment)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from processor.errors import IllegalTransitionError
@@ -82,16 +82,21 @@ class PartitionRemoteState:
     def in_lineage(self, seg: RemoteLogSegmentMetadata) -> bool:
         return self.lineage.serves(seg.segment_id.topic_id, self._topic_id())
 
-    def restorable(self, seg: RemoteLogSegmentMetadata) -> bool:
+    def restorable(
+        self, seg: RemoteLogSegmentMetadata, restored: Sequence[RemoteLogSegmentMetadata] = ()
+    ) -> bool:
         """Whether ``seg``, stated FINISHED again, would be served: no served segment overlaps it
-        that it does not name (the fold refuses such a FINISHED as an overlap)."""
+        that it does not name (the fold refuses such a FINISHED as an overlap). ``restored``: the
+        segments stated FINISHED again since this view, served now in place of those they name (a
+        merge served again over its sources, so the rewrite of the merge can be too)."""
         named = set(seg.supersedes)
+        taken = {x for r in restored for x in r.supersedes}
         return not any(
             o.start_offset <= seg.end_offset
             and seg.start_offset <= o.end_offset
             and o.segment_id.id != seg.segment_id.id
             and o.segment_id.id not in named
-            for o in self.finished()
+            for o in (*(o for o in self.finished() if o.segment_id.id not in taken), *restored)
         )
 
     def served_over(self, seg: RemoteLogSegmentMetadata) -> list[RemoteLogSegmentMetadata]:

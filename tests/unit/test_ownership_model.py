@@ -1302,6 +1302,14 @@ class OwnershipModel(RuleBasedStateMachine):
             # a rewrite unserved by a forged delete gives its offsets back to its sources still there
             # (processor/metadata/fold_rules.py) until the holder serves it again
             given_back = {v for f in forged for v in f.supersedes}
+            # (and what a forged delete of one of those gave back in turn: its sources)
+            todo = [v for v in given_back if v in part.segments and v not in part.served]
+            while todo:
+                for v in part.segments[todo.pop()].supersedes:
+                    if v not in given_back:
+                        given_back.add(v)
+                        if v in part.segments and v not in part.served:
+                            todo.append(v)
             live = sorted(
                 (
                     s

@@ -1167,3 +1167,30 @@ def test_a_held_segment_whose_key_was_hit_is_stated_again_before_the_rewrite_ove
     assert [s.segment_id.id for s in model._state(P0).finished()] == [erased.segment_id.id]
     _every_cleaning_point_agrees(model)
     assert model._state(P0).shadowed == set()
+
+
+def test_forged_deletes_of_a_merge_of_a_merge_are_undone_in_one_pass(model: OwnershipModel) -> None:
+    """A merge whose process died before deleting its sources, a merge of that merge and a new copy
+    (its proof cannot read the bucket: everything stays). A forged delete of the outer merge gives
+    back the inner one and the copy; a forged delete of the inner merge gives back its sources.
+    Before: the holder's pass asked the outer merge first (the widest), found served segments it
+    does not name over its offsets and left it, then served the inner one again: the outer merge
+    stayed unserved until the next pass. A rewrite left so is asked again once what it names is
+    served again, in the same pass."""
+    model.claim("B1")
+    model.proofs_fail(failing=True)
+    model.merge("B1", crash_at="after_finished", copies=2)
+    model.claim("B1")
+    model.merge("B1", crash_at=None, copies=1)
+    (outer,) = model._state(P1).finished()
+    inner = model._state(P1).segments[outer.supersedes[0]]
+    assert _ids(model, P1) == [(0, 2, [inner.segment_id.id.int & 0xFF, outer.supersedes[1].int & 0xFF])]
+    model.forged_delete("conditional", Draws(P1, outer, "none"))
+    model.forged_delete("unconditional", Draws(P1, inner, "none"))
+    _check(model)
+    assert [(s, e) for s, e, _ in _ids(model, P1)] == [(0, 0), (1, 1), (2, 2)]
+    model.proofs_fail(failing=False)
+    model.follower_notices("B1")
+    model.cleanup("B1")
+    _check(model)
+    assert [s.segment_id.id for s in model._state(P1).finished()] == [outer.segment_id.id]
