@@ -361,7 +361,7 @@ class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
         (:meth:`state_deletion_again`). A copy of an earlier claim that never finished is deleted
         unconditionally: no record of that claim is accepted any more, so the condition changes
         nothing for readers of the live topic, while a reader of the compacted topic that accepted a
-        FINISHED the live readers refused (:meth:`PartitionRemoteState.refused_copies`) would refuse
+        FINISHED the live readers refused (:meth:`Restatements.refused_copies`) would refuse
         a conditional one."""
         if segment.state is _S.DELETE_SEGMENT_STARTED:
             return replace(

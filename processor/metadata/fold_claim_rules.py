@@ -137,7 +137,7 @@ def claim_records(
     """The keys holding an accepted state of ``tp`` whose record's epoch ``pick`` selects (served
     segments' copy keys, deleting segments' delete keys, the remote log start offset's key), to be
     marked shadowed: the owner re-publishes each under its claim
-    (:meth:`~processor.metadata.remote_log_state.PartitionRemoteState.repairs`). Finished segments
+    (:meth:`~processor.metadata.restatements.Restatements.repairs`). Finished segments
     a rewrite holds are marked too: a reader without their claim refused them, and once given back
     (the rewrite deleted) they are served by the others; the owner re-publishes them then."""
     keys = [(segment_key(s.segment_id), True) for s in store.served(tp) if pick(s.writer_epoch)]

@@ -46,7 +46,7 @@ survives compaction is the latest of its key; the fold decides it the same way i
 needs the owner's help: a *rejected* record under the key of an *accepted* state (a zombie's delete
 of a finished segment) would, once compacted, leave only the rejected record. The fold marks such
 keys *shadowed*; the current owner re-publishes the accepted state under its own epoch
-(:meth:`~processor.metadata.remote_log_state.PartitionRemoteState.repairs`) long before the topic's
+(:meth:`~processor.metadata.restatements.Restatements.repairs`) long before the topic's
 ``min.compaction.lag.ms`` lets the cleaner reach them, also a deleted segment's delete state before
 it tombstones the segment's keys (tombstones written after the rejected record neutralise it only
 for a cleaner point past them both).
