@@ -47,7 +47,8 @@ class PartitionChecks:
     ``served_over``: the served segments over a segment's offsets that do not name it (stated again
     after a deletion found started is stated again: see ``SegmentDeleter.execute``); ``given_back``:
     the segments a served rewrite's deletion gives back that a reader may hold without their claim
-    (stated again after the deletion)."""
+    (stated again after the deletion); ``held_by``: the finished segments a served rewrite holds
+    (stated again before it is)."""
 
     servable: Callable[[RemoteLogSegmentMetadata], bool] | None = None
     rewritten: Set[uuid.UUID] = frozenset()
@@ -55,6 +56,7 @@ class PartitionChecks:
     restorable: Callable[[RemoteLogSegmentMetadata, Sequence[RemoteLogSegmentMetadata]], bool] | None = None
     served_over: Callable[[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]] | None = None
     given_back: Callable[[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]] | None = None
+    held_by: Callable[[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]] | None = None
 
 
 NO_CHECKS = PartitionChecks()

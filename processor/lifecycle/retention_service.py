@@ -222,6 +222,7 @@ def clean_partition(
                     part.restorable,
                     part.served_over,
                     part.given_back_marked,
+                    part.held_by,
                 ),
             )
         )

@@ -238,9 +238,9 @@ class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
         """A deletion found started and stated again here moves, for a reader of the compacted
         topic, to where it is stated now: a segment served over its offsets meanwhile (one it gave
         back, its state re-published since) would be judged there while it is still served, and
-        refused. Each is stated again after it; so is a segment the deletion of a served rewrite
-        gives back that such a reader may hold without its claim (``checks.given_back``). None
-        deleted in this pass."""
+        refused. Each is stated again after it, after the finished segments it holds
+        (``checks.held_by``); so is a segment the deletion of a served rewrite gives back that such
+        a reader may hold without its claim (``checks.given_back``). None deleted in this pass."""
         done = {s.segment_id.id for s in out.deleted} | {s.segment_id.id for s, _error in out.failed}
         stated = [s for s, _reason in work if s.segment_id.id in done]
         busy = {s.segment_id.id for s, _reason in work}
@@ -254,8 +254,12 @@ class SegmentDeleter(ObjectDeletion, DeletionsFoundStarted):
             )
             back = checks.given_back(segment) if checks.given_back is not None else []
             for served in (*over, *back):
-                if served.segment_id.id not in busy:
-                    again.setdefault(served.segment_id.id, served)
+                # (and the segments it holds first: stated again before it in this pass, they
+                # would be judged where the deletion left what it overlaps served, and refused)
+                held = checks.held_by(served) if checks.held_by is not None else []
+                for s in (*held, served):
+                    if s.segment_id.id not in busy:
+                        again.setdefault(s.segment_id.id, s)
         for served in again.values():
             self.repair(served, writer_epoch)
 

@@ -132,6 +132,21 @@ class Restatements:
         )
         return self._sources_first(ordered)
 
+    def held_by(self, rewrite: RemoteLogSegmentMetadata) -> list[RemoteLogSegmentMetadata]:
+        """The finished segments served ``rewrite`` holds (:meth:`rewrite_proofs`), each after the
+        ones it names: stated again before ``rewrite`` is, a reader of the compacted topic judges
+        them where the rewrite over them is not served yet, as live readers did."""
+        if rewrite.segment_id.id not in self.served or not rewrite.supersedes:
+            return []
+        rid = rewrite.segment_id.id
+        return self._sources_first(
+            [
+                self.segments[sid]
+                for sid, holder in self.rewrite_proofs().items()
+                if holder.segment_id.id == rid and self.segments[sid].state is _S.COPY_SEGMENT_FINISHED
+            ]
+        )
+
     def repairs(self) -> list[RemoteLogSegmentMetadata]:
         """Segments whose state a rejected record shadows: the owner re-publishes them under its own
         epoch, so compaction can never leave the rejected record as the key's only one. A served

@@ -1194,3 +1194,37 @@ def test_forged_deletes_of_a_merge_of_a_merge_are_undone_in_one_pass(model: Owne
     model.cleanup("B1")
     _check(model)
     assert [s.segment_id.id for s in model._state(P1).finished()] == [outer.segment_id.id]
+
+
+def test_segments_a_rewrite_holds_are_stated_again_with_it_after_a_deletion_found_started(
+    model: OwnershipModel,
+) -> None:
+    """Two copies; forged rewrites stacked over the second (the middle one with junk objects) and a
+    hostile tombstone under the claim's key, which marks every state of the claim, the held ones
+    too; a forged claim, a forged rewrite over everything under it, and a forged delete of that,
+    which gives back the first copy and the top of the stack. An operator's pass re-publishes the
+    marked states, then finishes the forged rewrite's deletion (no objects), stating it again
+    after them. Before: only the served segments were stated again after it, so a reader of the
+    compacted topic judged the held ones where the deleted rewrite still served their offsets, and
+    refused them; when the next holder deleted the top of the stack (no objects either), live
+    readers served what it held and that reader served nothing. The held segments are stated again
+    after the deletion too, before what holds them."""
+    model.claim("B1")
+    model.erase("B1", copies=2, crash_at="before_finished", holders=0)
+    model.claim("B1")
+    model.forged_rewrite(Draws(P1, 1, 2, False, "none"))
+    model.forged_rewrite(Draws(P1, 1, 3, True, "none"))
+    model.hostile_claim_tombstone("current", Draws(P1, "none"))
+    model.forged_rewrite(Draws(P1, 1, 2, False, "none"))
+    model.forged_claim("current", Draws(P1, "mallory", "none"))
+    model.forged_rewrite(Draws(P1, 0, 3, False, "none"))
+    (top,) = model._state(P1).finished()
+    model.forged_delete("conditional", Draws(P1, top, "none"))
+    _check(model)
+    model.operator_takes_the_partition(Draws(P1, 1))
+    _check(model)
+    model.claim("B1")
+    model.retention("B1", keep=6)
+    _check(model)
+    _every_cleaning_point_agrees(model)
+    assert [(s, e) for s, e, _ in _ids(model, P1)] == [(1, 1)]
