@@ -65,13 +65,22 @@ class Restatements:
         segments stated FINISHED again since this view, served now in place of those they name (a
         merge served again over its sources, so the rewrite of the merge can be too)."""
         named = set(seg.supersedes)
-        taken = {x for r in restored for x in r.supersedes}
+        served = [  # what readers serve now: a restored rewrite took over what it names within it
+            o
+            for o in self.finished()
+            if not any(
+                o.segment_id.id in r.supersedes
+                and r.start_offset <= o.start_offset
+                and o.end_offset <= r.end_offset
+                for r in restored
+            )
+        ]
         return not any(
             o.start_offset <= seg.end_offset
             and seg.start_offset <= o.end_offset
             and o.segment_id.id != seg.segment_id.id
             and o.segment_id.id not in named
-            for o in (*(o for o in self.finished() if o.segment_id.id not in taken), *restored)
+            for o in (*served, *restored)
         )
 
     def served_over(self, seg: RemoteLogSegmentMetadata) -> list[RemoteLogSegmentMetadata]:
