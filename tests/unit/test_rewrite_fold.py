@@ -54,6 +54,18 @@ def three(log: Log) -> tuple[int, list[RemoteLogSegmentMetadata]]:
     return epoch, [copy_indexed(log, i * 10, i * 10 + 9, epoch) for i in range(3)]
 
 
+def _merge_then_erase() -> tuple[Log, int, list[RemoteLogSegmentMetadata]]:
+    """Three copies (0..9, 10..19, 20..29), a merge of the first two, an erasure's rewrite of the
+    merge: (log, epoch, [a, b, c, merged, erased])."""
+    log = Log()
+    epoch, (a, b, c) = three(log)
+    ok, merged = rewrite(log, 0, 19, epoch, [a, b])
+    assert ok
+    ok, erased = rewrite(log, 0, 19, epoch, [merged])
+    assert ok
+    return log, epoch, [a, b, c, merged, erased]
+
+
 def test_a_merge_takes_over_the_segments_it_names_in_one_step() -> None:
     log = Log()
     epoch, (a, b, _c) = three(log)
@@ -74,12 +86,7 @@ def test_a_merge_takes_over_the_segments_it_names_in_one_step() -> None:
 def test_a_segment_held_under_a_rewrite_of_a_rewrite_stated_again_is_not_served() -> None:
     """A merge's source under an erasure's rewrite of the merge: stated again, it is accepted (its
     holder re-publishes it) and not served; one the served rewrite does not hold is an overlap."""
-    log = Log()
-    epoch, (a, b, c) = three(log)
-    ok, merged = rewrite(log, 0, 19, epoch, [a, b])
-    assert ok
-    ok, erased = rewrite(log, 0, 19, epoch, [merged])
-    assert ok
+    log, epoch, (a, _b, c, merged, erased) = _merge_then_erase()
     assert served(log) == [(0, 19), (20, 29)]
     for held in (a, merged):
         assert log.confirm(held, log.publish(dataclasses.replace(held, event_timestamp_ms=9)))
@@ -340,12 +347,7 @@ def test_a_deleted_rewrite_is_forgotten_only_once_no_segment_it_names_is_finishe
     topic the source and the erasure's rewrite naming a segment it does not know: it would serve the
     source (with the erased records) and refuse the rewrite. The merge is forgotten once its sources
     are gone, and every cleaner point serves what live readers do."""
-    log = Log()
-    epoch, (a, b, c) = three(log)
-    ok, merged = rewrite(log, 0, 19, epoch, [a, b])
-    assert ok
-    ok, erased = rewrite(log, 0, 19, epoch, [merged])
-    assert ok
+    log, epoch, (a, b, c, merged, erased) = _merge_then_erase()
 
     def delete(seg: RemoteLogSegmentMetadata) -> None:
         deleting = seg.deleting(5, "w", epoch)
