@@ -1255,7 +1255,11 @@ class OwnershipModel(RuleBasedStateMachine):
                     continue
                 seen.add(v)
                 todo.append(v)
-                if v in self.acked and v not in self.superseded:  # (a merge's source: its merge holds it)
+                if (
+                    v in self.acked
+                    and v not in self.superseded  # (a merge's source: its merge holds it)
+                    and v not in self.retention_deleted  # (deleted by the user's limits meanwhile)
+                ):
                     self.forged.setdefault(v, self.acked[v].segment_id.topic_partition)
         for sid, seg in self.acked.items():
             if sid in served or sid in self.forged:  # a forged delete: until the holder's next pass

@@ -1228,3 +1228,22 @@ def test_segments_a_rewrite_holds_are_stated_again_with_it_after_a_deletion_foun
     _check(model)
     _every_cleaning_point_agrees(model)
     assert [(s, e) for s, e, _ in _ids(model, P1)] == [(1, 1)]
+
+
+def test_a_segment_the_users_limits_deleted_under_a_forged_rewrite_waits_for_nothing(
+    model: OwnershipModel,
+) -> None:
+    """A copy, a forged rewrite over it without objects; retention with a limit of nothing deletes
+    the copy under it (below the start it moves), and the holder's pass then deletes the forged
+    rewrite. The copy expired under the user's limits: nothing is to be served again."""
+    model.claim("A0")
+    model.produce(P0, 1)
+    model.copy_whole("A0", length=1)
+    model.forged_rewrite(Draws(P0, 0, 1, False, "none"))
+    model.retention("A0", keep=0)
+    _check(model)
+    model.cleanup("A0")
+    _check(model)
+    model.retention("A0", keep=0)
+    _check(model)
+    assert model._state(P0).finished() == []
