@@ -275,6 +275,20 @@ class OwnershipModel(RuleBasedStateMachine):
         state.current_topic_id = self.topic_id
         return state
 
+    def _copied_again(self, seg: RemoteLogSegmentMetadata) -> bool:
+        """Whether every offset of ``seg`` is served by acknowledged segments (no forgeries): a
+        segment a forged record left unserved whose offsets the owner copied again from the source
+        (it resumes after what is served) before any pass served it again. Nothing is lost; the
+        unserved copy stays, and no pass serves it over the new one."""
+        part = self._state(seg.segment_id.topic_partition)
+        at = seg.start_offset
+        for s in part.finished():
+            if s.segment_id.id not in self.acked or s.segment_id.id in self.forged_rewrites:
+                continue
+            if s.start_offset <= at <= s.end_offset:
+                at = s.end_offset + 1
+        return at > seg.end_offset
+
     def _stale_fold(self, owner: Owner) -> MetadataFold:
         """What the owner's follower had applied when it last looked (compaction aside)."""
         fold = MetadataFold()
@@ -666,8 +680,9 @@ class OwnershipModel(RuleBasedStateMachine):
                 for sid in self.forged
                 if sid in after.segments and after.segments[sid].end_offset < after.log_start_offset
             }
+            again = {sid for sid in self.forged if sid in self.acked and self._copied_again(self.acked[sid])}
             for sid, tp in self.forged.items():
-                assert tp != owner.tp or sid in served or sid in gone or sid in below, (
+                assert tp != owner.tp or sid in served or sid in gone or sid in below or sid in again, (
                     f"a forged delete still unserves {sid} after the holder's pass (served: "
                     f"{sorted(map(str, served))})"
                 )
@@ -1264,6 +1279,8 @@ class OwnershipModel(RuleBasedStateMachine):
         for sid, seg in self.acked.items():
             if sid in served or sid in self.forged:  # a forged delete: until the holder's next pass
                 continue
+            if self._copied_again(seg):
+                continue
             if sid in self.superseded:  # merged: the merged segment (acknowledged) holds its offsets
                 continue
             assert sid in self.retention_deleted, (
@@ -1290,7 +1307,10 @@ class OwnershipModel(RuleBasedStateMachine):
             forged = [
                 part.segments[x]
                 for x in self.forged
-                if x in part.segments and x not in covered and not covered & set(part.segments[x].supersedes)
+                if x in part.segments
+                and x not in covered
+                and not covered & set(part.segments[x].supersedes)
+                and not (x in self.acked and self._copied_again(self.acked[x]))
             ]
             # a segment the user's retention was deleting that a rebuild served again (its objects had
             # not gone yet: docs/restore-and-recovery.md) may stand apart from the rest until

@@ -1247,3 +1247,33 @@ def test_a_segment_the_users_limits_deleted_under_a_forged_rewrite_waits_for_not
     model.retention("A0", keep=0)
     _check(model)
     assert model._state(P0).finished() == []
+
+
+def test_offsets_a_forged_rewrite_left_unserved_may_be_copied_again_from_the_source(
+    model: OwnershipModel,
+) -> None:
+    """Two copies; a forged rewrite with junk objects over the second, a forged rewrite without
+    objects over the first and that one. The holder's passes delete both forged rewrites (the inner
+    one first): the second copy is left served by nothing, and the owner, resuming after what is
+    served, copies its offset again from the source (an erasure copies first, then rewrites that
+    copy). The offset is served by the new copy's rewrite; the first copy of it stays unserved and
+    no pass serves it over the new one. Nothing acknowledged is lost."""
+    model.claim("A0")
+    model.merge("A0", copies=1, crash_at=None)
+    model.merge("A0", copies=1, crash_at="before_finished")
+    model.forged_rewrite(Draws(P0, 1, 1, True, "wrong"))
+    model.claim("A0")
+    model.forged_rewrite(Draws(P0, 0, 3, False, "wrong"))
+    model.retention("A0", keep=0)
+    _check(model)
+    model.retention("A0", keep=11)
+    _check(model)
+    assert [(s, e) for s, e, _ in _ids(model, P0)] == [(0, 0)]
+    model.claim("A0")
+    model.erase("A0", copies=1, crash_at="mid_delete", holders=2)
+    _check(model)
+    assert [(s, e) for s, e, _ in _ids(model, P0)] == [(0, 0), (1, 1)]
+    model.claim("A0")  # (the erasure's process died)
+    model.cleanup("A0")
+    _check(model)
+    assert [(s, e) for s, e, _ in _ids(model, P0)] == [(0, 0), (1, 1)]
