@@ -181,12 +181,14 @@ class Restatements:
         return [holding[k] for k in sorted(self.shadowed) if k in holding]
 
     def in_restatement_order(self, states: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
-        """``states`` to be stated again, deletions first, then the served segments, then every
-        served segment overlapping one of those deletions (added when not among ``states``). A
-        deletion stated again moves, for a reader of the compacted topic, behind the records that
-        came after it: a served segment over its offsets (a merge of what a deleted rewrite held)
-        would be judged while the deleted one is still served, and refused; stated again after the
-        deletion, it is judged again there."""
+        """``states`` to be stated again, deletions first, then the finished segments a served
+        rewrite holds (each after the ones it names), then the served segments, then every served
+        segment overlapping one of those deletions or held segments (added when not among
+        ``states``). A deletion stated again moves, for a reader of the compacted topic, behind the
+        records that came after it: a served segment over its offsets (a merge of what a deleted
+        rewrite held) would be judged while the deleted one is still served, and refused; stated
+        again after the deletion, it is judged again there. A held segment stated again is judged
+        before the rewrites over it for the same reason: they name it."""
         deleted = [s for s in states if s.state in DELETE_STATES]
         held = self._sources_first(
             [s for s in states if s.state is _S.COPY_SEGMENT_FINISHED and s.segment_id.id not in self.served]
