@@ -136,6 +136,12 @@ def _every_cleaning_point_agrees(model: OwnershipModel) -> None:
         model.topic.log = log
 
 
+def _known(model: OwnershipModel, tp: TopicPartition, low: int) -> RemoteLogSegmentMetadata:
+    """The fold's state of the model's segment whose id ends in ``low`` (ids are numbered in order:
+    the victim a replayed step drew)."""
+    return model._state(tp).segments[UUID(int=0x5EED << 64 | low)]
+
+
 def _ids(model: OwnershipModel, tp: TopicPartition) -> list[tuple[int, int, list[int]]]:
     """Served segments as (start, end, the low bytes of the ids they supersede)."""
     return [
@@ -443,11 +449,9 @@ def test_a_reader_of_the_compacted_topic_agrees_after_hostile_records_on_two_par
     _check(model)
     model.claim("A1")
     _check(model)
-    model.forged_claim(
-        data=Draws(TopicPartition(topic="orders", partition=1), "mallory", "wrong"), topic_id="current"
-    )
+    model.forged_claim(data=Draws(P1, "mallory", "wrong"), topic_id="current")
     _check(model)
-    model.produce(n=6, tp=TopicPartition(topic="orders", partition=1))
+    model.produce(n=6, tp=P1)
     _check(model)
     model.metadata_topic_lost_and_rebuilt()
     _check(model)
@@ -455,38 +459,12 @@ def test_a_reader_of_the_compacted_topic_agrees_after_hostile_records_on_two_par
     _check(model)
     model.erase("C0", copies=1, crash_at="after_finished", holders=0)
     _check(model)
-    model.forged_rewrite(data=Draws(TopicPartition(topic="orders", partition=0), 0, 1, False, "wrong"))
+    model.forged_rewrite(data=Draws(P0, 0, 1, False, "wrong"))
     _check(model)
     model.forged_delete(
         data=Draws(
-            TopicPartition(topic="orders", partition=0),
-            RemoteLogSegmentMetadata(
-                segment_id=RemoteLogSegmentId(
-                    topic="orders",
-                    partition=0,
-                    id=UUID("00000000-0000-5eed-0000-00000000000a"),
-                    topic_id="6f1c1d5e-0000-4000-8000-000000000001",
-                ),
-                start_offset=0,
-                end_offset=0,
-                max_timestamp_ms=0,
-                event_timestamp_ms=0,
-                writer_id="C",
-                writer_epoch=0,
-                segment_leader_epochs=((0, 0),),
-                segment_size_in_bytes=1,
-                state=SegmentState.COPY_SEGMENT_FINISHED,
-                data_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-00000000000a-e0.log",
-                index_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-00000000000a-e0.log-index",
-                segment_format_version=2,
-                record_count=1,
-                index_crc32=0,
-                index_size_in_bytes=1,
-                custom_metadata=None,
-                txn_index_empty=True,
-                replaces_state=None,
-                supersedes=(UUID("00000000-0000-5eed-0000-000000000009"),),
-            ),
+            P0,
+            _known(model, P0, 0x0A),
             "none",
         ),
         kind="conditional",
@@ -498,38 +476,12 @@ def test_a_reader_of_the_compacted_topic_agrees_after_hostile_records_on_two_par
     _check(model)
     model.claim("A1")
     _check(model)
-    model.forged_rewrite(data=Draws(TopicPartition(topic="orders", partition=0), 0, 1, False, "wrong"))
+    model.forged_rewrite(data=Draws(P0, 0, 1, False, "wrong"))
     _check(model)
     model.hostile_tombstone(
         data=Draws(
-            TopicPartition(topic="orders", partition=0),
-            RemoteLogSegmentMetadata(
-                segment_id=RemoteLogSegmentId(
-                    topic="orders",
-                    partition=0,
-                    id=UUID("00000000-0000-5eed-0000-00000000000e"),
-                    topic_id="6f1c1d5e-0000-4000-8000-000000000001",
-                ),
-                start_offset=0,
-                end_offset=0,
-                max_timestamp_ms=0,
-                event_timestamp_ms=0,
-                writer_id="C",
-                writer_epoch=0,
-                segment_leader_epochs=((0, 0),),
-                segment_size_in_bytes=1,
-                state=SegmentState.COPY_SEGMENT_FINISHED,
-                data_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-00000000000e-e0.log",
-                index_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-00000000000e-e0.log-index",
-                segment_format_version=2,
-                record_count=1,
-                index_crc32=0,
-                index_size_in_bytes=1,
-                custom_metadata=None,
-                txn_index_empty=True,
-                replaces_state=None,
-                supersedes=(UUID("00000000-0000-5eed-0000-000000000009"),),
-            ),
+            P0,
+            _known(model, P0, 0x0E),
             "none",
         ),
         kind="other_partition",
@@ -537,46 +489,16 @@ def test_a_reader_of_the_compacted_topic_agrees_after_hostile_records_on_two_par
     _check(model)
     model.forged_finished(
         data=Draws(
-            TopicPartition(topic="orders", partition=0),
-            RemoteLogSegmentMetadata(
-                segment_id=RemoteLogSegmentId(
-                    topic="orders",
-                    partition=0,
-                    id=UUID("00000000-0000-5eed-0000-00000000000e"),
-                    topic_id="6f1c1d5e-0000-4000-8000-000000000001",
-                ),
-                start_offset=0,
-                end_offset=0,
-                max_timestamp_ms=0,
-                event_timestamp_ms=0,
-                writer_id="C",
-                writer_epoch=0,
-                segment_leader_epochs=((0, 0),),
-                segment_size_in_bytes=1,
-                state=SegmentState.COPY_SEGMENT_FINISHED,
-                data_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-00000000000e-e0.log",
-                index_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-00000000000e-e0.log-index",
-                segment_format_version=2,
-                record_count=1,
-                index_crc32=0,
-                index_size_in_bytes=1,
-                custom_metadata=None,
-                txn_index_empty=True,
-                replaces_state=None,
-                supersedes=(UUID("00000000-0000-5eed-0000-000000000009"),),
-            ),
+            P0,
+            _known(model, P0, 0x0E),
             "wrong",
         ),
         kind="zombie_finished",
     )
     _check(model)
-    model.forged_claim(
-        data=Draws(TopicPartition(topic="orders", partition=1), "mallory", "none"), topic_id="made_up"
-    )
+    model.forged_claim(data=Draws(P1, "mallory", "none"), topic_id="made_up")
     _check(model)
-    model.hostile_claim_tombstone(
-        data=Draws(TopicPartition(topic="orders", partition=1), "none"), kind="current"
-    )
+    model.hostile_claim_tombstone(data=Draws(P1, "none"), kind="current")
     _check(model)
     model.claim("B1")
     _check(model)
@@ -584,14 +506,14 @@ def test_a_reader_of_the_compacted_topic_agrees_after_hostile_records_on_two_par
     _check(model)
     model.hostile_claim_tombstone(
         data=Draws(
-            TopicPartition(topic="orders", partition=0),
+            P0,
             b"orders/0/claim/00000000-0000-5eed-0000-000000000007",
             "none",
         ),
         kind="garbage",
     )
     _check(model)
-    model.forged_rewrite(data=Draws(TopicPartition(topic="orders", partition=0), 0, 1, True, "none"))
+    model.forged_rewrite(data=Draws(P0, 0, 1, True, "none"))
     _check(model)
     model.cleanup("B1")
     _check(model)
@@ -601,46 +523,16 @@ def test_a_reader_of_the_compacted_topic_agrees_after_hostile_records_on_two_par
     _check(model)
     model.proofs_fail(failing=True)
     _check(model)
-    model.forged_claim(
-        data=Draws(TopicPartition(topic="orders", partition=1), "mallory", "none"), topic_id="current"
-    )
+    model.forged_claim(data=Draws(P1, "mallory", "none"), topic_id="current")
     _check(model)
-    model.hostile_claim_tombstone(
-        data=Draws(TopicPartition(topic="orders", partition=0), "none"), kind="current"
-    )
+    model.hostile_claim_tombstone(data=Draws(P0, "none"), kind="current")
     _check(model)
     model.claim("C0")
     _check(model)
     model.forged_delete(
         data=Draws(
-            TopicPartition(topic="orders", partition=0),
-            RemoteLogSegmentMetadata(
-                segment_id=RemoteLogSegmentId(
-                    topic="orders",
-                    partition=0,
-                    id=UUID("00000000-0000-5eed-0000-000000000012"),
-                    topic_id="6f1c1d5e-0000-4000-8000-000000000001",
-                ),
-                start_offset=0,
-                end_offset=0,
-                max_timestamp_ms=0,
-                event_timestamp_ms=0,
-                writer_id="C",
-                writer_epoch=0,
-                segment_leader_epochs=((0, 0),),
-                segment_size_in_bytes=1,
-                state=SegmentState.COPY_SEGMENT_FINISHED,
-                data_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-000000000012-e0.log",
-                index_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-000000000012-e0.log-index",
-                segment_format_version=2,
-                record_count=1,
-                index_crc32=0,
-                index_size_in_bytes=1,
-                custom_metadata=None,
-                txn_index_empty=True,
-                replaces_state=None,
-                supersedes=(UUID("00000000-0000-5eed-0000-00000000000e"),),
-            ),
+            P0,
+            _known(model, P0, 0x12),
             "wrong",
         ),
         kind="start",
@@ -648,34 +540,8 @@ def test_a_reader_of_the_compacted_topic_agrees_after_hostile_records_on_two_par
     _check(model)
     model.hostile_tombstone(
         data=Draws(
-            TopicPartition(topic="orders", partition=0),
-            RemoteLogSegmentMetadata(
-                segment_id=RemoteLogSegmentId(
-                    topic="orders",
-                    partition=0,
-                    id=UUID("00000000-0000-5eed-0000-000000000012"),
-                    topic_id="6f1c1d5e-0000-4000-8000-000000000001",
-                ),
-                start_offset=0,
-                end_offset=0,
-                max_timestamp_ms=0,
-                event_timestamp_ms=0,
-                writer_id="C",
-                writer_epoch=0,
-                segment_leader_epochs=((0, 0),),
-                segment_size_in_bytes=1,
-                state=SegmentState.COPY_SEGMENT_FINISHED,
-                data_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-000000000012-e0.log",
-                index_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-000000000012-e0.log-index",
-                segment_format_version=2,
-                record_count=1,
-                index_crc32=0,
-                index_size_in_bytes=1,
-                custom_metadata=None,
-                txn_index_empty=True,
-                replaces_state=None,
-                supersedes=(UUID("00000000-0000-5eed-0000-00000000000e"),),
-            ),
+            P0,
+            _known(model, P0, 0x12),
             "wrong",
         ),
         kind="delete_key",
@@ -732,7 +598,7 @@ def test_a_deletion_stated_again_is_followed_by_the_merge_over_its_offsets(
     it, also under a claim that names a re-created topic's id before its first copy."""
     model.claim("C0")
     _check(model)
-    model.operator_takes_the_partition(data=Draws(TopicPartition(topic="orders", partition=0), 0))
+    model.operator_takes_the_partition(data=Draws(P0, 0))
     _check(model)
     model.claim("C0")
     _check(model)
@@ -748,34 +614,8 @@ def test_a_deletion_stated_again_is_followed_by_the_merge_over_its_offsets(
     _check(model)
     model.hostile_tombstone(
         data=Draws(
-            TopicPartition(topic="orders", partition=1),
-            RemoteLogSegmentMetadata(
-                segment_id=RemoteLogSegmentId(
-                    topic="orders",
-                    partition=1,
-                    id=UUID("00000000-0000-5eed-0000-000000000007"),
-                    topic_id="6f1c1d5e-0000-4000-8000-000000000001",
-                ),
-                start_offset=0,
-                end_offset=0,
-                max_timestamp_ms=0,
-                event_timestamp_ms=1,
-                writer_id="B",
-                writer_epoch=5,
-                segment_leader_epochs=((0, 0),),
-                segment_size_in_bytes=128,
-                state=SegmentState.COPY_SEGMENT_FINISHED,
-                data_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/1/00000000000000000000-00000000-0000-5eed-0000-000000000007-e5.log",
-                index_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/1/00000000000000000000-00000000-0000-5eed-0000-000000000007-e5.log-index",
-                segment_format_version=2,
-                record_count=1,
-                index_crc32=2_519_464_159,
-                index_size_in_bytes=176,
-                custom_metadata=None,
-                txn_index_empty=True,
-                replaces_state=None,
-                supersedes=(),
-            ),
+            P1,
+            _known(model, P1, 0x07),
             "none",
         ),
         kind="delete_key",
@@ -783,11 +623,11 @@ def test_a_deletion_stated_again_is_followed_by_the_merge_over_its_offsets(
     _check(model)
     model.claim("A0")
     _check(model)
-    model.operator_takes_the_partition(data=Draws(TopicPartition(topic="orders", partition=0), None))
+    model.operator_takes_the_partition(data=Draws(P0, None))
     _check(model)
     model.claim("A1")
     _check(model)
-    model.forged_rewrite(data=Draws(TopicPartition(topic="orders", partition=1), 0, 3, False, "none"))
+    model.forged_rewrite(data=Draws(P1, 0, 3, False, "none"))
     _check(model)
     model.claim("A0")
     _check(model)
@@ -836,40 +676,14 @@ def test_a_segment_over_a_deletion_stated_again_is_stated_again_after_it(model: 
     _check(model)
     model.erase("A1", copies=2, crash_at="before_finished", holders=1)
     _check(model)
-    model.hostile(data=Draws(TopicPartition(topic="orders", partition=1), "none", b""), kind="garbage")
+    model.hostile(data=Draws(P1, "none", b""), kind="garbage")
     _check(model)
-    model.forged_rewrite(data=Draws(TopicPartition(topic="orders", partition=1), 1, 1, False, "none"))
+    model.forged_rewrite(data=Draws(P1, 1, 1, False, "none"))
     _check(model)
     model.forged_delete(
         data=Draws(
-            TopicPartition(topic="orders", partition=1),
-            RemoteLogSegmentMetadata(
-                segment_id=RemoteLogSegmentId(
-                    topic="orders",
-                    partition=1,
-                    id=UUID("00000000-0000-5eed-0000-00000000000a"),
-                    topic_id="6f1c1d5e-0000-4000-8000-000000000001",
-                ),
-                start_offset=1,
-                end_offset=1,
-                max_timestamp_ms=1,
-                event_timestamp_ms=0,
-                writer_id="A",
-                writer_epoch=4,
-                segment_leader_epochs=((0, 1),),
-                segment_size_in_bytes=1,
-                state=SegmentState.COPY_SEGMENT_FINISHED,
-                data_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/1/00000000000000000001-00000000-0000-5eed-0000-00000000000a-e4.log",
-                index_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/1/00000000000000000001-00000000-0000-5eed-0000-00000000000a-e4.log-index",
-                segment_format_version=2,
-                record_count=1,
-                index_crc32=0,
-                index_size_in_bytes=1,
-                custom_metadata=None,
-                txn_index_empty=True,
-                replaces_state=None,
-                supersedes=(UUID("00000000-0000-5eed-0000-000000000007"),),
-            ),
+            P1,
+            _known(model, P1, 0x0A),
             "none",
         ),
         kind="conditional",
@@ -877,34 +691,8 @@ def test_a_segment_over_a_deletion_stated_again_is_stated_again_after_it(model: 
     _check(model)
     model.hostile_tombstone(
         data=Draws(
-            TopicPartition(topic="orders", partition=1),
-            RemoteLogSegmentMetadata(
-                segment_id=RemoteLogSegmentId(
-                    topic="orders",
-                    partition=1,
-                    id=UUID("00000000-0000-5eed-0000-000000000007"),
-                    topic_id="6f1c1d5e-0000-4000-8000-000000000001",
-                ),
-                start_offset=1,
-                end_offset=1,
-                max_timestamp_ms=1,
-                event_timestamp_ms=2,
-                writer_id="A",
-                writer_epoch=4,
-                segment_leader_epochs=((0, 1),),
-                segment_size_in_bytes=128,
-                state=SegmentState.COPY_SEGMENT_FINISHED,
-                data_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/1/00000000000000000001-00000000-0000-5eed-0000-000000000007-e4.log",
-                index_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/1/00000000000000000001-00000000-0000-5eed-0000-000000000007-e4.log-index",
-                segment_format_version=2,
-                record_count=1,
-                index_crc32=3_437_610_498,
-                index_size_in_bytes=176,
-                custom_metadata=None,
-                txn_index_empty=True,
-                replaces_state=None,
-                supersedes=(),
-            ),
+            P1,
+            _known(model, P1, 0x07),
             "none",
         ),
         kind="own_key",
@@ -946,9 +734,9 @@ def test_segments_a_rewrite_holds_are_stated_again_once_given_back_after_their_c
     _check(model)
     model.erase("B0", copies=2, crash_at="mid_delete", holders=0)
     _check(model)
-    model.operator_takes_the_partition(data=Draws(TopicPartition(topic="orders", partition=1), None))
+    model.operator_takes_the_partition(data=Draws(P1, None))
     _check(model)
-    model.operator_takes_the_partition(data=Draws(TopicPartition(topic="orders", partition=0), None))
+    model.operator_takes_the_partition(data=Draws(P0, None))
     _check(model)
     model.claim("B0")
     _check(model)
@@ -958,49 +746,19 @@ def test_segments_a_rewrite_holds_are_stated_again_once_given_back_after_their_c
     _check(model)
     model.hostile_tombstone(
         data=Draws(
-            TopicPartition(topic="orders", partition=0),
-            RemoteLogSegmentMetadata(
-                segment_id=RemoteLogSegmentId(
-                    topic="orders",
-                    partition=0,
-                    id=UUID("00000000-0000-5eed-0000-000000000014"),
-                    topic_id="6f1c1d5e-0000-4000-8000-000000000001",
-                ),
-                start_offset=0,
-                end_offset=3,
-                max_timestamp_ms=3,
-                event_timestamp_ms=5,
-                writer_id="B",
-                writer_epoch=21,
-                segment_leader_epochs=((0, 0),),
-                segment_size_in_bytes=512,
-                state=SegmentState.COPY_SEGMENT_FINISHED,
-                data_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-000000000014-e21.log",
-                index_object_key="archive/orders-6f1c1d5e-0000-4000-8000-000000000001/0/00000000000000000000-00000000-0000-5eed-0000-000000000014-e21.log-index",
-                segment_format_version=2,
-                record_count=3,
-                index_crc32=162825863,
-                index_size_in_bytes=176,
-                custom_metadata=None,
-                txn_index_empty=True,
-                replaces_state=None,
-                supersedes=(
-                    UUID("00000000-0000-5eed-0000-00000000000a"),
-                    UUID("00000000-0000-5eed-0000-000000000009"),
-                    UUID("00000000-0000-5eed-0000-000000000011"),
-                    UUID("00000000-0000-5eed-0000-000000000012"),
-                ),
-            ),
+            P0,
+            _known(model, P0, 0x14),
             "wrong",
         ),
         kind="other_partition",
     )
     _check(model)
-    model.forged_rewrite(data=Draws(TopicPartition(topic="orders", partition=0), 0, 2, True, "none"))
+    model.forged_rewrite(data=Draws(P0, 0, 2, True, "none"))
     _check(model)
     model.hostile_tombstone(
         data=Draws(
-            TopicPartition(topic="orders", partition=0),
+            P0,
+            # the forged rewrite as hypothesis drew it (the fold's state of it differs by now)
             RemoteLogSegmentMetadata(
                 segment_id=RemoteLogSegmentId(
                     topic="orders",
@@ -1038,20 +796,18 @@ def test_segments_a_rewrite_holds_are_stated_again_once_given_back_after_their_c
     _check(model)
     model.hostile_claim_tombstone(
         data=Draws(
-            TopicPartition(topic="orders", partition=0),
+            P0,
             b"orders/0/claim/00000000-0000-5eed-0000-000000000005",
             "none",
         ),
         kind="garbage",
     )
     _check(model)
-    model.operator_takes_the_partition(data=Draws(TopicPartition(topic="orders", partition=1), 0))
+    model.operator_takes_the_partition(data=Draws(P1, 0))
     _check(model)
-    model.hostile_claim_tombstone(
-        data=Draws(TopicPartition(topic="orders", partition=0), "wrong"), kind="current"
-    )
+    model.hostile_claim_tombstone(data=Draws(P0, "wrong"), kind="current")
     _check(model)
-    model.operator_takes_the_partition(data=Draws(TopicPartition(topic="orders", partition=0), 2))
+    model.operator_takes_the_partition(data=Draws(P0, 2))
     _check(model)
     model.claim("B0")
     _check(model)
