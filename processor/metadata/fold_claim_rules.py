@@ -138,8 +138,8 @@ def claim_records(
     segments' copy keys, deleting segments' delete keys, the remote log start offset's key), to be
     marked shadowed: the owner re-publishes each under its claim
     (:meth:`~processor.metadata.restatements.Restatements.repairs`). Finished segments
-    a rewrite holds are marked too: a reader without their claim refused them, and once given back
-    (the rewrite deleted) they are served by the others; the owner re-publishes them then."""
+    a rewrite holds are marked too (a reader without their claim refused them): the owner states
+    them again before the rewrites over them, and again once given back (the rewrite deleted)."""
     keys = [(segment_key(s.segment_id), True) for s in store.served(tp) if pick(s.writer_epoch)]
     keys += [
         (delete_key(s.segment_id) if s.state in DELETE_STATES else segment_key(s.segment_id), True)
